@@ -1,0 +1,90 @@
+//! Command-line arguments.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use keel_protocol::PermissionMode;
+
+/// Keel: a headless coding-agent kernel.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent on a prompt in a workspace.
+    Run(RunArgs),
+    /// Run a deterministic scenario (no key, no network).
+    Demo(DemoArgs),
+    /// Print the JSON Schemas of the wire format.
+    Schema(SchemaArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The provider to use.
+    #[arg(long, default_value = "scripted")]
+    pub provider: String,
+    /// The script file for the scripted provider.
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The workspace directory (default: the current directory).
+    #[arg(long)]
+    pub workspace: Option<PathBuf>,
+    /// The model id to request.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The permission mode, fixed for the run.
+    #[arg(long, value_enum, default_value_t = Mode::Auto)]
+    pub mode: Mode,
+    /// Fail the run after this many turns.
+    #[arg(long)]
+    pub max_turns: Option<u32>,
+    /// The prompt.
+    pub prompt: String,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum Mode {
+    Plan,
+    Ask,
+    Auto,
+    Full,
+}
+
+impl From<Mode> for PermissionMode {
+    fn from(mode: Mode) -> Self {
+        match mode {
+            Mode::Plan => PermissionMode::Plan,
+            Mode::Ask => PermissionMode::Ask,
+            Mode::Auto => PermissionMode::Auto,
+            Mode::Full => PermissionMode::Full,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// The scenario.
+    #[arg(value_enum)]
+    pub name: DemoName,
+    /// The case of the scenario (default: its first case).
+    #[arg(long)]
+    pub case: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum DemoName {
+    StreamedRun,
+    ToolLoop,
+    RunControl,
+}
+
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Print only this schema (e.g. `run_event`).
+    pub name: Option<String>,
+}

@@ -1,0 +1,209 @@
+//! `keel demo`: deterministic scenarios that need no key and no network.
+//!
+//! Each scenario plays an embedded script against the real kernel, the real
+//! tools and a real temporary workspace; only the model is scripted. The demo
+//! host reacts to events the way a real host would (approving a shell
+//! command, steering, queueing a follow-up, cancelling), so each case shows
+//! one part of the run contract end to end.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_kernel::{AgentKernel, AgentRun, RetryPolicy, RunSpec};
+use keel_protocol::{PermissionMode, PermissionResolution, ProviderEvent, RunEvent, RunEventKind};
+use keel_provider::{Script, ScriptedProvider};
+use keel_session::MemoryStore;
+use keel_tools::Workspace;
+use keel_tools::builtin::{BashOptions, default_tools};
+
+use crate::args::{DemoArgs, DemoName};
+use crate::host;
+use crate::output::Output;
+use crate::startup::StartupError;
+
+/// The fixture project every demo works in.
+const FIXTURE: &[(&str, &str)] = &[
+    ("README.md", "# calc\n\nA tiny shell calculator. Run `bash check.sh` to test it.\n"),
+    ("calc.sh", "#!/usr/bin/env bash\n# Adds two integers.\nadd() {\n  echo $(( $1 - $2 ))\n}\n"),
+    (
+        "check.sh",
+        "#!/usr/bin/env bash\nsource ./calc.sh\nresult=$(add 2 3)\nif [ \"$result\" = \"5\" ]; then\n  echo \"check passed: add 2 3 = 5\"\nelse\n  echo \"check failed: add 2 3 = $result (expected 5)\"\n  exit 1\nfi\n",
+    ),
+];
+
+/// One case of a scenario: its prompt, its script and what the host does.
+struct Case {
+    prompt: &'static str,
+    script: &'static str,
+    host: HostBehaviour,
+}
+
+#[derive(Clone, Copy)]
+enum HostBehaviour {
+    /// Approve shell commands, nothing else.
+    Approve,
+    /// Steer once, as soon as the model starts streaming.
+    SteerWhileStreaming,
+    /// Queue a follow-up as soon as the run starts.
+    FollowUpAtStart,
+    /// Approve the command, queue a follow-up, then cancel while it runs.
+    CancelDuringTool,
+}
+
+fn case(name: DemoName, case: &str) -> Option<Case> {
+    let found = match (name, case) {
+        (DemoName::StreamedRun, "success") => (
+            "Introduce yourself in two sentences.",
+            include_str!("../demos/streamed-run-success.json"),
+            HostBehaviour::Approve,
+        ),
+        (DemoName::StreamedRun, "provider-error") => (
+            "Introduce yourself in two sentences.",
+            include_str!("../demos/streamed-run-provider-error.json"),
+            HostBehaviour::Approve,
+        ),
+        (DemoName::ToolLoop, "success") => (
+            "The check in check.sh fails. Fix the bug.",
+            include_str!("../demos/tool-loop-success.json"),
+            HostBehaviour::Approve,
+        ),
+        (DemoName::ToolLoop, "mixed-batch") => (
+            "Read the project, then write a plan to notes/plan.md.",
+            include_str!("../demos/tool-loop-mixed-batch.json"),
+            HostBehaviour::Approve,
+        ),
+        (DemoName::ToolLoop, "failure") => (
+            "The check in check.sh fails. Fix the bug.",
+            include_str!("../demos/tool-loop-failure.json"),
+            HostBehaviour::Approve,
+        ),
+        (DemoName::RunControl, "steering") => (
+            "Look around the project.",
+            include_str!("../demos/run-control-steering.json"),
+            HostBehaviour::SteerWhileStreaming,
+        ),
+        (DemoName::RunControl, "follow-up") => (
+            "What is this project?",
+            include_str!("../demos/run-control-follow-up.json"),
+            HostBehaviour::FollowUpAtStart,
+        ),
+        (DemoName::RunControl, "cancel") => (
+            "Wait for the build.",
+            include_str!("../demos/run-control-cancel.json"),
+            HostBehaviour::CancelDuringTool,
+        ),
+        (DemoName::RunControl, "retry-success") => (
+            "Say something.",
+            include_str!("../demos/run-control-retry-success.json"),
+            HostBehaviour::Approve,
+        ),
+        (DemoName::RunControl, "retry-failure") => (
+            "Say something.",
+            include_str!("../demos/run-control-retry-failure.json"),
+            HostBehaviour::Approve,
+        ),
+        _ => return None,
+    };
+    let (prompt, script, host) = found;
+    Some(Case { prompt, script, host })
+}
+
+fn cases(name: DemoName) -> &'static [&'static str] {
+    match name {
+        DemoName::StreamedRun => &["success", "provider-error"],
+        DemoName::ToolLoop => &["success", "mixed-batch", "failure"],
+        DemoName::RunControl => &["steering", "follow-up", "cancel", "retry-success", "retry-failure"],
+    }
+}
+
+pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
+    let names = cases(args.name);
+    let case_name = args.case.as_deref().unwrap_or(names[0]);
+    let case = case(args.name, case_name).ok_or_else(|| {
+        StartupError::new(
+            "unknown_case",
+            format!("unknown case `{case_name}`; cases: {}", names.join(", ")),
+        )
+    })?;
+    let directory = tempfile::Builder::new()
+        .prefix("keel-demo-")
+        .tempdir()
+        .map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    for (path, content) in FIXTURE {
+        std::fs::write(directory.path().join(path), content)
+            .map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    }
+    let kernel = build_kernel(&case, directory.path())?;
+    let spec = RunSpec {
+        prompt: case.prompt.to_owned(),
+        session_id: None,
+        mode: PermissionMode::Auto,
+        max_turns: Some(20),
+    };
+    let run = Arc::new(
+        kernel
+            .create_run(spec)
+            .await
+            .map_err(|error| StartupError::new(error.code(), error.to_string()))?,
+    );
+    let mut reactor = Reactor { behaviour: case.host, steered: false };
+    let result = host::drive(&run, &Output::detect(), async |event: &RunEvent, handle: &AgentRun| {
+        reactor.react(event, handle, &run);
+    })
+    .await
+    .map_err(|error| StartupError::new("host", error.to_string()))?;
+    Ok(host::exit_code(&result))
+}
+
+fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, StartupError> {
+    let script = Script::from_json(case.script).map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+    let workspace = Workspace::new(root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    AgentKernel::builder()
+        .provider(Arc::new(ScriptedProvider::new(script)))
+        .workspace(workspace)
+        .store(Arc::new(MemoryStore::new()))
+        .tools(default_tools(BashOptions::default()))
+        .retry(RetryPolicy {
+            max_attempts: 4,
+            base_delay: Duration::from_millis(10),
+            max_delay: Duration::from_secs(1),
+        })
+        .build()
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))
+}
+
+/// The demo host's reactions to events.
+struct Reactor {
+    behaviour: HostBehaviour,
+    steered: bool,
+}
+
+impl Reactor {
+    fn react(&mut self, event: &RunEvent, handle: &AgentRun, shared: &Arc<AgentRun>) {
+        match (&event.kind, self.behaviour) {
+            (RunEventKind::PermissionRequested { request_id, .. }, _) => {
+                // The demo host approves; a stale id only means the run moved on.
+                let _ = handle.resolve_permission(request_id, PermissionResolution::Approved);
+            }
+            (RunEventKind::RunStarted { .. }, HostBehaviour::FollowUpAtStart) => {
+                let _ = handle.follow_up("Now say it in one line.");
+            }
+            (RunEventKind::MessageUpdate { delta: ProviderEvent::TextDelta { .. } }, HostBehaviour::SteerWhileStreaming)
+                if !self.steered =>
+            {
+                self.steered = true;
+                let _ = handle.steer("Focus on the README, not the scripts.");
+            }
+            (RunEventKind::PermissionResolved { .. }, HostBehaviour::CancelDuringTool) => {
+                let _ = handle.follow_up("Then run the check.");
+                let run = Arc::clone(shared);
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    run.cancel();
+                });
+            }
+            _ => {}
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! Drives one run as its host: prints events, answers what the run asks.
+
+use keel_kernel::{AgentRun, ControlError};
+use keel_protocol::{RunEvent, RunResult};
+
+use crate::output::Output;
+
+/// Consumes the run's events, printing each and passing it to `react`, then
+/// prints and returns the result.
+pub async fn drive<F>(run: &AgentRun, output: &Output, mut react: F) -> Result<RunResult, ControlError>
+where
+    F: AsyncFnMut(&RunEvent, &AgentRun),
+{
+    let mut events = run.events()?;
+    while let Some(event) = events.next().await {
+        output.event(&event);
+        react(&event, run).await;
+    }
+    let result = run.result().await;
+    output.result(&result);
+    Ok(result)
+}
+
+/// Exit code 0 only for a settled run.
+pub fn exit_code(result: &RunResult) -> std::process::ExitCode {
+    if result.state == keel_protocol::RunState::Settled {
+        std::process::ExitCode::SUCCESS
+    } else {
+        std::process::ExitCode::from(1)
+    }
+}

@@ -1,0 +1,98 @@
+//! Prints run events: JSON Lines for programs, a readable view for people.
+//!
+//! The JSON form is the wire format: one event object per line, then one
+//! `{"result": …}` line. The human view is chosen only when stdout is a
+//! terminal and never parsed by anything.
+
+use std::io::{IsTerminal, Write};
+
+use keel_protocol::{ContentBlock, Message, ProviderEvent, RunEvent, RunEventKind, RunResult, ToolStatus};
+use serde_json::json;
+
+/// Where and how events are printed.
+pub enum Output {
+    /// JSON Lines on stdout.
+    Json,
+    /// A human view on a terminal.
+    Human,
+}
+
+impl Output {
+    /// JSON Lines unless stdout is a terminal.
+    pub fn detect() -> Self {
+        if std::io::stdout().is_terminal() { Self::Human } else { Self::Json }
+    }
+
+    /// Prints one event.
+    pub fn event(&self, event: &RunEvent) {
+        match self {
+            Self::Json => print_json(&serde_json::to_value(event).unwrap_or_default()),
+            Self::Human => print_human(event),
+        }
+    }
+
+    /// Prints the final result.
+    pub fn result(&self, result: &RunResult) {
+        match self {
+            Self::Json => print_json(&json!({ "result": result })),
+            Self::Human => {
+                let mut line = format!("\n── run {:?}", result.state);
+                if let Some(error) = &result.error {
+                    line.push_str(&format!(": {} ({})", error.message, error.code));
+                }
+                println!("{}", line.to_lowercase());
+            }
+        }
+    }
+}
+
+fn print_json(value: &serde_json::Value) {
+    let mut stdout = std::io::stdout().lock();
+    // A closed stdout (e.g. `| head`) must not abort the run.
+    let _ = writeln!(stdout, "{value}");
+    let _ = stdout.flush();
+}
+
+fn print_human(event: &RunEvent) {
+    let mut out = std::io::stdout().lock();
+    let _ = match &event.kind {
+        RunEventKind::MessageUpdate { delta: ProviderEvent::TextDelta { delta, .. } } => write!(out, "{delta}"),
+        RunEventKind::MessageUpdate { delta: ProviderEvent::ThinkingDelta { delta, .. } } => write!(out, "\x1b[2m{delta}\x1b[0m"),
+        RunEventKind::MessageEnd { message: Message::Assistant(message) } => {
+            let text = message.content.iter().any(|block| matches!(block, ContentBlock::Text { .. }));
+            if text { writeln!(out) } else { Ok(()) }
+        }
+        RunEventKind::ToolExecutionStart { tool_name, arguments, .. } => {
+            writeln!(out, "→ {tool_name} {}", short(&arguments.to_string(), 120))
+        }
+        RunEventKind::ToolExecutionEnd { result } => {
+            let mark = match result.status {
+                ToolStatus::Success => "✓",
+                ToolStatus::Error => "✗",
+                ToolStatus::Cancelled => "⊘",
+            };
+            writeln!(out, "{mark} {} {}", result.tool_name, short(&result.text(), 200))
+        }
+        RunEventKind::PermissionRequested { tool_name, reason, .. } => {
+            writeln!(out, "? permission for {tool_name}: {reason}")
+        }
+        RunEventKind::ProviderRetry { attempt, max_attempts, delay_ms, error } => writeln!(
+            out,
+            "↻ retry {attempt}/{max_attempts} in {delay_ms} ms: {}",
+            error.message
+        ),
+        RunEventKind::MessageQueued { queue, text } => writeln!(out, "+ queued ({queue:?}): {text}"),
+        RunEventKind::MessageDropped { text, .. } => writeln!(out, "- dropped: {text}"),
+        _ => Ok(()),
+    };
+    let _ = out.flush();
+}
+
+fn short(text: &str, max: usize) -> String {
+    let line = text.lines().next().unwrap_or_default();
+    match line.char_indices().nth(max) {
+        Some((cut, _)) => format!("{}…", &line[..cut]),
+        None if line.len() < text.len() => format!("{line} …"),
+        None => line.to_owned(),
+    }
+}

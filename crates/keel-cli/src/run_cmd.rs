@@ -1,0 +1,133 @@
+//! `keel run`: one prompt, one run, events on stdout.
+//!
+//! When the policy asks, this host asks its user: on a terminal with a
+//! prompt on stderr, otherwise by reading one decision line from stdin
+//! (`{"request_id": …, "decision": "approve"|"deny"}` or a bare word). End of
+//! input, or anything not clearly an approval of that request, denies.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use keel_kernel::{AgentKernel, AgentRun, RunSpec};
+use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
+use keel_provider::{Script, ScriptedProvider};
+use keel_session::MemoryStore;
+use keel_tools::builtin::{BashOptions, default_tools};
+use keel_tools::Workspace;
+use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+
+use crate::args::RunArgs;
+use crate::host;
+use crate::output::Output;
+use crate::startup::StartupError;
+
+pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
+    let kernel = build_kernel(&args)?;
+    let spec = RunSpec {
+        prompt: args.prompt.clone(),
+        session_id: None,
+        mode: PermissionMode::from(args.mode),
+        max_turns: args.max_turns,
+    };
+    let run = kernel
+        .create_run(spec)
+        .await
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let output = Output::detect();
+    let mut answers = Answers::new();
+    let result = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
+        answers.answer(event, run).await;
+    })
+    .await
+    .map_err(|error| StartupError::new("host", error.to_string()))?;
+    Ok(host::exit_code(&result))
+}
+
+fn build_kernel(args: &RunArgs) -> Result<AgentKernel, StartupError> {
+    if args.provider != "scripted" {
+        return Err(StartupError::new(
+            "unknown_provider",
+            format!("provider `{}` is not available in this build; available: scripted", args.provider),
+        ));
+    }
+    let path = args
+        .script
+        .as_ref()
+        .ok_or_else(|| StartupError::new("script_required", "the scripted provider needs --script FILE"))?;
+    let script = Script::from_file(path).map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+    let root = match &args.workspace {
+        Some(root) => root.clone(),
+        None => std::env::current_dir().map_err(|error| StartupError::new("workspace", error.to_string()))?,
+    };
+    let workspace = Workspace::new(&root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    let mut builder = AgentKernel::builder()
+        .provider(Arc::new(ScriptedProvider::new(script)))
+        .workspace(workspace)
+        .store(Arc::new(MemoryStore::new()))
+        .tools(default_tools(BashOptions::default()));
+    if let Some(model) = &args.model {
+        builder = builder.model(model.clone());
+    }
+    builder
+        .build()
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))
+}
+
+/// Answers permission requests from the terminal or from stdin.
+struct Answers {
+    stdin: Option<Lines<BufReader<Stdin>>>,
+    terminal: bool,
+}
+
+impl Answers {
+    fn new() -> Self {
+        Self {
+            stdin: Some(BufReader::new(tokio::io::stdin()).lines()),
+            terminal: std::io::stdin().is_terminal(),
+        }
+    }
+
+    async fn answer(&mut self, event: &RunEvent, run: &AgentRun) {
+        let RunEventKind::PermissionRequested { request_id, tool_name, reason, arguments, .. } = &event.kind else {
+            return;
+        };
+        if self.terminal {
+            eprint!("Allow {tool_name} {arguments}? ({reason}) [y/N] ");
+        }
+        let line = self.read_line().await;
+        let resolution = decide(line.as_deref(), request_id);
+        // A stale id means the run already moved on (e.g. it was cancelled).
+        let _ = run.resolve_permission(request_id, resolution);
+    }
+
+    async fn read_line(&mut self) -> Option<String> {
+        let lines = self.stdin.as_mut()?;
+        match lines.next_line().await {
+            Ok(Some(line)) => Some(line),
+            _ => {
+                self.stdin = None;
+                None
+            }
+        }
+    }
+}
+
+/// Only an explicit approval of this request approves.
+fn decide(line: Option<&str>, request_id: &str) -> PermissionResolution {
+    let Some(line) = line.map(str::trim) else {
+        return PermissionResolution::Denied;
+    };
+    let approved = if let Ok(value) = serde_json::from_str::<serde_json::Value>(line) {
+        let id_matches = value.get("request_id").and_then(|id| id.as_str()) == Some(request_id);
+        let decision = value.get("decision").and_then(|d| d.as_str()).unwrap_or_default();
+        id_matches && is_approval(decision)
+    } else {
+        is_approval(line)
+    };
+    if approved { PermissionResolution::Approved } else { PermissionResolution::Denied }
+}
+
+fn is_approval(word: &str) -> bool {
+    matches!(word.to_ascii_lowercase().as_str(), "approve" | "approved" | "a" | "y" | "yes")
+}

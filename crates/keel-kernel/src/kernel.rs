@@ -1,0 +1,226 @@
+//! `AgentKernel`: the assembled runtime that creates runs.
+
+use std::sync::Arc;
+
+use keel_protocol::PermissionMode;
+use keel_provider::Provider;
+use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
+use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
+
+use crate::policy::{InterimPolicy, PermissionPolicy};
+use crate::retry::RetryPolicy;
+use crate::run::AgentRun;
+
+/// A configured kernel: provider, tools, store, workspace and policy.
+///
+/// Cheap to clone; every run created from it shares these parts.
+#[derive(Clone)]
+pub struct AgentKernel {
+    pub(crate) inner: Arc<KernelParts>,
+}
+
+pub(crate) struct KernelParts {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) model: String,
+    pub(crate) system_prompt: String,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) workspace: Arc<Workspace>,
+    pub(crate) policy: Arc<dyn PermissionPolicy>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_output_tokens: Option<u32>,
+}
+
+/// What the host asks for when it starts a run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunSpec {
+    /// The user's prompt.
+    pub prompt: String,
+    /// Continue this session on its active leaf; a new session when `None`.
+    pub session_id: Option<String>,
+    /// The permission mode, fixed for the run.
+    pub mode: PermissionMode,
+    /// Fail the run after this many turns (no limit when `None`).
+    pub max_turns: Option<u32>,
+}
+
+/// Why a kernel could not be built or a run could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum KernelError {
+    /// A required part was not given to the builder.
+    #[error("the kernel needs a {0}")]
+    Missing(&'static str),
+    /// A tool could not be registered.
+    #[error(transparent)]
+    Tool(#[from] RegistryError),
+    /// The session store refused.
+    #[error(transparent)]
+    Session(#[from] SessionError),
+    /// The prompt is empty.
+    #[error("the prompt is empty")]
+    EmptyPrompt,
+}
+
+impl KernelError {
+    /// A stable snake_case code for startup error lines.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Missing(_) => "kernel_incomplete",
+            Self::Tool(_) => "tool_registration",
+            Self::Session(SessionError::SessionNotFound(_)) => "session_not_found",
+            Self::Session(_) => "session_store",
+            Self::EmptyPrompt => "empty_prompt",
+        }
+    }
+}
+
+impl AgentKernel {
+    /// Starts assembling a kernel.
+    pub fn builder() -> AgentKernelBuilder {
+        AgentKernelBuilder::default()
+    }
+
+    /// The session store runs write to.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.inner.store
+    }
+
+    /// The workspace tools act in.
+    pub fn workspace(&self) -> &Arc<Workspace> {
+        &self.inner.workspace
+    }
+
+    /// Starts a run. Must be called inside a Tokio runtime; the run proceeds
+    /// in the background whether or not the host consumes its events.
+    pub async fn create_run(&self, spec: RunSpec) -> Result<AgentRun, KernelError> {
+        if spec.prompt.trim().is_empty() {
+            return Err(KernelError::EmptyPrompt);
+        }
+        let store = &self.inner.store;
+        let session_id = match &spec.session_id {
+            Some(id) => {
+                store.leaf(id).await?;
+                id.clone()
+            }
+            None => {
+                let workspace = Some(self.inner.workspace.root().display().to_string());
+                store.create(NewSession { workspace, ..NewSession::default() }).await?
+            }
+        };
+        Ok(AgentRun::start(Arc::clone(&self.inner), spec, session_id))
+    }
+}
+
+/// Assembles an [`AgentKernel`].
+#[derive(Default)]
+pub struct AgentKernelBuilder {
+    provider: Option<Arc<dyn Provider>>,
+    model: Option<String>,
+    system_prompt: Option<String>,
+    tools: Vec<Arc<dyn Tool>>,
+    store: Option<Arc<dyn SessionStore>>,
+    workspace: Option<Workspace>,
+    policy: Option<Arc<dyn PermissionPolicy>>,
+    retry: RetryPolicy,
+    max_output_tokens: Option<u32>,
+}
+
+impl AgentKernelBuilder {
+    /// The model provider (required).
+    pub fn provider(mut self, provider: Arc<dyn Provider>) -> Self {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The model id sent with each request (default: the provider's name).
+    pub fn model(mut self, model: impl Into<String>) -> Self {
+        self.model = Some(model.into());
+        self
+    }
+
+    /// Replaces the default system prompt.
+    pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Adds a tool.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Self {
+        self.tools.push(tool);
+        self
+    }
+
+    /// Adds several tools.
+    pub fn tools(mut self, tools: impl IntoIterator<Item = Arc<dyn Tool>>) -> Self {
+        self.tools.extend(tools);
+        self
+    }
+
+    /// The session store (default: in memory).
+    pub fn store(mut self, store: Arc<dyn SessionStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The workspace tools act in (required).
+    pub fn workspace(mut self, workspace: Workspace) -> Self {
+        self.workspace = Some(workspace);
+        self
+    }
+
+    /// The permission policy (default: [`InterimPolicy`]).
+    pub fn policy(mut self, policy: Arc<dyn PermissionPolicy>) -> Self {
+        self.policy = Some(policy);
+        self
+    }
+
+    /// How retryable provider errors are retried.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = retry;
+        self
+    }
+
+    /// The output token limit for each request.
+    pub fn max_output_tokens(mut self, limit: u32) -> Self {
+        self.max_output_tokens = Some(limit);
+        self
+    }
+
+    /// Checks the parts and builds the kernel.
+    pub fn build(self) -> Result<AgentKernel, KernelError> {
+        let provider = self.provider.ok_or(KernelError::Missing("provider"))?;
+        let workspace = Arc::new(self.workspace.ok_or(KernelError::Missing("workspace"))?);
+        let mut tools = ToolRegistry::new();
+        for tool in self.tools {
+            tools.register(tool)?;
+        }
+        let model = self.model.unwrap_or_else(|| provider.name().to_owned());
+        let system_prompt = self
+            .system_prompt
+            .unwrap_or_else(|| default_system_prompt(&workspace, &tools.names()));
+        let inner = KernelParts {
+            provider,
+            model,
+            system_prompt,
+            tools,
+            store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
+            workspace,
+            policy: self.policy.unwrap_or_else(|| Arc::new(InterimPolicy)),
+            retry: self.retry,
+            max_output_tokens: self.max_output_tokens,
+        };
+        Ok(AgentKernel { inner: Arc::new(inner) })
+    }
+}
+
+fn default_system_prompt(workspace: &Workspace, tools: &[String]) -> String {
+    format!(
+        "You are a coding agent working in the workspace at {root}.\n\
+         Use the tools to inspect and change files and to run commands; paths are relative to the workspace.\n\
+         Available tools: {tools}.\n\
+         Read a file before editing it, make the smallest change that solves the task, \
+         verify your work by running it, and finish with a short summary of what you changed.",
+        root = workspace.root().display(),
+        tools = tools.join(", "),
+    )
+}

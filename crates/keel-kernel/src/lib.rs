@@ -1,0 +1,30 @@
+//! The kernel: `AgentKernel` builds runs, `AgentRun` is the host's handle.
+//!
+//! A host assembles an [`AgentKernel`] from a provider, tools, a session store,
+//! a workspace and a permission policy, then calls
+//! [`AgentKernel::create_run`] for each prompt. The returned [`AgentRun`]
+//! streams [`keel_protocol::RunEvent`]s to exactly one consumer, takes control
+//! calls (`steer`, `follow_up`, `cancel`, `resolve_permission`) and yields one
+//! [`keel_protocol::RunResult`].
+//!
+//! Invariants: exactly one terminal event, always last; nothing of an assistant
+//! message is persisted before its `message_end`; ToolResults go back to the
+//! model in call order; every permission decision is recorded; every fact is
+//! in the session before it is reported.
+
+mod accumulator;
+mod context;
+mod emitter;
+mod kernel;
+mod permission;
+pub mod policy;
+mod retry;
+mod run;
+mod session_writer;
+mod tools;
+mod turn_loop;
+
+pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError, RunSpec};
+pub use policy::{InterimPolicy, PermissionPolicy, PolicyDecision};
+pub use retry::RetryPolicy;
+pub use run::{AgentRun, ControlError, EventStream};

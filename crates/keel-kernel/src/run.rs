@@ -1,0 +1,316 @@
+//! `AgentRun`: the host's handle on one run.
+//!
+//! The run itself executes in a background task (see `turn_loop`). This
+//! handle carries the shared state that both sides touch: the event stream
+//! (taken once), the steering and follow-up queues, pending permission
+//! requests, the cancellation token and the final result. A supervisor task
+//! emits the single terminal event, even if the loop panics.
+
+use std::collections::{HashMap, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use keel_protocol::{
+    AssistantMessage, ErrorSource, PermissionResolution, QueueKind, RunError, RunEvent,
+    RunEventKind, RunResult, RunState,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::emitter::Emitter;
+use crate::kernel::{KernelParts, RunSpec};
+use crate::turn_loop;
+
+/// The host's handle on one run. Dropping it cancels the run.
+pub struct AgentRun {
+    shared: Arc<RunShared>,
+    events: Mutex<Option<mpsc::UnboundedReceiver<RunEvent>>>,
+    result: watch::Receiver<Option<RunResult>>,
+}
+
+/// Why a control call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The event stream has already been taken; a run has one consumer.
+    #[error("the run's event stream already has a consumer")]
+    EventStreamTaken,
+    /// The run has ended or is ending; nothing more can be queued.
+    #[error("the run is no longer active")]
+    NotActive,
+    /// The message is empty or whitespace.
+    #[error("the message is empty")]
+    EmptyMessage,
+    /// No pending permission request has this id.
+    #[error("no pending permission request `{0}` (stale, already resolved, or never issued)")]
+    UnknownPermissionRequest(String),
+}
+
+/// How the turn loop ended; the supervisor turns it into the terminal event.
+pub(crate) enum Outcome {
+    Settled(AssistantMessage),
+    Cancelled { reason: String, last: Option<AssistantMessage> },
+    Failed { error: RunError, last: Option<AssistantMessage> },
+}
+
+/// State shared by the handle, the turn loop and the supervisor.
+pub(crate) struct RunShared {
+    pub(crate) run_id: String,
+    pub(crate) session_id: String,
+    pub(crate) emitter: Emitter,
+    pub(crate) cancel: CancellationToken,
+    control: Mutex<Control>,
+    permissions: Mutex<HashMap<String, oneshot::Sender<PermissionResolution>>>,
+    result: watch::Sender<Option<RunResult>>,
+}
+
+struct Control {
+    steering: VecDeque<String>,
+    follow_ups: VecDeque<String>,
+    accepting: bool,
+}
+
+impl AgentRun {
+    pub(crate) fn start(parts: Arc<KernelParts>, spec: RunSpec, session_id: String) -> Self {
+        let run_id = new_id();
+        let (sender, receiver) = mpsc::unbounded_channel();
+        let (result_sender, result) = watch::channel(None);
+        let shared = Arc::new(RunShared {
+            emitter: Emitter::new(run_id.clone(), session_id.clone(), sender),
+            run_id,
+            session_id,
+            cancel: CancellationToken::new(),
+            control: Mutex::new(Control {
+                steering: VecDeque::new(),
+                follow_ups: VecDeque::new(),
+                accepting: true,
+            }),
+            permissions: Mutex::new(HashMap::new()),
+            result: result_sender,
+        });
+        let supervised = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec));
+            let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
+                error: RunError::new(
+                    ErrorSource::Kernel,
+                    "kernel_panic",
+                    format!("the run task ended abnormally: {join_error}"),
+                ),
+                last: None,
+            });
+            supervised.finish(outcome);
+        });
+        Self {
+            shared,
+            events: Mutex::new(Some(receiver)),
+            result,
+        }
+    }
+
+    /// The run's id.
+    pub fn run_id(&self) -> &str {
+        &self.shared.run_id
+    }
+
+    /// The session the run writes to.
+    pub fn session_id(&self) -> &str {
+        &self.shared.session_id
+    }
+
+    /// Takes the event stream. A run has exactly one consumer: a second call
+    /// is refused.
+    pub fn events(&self) -> Result<EventStream, ControlError> {
+        let mut slot = self.events.lock().map_err(|_| ControlError::EventStreamTaken)?;
+        slot.take()
+            .map(|receiver| EventStream { receiver })
+            .ok_or(ControlError::EventStreamTaken)
+    }
+
+    /// Queues a steering message, injected after the current tool batch.
+    pub fn steer(&self, text: impl Into<String>) -> Result<(), ControlError> {
+        self.shared.enqueue(QueueKind::Steer, text.into())
+    }
+
+    /// Queues a follow-up message, injected only when the run would settle.
+    pub fn follow_up(&self, text: impl Into<String>) -> Result<(), ControlError> {
+        self.shared.enqueue(QueueKind::FollowUp, text.into())
+    }
+
+    /// Cancels the run. Idempotent; pending permission requests are denied and
+    /// queued messages dropped.
+    pub fn cancel(&self) {
+        self.shared.cancel.cancel();
+    }
+
+    /// Answers a `permission_requested` event. The decision applies only to the
+    /// call (and exact arguments and intent) that request was issued for.
+    pub fn resolve_permission(&self, request_id: &str, resolution: PermissionResolution) -> Result<(), ControlError> {
+        let sender = self
+            .shared
+            .permissions()
+            .remove(request_id)
+            .ok_or_else(|| ControlError::UnknownPermissionRequest(request_id.to_owned()))?;
+        sender
+            .send(resolution)
+            .map_err(|_| ControlError::UnknownPermissionRequest(request_id.to_owned()))
+    }
+
+    /// Waits for the run to end and returns its result. Does not consume events.
+    pub async fn result(&self) -> RunResult {
+        let mut receiver = self.result.clone();
+        loop {
+            if let Some(result) = receiver.borrow_and_update().clone() {
+                return result;
+            }
+            if receiver.changed().await.is_err() {
+                return self.lost_result();
+            }
+        }
+    }
+
+    fn lost_result(&self) -> RunResult {
+        RunResult {
+            run_id: self.shared.run_id.clone(),
+            session_id: self.shared.session_id.clone(),
+            state: RunState::Failed,
+            message: None,
+            error: Some(RunError::new(ErrorSource::Kernel, "kernel_lost", "the run ended without a result")),
+        }
+    }
+}
+
+impl Drop for AgentRun {
+    fn drop(&mut self) {
+        self.shared.cancel.cancel();
+    }
+}
+
+impl RunShared {
+    fn enqueue(&self, queue: QueueKind, text: String) -> Result<(), ControlError> {
+        if text.trim().is_empty() {
+            return Err(ControlError::EmptyMessage);
+        }
+        let mut control = self.control();
+        if !control.accepting || self.cancel.is_cancelled() {
+            return Err(ControlError::NotActive);
+        }
+        match queue {
+            QueueKind::Steer => control.steering.push_back(text.clone()),
+            QueueKind::FollowUp => control.follow_ups.push_back(text.clone()),
+        }
+        // Emitted under the control lock so `message_queued` precedes `message_injected`.
+        self.emitter.emit(RunEventKind::MessageQueued { queue, text });
+        Ok(())
+    }
+
+    /// Takes every queued steering message.
+    pub(crate) fn take_steering(&self) -> Vec<String> {
+        self.control().steering.drain(..).collect()
+    }
+
+    /// Takes the next follow-up, or stops accepting messages when there is
+    /// none (the run is about to settle).
+    pub(crate) fn take_follow_up_or_close(&self) -> Option<String> {
+        let mut control = self.control();
+        if !control.steering.is_empty() {
+            // Steering that arrived after the last drain point still counts.
+            return control.steering.pop_front();
+        }
+        let next = control.follow_ups.pop_front();
+        if next.is_none() {
+            control.accepting = false;
+        }
+        next
+    }
+
+    /// Registers a pending permission request.
+    pub(crate) fn register_permission(&self, request_id: String) -> oneshot::Receiver<PermissionResolution> {
+        let (sender, receiver) = oneshot::channel();
+        self.permissions().insert(request_id, sender);
+        receiver
+    }
+
+    /// Forgets a pending request (answered, cancelled or abandoned).
+    pub(crate) fn forget_permission(&self, request_id: &str) {
+        self.permissions().remove(request_id);
+    }
+
+    fn finish(&self, outcome: Outcome) {
+        let dropped = {
+            let mut control = self.control();
+            control.accepting = false;
+            let mut dropped: Vec<_> = control.steering.drain(..).map(|text| (QueueKind::Steer, text)).collect();
+            dropped.extend(control.follow_ups.drain(..).map(|text| (QueueKind::FollowUp, text)));
+            dropped
+        };
+        for (queue, text) in dropped {
+            self.emitter.emit(RunEventKind::MessageDropped {
+                queue,
+                text,
+                reason: "the run ended before the message was injected".into(),
+            });
+        }
+        self.permissions().clear();
+        let (state, message, error, event) = match outcome {
+            Outcome::Settled(message) => (
+                RunState::Settled,
+                Some(message.clone()),
+                None,
+                RunEventKind::RunSettled { message },
+            ),
+            Outcome::Cancelled { reason, last } => {
+                (RunState::Cancelled, last, None, RunEventKind::RunCancelled { reason })
+            }
+            Outcome::Failed { error, last } => (
+                RunState::Failed,
+                last,
+                Some(error.clone()),
+                RunEventKind::RunFailed { error },
+            ),
+        };
+        self.emitter.emit(event);
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            state,
+            message,
+            error,
+        };
+        self.result.send_replace(Some(result));
+    }
+
+    fn control(&self) -> MutexGuard<'_, Control> {
+        // The lock is never held across code that can panic; recover the data.
+        self.control.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn permissions(&self) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionResolution>>> {
+        self.permissions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// The run's events, in `seq` order; ends after the terminal event.
+pub struct EventStream {
+    receiver: mpsc::UnboundedReceiver<RunEvent>,
+}
+
+impl EventStream {
+    /// The next event, or `None` after the terminal event.
+    pub async fn next(&mut self) -> Option<RunEvent> {
+        self.receiver.recv().await
+    }
+}
+
+impl futures::Stream for EventStream {
+    type Item = RunEvent;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
+        self.receiver.poll_recv(cx)
+    }
+}
+
+/// A time-ordered unique id.
+pub(crate) fn new_id() -> String {
+    uuid::Uuid::now_v7().to_string()
+}

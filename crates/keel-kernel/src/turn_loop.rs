@@ -1,0 +1,333 @@
+//! The turn loop of SPEC §3: stream, persist, run tools, inject, repeat.
+//!
+//! One call of [`run`] drives a run from `run_started` to an [`Outcome`]; the
+//! supervisor in `run.rs` turns the outcome into the terminal event. The loop
+//! persists an assistant message only after its stream finished with `done`,
+//! writes tool results in call order, drains steering after every turn and
+//! takes follow-ups only when it would otherwise settle.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use futures::StreamExt;
+use keel_protocol::{
+    AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
+    ProviderErrorKind, QueueKind, RunError, RunEventKind, ToolCall, UserMessage,
+};
+use keel_provider::ModelRequest;
+use keel_session::SessionError;
+use tracing::Instrument;
+
+use crate::accumulator::{Accumulator, Finished};
+use crate::context;
+use crate::kernel::{KernelParts, RunSpec};
+use crate::run::{Outcome, RunShared};
+use crate::session_writer::SessionWriter;
+use crate::tools::ToolRunner;
+
+/// Why a step stopped the loop early.
+enum Stop {
+    Cancelled,
+    Failed(RunError),
+}
+
+impl From<SessionError> for Stop {
+    fn from(error: SessionError) -> Self {
+        Stop::Failed(RunError::new(ErrorSource::Kernel, "session_store", error.to_string()))
+    }
+}
+
+/// Drives one run to its outcome.
+pub(crate) async fn run(parts: Arc<KernelParts>, shared: Arc<RunShared>, spec: RunSpec) -> Outcome {
+    let span = tracing::info_span!(
+        "invoke_agent",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.provider.name = %parts.provider.name(),
+        gen_ai.request.model = %parts.model,
+        gen_ai.conversation.id = %shared.session_id,
+    );
+    let mut run = match TurnLoop::open(&parts, &shared, &spec).instrument(span.clone()).await {
+        Ok(run) => run,
+        Err(stop) => return stop.into_outcome(None),
+    };
+    let result = run.drive(&spec.prompt).instrument(span).await;
+    match result {
+        Ok(message) => Outcome::Settled(message),
+        Err(stop) => {
+            let last = run.last.take();
+            stop.into_outcome(last)
+        }
+    }
+}
+
+impl Stop {
+    fn into_outcome(self, last: Option<AssistantMessage>) -> Outcome {
+        match self {
+            Stop::Cancelled => Outcome::Cancelled {
+                reason: "cancelled by the host".into(),
+                last,
+            },
+            Stop::Failed(error) => Outcome::Failed { error, last },
+        }
+    }
+}
+
+struct TurnLoop<'a> {
+    parts: &'a KernelParts,
+    shared: &'a RunShared,
+    writer: SessionWriter,
+    mode: PermissionMode,
+    max_turns: Option<u32>,
+    turn: u32,
+    permission_requests: AtomicU64,
+    last: Option<AssistantMessage>,
+}
+
+impl<'a> TurnLoop<'a> {
+    async fn open(parts: &'a KernelParts, shared: &'a RunShared, spec: &RunSpec) -> Result<Self, Stop> {
+        shared.emitter.emit(RunEventKind::RunStarted {
+            provider: parts.provider.name().to_owned(),
+            model: parts.model.clone(),
+            mode: spec.mode,
+        });
+        let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
+        let run = Self {
+            parts,
+            shared,
+            writer,
+            mode: spec.mode,
+            max_turns: spec.max_turns,
+            turn: 0,
+            permission_requests: AtomicU64::new(0),
+            last: None,
+        };
+        run.record_configuration().await?;
+        Ok(run)
+    }
+
+    /// Announces a resumed session and records the configuration if it changed.
+    async fn record_configuration(&self) -> Result<(), Stop> {
+        let branch = self.writer.branch().await?;
+        if !branch.is_empty() {
+            self.shared.emitter.emit(RunEventKind::SessionResumed {
+                leaf_id: branch.last().map(|entry| entry.id.clone()),
+                branch_length: branch.len(),
+            });
+        }
+        let configuration = EntryPayload::Configuration {
+            provider: self.parts.provider.name().to_owned(),
+            model: self.parts.model.clone(),
+            mode: self.mode,
+            tools: self.parts.tools.names(),
+        };
+        if context::last_configuration(&branch) != Some(&configuration) {
+            self.writer.append(&self.shared.emitter, vec![configuration]).await?;
+        }
+        Ok(())
+    }
+
+    async fn drive(&mut self, prompt: &str) -> Result<AssistantMessage, Stop> {
+        self.add_user_message(prompt, None).await?;
+        loop {
+            let settled = self.run_turns().await?;
+            match self.shared.take_follow_up_or_close() {
+                Some(text) => self.add_user_message(&text, Some(QueueKind::FollowUp)).await?,
+                None => return Ok(settled),
+            }
+        }
+    }
+
+    /// Runs turns until the model answers without tool calls and no steering
+    /// is queued; returns that final answer.
+    async fn run_turns(&mut self) -> Result<AssistantMessage, Stop> {
+        loop {
+            self.check_turn_budget()?;
+            self.turn += 1;
+            self.shared.emitter.emit(RunEventKind::TurnStart { turn: self.turn });
+            let message = self.stream_with_retry().await?;
+            self.last = Some(message.clone());
+            let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
+            if !calls.is_empty() {
+                self.run_tools(&calls).await?;
+            }
+            self.shared.emitter.emit(RunEventKind::TurnEnd { turn: self.turn });
+            if self.shared.cancel.is_cancelled() {
+                return Err(Stop::Cancelled);
+            }
+            let steering = self.shared.take_steering();
+            for text in &steering {
+                self.add_user_message(text, Some(QueueKind::Steer)).await?;
+            }
+            if calls.is_empty() && steering.is_empty() {
+                return Ok(message);
+            }
+        }
+    }
+
+    fn check_turn_budget(&self) -> Result<(), Stop> {
+        match self.max_turns {
+            Some(limit) if self.turn >= limit => Err(Stop::Failed(RunError::new(
+                ErrorSource::Kernel,
+                "turn_limit",
+                format!("the run reached its limit of {limit} turns"),
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Persists a user message (the prompt or an injected one) and reports it.
+    async fn add_user_message(&self, text: &str, queue: Option<QueueKind>) -> Result<(), Stop> {
+        let message = Message::User(UserMessage::text(text));
+        let entries = self
+            .writer
+            .append(&self.shared.emitter, vec![EntryPayload::Message { message: message.clone() }])
+            .await?;
+        if let (Some(queue), Some(entry)) = (queue, entries.first()) {
+            self.shared.emitter.emit(RunEventKind::MessageInjected {
+                queue,
+                entry_id: entry.id.clone(),
+            });
+        }
+        self.shared.emitter.emit(RunEventKind::MessageStart { message: message.clone() });
+        self.shared.emitter.emit(RunEventKind::MessageEnd { message });
+        Ok(())
+    }
+
+    /// Streams one response, retrying retryable errors, and persists it.
+    async fn stream_with_retry(&self) -> Result<AssistantMessage, Stop> {
+        let request = self.request().await?;
+        let max_attempts = self.parts.retry.max_attempts.max(1);
+        let mut attempt = 1;
+        loop {
+            let error = match self.stream_once(request.clone()).await? {
+                Ok(message) => return self.persist_assistant(message).await,
+                Err(error) => error,
+            };
+            if self.shared.cancel.is_cancelled() || error.kind == ProviderErrorKind::Cancelled {
+                return Err(Stop::Cancelled);
+            }
+            if !error.is_retryable() || attempt >= max_attempts {
+                return Err(Stop::Failed(provider_failure(error, attempt)));
+            }
+            let delay = self
+                .parts
+                .retry
+                .delay(attempt, error.retry_after_ms.map(Duration::from_millis));
+            self.shared.emitter.emit(RunEventKind::ProviderRetry {
+                attempt,
+                max_attempts,
+                delay_ms: delay.as_millis() as u64,
+                error,
+            });
+            tokio::select! {
+                () = self.shared.cancel.cancelled() => return Err(Stop::Cancelled),
+                () = tokio::time::sleep(delay) => {}
+            }
+            attempt += 1;
+        }
+    }
+
+    /// One provider request: `Ok(Ok(message))` on `done`, `Ok(Err(error))` on
+    /// a provider failure.
+    async fn stream_once(&self, request: ModelRequest) -> Result<Result<AssistantMessage, ProviderError>, Stop> {
+        let span = tracing::info_span!(
+            "chat",
+            otel.name = format!("chat {}", request.model),
+            gen_ai.operation.name = "chat",
+            gen_ai.request.model = %request.model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+        );
+        let mut stream = self.parts.provider.stream(request, self.shared.cancel.child_token());
+        let mut accumulator = Accumulator::default();
+        let mut started = false;
+        let result = async {
+            while let Some(event) = stream.next().await {
+                if !started && !matches!(event, keel_protocol::ProviderEvent::Error { .. }) {
+                    started = true;
+                    self.shared.emitter.emit(RunEventKind::MessageStart {
+                        message: Message::Assistant(AssistantMessage::default()),
+                    });
+                }
+                let finished = match accumulator.apply(&event) {
+                    Ok(finished) => finished,
+                    Err(error) => return Err(error),
+                };
+                if !matches!(event, keel_protocol::ProviderEvent::Error { .. }) {
+                    self.shared.emitter.emit(RunEventKind::MessageUpdate { delta: event });
+                }
+                match finished {
+                    Some(Finished::Message(message)) => {
+                        tracing::Span::current().record("gen_ai.usage.input_tokens", message.usage.input_tokens);
+                        tracing::Span::current().record("gen_ai.usage.output_tokens", message.usage.output_tokens);
+                        return Ok(message);
+                    }
+                    Some(Finished::Error(error)) => return Err(error),
+                    None => {}
+                }
+            }
+            Err(ProviderError::new(
+                ProviderErrorKind::StreamDropped,
+                "the provider stream ended before `done`",
+            ))
+        }
+        .instrument(span)
+        .await;
+        Ok(result)
+    }
+
+    async fn persist_assistant(&self, message: AssistantMessage) -> Result<AssistantMessage, Stop> {
+        let wrapped = Message::Assistant(message.clone());
+        self.writer
+            .append(&self.shared.emitter, vec![EntryPayload::Message { message: wrapped.clone() }])
+            .await?;
+        self.shared.emitter.emit(RunEventKind::MessageEnd { message: wrapped });
+        Ok(message)
+    }
+
+    async fn request(&self) -> Result<ModelRequest, Stop> {
+        let branch = self.writer.branch().await?;
+        Ok(ModelRequest {
+            model: self.parts.model.clone(),
+            system_prompt: self.parts.system_prompt.clone(),
+            messages: context::project(&branch),
+            tools: self.parts.tools.specs(),
+            max_output_tokens: self.parts.max_output_tokens,
+        })
+    }
+
+    /// Runs the batch and persists its results, in call order, as one group.
+    async fn run_tools(&self, calls: &[ToolCall]) -> Result<(), Stop> {
+        let runner = ToolRunner {
+            parts: self.parts,
+            shared: self.shared,
+            writer: &self.writer,
+            mode: self.mode,
+            requests: &self.permission_requests,
+        };
+        let results = runner.run_batch(calls).await?;
+        let payloads = results
+            .iter()
+            .map(|result| EntryPayload::Message {
+                message: Message::ToolResult(result.clone()),
+            })
+            .collect();
+        self.writer.append(&self.shared.emitter, payloads).await?;
+        for result in results {
+            let message = Message::ToolResult(result);
+            self.shared.emitter.emit(RunEventKind::MessageStart { message: message.clone() });
+            self.shared.emitter.emit(RunEventKind::MessageEnd { message });
+        }
+        Ok(())
+    }
+}
+
+fn provider_failure(error: ProviderError, attempts: u32) -> RunError {
+    let message = if attempts > 1 {
+        format!("{} (after {attempts} attempts)", error.message)
+    } else {
+        error.message
+    };
+    RunError::new(ErrorSource::Provider, error.kind.code(), message)
+}

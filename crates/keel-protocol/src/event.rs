@@ -1,0 +1,288 @@
+//! The `RunEvent` stream: everything a host observes about a run.
+//!
+//! Every event carries a `type`, a `seq` that increases by one per event of the
+//! run, the `run_id`, the `session_id` and a timestamp. Exactly one terminal
+//! event (`run_settled`, `run_cancelled` or `run_failed`) is emitted, last.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::TimestampMs;
+use crate::error::RunError;
+use crate::message::{AssistantMessage, Message, ToolResultMessage};
+use crate::permission::{DecisionSource, OperationIntent, PermissionMode, PermissionResolution};
+use crate::provider_event::{ProviderError, ProviderEvent};
+
+/// One event of a run, as serialised on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunEvent {
+    /// Position in the run's stream, starting at 0.
+    pub seq: u64,
+    /// The run.
+    pub run_id: String,
+    /// The session the run writes to.
+    pub session_id: String,
+    /// When the event was emitted.
+    pub timestamp: TimestampMs,
+    /// What happened.
+    #[serde(flatten)]
+    pub kind: RunEventKind,
+}
+
+impl RunEvent {
+    /// The event's `type` name.
+    pub fn type_name(&self) -> &'static str {
+        self.kind.type_name()
+    }
+}
+
+/// Whether a tool batch runs concurrently or one call at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum BatchMode {
+    /// All calls run concurrently.
+    Parallel,
+    /// Calls run one at a time, in order.
+    Sequential,
+}
+
+/// Which queue a host message went to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum QueueKind {
+    /// Injected after the current tool batch.
+    Steer,
+    /// Injected only when the run would otherwise settle.
+    FollowUp,
+}
+
+/// Streamed output of a running tool.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ToolProgress {
+    /// Which stream, e.g. `stdout` or `stderr`.
+    pub stream: String,
+    /// The new output (lossily decoded as UTF-8).
+    pub data: String,
+}
+
+/// What happened, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum RunEventKind {
+    /// The run began.
+    RunStarted {
+        /// Provider name.
+        provider: String,
+        /// Model id.
+        model: String,
+        /// Permission mode fixed for the run.
+        mode: PermissionMode,
+    },
+    /// A turn began (1-based).
+    TurnStart {
+        /// Turn number within the run.
+        turn: u32,
+    },
+    /// A turn ended.
+    TurnEnd {
+        /// Turn number within the run.
+        turn: u32,
+    },
+    /// Terminal: the run finished normally.
+    RunSettled {
+        /// The final assistant message.
+        message: AssistantMessage,
+    },
+    /// Terminal: the host cancelled the run.
+    RunCancelled {
+        /// Why, in words.
+        reason: String,
+    },
+    /// Terminal: an error ended the run.
+    RunFailed {
+        /// The typed error.
+        error: RunError,
+    },
+    /// A message began: a user or tool-result message (complete), or an
+    /// assistant message whose content follows as `message_update`s.
+    MessageStart {
+        /// The message; an assistant message starts empty.
+        message: Message,
+    },
+    /// One provider delta for the assistant message being streamed.
+    MessageUpdate {
+        /// The provider event.
+        delta: ProviderEvent,
+    },
+    /// A message is complete and authoritative.
+    MessageEnd {
+        /// The final message.
+        message: Message,
+    },
+    /// A retryable provider error; the same request is sent again.
+    ProviderRetry {
+        /// The attempt that failed (1-based).
+        attempt: u32,
+        /// Attempts allowed in total.
+        max_attempts: u32,
+        /// Delay before the next attempt.
+        delay_ms: u64,
+        /// The error.
+        error: ProviderError,
+    },
+    /// A tool call is about to be prepared and run.
+    ToolExecutionStart {
+        /// The call id.
+        call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// The arguments as the model sent them.
+        arguments: Value,
+        /// How the batch is scheduled.
+        batch_mode: BatchMode,
+    },
+    /// Streamed output of a running tool.
+    ToolExecutionUpdate {
+        /// The call id.
+        call_id: String,
+        /// The output.
+        progress: ToolProgress,
+    },
+    /// A tool call finished (in completion order).
+    ToolExecutionEnd {
+        /// The authoritative result.
+        result: ToolResultMessage,
+    },
+    /// The host queued a message.
+    MessageQueued {
+        /// Which queue.
+        queue: QueueKind,
+        /// The message text.
+        text: String,
+    },
+    /// A queued message entered the conversation.
+    MessageInjected {
+        /// Which queue it came from.
+        queue: QueueKind,
+        /// The session entry that holds it.
+        entry_id: String,
+    },
+    /// A queued message was discarded (the run ended first).
+    MessageDropped {
+        /// Which queue.
+        queue: QueueKind,
+        /// The message text.
+        text: String,
+        /// Why.
+        reason: String,
+    },
+    /// The host must decide whether a tool call may run.
+    PermissionRequested {
+        /// Answer with `AgentRun::resolve_permission(request_id, …)`.
+        request_id: String,
+        /// The call.
+        call_id: String,
+        /// The tool.
+        tool_name: String,
+        /// The final arguments the decision is bound to.
+        arguments: Value,
+        /// The classified intent.
+        intent: OperationIntent,
+        /// Why the policy asks.
+        reason: String,
+    },
+    /// A permission request was decided.
+    PermissionResolved {
+        /// The request.
+        request_id: String,
+        /// The decision.
+        resolution: PermissionResolution,
+        /// Who decided.
+        source: DecisionSource,
+    },
+    /// An entry was durably appended to the session.
+    SessionEntry {
+        /// The entry's id.
+        entry_id: String,
+        /// Its parent.
+        parent_id: Option<String>,
+        /// Its kind.
+        kind: String,
+    },
+    /// The active leaf of the session moved.
+    ActiveBranch {
+        /// The new leaf.
+        leaf_id: String,
+    },
+    /// The run continues an existing session.
+    SessionResumed {
+        /// The leaf the run continues from.
+        leaf_id: Option<String>,
+        /// Entries on the active branch.
+        branch_length: usize,
+    },
+    /// Compaction began.
+    CompactionStarted {
+        /// Why (`threshold`, `overflow`, `manual`).
+        reason: String,
+    },
+    /// Compaction wrote a checkpoint.
+    CompactionSucceeded {
+        /// The checkpoint entry.
+        entry_id: String,
+    },
+    /// Compaction failed; nothing was written.
+    CompactionFailed {
+        /// The error.
+        error: RunError,
+    },
+    /// An effect found in flight after a crash, and what was done about it.
+    EffectRecovered {
+        /// The interrupted call.
+        call_id: String,
+        /// What recovery did (`completed`, `rerun`, `reported_unknown`).
+        action: String,
+    },
+}
+
+impl RunEventKind {
+    /// The `type` name as written on the wire.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Self::RunStarted { .. } => "run_started",
+            Self::TurnStart { .. } => "turn_start",
+            Self::TurnEnd { .. } => "turn_end",
+            Self::RunSettled { .. } => "run_settled",
+            Self::RunCancelled { .. } => "run_cancelled",
+            Self::RunFailed { .. } => "run_failed",
+            Self::MessageStart { .. } => "message_start",
+            Self::MessageUpdate { .. } => "message_update",
+            Self::MessageEnd { .. } => "message_end",
+            Self::ProviderRetry { .. } => "provider_retry",
+            Self::ToolExecutionStart { .. } => "tool_execution_start",
+            Self::ToolExecutionUpdate { .. } => "tool_execution_update",
+            Self::ToolExecutionEnd { .. } => "tool_execution_end",
+            Self::MessageQueued { .. } => "message_queued",
+            Self::MessageInjected { .. } => "message_injected",
+            Self::MessageDropped { .. } => "message_dropped",
+            Self::PermissionRequested { .. } => "permission_requested",
+            Self::PermissionResolved { .. } => "permission_resolved",
+            Self::SessionEntry { .. } => "session_entry",
+            Self::ActiveBranch { .. } => "active_branch",
+            Self::SessionResumed { .. } => "session_resumed",
+            Self::CompactionStarted { .. } => "compaction_started",
+            Self::CompactionSucceeded { .. } => "compaction_succeeded",
+            Self::CompactionFailed { .. } => "compaction_failed",
+            Self::EffectRecovered { .. } => "effect_recovered",
+        }
+    }
+
+    /// Whether this is one of the three terminal events.
+    pub fn is_terminal(&self) -> bool {
+        matches!(
+            self,
+            Self::RunSettled { .. } | Self::RunCancelled { .. } | Self::RunFailed { .. }
+        )
+    }
+}

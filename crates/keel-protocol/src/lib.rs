@@ -1,0 +1,39 @@
+//! Keel's vocabulary as data.
+//!
+//! Everything a host, a provider, a tool or a session store exchanges with the
+//! kernel is defined here: messages and content blocks, usage, provider events,
+//! run events, session entries, tool specs and results, permission types and
+//! typed errors. The crate does no I/O and needs no async runtime, so that every
+//! other crate (and every host) can depend on it cheaply.
+//!
+//! The JSON produced by these types is Keel's public wire format: every enum is
+//! tagged with a `type` (or `role`) field, and the JSON Schemas generated from
+//! these types are checked into `schema/` (see [`schema::all`]).
+
+pub mod error;
+pub mod event;
+pub mod message;
+pub mod permission;
+pub mod provider_event;
+pub mod run;
+pub mod schema;
+pub mod session;
+pub mod tool;
+
+pub use error::{ErrorSource, RunError};
+pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
+pub use message::{
+    AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
+    Usage, UserContent, UserMessage,
+};
+pub use permission::{
+    DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,
+    PermissionResolution,
+};
+pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
+pub use run::{RunResult, RunState};
+pub use session::{Entry, EntryPayload};
+pub use tool::{ExecutionMode, ToolErrorCode, ToolResultError, ToolSpec, ToolStatus};
+
+/// Milliseconds since the Unix epoch, the one timestamp unit on the wire.
+pub type TimestampMs = u64;

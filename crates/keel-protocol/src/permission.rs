@@ -1,0 +1,132 @@
+//! Permission modes, Operation Intents and permission decisions.
+//!
+//! The host fixes a [`PermissionMode`] for a run. Each tool call is classified
+//! into an [`OperationIntent`]; the policy maps mode × intent to allow, deny or
+//! ask; every decision is recorded as a [`PermissionDecision`] that holds hashes
+//! of the arguments, never the arguments themselves.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The host's grant of authority for one run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Read-only: reads allowed, writes and outside access denied.
+    Plan,
+    /// Everything but workspace reads goes to the host.
+    Ask,
+    /// Workspace reads and writes allowed; outside, network and unknown ask.
+    #[default]
+    Auto,
+    /// Everything allowed, unsandboxed.
+    Full,
+}
+
+impl PermissionMode {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Plan => "plan",
+            Self::Ask => "ask",
+            Self::Auto => "auto",
+            Self::Full => "full",
+        }
+    }
+}
+
+/// What a tool call would do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct OperationIntent {
+    /// The kind of operation.
+    pub kind: IntentKind,
+    /// Where it acts.
+    pub scope: IntentScope,
+    /// Resolved targets (workspace-relative paths, hosts), when known.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+}
+
+impl OperationIntent {
+    /// An intent with no listed targets.
+    pub fn new(kind: IntentKind, scope: IntentScope) -> Self {
+        Self {
+            kind,
+            scope,
+            targets: Vec::new(),
+        }
+    }
+}
+
+/// The kind of an operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentKind {
+    /// Reads files.
+    Read,
+    /// Writes files.
+    Write,
+    /// Runs a shell command.
+    Shell,
+    /// Reaches the network.
+    Network,
+    /// An extension or MCP tool.
+    Custom,
+    /// Could not be classified; never treated as safe.
+    Unknown,
+}
+
+/// Where an operation acts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IntentScope {
+    /// Only inside the workspace.
+    Workspace,
+    /// Somewhere outside the workspace.
+    Outside,
+    /// Could not be determined; never treated as inside.
+    Unknown,
+}
+
+/// A decision on one permission question.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionResolution {
+    /// The call may run.
+    Approved,
+    /// The call must not run.
+    Denied,
+}
+
+/// Who decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum DecisionSource {
+    /// The permission policy, without asking.
+    Policy,
+    /// The host, answering a `permission_requested` event.
+    Host,
+    /// The kernel, e.g. denying a pending request on cancel.
+    Kernel,
+}
+
+/// The durable record of one permission decision (a session entry payload).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionDecision {
+    /// The call decided on.
+    pub call_id: String,
+    /// The tool's name.
+    pub tool_name: String,
+    /// The run's mode.
+    pub mode: PermissionMode,
+    /// The decision.
+    pub resolution: PermissionResolution,
+    /// Who decided.
+    pub source: DecisionSource,
+    /// sha256 (hex) of the canonical JSON of the final arguments.
+    pub arguments_sha256: String,
+    /// The classified intent.
+    pub intent: OperationIntent,
+    /// Why, in words.
+    pub reason: String,
+}

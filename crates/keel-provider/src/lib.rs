@@ -1,0 +1,47 @@
+//! Providers: a model request in, a cancellable stream of provider events out.
+//!
+//! Every adapter implements [`Provider`]. The kernel relies only on the event
+//! grammar documented on [`keel_protocol::ProviderEvent`]: a stream ends after
+//! exactly one `done` or `error`; a stream that ends without either is treated
+//! as dropped. Adapters never panic on what the wire sends them; they turn it
+//! into a typed [`keel_protocol::ProviderError`].
+//!
+//! This crate holds the deterministic [`scripted::ScriptedProvider`]; the real
+//! HTTP adapters arrive with their issue.
+
+pub mod scripted;
+
+use futures::stream::BoxStream;
+use keel_protocol::{Message, ProviderEvent, ToolSpec};
+use tokio_util::sync::CancellationToken;
+
+pub use scripted::{Script, ScriptError, ScriptedProvider};
+
+/// The stream of events a provider returns for one request.
+pub type ProviderStream = BoxStream<'static, ProviderEvent>;
+
+/// Exactly what one provider request contains: the model context.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelRequest {
+    /// The model id.
+    pub model: String,
+    /// The system prompt.
+    pub system_prompt: String,
+    /// The active branch as messages, oldest first.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// The output token limit, when set.
+    pub max_output_tokens: Option<u32>,
+}
+
+/// An adapter that streams a model's response.
+pub trait Provider: Send + Sync {
+    /// The provider's name, e.g. `scripted` or `deepseek`.
+    fn name(&self) -> &str;
+
+    /// Starts one request. The stream must end after one `done` or `error`
+    /// event, and must end promptly (with a `cancelled` error) once `cancel`
+    /// fires.
+    fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> ProviderStream;
+}

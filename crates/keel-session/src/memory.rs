@@ -1,0 +1,236 @@
+//! The in-memory store: for tests, demos and hosts that persist elsewhere.
+//!
+//! It enforces the same invariants as the durable stores, so a run behaves the
+//! same against it; it simply forgets everything when dropped.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use keel_protocol::{Entry, EntryPayload, Message, TimestampMs};
+
+use crate::{NewSession, SessionError, SessionInfo, SessionStore, StoreFuture};
+
+/// A session store held in memory.
+#[derive(Debug, Default)]
+pub struct MemoryStore {
+    sessions: Mutex<HashMap<String, Tree>>,
+}
+
+#[derive(Debug, Default)]
+struct Tree {
+    entries: Vec<Entry>,
+    index: HashMap<String, usize>,
+    leaf: Option<String>,
+    created: TimestampMs,
+    last_activity: TimestampMs,
+    parent_session: Option<String>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, HashMap<String, Tree>>, SessionError> {
+        self.sessions
+            .lock()
+            .map_err(|_| SessionError::Io("memory store lock poisoned".into()))
+    }
+
+    fn with_tree<T>(&self, session_id: &str, f: impl FnOnce(&mut Tree) -> Result<T, SessionError>) -> Result<T, SessionError> {
+        let mut sessions = self.lock()?;
+        let tree = sessions
+            .get_mut(session_id)
+            .ok_or_else(|| SessionError::SessionNotFound(session_id.to_owned()))?;
+        f(tree)
+    }
+}
+
+impl Tree {
+    fn validate(&self, group: &[Entry]) -> Result<(), SessionError> {
+        if group.is_empty() {
+            return Err(SessionError::EmptyAppend);
+        }
+        let mut seen: Vec<&str> = Vec::new();
+        for (position, entry) in group.iter().enumerate() {
+            if self.index.contains_key(&entry.id) || seen.contains(&entry.id.as_str()) {
+                return Err(SessionError::DuplicateEntry(entry.id.clone()));
+            }
+            match &entry.parent_id {
+                None if self.entries.is_empty() && position == 0 => {}
+                None => return Err(SessionError::SecondRoot(entry.id.clone())),
+                Some(parent) if self.index.contains_key(parent) || seen.contains(&parent.as_str()) => {}
+                Some(parent) => {
+                    return Err(SessionError::MissingParent {
+                        entry_id: entry.id.clone(),
+                        parent_id: parent.clone(),
+                    });
+                }
+            }
+            seen.push(&entry.id);
+        }
+        Ok(())
+    }
+
+    fn branch(&self) -> Vec<Entry> {
+        let mut branch = Vec::new();
+        let mut cursor = self.leaf.as_deref();
+        while let Some(id) = cursor {
+            let Some(entry) = self.index.get(id).and_then(|&i| self.entries.get(i)) else {
+                break;
+            };
+            branch.push(entry.clone());
+            cursor = entry.parent_id.as_deref();
+        }
+        branch.reverse();
+        branch
+    }
+
+    fn title(&self) -> Option<String> {
+        self.entries.iter().find_map(|entry| match &entry.payload {
+            EntryPayload::Message { message: Message::User(user) } => {
+                Some(user.plain_text().chars().take(80).collect())
+            }
+            _ => None,
+        })
+    }
+}
+
+fn now_ms() -> TimestampMs {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as TimestampMs)
+        .unwrap_or_default()
+}
+
+impl SessionStore for MemoryStore {
+    fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let id = new.id.unwrap_or_else(|| uuid_like());
+            let mut sessions = self.lock()?;
+            if sessions.contains_key(&id) {
+                return Err(SessionError::SessionExists(id));
+            }
+            let now = now_ms();
+            let tree = Tree {
+                created: now,
+                last_activity: now,
+                parent_session: new.parent_session,
+                ..Tree::default()
+            };
+            sessions.insert(id.clone(), tree);
+            Ok(id)
+        })
+    }
+
+    fn append<'a>(&'a self, session_id: &'a str, entries: Vec<Entry>) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.with_tree(session_id, |tree| {
+                tree.validate(&entries)?;
+                for entry in entries {
+                    tree.index.insert(entry.id.clone(), tree.entries.len());
+                    tree.leaf = Some(entry.id.clone());
+                    tree.entries.push(entry);
+                }
+                tree.last_activity = now_ms();
+                Ok(())
+            })
+        })
+    }
+
+    fn leaf<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<String>> {
+        Box::pin(async move { self.with_tree(session_id, |tree| Ok(tree.leaf.clone())) })
+    }
+
+    fn active_branch<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>> {
+        Box::pin(async move { self.with_tree(session_id, |tree| Ok(tree.branch())) })
+    }
+
+    fn set_leaf<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, ()> {
+        Box::pin(async move {
+            self.with_tree(session_id, |tree| {
+                if !tree.index.contains_key(entry_id) {
+                    return Err(SessionError::EntryNotFound {
+                        session_id: session_id.to_owned(),
+                        entry_id: entry_id.to_owned(),
+                    });
+                }
+                tree.leaf = Some(entry_id.to_owned());
+                Ok(())
+            })
+        })
+    }
+
+    fn entries<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>> {
+        Box::pin(async move { self.with_tree(session_id, |tree| Ok(tree.entries.clone())) })
+    }
+
+    fn list(&self) -> StoreFuture<'_, Vec<SessionInfo>> {
+        Box::pin(async move {
+            let sessions = self.lock()?;
+            let mut infos: Vec<SessionInfo> = sessions
+                .iter()
+                .map(|(id, tree)| SessionInfo {
+                    id: id.clone(),
+                    title: tree.title(),
+                    entries: tree.entries.len(),
+                    created: tree.created,
+                    last_activity: tree.last_activity,
+                    parent_session: tree.parent_session.clone(),
+                })
+                .collect();
+            infos.sort_by(|a, b| b.last_activity.cmp(&a.last_activity).then_with(|| a.id.cmp(&b.id)));
+            Ok(infos)
+        })
+    }
+}
+
+/// A process-unique id for sessions created without one.
+fn uuid_like() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    format!("mem-{}-{}", now_ms(), COUNTER.fetch_add(1, Ordering::Relaxed))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_protocol::UserMessage;
+
+    fn entry(id: &str, parent: Option<&str>) -> Entry {
+        Entry {
+            id: id.into(),
+            parent_id: parent.map(Into::into),
+            timestamp: 0,
+            payload: EntryPayload::Message { message: Message::User(UserMessage::text(id)) },
+        }
+    }
+
+    #[tokio::test]
+    async fn append_moves_leaf_and_branch_follows_parents() {
+        let store = MemoryStore::new();
+        let s = store.create(NewSession::default()).await.unwrap();
+        store.append(&s, vec![entry("a", None), entry("b", Some("a"))]).await.unwrap();
+        store.append(&s, vec![entry("c", Some("a"))]).await.unwrap();
+        let ids: Vec<_> = store.active_branch(&s).await.unwrap().into_iter().map(|e| e.id).collect();
+        assert_eq!(ids, ["a", "c"]);
+        store.set_leaf(&s, "b").await.unwrap();
+        let ids: Vec<_> = store.active_branch(&s).await.unwrap().into_iter().map(|e| e.id).collect();
+        assert_eq!(ids, ["a", "b"]);
+    }
+
+    #[tokio::test]
+    async fn invalid_groups_change_nothing() {
+        let store = MemoryStore::new();
+        let s = store.create(NewSession::default()).await.unwrap();
+        store.append(&s, vec![entry("a", None)]).await.unwrap();
+        let bad = store.append(&s, vec![entry("b", Some("a")), entry("c", Some("zz"))]).await;
+        assert!(matches!(bad, Err(SessionError::MissingParent { .. })));
+        assert!(matches!(store.append(&s, vec![entry("a", Some("a"))]).await, Err(SessionError::DuplicateEntry(_))));
+        assert!(matches!(store.append(&s, vec![entry("r", None)]).await, Err(SessionError::SecondRoot(_))));
+        assert_eq!(store.entries(&s).await.unwrap().len(), 1);
+        assert_eq!(store.leaf(&s).await.unwrap().as_deref(), Some("a"));
+    }
+}

@@ -1,0 +1,212 @@
+//! The built-in coding tools: `read`, `write`, `edit` and `bash`.
+//!
+//! Every tool resolves paths through the [`Workspace`], so none of them can
+//! touch a file outside it; every failure is a typed [`ToolError`]; every
+//! result fits the limits in [`crate::truncate`]. The helpers here are shared
+//! by the tools: argument parsing, path intents and reading a text file.
+
+mod bash;
+mod edit;
+mod output;
+mod read;
+mod write;
+
+use std::io;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use keel_protocol::{IntentKind, IntentScope, OperationIntent, ToolErrorCode};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+pub use bash::{BashOptions, BashTool};
+pub use edit::EditTool;
+pub use read::ReadTool;
+pub use write::WriteTool;
+
+use crate::tool::{Tool, ToolError};
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The default tool set, in the order offered to the model: read, write, edit, bash.
+pub fn default_tools(options: BashOptions) -> Vec<Arc<dyn Tool>> {
+    vec![
+        Arc::new(ReadTool),
+        Arc::new(WriteTool),
+        Arc::new(EditTool),
+        Arc::new(BashTool::new(options)),
+    ]
+}
+
+/// Deserializes already-validated arguments into a tool's argument struct.
+fn parse_arguments<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<T, ToolError> {
+    serde_json::from_value(arguments).map_err(|error| {
+        ToolError::new(
+            ToolErrorCode::InvalidArguments,
+            format!("Invalid arguments for `{tool}`: {error}"),
+        )
+    })
+}
+
+/// The intent of a call whose `path` argument names its one target.
+fn path_intent(kind: IntentKind, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+    let Some(path) = arguments.get("path").and_then(Value::as_str) else {
+        return OperationIntent::new(kind, IntentScope::Unknown);
+    };
+    let (scope, target) = match workspace.resolve(path) {
+        Ok(abs) => (IntentScope::Workspace, workspace.display(&abs)),
+        Err(_) => (IntentScope::Outside, path.to_owned()),
+    };
+    OperationIntent {
+        kind,
+        scope,
+        targets: vec![target],
+    }
+}
+
+/// Maps an I/O error on `display` to a tool error.
+fn io_error(display: &str, error: &io::Error) -> ToolError {
+    let workspace_error = if error.kind() == io::ErrorKind::NotFound {
+        WorkspaceError::NotFound {
+            path: display.to_owned(),
+        }
+    } else {
+        WorkspaceError::Io {
+            path: display.to_owned(),
+            message: error.to_string(),
+        }
+    };
+    workspace_error.into()
+}
+
+/// A UTF-8 file read from the workspace.
+struct TextFile {
+    /// Absolute resolved path.
+    abs: PathBuf,
+    /// Workspace-relative display path.
+    display: String,
+    /// The whole content.
+    text: String,
+}
+
+/// Reads a workspace file that must be UTF-8 text without NUL bytes.
+///
+/// `refusal` completes the binary-file message, e.g. "read cannot show it".
+async fn read_text_file(
+    workspace: &Workspace,
+    path: &str,
+    refusal: &str,
+) -> Result<TextFile, ToolError> {
+    let abs = workspace.resolve(path)?;
+    let display = workspace.display(&abs);
+    let metadata = tokio::fs::metadata(&abs)
+        .await
+        .map_err(|error| io_error(&display, &error))?;
+    if metadata.is_dir() {
+        return Err(ToolError::new(
+            ToolErrorCode::ToolError,
+            format!("`{display}` is a directory"),
+        ));
+    }
+    let bytes = tokio::fs::read(&abs)
+        .await
+        .map_err(|error| io_error(&display, &error))?;
+    let text = match String::from_utf8(bytes) {
+        Ok(text) if !text.contains('\0') => text,
+        _ => {
+            return Err(ToolError::new(
+                ToolErrorCode::BinaryFile,
+                format!("`{display}` is a binary file (not valid UTF-8); {refusal}"),
+            ));
+        }
+    };
+    Ok(TextFile { abs, display, text })
+}
+
+#[cfg(test)]
+mod test_support {
+    use std::sync::Arc;
+
+    use tokio_util::sync::CancellationToken;
+
+    use crate::tool::{ProgressSink, ToolContext};
+    use crate::workspace::Workspace;
+
+    /// A temporary workspace and a context rooted in it.
+    pub(crate) fn setup() -> (tempfile::TempDir, ToolContext) {
+        let dir = tempfile::tempdir().unwrap();
+        let context = ToolContext {
+            call_id: "call-1".to_owned(),
+            workspace: Arc::new(Workspace::new(dir.path()).unwrap()),
+            cancel: CancellationToken::new(),
+            progress: ProgressSink::discard(),
+        };
+        (dir, context)
+    }
+
+    /// The text of a tool output's first block.
+    pub(crate) fn text_of(content: &[keel_protocol::UserContent]) -> String {
+        match content.first() {
+            Some(keel_protocol::UserContent::Text { text }) => text.clone(),
+            other => panic!("expected a text block, got {other:?}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use keel_protocol::ExecutionMode;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn default_tools_are_read_write_edit_bash() {
+        let tools = default_tools(BashOptions::default());
+        let names: Vec<&str> = tools.iter().map(|tool| tool.name()).collect();
+        assert_eq!(names, ["read", "write", "edit", "bash"]);
+        assert_eq!(tools[0].execution_mode(), ExecutionMode::Parallel);
+        assert!(
+            tools[1..]
+                .iter()
+                .all(|tool| tool.execution_mode() == ExecutionMode::Sequential)
+        );
+    }
+
+    #[test]
+    fn schemas_are_strict_objects_with_described_properties() {
+        let mut registry = crate::ToolRegistry::new();
+        for tool in default_tools(BashOptions::default()) {
+            let schema = tool.parameters();
+            assert_eq!(schema["type"], "object");
+            assert_eq!(schema["additionalProperties"], false);
+            assert!(schema["required"].is_array());
+            for (name, property) in schema["properties"].as_object().unwrap() {
+                assert!(
+                    property["description"].is_string(),
+                    "{}.{name} lacks a description",
+                    tool.name()
+                );
+            }
+            registry.register(tool).unwrap();
+        }
+    }
+
+    #[test]
+    fn path_intent_classifies_scope() {
+        let (_dir, context) = test_support::setup();
+        let intent = path_intent(
+            IntentKind::Read,
+            &json!({"path": "./a/../b.txt"}),
+            &context.workspace,
+        );
+        assert_eq!(intent.scope, IntentScope::Workspace);
+        assert_eq!(intent.targets, ["b.txt"]);
+        let intent = path_intent(
+            IntentKind::Write,
+            &json!({"path": "/etc/passwd"}),
+            &context.workspace,
+        );
+        assert_eq!(intent.scope, IntentScope::Outside);
+        assert_eq!(intent.targets, ["/etc/passwd"]);
+    }
+}

@@ -1,0 +1,290 @@
+//! Bounded collection of a command's combined output, for `bash`.
+//!
+//! Chunks from stdout and stderr are forwarded as progress and appended in
+//! arrival order. Memory stays bounded: everything is kept until the output
+//! passes [`MAX_BYTES`]; then it is spilled to a log file in the temporary
+//! directory, later chunks go to that file, and only a rolling tail of
+//! `2 * MAX_BYTES` bytes stays in memory. Since the tail always holds more
+//! than [`MAX_BYTES`], the (possibly cut) first line of the tail is never
+//! shown. Line counts cover the whole output, not only the tail.
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+use tokio::io::AsyncWriteExt;
+
+use crate::tool::ProgressSink;
+use crate::truncate::{MAX_BYTES, MAX_LINES, truncate_tail};
+
+/// Bytes of output kept in memory once spilled.
+const TAIL_BYTES: usize = 2 * MAX_BYTES;
+
+/// Which pipe a chunk came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stream {
+    Stdout,
+    Stderr,
+}
+
+impl Stream {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Stdout => "stdout",
+            Self::Stderr => "stderr",
+        }
+    }
+}
+
+/// Accumulates output; see the module docs.
+pub(super) struct Collector {
+    progress: ProgressSink,
+    stdout: Utf8Decoder,
+    stderr: Utf8Decoder,
+    memory: Vec<u8>,
+    total_bytes: usize,
+    newlines: usize,
+    ends_with_newline: bool,
+    log: Log,
+}
+
+/// Where the full output goes once it is too big for memory.
+enum Log {
+    /// Not spilled yet: memory holds everything.
+    None,
+    /// Spilled: the file holds everything so far.
+    Open {
+        file: tokio::fs::File,
+        path: PathBuf,
+    },
+    /// Spilling failed: the full output is lost, only the tail remains.
+    Failed,
+}
+
+/// The shown output and where the rest is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Collected {
+    /// What the model sees (tail, with a truncation note when cut).
+    pub text: String,
+    /// Whether anything was left out.
+    pub truncated: bool,
+    /// The log file with the full output, when truncated.
+    pub full_output_path: Option<PathBuf>,
+}
+
+impl Collected {
+    /// Host-facing details of a result.
+    pub fn details(&self, exit_code: Option<i32>) -> Value {
+        let mut details = json!({"exit_code": exit_code, "truncated": self.truncated});
+        if let Some(path) = &self.full_output_path {
+            details["full_output_path"] = json!(path.display().to_string());
+        }
+        details
+    }
+}
+
+impl Collector {
+    /// An empty collector streaming progress to `progress`.
+    pub fn new(progress: ProgressSink) -> Self {
+        Self {
+            progress,
+            stdout: Utf8Decoder::default(),
+            stderr: Utf8Decoder::default(),
+            memory: Vec::new(),
+            total_bytes: 0,
+            newlines: 0,
+            ends_with_newline: false,
+            log: Log::None,
+        }
+    }
+
+    /// Adds one chunk from `stream`.
+    pub async fn push(&mut self, stream: Stream, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.report(stream, bytes);
+        self.total_bytes += bytes.len();
+        self.newlines += bytes.iter().filter(|&&byte| byte == b'\n').count();
+        self.ends_with_newline = bytes.last() == Some(&b'\n');
+        self.memory.extend_from_slice(bytes);
+        match &mut self.log {
+            Log::None if self.total_bytes > MAX_BYTES => self.spill().await,
+            Log::Open { file, path } => {
+                if let Err(error) = file.write_all(bytes).await {
+                    tracing::warn!(path = %path.display(), %error, "writing the bash log failed");
+                    self.log = Log::Failed;
+                }
+            }
+            Log::None | Log::Failed => {}
+        }
+        if !matches!(self.log, Log::None) && self.memory.len() > TAIL_BYTES {
+            let excess = self.memory.len() - TAIL_BYTES;
+            self.memory.drain(..excess);
+        }
+    }
+
+    /// The final output: the tail, with a note naming the full log if cut.
+    pub async fn finish(mut self) -> Collected {
+        let text = String::from_utf8_lossy(&self.memory).into_owned();
+        let tail = truncate_tail(&text, MAX_LINES, MAX_BYTES);
+        let truncated = tail.truncated || !matches!(self.log, Log::None);
+        if truncated && matches!(self.log, Log::None) {
+            self.spill().await;
+        }
+        let full_output_path = match &mut self.log {
+            Log::Open { file, path } => match file.flush().await {
+                Ok(()) => Some(path.clone()),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "flushing the bash log failed");
+                    None
+                }
+            },
+            Log::None | Log::Failed => None,
+        };
+        let shown = tail.content.strip_suffix('\n').unwrap_or(&tail.content);
+        let text = if truncated {
+            format!("{}\n{shown}", self.note(&tail, full_output_path.as_ref()))
+        } else {
+            shown.to_owned()
+        };
+        Collected {
+            text,
+            truncated,
+            full_output_path,
+        }
+    }
+
+    /// The truncation note that precedes the shown tail.
+    fn note(&self, tail: &crate::truncate::Truncated, path: Option<&PathBuf>) -> String {
+        let total_lines =
+            self.newlines + usize::from(self.total_bytes > 0 && !self.ends_with_newline);
+        let shown = if tail.last_line_partial {
+            format!(
+                "the last {} bytes of line {total_lines}",
+                tail.content.len()
+            )
+        } else {
+            format!("the last {} lines of {total_lines}", tail.shown_lines)
+        };
+        let full = match path {
+            Some(path) => format!("Full output: {}", path.display()),
+            None => "The full output could not be saved".to_owned(),
+        };
+        format!("[Output truncated: showing {shown}. {full}]")
+    }
+
+    /// Streams a chunk as progress, decoded as UTF-8 (lossily).
+    fn report(&mut self, stream: Stream, bytes: &[u8]) {
+        let decoder = match stream {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        let text = decoder.decode(bytes);
+        if !text.is_empty() {
+            self.progress.send(stream.name(), text);
+        }
+    }
+
+    /// Starts the log file with everything in memory (all output so far).
+    async fn spill(&mut self) {
+        let path = std::env::temp_dir().join(format!("keel-bash-{}.log", uuid::Uuid::now_v7()));
+        self.log = match create_log(&path, &self.memory).await {
+            Ok(file) => Log::Open { file, path },
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "creating the bash log failed");
+                Log::Failed
+            }
+        };
+    }
+}
+
+async fn create_log(path: &PathBuf, contents: &[u8]) -> std::io::Result<tokio::fs::File> {
+    let mut file = tokio::fs::File::create(path).await?;
+    file.write_all(contents).await?;
+    Ok(file)
+}
+
+/// Decodes a byte stream chunk by chunk without splitting a character
+/// across chunks; invalid bytes become U+FFFD.
+#[derive(Debug, Default)]
+struct Utf8Decoder {
+    pending: Vec<u8>,
+}
+
+impl Utf8Decoder {
+    fn decode(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
+        let keep = incomplete_suffix(&self.pending);
+        let rest = self.pending.split_off(self.pending.len() - keep);
+        let text = String::from_utf8_lossy(&self.pending).into_owned();
+        self.pending = rest;
+        text
+    }
+}
+
+/// Length of an incomplete UTF-8 sequence at the end of `bytes`.
+fn incomplete_suffix(bytes: &[u8]) -> usize {
+    for back in 1..=bytes.len().min(3) {
+        let byte = bytes[bytes.len() - back];
+        if byte & 0xC0 != 0x80 {
+            let width = match byte {
+                0xC0..=0xDF => 2,
+                0xE0..=0xEF => 3,
+                0xF0..=0xF7 => 4,
+                _ => 1,
+            };
+            return if width > back { back } else { 0 };
+        }
+    }
+    0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoder_keeps_split_characters_whole() {
+        let mut decoder = Utf8Decoder::default();
+        let bytes = "héllo €".as_bytes();
+        let mut text = String::new();
+        for byte in bytes {
+            text.push_str(&decoder.decode(std::slice::from_ref(byte)));
+        }
+        assert_eq!(text, "héllo €");
+        assert_eq!(decoder.decode(&[0xff, b'a']), "\u{fffd}a");
+    }
+
+    #[tokio::test]
+    async fn small_output_stays_in_memory() {
+        let mut collector = Collector::new(ProgressSink::discard());
+        collector.push(Stream::Stdout, b"out\n").await;
+        collector.push(Stream::Stderr, b"err\n").await;
+        let collected = collector.finish().await;
+        assert_eq!(collected.text, "out\nerr");
+        assert!(!collected.truncated);
+        assert_eq!(collected.full_output_path, None);
+    }
+
+    #[tokio::test]
+    async fn big_output_spills_and_keeps_a_bounded_tail() {
+        let mut collector = Collector::new(ProgressSink::discard());
+        let mut expected = Vec::new();
+        for n in 0..20_000 {
+            let line = format!("line {n}\n");
+            expected.extend_from_slice(line.as_bytes());
+            collector.push(Stream::Stdout, line.as_bytes()).await;
+            assert!(collector.memory.len() <= TAIL_BYTES + line.len());
+        }
+        let collected = collector.finish().await;
+        let path = collected.full_output_path.clone().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        std::fs::remove_file(&path).unwrap();
+        assert!(
+            collected
+                .text
+                .starts_with("[Output truncated: showing the last 2000 lines of 20000.")
+        );
+        assert!(collected.text.ends_with("line 19999"));
+    }
+}

@@ -1,0 +1,246 @@
+//! The `read` tool: shows a text file with line numbers.
+//!
+//! Output is numbered like `cat -n` and head-truncated to the shared limits;
+//! whenever lines are left out, a trailing note tells the model which
+//! `offset` continues. Binary files and directories are refused with typed
+//! errors, and nothing outside the workspace can be read.
+
+use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{TextFile, parse_arguments, path_intent, read_text_file};
+use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+use crate::truncate::{MAX_BYTES, MAX_LINES, truncate_head};
+use crate::workspace::Workspace;
+
+/// Reads a text file, line-numbered, in pages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReadTool;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadArguments {
+    path: String,
+    offset: Option<usize>,
+    limit: Option<usize>,
+}
+
+impl Tool for ReadTool {
+    fn name(&self) -> &str {
+        "read"
+    }
+
+    fn description(&self) -> &str {
+        "Read a UTF-8 text file in the workspace. Lines are numbered like `cat -n`. \
+         Output is limited to 2000 lines or 50 KB; use offset and limit to page through larger files."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path of the file, relative to the workspace root."},
+                "offset": {"type": "integer", "minimum": 1, "description": "1-based line number to start from."},
+                "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to show."}
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        })
+    }
+
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Parallel
+    }
+
+    fn intent(&self, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+        path_intent(IntentKind::Read, arguments, workspace)
+    }
+
+    fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
+        Box::pin(async move {
+            let arguments: ReadArguments = parse_arguments(self.name(), arguments)?;
+            let file =
+                read_text_file(&context.workspace, &arguments.path, "read cannot show it").await?;
+            render(&file, arguments.offset.unwrap_or(1).max(1), arguments.limit)
+        })
+    }
+}
+
+/// Renders the selected page of `file`.
+fn render(file: &TextFile, start: usize, limit: Option<usize>) -> Result<ToolOutput, ToolError> {
+    let lines = split_lines(&file.text);
+    let total = lines.len();
+    if total == 0 && start <= 1 {
+        return Ok(ToolOutput::text("(empty file)").with_details(details(file, 0, 0, 0, false)));
+    }
+    if start > total {
+        return Err(ToolError::new(
+            ToolErrorCode::InvalidArguments,
+            format!("offset {start} is beyond the end of the file ({total} lines)"),
+        ));
+    }
+    let stop = limit.map_or(total, |limit| total.min((start - 1).saturating_add(limit)));
+    let numbered: Vec<String> = (start..=stop)
+        .zip(&lines[start - 1..stop])
+        .map(|(number, line)| format!("{number:>6}\t{line}"))
+        .collect();
+    let page = truncate_head(&numbered.join("\n"), MAX_LINES, MAX_BYTES);
+    if page.shown_lines == 0 {
+        return Ok(oversized_line(file, start, lines[start - 1].len(), total));
+    }
+    let end = start + page.shown_lines - 1;
+    let mut text = page.content.trim_end_matches('\n').to_owned();
+    if end < total {
+        text.push_str(&format!(
+            "\n\n[Showing lines {start}-{end} of {total}. Use offset={} to continue.]",
+            end + 1
+        ));
+    }
+    Ok(ToolOutput::text(text).with_details(details(file, total, start, end, end < total)))
+}
+
+/// The note shown when the first selected line alone is over the byte limit.
+fn oversized_line(file: &TextFile, line: usize, bytes: usize, total: usize) -> ToolOutput {
+    let text = format!(
+        "[Line {line} of `{path}` is {bytes} bytes, over the {limit} byte limit. \
+         Use bash to see part of it: sed -n '{line}p' {path} | head -c 50000]",
+        path = file.display,
+        limit = MAX_BYTES,
+    );
+    ToolOutput::text(text).with_details(details(file, total, line, line.saturating_sub(1), true))
+}
+
+/// The file's lines without terminators; a final newline ends the last line.
+fn split_lines(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    text.split('\n')
+        .map(|line| line.strip_suffix('\r').unwrap_or(line))
+        .collect()
+}
+
+fn details(file: &TextFile, total: usize, start: usize, end: usize, truncated: bool) -> Value {
+    json!({
+        "path": file.display,
+        "total_lines": total,
+        "start_line": start,
+        "end_line": end,
+        "truncated": truncated,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtin::test_support::{setup, text_of};
+
+    async fn read(context: &ToolContext, arguments: Value) -> Result<ToolOutput, ToolError> {
+        ReadTool.execute(arguments, context.clone()).await
+    }
+
+    #[tokio::test]
+    async fn numbers_lines_like_cat_n() {
+        let (dir, context) = setup();
+        std::fs::write(dir.path().join("a.txt"), "alpha\r\nbeta\n").unwrap();
+        let output = read(&context, json!({"path": "a.txt"})).await.unwrap();
+        assert_eq!(text_of(&output.content), "     1\talpha\n     2\tbeta");
+        let details = output.details.unwrap();
+        assert_eq!(details["total_lines"], 2);
+        assert_eq!(details["truncated"], false);
+    }
+
+    #[tokio::test]
+    async fn empty_file_says_so() {
+        let (dir, context) = setup();
+        std::fs::write(dir.path().join("e.txt"), "").unwrap();
+        let output = read(&context, json!({"path": "e.txt"})).await.unwrap();
+        assert_eq!(text_of(&output.content), "(empty file)");
+    }
+
+    #[tokio::test]
+    async fn offset_and_limit_page_with_a_continuation_hint() {
+        let (dir, context) = setup();
+        let body: String = (1..=10).map(|n| format!("line {n}\n")).collect();
+        std::fs::write(dir.path().join("f.txt"), body).unwrap();
+        let output = read(&context, json!({"path": "f.txt", "offset": 3, "limit": 2}))
+            .await
+            .unwrap();
+        assert_eq!(
+            text_of(&output.content),
+            "     3\tline 3\n     4\tline 4\n\n[Showing lines 3-4 of 10. Use offset=5 to continue.]"
+        );
+        let output = read(&context, json!({"path": "f.txt", "offset": 9}))
+            .await
+            .unwrap();
+        assert_eq!(text_of(&output.content), "     9\tline 9\n    10\tline 10");
+    }
+
+    #[tokio::test]
+    async fn large_files_are_head_truncated() {
+        let (dir, context) = setup();
+        let body: String = (1..=3000).map(|n| format!("{n}\n")).collect();
+        std::fs::write(dir.path().join("big.txt"), body).unwrap();
+        let output = read(&context, json!({"path": "big.txt"})).await.unwrap();
+        let text = text_of(&output.content);
+        assert!(text.ends_with("[Showing lines 1-2000 of 3000. Use offset=2001 to continue.]"));
+        assert_eq!(output.details.unwrap()["truncated"], true);
+    }
+
+    #[tokio::test]
+    async fn oversized_first_line_suggests_sed() {
+        let (dir, context) = setup();
+        std::fs::write(dir.path().join("min.js"), "x".repeat(MAX_BYTES + 10)).unwrap();
+        let output = read(&context, json!({"path": "min.js"})).await.unwrap();
+        assert!(text_of(&output.content).contains("sed -n '1p' min.js | head -c 50000"));
+    }
+
+    #[tokio::test]
+    async fn offset_past_end_is_an_error() {
+        let (dir, context) = setup();
+        std::fs::write(dir.path().join("f.txt"), "a\nb\n").unwrap();
+        let error = read(&context, json!({"path": "f.txt", "offset": 5}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.code, ToolErrorCode::InvalidArguments);
+        assert_eq!(
+            error.message,
+            "offset 5 is beyond the end of the file (2 lines)"
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_missing_directories_and_binaries() {
+        let (dir, context) = setup();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("bin"), [0xff, 0xfe, 0x00]).unwrap();
+        std::fs::write(dir.path().join("nul"), "a\0b").unwrap();
+        let missing = read(&context, json!({"path": "nope.txt"}))
+            .await
+            .unwrap_err();
+        assert_eq!(missing.code, ToolErrorCode::NotFound);
+        let directory = read(&context, json!({"path": "sub"})).await.unwrap_err();
+        assert_eq!(directory.message, "`sub` is a directory");
+        for name in ["bin", "nul"] {
+            let binary = read(&context, json!({"path": name})).await.unwrap_err();
+            assert_eq!(binary.code, ToolErrorCode::BinaryFile);
+            assert!(
+                binary
+                    .message
+                    .contains(&format!("`{name}` is a binary file"))
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn refuses_paths_outside_the_workspace() {
+        let (dir, context) = setup();
+        std::os::unix::fs::symlink("/etc", dir.path().join("etc")).unwrap();
+        for path in ["../x", "/etc/passwd", "etc/passwd"] {
+            let error = read(&context, json!({"path": path})).await.unwrap_err();
+            assert_eq!(error.code, ToolErrorCode::PathOutsideWorkspace, "{path}");
+        }
+    }
+}

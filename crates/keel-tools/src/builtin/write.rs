@@ -1,0 +1,135 @@
+//! The `write` tool: creates or overwrites a file in the workspace.
+//!
+//! Parent directories are created as needed. The path is resolved through the
+//! workspace first, so a write can never land outside it (symlinks included).
+
+use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{io_error, parse_arguments, path_intent};
+use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+use crate::workspace::Workspace;
+
+/// Writes a whole file.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct WriteTool;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WriteArguments {
+    path: String,
+    content: String,
+}
+
+impl Tool for WriteTool {
+    fn name(&self) -> &str {
+        "write"
+    }
+
+    fn description(&self) -> &str {
+        "Write a file in the workspace, creating parent directories as needed. \
+         Overwrites the file if it exists. Prefer edit for changing part of an existing file."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Path of the file, relative to the workspace root."},
+                "content": {"type": "string", "description": "The complete new content of the file."}
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
+    }
+
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Sequential
+    }
+
+    fn intent(&self, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+        path_intent(IntentKind::Write, arguments, workspace)
+    }
+
+    fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
+        Box::pin(async move {
+            let arguments: WriteArguments = parse_arguments(self.name(), arguments)?;
+            let abs = context.workspace.resolve(&arguments.path)?;
+            let display = context.workspace.display(&abs);
+            if tokio::fs::metadata(&abs)
+                .await
+                .is_ok_and(|metadata| metadata.is_dir())
+            {
+                return Err(ToolError::new(
+                    ToolErrorCode::ToolError,
+                    format!("`{display}` is a directory"),
+                ));
+            }
+            if let Some(parent) = abs.parent() {
+                tokio::fs::create_dir_all(parent)
+                    .await
+                    .map_err(|error| io_error(&display, &error))?;
+            }
+            tokio::fs::write(&abs, &arguments.content)
+                .await
+                .map_err(|error| io_error(&display, &error))?;
+            let bytes = arguments.content.len();
+            Ok(
+                ToolOutput::text(format!("Wrote {bytes} bytes to {display}"))
+                    .with_details(json!({"path": display, "bytes": bytes})),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::builtin::test_support::{setup, text_of};
+
+    #[tokio::test]
+    async fn creates_parents_and_overwrites() {
+        let (dir, context) = setup();
+        let arguments = json!({"path": "a/b/c.txt", "content": "héllo"});
+        let output = WriteTool.execute(arguments, context.clone()).await.unwrap();
+        assert_eq!(text_of(&output.content), "Wrote 6 bytes to a/b/c.txt");
+        assert_eq!(
+            output.details.unwrap(),
+            json!({"path": "a/b/c.txt", "bytes": 6})
+        );
+        let arguments = json!({"path": "a/b/c.txt", "content": "new"});
+        WriteTool.execute(arguments, context).await.unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a/b/c.txt")).unwrap(),
+            "new"
+        );
+    }
+
+    #[tokio::test]
+    async fn refuses_outside_paths_and_symlink_escapes() {
+        let (dir, context) = setup();
+        let outside = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(outside.path(), dir.path().join("out")).unwrap();
+        for path in ["../escape.txt", "/tmp/keel-escape.txt", "out/x.txt"] {
+            let arguments = json!({"path": path, "content": "x"});
+            let error = WriteTool
+                .execute(arguments, context.clone())
+                .await
+                .unwrap_err();
+            assert_eq!(error.code, ToolErrorCode::PathOutsideWorkspace, "{path}");
+        }
+        assert!(!outside.path().join("x.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn refuses_directories() {
+        let (dir, context) = setup();
+        std::fs::create_dir(dir.path().join("d")).unwrap();
+        let error = WriteTool
+            .execute(json!({"path": "d", "content": ""}), context)
+            .await
+            .unwrap_err();
+        assert_eq!(error.message, "`d` is a directory");
+    }
+}

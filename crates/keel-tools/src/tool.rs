@@ -1,0 +1,170 @@
+//! The `Tool` trait and what a tool receives and returns.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use keel_protocol::{
+    ExecutionMode, IntentKind, IntentScope, OperationIntent, ToolErrorCode, ToolProgress,
+    UserContent,
+};
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::workspace::{Workspace, WorkspaceError};
+
+/// The future a tool's execution returns.
+pub type ToolFuture<'a> = BoxFuture<'a, Result<ToolOutput, ToolError>>;
+
+/// A capability the model can call.
+pub trait Tool: Send + Sync {
+    /// Unique name the model calls the tool by.
+    fn name(&self) -> &str;
+
+    /// What the tool does and when to use it, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments object.
+    fn parameters(&self) -> Value;
+
+    /// Whether calls may run concurrently with other parallel calls.
+    fn execution_mode(&self) -> ExecutionMode;
+
+    /// What a call with these (already validated) arguments would do.
+    ///
+    /// The default classifies the call as `custom` with unknown scope, which
+    /// the policy never treats as safe.
+    fn intent(&self, _arguments: &Value, _workspace: &Workspace) -> OperationIntent {
+        OperationIntent::new(IntentKind::Custom, IntentScope::Unknown)
+    }
+
+    /// Runs the call. Arguments have been validated against [`Tool::parameters`].
+    fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_>;
+}
+
+/// Everything a running tool may use.
+#[derive(Clone)]
+pub struct ToolContext {
+    /// The call being executed.
+    pub call_id: String,
+    /// The rooted workspace.
+    pub workspace: Arc<Workspace>,
+    /// Cancelled when the run is cancelled; tools must stop promptly.
+    pub cancel: CancellationToken,
+    /// Where streamed output goes.
+    pub progress: ProgressSink,
+}
+
+/// Sends streamed tool output to the kernel; dropping output is harmless.
+#[derive(Clone, Debug)]
+pub struct ProgressSink {
+    sender: Option<mpsc::UnboundedSender<(String, ToolProgress)>>,
+    call_id: String,
+}
+
+impl ProgressSink {
+    /// A sink that forwards `(call_id, progress)` pairs to `sender`.
+    pub fn new(
+        call_id: impl Into<String>,
+        sender: mpsc::UnboundedSender<(String, ToolProgress)>,
+    ) -> Self {
+        Self {
+            sender: Some(sender),
+            call_id: call_id.into(),
+        }
+    }
+
+    /// A sink that discards everything.
+    pub fn discard() -> Self {
+        Self {
+            sender: None,
+            call_id: String::new(),
+        }
+    }
+
+    /// Reports new output on `stream`.
+    pub fn send(&self, stream: &str, data: String) {
+        if let Some(sender) = &self.sender {
+            let progress = ToolProgress {
+                stream: stream.to_owned(),
+                data,
+            };
+            // The receiver is gone only when the run is over; output is then moot.
+            let _ = sender.send((self.call_id.clone(), progress));
+        }
+    }
+}
+
+/// A successful tool outcome.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ToolOutput {
+    /// What the model sees.
+    pub content: Vec<UserContent>,
+    /// Structured data for hosts; not sent to the model.
+    pub details: Option<Value>,
+}
+
+impl ToolOutput {
+    /// An output holding one text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            content: vec![UserContent::Text { text: text.into() }],
+            details: None,
+        }
+    }
+
+    /// Adds host-facing details.
+    pub fn with_details(mut self, details: Value) -> Self {
+        self.details = Some(details);
+        self
+    }
+}
+
+/// A typed tool failure, shown to the model as an error ToolResult.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct ToolError {
+    /// Machine-readable code.
+    pub code: ToolErrorCode,
+    /// Explanation for the model and the host.
+    pub message: String,
+    /// Output produced before the failure (e.g. a failed command's output).
+    pub content: Vec<UserContent>,
+    /// Structured data for hosts.
+    pub details: Option<Value>,
+}
+
+impl ToolError {
+    /// An error with a code and message and no output.
+    pub fn new(code: ToolErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            content: Vec::new(),
+            details: None,
+        }
+    }
+
+    /// Attaches output produced before the failure.
+    pub fn with_output(mut self, output: ToolOutput) -> Self {
+        self.content = output.content;
+        self.details = output.details;
+        self
+    }
+
+    /// The error for a cancelled call.
+    pub fn cancelled() -> Self {
+        Self::new(ToolErrorCode::Cancelled, "Cancelled: the run was cancelled")
+    }
+}
+
+impl From<WorkspaceError> for ToolError {
+    fn from(error: WorkspaceError) -> Self {
+        let code = match &error {
+            WorkspaceError::NotFound { .. } => ToolErrorCode::NotFound,
+            WorkspaceError::Io { .. } => ToolErrorCode::Io,
+            _ => ToolErrorCode::PathOutsideWorkspace,
+        };
+        Self::new(code, error.to_string())
+    }
+}
