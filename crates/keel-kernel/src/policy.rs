@@ -75,19 +75,19 @@ mod tests {
 
     #[test]
     fn follows_the_matrix_without_a_sandbox() {
-        use IntentKind::*;
-        use IntentScope::*;
-        use PermissionMode::*;
+        use IntentKind::{Custom, Network, Read, Shell, Write};
+        use IntentScope::{Outside, Workspace};
         let rows = [
             ((Read, Workspace), ["allow", "allow", "allow", "allow"]),
             ((Write, Workspace), ["deny", "ask", "allow", "allow"]),
-            ((Shell, Unknown), ["deny", "ask", "ask", "allow"]),
+            ((Shell, IntentScope::Unknown), ["deny", "ask", "ask", "allow"]),
             ((Read, Outside), ["deny", "ask", "ask", "allow"]),
             ((Network, Outside), ["deny", "ask", "ask", "allow"]),
-            ((Custom, Unknown), ["deny", "ask", "ask", "allow"]),
+            ((Custom, IntentScope::Unknown), ["deny", "ask", "ask", "allow"]),
         ];
+        let modes = [PermissionMode::Plan, PermissionMode::Ask, PermissionMode::Auto, PermissionMode::Full];
         for ((kind, scope), expected) in rows {
-            let got = [Plan, Ask, Auto, Full].map(|mode| decide(mode, kind, scope));
+            let got = modes.map(|mode| decide(mode, kind, scope));
             assert_eq!(got, expected, "{kind:?} {scope:?}");
         }
     }

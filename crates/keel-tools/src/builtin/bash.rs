@@ -20,26 +20,20 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use keel_protocol::{ExecutionMode, IntentKind, IntentScope, OperationIntent, ToolErrorCode};
-use nix::errno::Errno;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::process::{Child, ChildStderr, ChildStdout, Command};
+use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::output::{Collected, Collector, Stream};
+use super::output::{Collected, Collector};
 use super::parse_arguments;
+use super::process::{GroupKiller, Pipes};
 use crate::env::scrubbed_env;
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
 /// How long pipes may stay open after the command has ended.
 const PIPE_GRACE: Duration = Duration::from_millis(200);
-
-/// Bytes read from a pipe at a time.
-const READ_CHUNK: usize = 8 * 1024;
 
 /// How the `bash` tool runs commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -295,88 +289,6 @@ fn attach(
     error.with_output(ToolOutput::text(text).with_details(collected.details(exit_code)))
 }
 
-/// Kills the command's process group, at the latest when dropped.
-struct GroupKiller {
-    pgid: Option<Pid>,
-}
-
-impl GroupKiller {
-    fn of(child: &Child) -> Self {
-        let pgid = child
-            .id()
-            .and_then(|id| i32::try_from(id).ok())
-            .map(Pid::from_raw);
-        Self { pgid }
-    }
-
-    /// Sends SIGKILL to the whole group, once.
-    fn kill(&mut self) {
-        let Some(pgid) = self.pgid.take() else { return };
-        match killpg(pgid, Signal::SIGKILL) {
-            Ok(()) | Err(Errno::ESRCH) => {}
-            Err(error) => {
-                tracing::warn!(%pgid, %error, "failed to kill the command's process group")
-            }
-        }
-    }
-}
-
-impl Drop for GroupKiller {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-/// The command's output pipes; a pipe becomes `None` at end of file.
-struct Pipes {
-    stdout: Option<ChildStdout>,
-    stderr: Option<ChildStderr>,
-}
-
-impl Pipes {
-    fn is_open(&self) -> bool {
-        self.stdout.is_some() || self.stderr.is_some()
-    }
-
-    /// The next chunk from either pipe, or `None` once both are closed.
-    /// Cancel-safe: a dropped call loses no data.
-    async fn next(&mut self) -> Option<(Stream, Vec<u8>)> {
-        loop {
-            if !self.is_open() {
-                return None;
-            }
-            let (stdout, stderr) = (&mut self.stdout, &mut self.stderr);
-            tokio::select! {
-                chunk = read_chunk(stdout), if stdout.is_some() => match chunk {
-                    Some(bytes) => return Some((Stream::Stdout, bytes)),
-                    None => *stdout = None,
-                },
-                chunk = read_chunk(stderr), if stderr.is_some() => match chunk {
-                    Some(bytes) => return Some((Stream::Stderr, bytes)),
-                    None => *stderr = None,
-                },
-            }
-        }
-    }
-}
-
-/// Reads one chunk; `None` at end of file or on a read error.
-async fn read_chunk<R: AsyncRead + Unpin>(reader: &mut Option<R>) -> Option<Vec<u8>> {
-    let reader = reader.as_mut()?;
-    let mut buffer = vec![0; READ_CHUNK];
-    match reader.read(&mut buffer).await {
-        Ok(0) => None,
-        Ok(read) => {
-            buffer.truncate(read);
-            Some(buffer)
-        }
-        Err(error) => {
-            tracing::debug!(%error, "reading command output failed");
-            None
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use std::time::Instant;
@@ -384,6 +296,8 @@ mod tests {
     use keel_protocol::ToolProgress;
     use nix::sys::signal::kill;
     use tokio::sync::mpsc;
+
+    use nix::unistd::Pid;
 
     use super::*;
     use crate::builtin::test_support::{setup, text_of};

@@ -8,6 +8,7 @@
 mod bash;
 mod edit;
 mod output;
+mod process;
 mod read;
 mod write;
 

@@ -1,0 +1,168 @@
+//! Helpers shared by the CLI tests: run `keel` as a process, parse its JSON
+//! Lines, and normalise volatile fields for snapshots.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// What one `keel` invocation printed.
+pub struct Output {
+    pub code: i32,
+    pub events: Vec<Value>,
+    pub result: Value,
+    pub startup_error: Option<Value>,
+    pub stderr: String,
+}
+
+/// Runs `keel demo NAME --case CASE`.
+pub fn demo(name: &str, case: &str) -> Output {
+    keel(&["demo", name, "--case", case], None, "")
+}
+
+/// Runs `keel ARGS` in `dir` with `stdin` as standard input.
+pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    command.args(args);
+    if let Some(dir) = dir {
+        command.current_dir(dir);
+    }
+    let assert = assert_cmd::Command::from_std(command).write_stdin(stdin).assert();
+    let output = assert.get_output();
+    let stdout = String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8");
+    let mut events = Vec::new();
+    let mut result = Value::Null;
+    let mut startup_error = None;
+    for line in stdout.lines() {
+        let value: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        let single_key = value.as_object().is_some_and(|o| o.len() == 1);
+        if let (true, Some(r)) = (single_key, value.get("result")) {
+            result = r.clone();
+        } else if let (true, Some(e)) = (single_key, value.get("startup_error")) {
+            startup_error = Some(e.clone());
+        } else {
+            events.push(value);
+        }
+    }
+    if !events.is_empty() {
+        check_stream_invariants(&events, &result);
+    }
+    Output {
+        code: output.status.code().unwrap_or(-1),
+        events,
+        result,
+        startup_error,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
+}
+
+/// Gapless `seq`, one run and session id, exactly one terminal event, last,
+/// agreeing with the result line.
+fn check_stream_invariants(events: &[Value], result: &Value) {
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(event["seq"], index as u64, "seq must be gapless");
+        assert_eq!(event["run_id"], events[0]["run_id"]);
+        assert_eq!(event["session_id"], events[0]["session_id"]);
+    }
+    let terminal: Vec<_> = events
+        .iter()
+        .filter(|e| matches!(e["type"].as_str(), Some("run_settled" | "run_cancelled" | "run_failed")))
+        .collect();
+    assert_eq!(terminal.len(), 1, "exactly one terminal event");
+    assert!(std::ptr::eq(terminal[0], events.last().unwrap()), "the terminal event is last");
+    let state = terminal[0]["type"].as_str().unwrap().trim_start_matches("run_");
+    assert_eq!(result["state"], state, "the result agrees with the terminal event");
+}
+
+/// One compact JSON line per event, without the volatile fields: run and
+/// session ids and timestamps are dropped, other ids numbered by first
+/// appearance, and the two host-timed kinds (`message_queued`,
+/// `tool_execution_update`) left out and counted at the end. The events of a
+/// parallel tool batch interleave by completion, so that region is printed
+/// sorted, marked `~`, with its entry ids blanked.
+pub fn normalize(events: &[Value]) -> String {
+    let mut ids = HashMap::new();
+    let mut lines = Vec::new();
+    let mut updates = 0;
+    let mut queued = Vec::new();
+    let mut parallel: Option<Vec<String>> = None;
+    for event in events {
+        let kind = event["type"].as_str().unwrap_or_default();
+        match kind {
+            "tool_execution_update" => {
+                updates += 1;
+                continue;
+            }
+            "message_queued" => {
+                queued.push(event["text"].as_str().unwrap_or_default().to_owned());
+                continue;
+            }
+            _ => {}
+        }
+        let mut event = event.clone();
+        let object = event.as_object_mut().unwrap();
+        for volatile in ["run_id", "session_id", "timestamp", "seq"] {
+            object.remove(volatile);
+        }
+        let starts_parallel = kind == "tool_execution_start" && event["batch_mode"] == "parallel";
+        let ends_region = kind == "message_start" || (kind == "session_entry" && event["kind"] == "message");
+        if parallel.is_some() && ends_region {
+            let mut region = parallel.take().unwrap();
+            region.sort();
+            lines.extend(region.into_iter().map(|line| format!("~ {line}")));
+        }
+        if starts_parallel && parallel.is_none() {
+            parallel = Some(Vec::new());
+        }
+        match &mut parallel {
+            Some(region) => {
+                blank_ids(&mut event);
+                region.push(event.to_string());
+            }
+            None => {
+                rename_ids(&mut event, &mut ids);
+                lines.push(event.to_string());
+            }
+        }
+    }
+    lines.push(format!("# message_queued: {queued:?}"));
+    lines.push(format!("# tool_execution_update events: {}", if updates > 0 { "some" } else { "none" }));
+    lines.join("\n")
+}
+
+fn blank_ids(value: &mut Value) {
+    let mut blank = HashMap::new();
+    rename_ids(value, &mut blank);
+    fn to_entry(value: &mut Value) {
+        match value {
+            Value::String(text) if text.starts_with("<id-") => *text = "<entry>".into(),
+            Value::Array(items) => items.iter_mut().for_each(to_entry),
+            Value::Object(map) => map.values_mut().for_each(to_entry),
+            _ => {}
+        }
+    }
+    to_entry(value);
+}
+
+fn rename_ids(value: &mut Value, ids: &mut HashMap<String, String>) {
+    match value {
+        Value::String(text) if is_uuid(text) => {
+            let next = format!("<id-{}>", ids.len() + 1);
+            *text = ids.entry(text.clone()).or_insert(next).clone();
+        }
+        Value::String(text) if text.starts_with("perm-") => {
+            if let Some((prefix, _hash)) = text.rsplit_once('-') {
+                *text = format!("{prefix}-<binding>");
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|item| rename_ids(item, ids)),
+        Value::Object(map) => map.values_mut().for_each(|item| rename_ids(item, ids)),
+        _ => {}
+    }
+}
+
+fn is_uuid(text: &str) -> bool {
+    text.len() == 36 && text.chars().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
+}
