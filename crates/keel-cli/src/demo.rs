@@ -24,8 +24,14 @@ use crate::startup::StartupError;
 
 /// The fixture project every demo works in.
 const FIXTURE: &[(&str, &str)] = &[
-    ("README.md", "# calc\n\nA tiny shell calculator. Run `bash check.sh` to test it.\n"),
-    ("calc.sh", "#!/usr/bin/env bash\n# Adds two integers.\nadd() {\n  echo $(( $1 - $2 ))\n}\n"),
+    (
+        "README.md",
+        "# calc\n\nA tiny shell calculator. Run `bash check.sh` to test it.\n",
+    ),
+    (
+        "calc.sh",
+        "#!/usr/bin/env bash\n# Adds two integers.\nadd() {\n  echo $(( $1 - $2 ))\n}\n",
+    ),
     (
         "check.sh",
         "#!/usr/bin/env bash\nsource ./calc.sh\nresult=$(add 2 3)\nif [ \"$result\" = \"5\" ]; then\n  echo \"check passed: add 2 3 = 5\"\nelse\n  echo \"check failed: add 2 3 = $result (expected 5)\"\n  exit 1\nfi\n",
@@ -106,14 +112,24 @@ fn case(name: DemoName, case: &str) -> Option<Case> {
         _ => return None,
     };
     let (prompt, script, host) = found;
-    Some(Case { prompt, script, host })
+    Some(Case {
+        prompt,
+        script,
+        host,
+    })
 }
 
 fn cases(name: DemoName) -> &'static [&'static str] {
     match name {
         DemoName::StreamedRun => &["success", "provider-error"],
         DemoName::ToolLoop => &["success", "mixed-batch", "failure"],
-        DemoName::RunControl => &["steering", "follow-up", "cancel", "retry-success", "retry-failure"],
+        DemoName::RunControl => &[
+            "steering",
+            "follow-up",
+            "cancel",
+            "retry-success",
+            "retry-failure",
+        ],
     }
 }
 
@@ -147,18 +163,27 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
             .await
             .map_err(|error| StartupError::new(error.code(), error.to_string()))?,
     );
-    let mut reactor = Reactor { behaviour: case.host, steered: false };
-    let result = host::drive(&run, &Output::detect(), async |event: &RunEvent, handle: &AgentRun| {
-        reactor.react(event, handle, &run);
-    })
+    let mut reactor = Reactor {
+        behaviour: case.host,
+        steered: false,
+    };
+    let result = host::drive(
+        &run,
+        &Output::detect(),
+        async |event: &RunEvent, handle: &AgentRun| {
+            reactor.react(event, handle, &run);
+        },
+    )
     .await
     .map_err(|error| StartupError::new("host", error.to_string()))?;
     Ok(host::exit_code(&result))
 }
 
 fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, StartupError> {
-    let script = Script::from_json(case.script).map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
-    let workspace = Workspace::new(root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    let script = Script::from_json(case.script)
+        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+    let workspace =
+        Workspace::new(root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
     AgentKernel::builder()
         .provider(Arc::new(ScriptedProvider::new(script)))
         .workspace(workspace)
@@ -189,9 +214,12 @@ impl Reactor {
             (RunEventKind::RunStarted { .. }, HostBehaviour::FollowUpAtStart) => {
                 let _ = handle.follow_up("Now say it in one line.");
             }
-            (RunEventKind::MessageUpdate { delta: ProviderEvent::TextDelta { .. } }, HostBehaviour::SteerWhileStreaming)
-                if !self.steered =>
-            {
+            (
+                RunEventKind::MessageUpdate {
+                    delta: ProviderEvent::TextDelta { .. },
+                },
+                HostBehaviour::SteerWhileStreaming,
+            ) if !self.steered => {
                 self.steered = true;
                 let _ = handle.steer("Focus on the README, not the scripts.");
             }

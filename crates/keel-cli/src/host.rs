@@ -7,7 +7,11 @@ use crate::output::Output;
 
 /// Consumes the run's events, printing each and passing it to `react`, then
 /// prints and returns the result.
-pub async fn drive<F>(run: &AgentRun, output: &Output, mut react: F) -> Result<RunResult, ControlError>
+pub async fn drive<F>(
+    run: &AgentRun,
+    output: &Output,
+    mut react: F,
+) -> Result<RunResult, ControlError>
 where
     F: AsyncFnMut(&RunEvent, &AgentRun),
 {

@@ -6,7 +6,9 @@
 
 use std::io::{IsTerminal, Write};
 
-use keel_protocol::{ContentBlock, Message, ProviderEvent, RunEvent, RunEventKind, RunResult, ToolStatus};
+use keel_protocol::{
+    ContentBlock, Message, ProviderEvent, RunEvent, RunEventKind, RunResult, ToolStatus,
+};
 use serde_json::json;
 
 /// Where and how events are printed.
@@ -20,7 +22,11 @@ pub enum Output {
 impl Output {
     /// JSON Lines unless stdout is a terminal.
     pub fn detect() -> Self {
-        if std::io::stdout().is_terminal() { Self::Human } else { Self::Json }
+        if std::io::stdout().is_terminal() {
+            Self::Human
+        } else {
+            Self::Json
+        }
     }
 
     /// Prints one event.
@@ -56,13 +62,26 @@ fn print_json(value: &serde_json::Value) {
 fn print_human(event: &RunEvent) {
     let mut out = std::io::stdout().lock();
     let _ = match &event.kind {
-        RunEventKind::MessageUpdate { delta: ProviderEvent::TextDelta { delta, .. } } => write!(out, "{delta}"),
-        RunEventKind::MessageUpdate { delta: ProviderEvent::ThinkingDelta { delta, .. } } => write!(out, "\x1b[2m{delta}\x1b[0m"),
-        RunEventKind::MessageEnd { message: Message::Assistant(message) } => {
-            let text = message.content.iter().any(|block| matches!(block, ContentBlock::Text { .. }));
+        RunEventKind::MessageUpdate {
+            delta: ProviderEvent::TextDelta { delta, .. },
+        } => write!(out, "{delta}"),
+        RunEventKind::MessageUpdate {
+            delta: ProviderEvent::ThinkingDelta { delta, .. },
+        } => write!(out, "\x1b[2m{delta}\x1b[0m"),
+        RunEventKind::MessageEnd {
+            message: Message::Assistant(message),
+        } => {
+            let text = message
+                .content
+                .iter()
+                .any(|block| matches!(block, ContentBlock::Text { .. }));
             if text { writeln!(out) } else { Ok(()) }
         }
-        RunEventKind::ToolExecutionStart { tool_name, arguments, .. } => {
+        RunEventKind::ToolExecutionStart {
+            tool_name,
+            arguments,
+            ..
+        } => {
             writeln!(out, "→ {tool_name} {}", short(&arguments.to_string(), 120))
         }
         RunEventKind::ToolExecutionEnd { result } => {
@@ -71,17 +90,31 @@ fn print_human(event: &RunEvent) {
                 ToolStatus::Error => "✗",
                 ToolStatus::Cancelled => "⊘",
             };
-            writeln!(out, "{mark} {} {}", result.tool_name, short(&result.text(), 200))
+            writeln!(
+                out,
+                "{mark} {} {}",
+                result.tool_name,
+                short(&result.text(), 200)
+            )
         }
-        RunEventKind::PermissionRequested { tool_name, reason, .. } => {
+        RunEventKind::PermissionRequested {
+            tool_name, reason, ..
+        } => {
             writeln!(out, "? permission for {tool_name}: {reason}")
         }
-        RunEventKind::ProviderRetry { attempt, max_attempts, delay_ms, error } => writeln!(
+        RunEventKind::ProviderRetry {
+            attempt,
+            max_attempts,
+            delay_ms,
+            error,
+        } => writeln!(
             out,
             "↻ retry {attempt}/{max_attempts} in {delay_ms} ms: {}",
             error.message
         ),
-        RunEventKind::MessageQueued { queue, text } => writeln!(out, "+ queued ({queue:?}): {text}"),
+        RunEventKind::MessageQueued { queue, text } => {
+            writeln!(out, "+ queued ({queue:?}): {text}")
+        }
         RunEventKind::MessageDropped { text, .. } => writeln!(out, "- dropped: {text}"),
         _ => Ok(()),
     };

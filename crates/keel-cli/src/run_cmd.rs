@@ -13,8 +13,8 @@ use keel_kernel::{AgentKernel, AgentRun, RunSpec};
 use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::MemoryStore;
-use keel_tools::builtin::{BashOptions, default_tools};
 use keel_tools::Workspace;
+use keel_tools::builtin::{BashOptions, default_tools};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use crate::args::RunArgs;
@@ -48,19 +48,27 @@ fn build_kernel(args: &RunArgs) -> Result<AgentKernel, StartupError> {
     if args.provider != "scripted" {
         return Err(StartupError::new(
             "unknown_provider",
-            format!("provider `{}` is not available in this build; available: scripted", args.provider),
+            format!(
+                "provider `{}` is not available in this build; available: scripted",
+                args.provider
+            ),
         ));
     }
-    let path = args
-        .script
-        .as_ref()
-        .ok_or_else(|| StartupError::new("script_required", "the scripted provider needs --script FILE"))?;
-    let script = Script::from_file(path).map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+    let path = args.script.as_ref().ok_or_else(|| {
+        StartupError::new(
+            "script_required",
+            "the scripted provider needs --script FILE",
+        )
+    })?;
+    let script = Script::from_file(path)
+        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
     let root = match &args.workspace {
         Some(root) => root.clone(),
-        None => std::env::current_dir().map_err(|error| StartupError::new("workspace", error.to_string()))?,
+        None => std::env::current_dir()
+            .map_err(|error| StartupError::new("workspace", error.to_string()))?,
     };
-    let workspace = Workspace::new(&root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    let workspace =
+        Workspace::new(&root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
     let mut builder = AgentKernel::builder()
         .provider(Arc::new(ScriptedProvider::new(script)))
         .workspace(workspace)
@@ -89,7 +97,14 @@ impl Answers {
     }
 
     async fn answer(&mut self, event: &RunEvent, run: &AgentRun) {
-        let RunEventKind::PermissionRequested { request_id, tool_name, reason, arguments, .. } = &event.kind else {
+        let RunEventKind::PermissionRequested {
+            request_id,
+            tool_name,
+            reason,
+            arguments,
+            ..
+        } = &event.kind
+        else {
             return;
         };
         if self.terminal {
@@ -120,14 +135,24 @@ fn decide(line: Option<&str>, request_id: &str) -> PermissionResolution {
     };
     let approved = if let Ok(value) = serde_json::from_str::<serde_json::Value>(line) {
         let id_matches = value.get("request_id").and_then(|id| id.as_str()) == Some(request_id);
-        let decision = value.get("decision").and_then(|d| d.as_str()).unwrap_or_default();
+        let decision = value
+            .get("decision")
+            .and_then(|d| d.as_str())
+            .unwrap_or_default();
         id_matches && is_approval(decision)
     } else {
         is_approval(line)
     };
-    if approved { PermissionResolution::Approved } else { PermissionResolution::Denied }
+    if approved {
+        PermissionResolution::Approved
+    } else {
+        PermissionResolution::Denied
+    }
 }
 
 fn is_approval(word: &str) -> bool {
-    matches!(word.to_ascii_lowercase().as_str(), "approve" | "approved" | "a" | "y" | "yes")
+    matches!(
+        word.to_ascii_lowercase().as_str(),
+        "approve" | "approved" | "a" | "y" | "yes"
+    )
 }

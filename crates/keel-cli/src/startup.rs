@@ -33,7 +33,12 @@ impl StartupError {
 /// Reports a command-line parse error; `--help` and `--version` print normally.
 pub fn usage_error(error: clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
-    if matches!(error.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand) {
+    if matches!(
+        error.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
         let _ = error.print();
         return ExitCode::SUCCESS;
     }
@@ -56,11 +61,18 @@ pub fn print_schema(args: SchemaArgs) -> Result<ExitCode, StartupError> {
             .find(|(name, _)| name == wanted)
             .map(|(_, schema)| schema.to_value())
             .ok_or_else(|| {
-                let names: Vec<_> = keel_protocol::schema::all().into_iter().map(|(name, _)| name).collect();
-                StartupError::new("unknown_schema", format!("no schema named `{wanted}`; known: {}", names.join(", ")))
+                let names: Vec<_> = keel_protocol::schema::all()
+                    .into_iter()
+                    .map(|(name, _)| name)
+                    .collect();
+                StartupError::new(
+                    "unknown_schema",
+                    format!("no schema named `{wanted}`; known: {}", names.join(", ")),
+                )
             })?,
     };
-    let text = serde_json::to_string_pretty(&value).map_err(|error| StartupError::new("schema", error.to_string()))?;
+    let text = serde_json::to_string_pretty(&value)
+        .map_err(|error| StartupError::new("schema", error.to_string()))?;
     println!("{text}");
     Ok(ExitCode::SUCCESS)
 }

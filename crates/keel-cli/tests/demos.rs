@@ -10,7 +10,10 @@ fn check(name: &str, case: &str, expected_state: &str) {
     let output = demo(name, case);
     let expected_code = if expected_state == "settled" { 0 } else { 1 };
     assert_eq!(output.code, expected_code, "exit code of {name} {case}");
-    assert_eq!(output.result["state"], expected_state, "result of {name} {case}");
+    assert_eq!(
+        output.result["state"], expected_state,
+        "result of {name} {case}"
+    );
     let snapshot = normalize(&output.events);
     insta::assert_snapshot!(format!("{name}-{case}"), snapshot);
 }

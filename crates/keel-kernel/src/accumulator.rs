@@ -31,16 +31,28 @@ pub(crate) struct Accumulator {
 
 enum Partial {
     Text(String),
-    Thinking { text: String, signature: Option<String> },
-    ToolCall { id: String, name: String, arguments: String },
+    Thinking {
+        text: String,
+        signature: Option<String>,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+    },
 }
 
 impl Accumulator {
     /// Applies one event; returns the outcome when the stream is finished.
-    pub(crate) fn apply(&mut self, event: &ProviderEvent) -> Result<Option<Finished>, ProviderError> {
+    pub(crate) fn apply(
+        &mut self,
+        event: &ProviderEvent,
+    ) -> Result<Option<Finished>, ProviderError> {
         match event {
             ProviderEvent::Start { model } => self.model.clone_from(model),
-            ProviderEvent::TextStart { index } => self.open(*index, Partial::Text(String::new()))?,
+            ProviderEvent::TextStart { index } => {
+                self.open(*index, Partial::Text(String::new()))?
+            }
             ProviderEvent::ThinkingStart { index } => self.open(
                 *index,
                 Partial::Thinking {
@@ -64,7 +76,10 @@ impl Accumulator {
                 Partial::Thinking { text, .. } => text.push_str(delta),
                 _ => return Err(mismatch(*index, "thinking_delta")),
             },
-            ProviderEvent::ThinkingEnd { index, signature: end_signature } => match self.block(*index)? {
+            ProviderEvent::ThinkingEnd {
+                index,
+                signature: end_signature,
+            } => match self.block(*index)? {
                 Partial::Thinking { signature, .. } => signature.clone_from(end_signature),
                 _ => return Err(mismatch(*index, "thinking_end")),
             },
@@ -117,7 +132,11 @@ impl Accumulator {
                     thinking: text,
                     signature,
                 },
-                Partial::ToolCall { id, name, arguments } => ContentBlock::ToolCall(ToolCall {
+                Partial::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                } => ContentBlock::ToolCall(ToolCall {
                     id,
                     name,
                     arguments: decode_arguments(arguments),
@@ -160,18 +179,40 @@ mod tests {
         let mut acc = Accumulator::default();
         let events = [
             ProviderEvent::Start { model: None },
-            ProviderEvent::ToolCallStart { index: 0, id: "a".into(), name: "read".into() },
-            ProviderEvent::ToolCallDelta { index: 0, delta: "{\"pa".into() },
-            ProviderEvent::ToolCallDelta { index: 0, delta: "th\":\"x\"}".into() },
+            ProviderEvent::ToolCallStart {
+                index: 0,
+                id: "a".into(),
+                name: "read".into(),
+            },
+            ProviderEvent::ToolCallDelta {
+                index: 0,
+                delta: "{\"pa".into(),
+            },
+            ProviderEvent::ToolCallDelta {
+                index: 0,
+                delta: "th\":\"x\"}".into(),
+            },
             ProviderEvent::ToolCallEnd { index: 0 },
-            ProviderEvent::ToolCallStart { index: 1, id: "b".into(), name: "read".into() },
-            ProviderEvent::ToolCallDelta { index: 1, delta: "{oops".into() },
+            ProviderEvent::ToolCallStart {
+                index: 1,
+                id: "b".into(),
+                name: "read".into(),
+            },
+            ProviderEvent::ToolCallDelta {
+                index: 1,
+                delta: "{oops".into(),
+            },
             ProviderEvent::ToolCallEnd { index: 1 },
         ];
         for event in &events {
             assert!(acc.apply(event).unwrap().is_none());
         }
-        let Some(Finished::Message(message)) = acc.apply(&ProviderEvent::Done { stop_reason: StopReason::ToolUse }).unwrap() else {
+        let Some(Finished::Message(message)) = acc
+            .apply(&ProviderEvent::Done {
+                stop_reason: StopReason::ToolUse,
+            })
+            .unwrap()
+        else {
             panic!("expected a message");
         };
         let calls: Vec<_> = message.tool_calls().collect();
@@ -182,7 +223,13 @@ mod tests {
     #[test]
     fn delta_for_unknown_block_is_a_protocol_error() {
         let mut acc = Accumulator::default();
-        let error = acc.apply(&ProviderEvent::TextDelta { index: 3, delta: "x".into() }).err().unwrap();
+        let error = acc
+            .apply(&ProviderEvent::TextDelta {
+                index: 3,
+                delta: "x".into(),
+            })
+            .err()
+            .unwrap();
         assert_eq!(error.kind, ProviderErrorKind::Protocol);
     }
 }

@@ -9,10 +9,17 @@ use keel_protocol::{Entry, EntryPayload, Message, UserMessage};
 
 /// The messages a request carries for this branch.
 pub(crate) fn project(branch: &[Entry]) -> Vec<Message> {
-    let checkpoint = branch.iter().enumerate().rev().find_map(|(position, entry)| match &entry.payload {
-        EntryPayload::Checkpoint { summary, first_kept_entry_id } => Some((position, summary, first_kept_entry_id)),
-        _ => None,
-    });
+    let checkpoint = branch
+        .iter()
+        .enumerate()
+        .rev()
+        .find_map(|(position, entry)| match &entry.payload {
+            EntryPayload::Checkpoint {
+                summary,
+                first_kept_entry_id,
+            } => Some((position, summary, first_kept_entry_id)),
+            _ => None,
+        });
     let mut messages = Vec::new();
     let mut start = 0;
     if let Some((position, summary, first_kept)) = checkpoint {

@@ -20,7 +20,11 @@ struct Inner {
 }
 
 impl Emitter {
-    pub(crate) fn new(run_id: String, session_id: String, sender: mpsc::UnboundedSender<RunEvent>) -> Self {
+    pub(crate) fn new(
+        run_id: String,
+        session_id: String,
+        sender: mpsc::UnboundedSender<RunEvent>,
+    ) -> Self {
         Self {
             run_id,
             session_id,

@@ -104,7 +104,12 @@ impl AgentKernel {
             }
             None => {
                 let workspace = Some(self.inner.workspace.root().display().to_string());
-                store.create(NewSession { workspace, ..NewSession::default() }).await?
+                store
+                    .create(NewSession {
+                        workspace,
+                        ..NewSession::default()
+                    })
+                    .await?
             }
         };
         Ok(AgentRun::start(Arc::clone(&self.inner), spec, session_id))
@@ -209,7 +214,9 @@ impl AgentKernelBuilder {
             retry: self.retry,
             max_output_tokens: self.max_output_tokens,
         };
-        Ok(AgentKernel { inner: Arc::new(inner) })
+        Ok(AgentKernel {
+            inner: Arc::new(inner),
+        })
     }
 }
 

@@ -17,7 +17,12 @@ pub(crate) fn sha256_hex(value: &Value) -> String {
 }
 
 /// The binding hash of one permission question.
-pub(crate) fn binding(call_id: &str, tool_name: &str, arguments: &Value, intent: &OperationIntent) -> String {
+pub(crate) fn binding(
+    call_id: &str,
+    tool_name: &str,
+    arguments: &Value,
+    intent: &OperationIntent,
+) -> String {
     let intent = serde_json::to_value(intent).unwrap_or(Value::Null);
     sha256_hex(&json!({
         "call_id": call_id,

@@ -22,7 +22,12 @@ pub enum PolicyDecision {
 /// Maps a permission mode and an intent to a decision.
 pub trait PermissionPolicy: Send + Sync {
     /// Decides one call of `tool_name` with the given intent.
-    fn evaluate(&self, mode: PermissionMode, tool_name: &str, intent: &OperationIntent) -> PolicyDecision;
+    fn evaluate(
+        &self,
+        mode: PermissionMode,
+        tool_name: &str,
+        intent: &OperationIntent,
+    ) -> PolicyDecision;
 }
 
 /// The policy until the OS sandbox exists: SPEC §7 with shell routed to the host.
@@ -30,7 +35,12 @@ pub trait PermissionPolicy: Send + Sync {
 pub struct InterimPolicy;
 
 impl PermissionPolicy for InterimPolicy {
-    fn evaluate(&self, mode: PermissionMode, tool_name: &str, intent: &OperationIntent) -> PolicyDecision {
+    fn evaluate(
+        &self,
+        mode: PermissionMode,
+        tool_name: &str,
+        intent: &OperationIntent,
+    ) -> PolicyDecision {
         let inside = intent.scope == IntentScope::Workspace;
         match (mode, intent.kind) {
             (PermissionMode::Full, _) => PolicyDecision::Allow,
@@ -80,12 +90,23 @@ mod tests {
         let rows = [
             ((Read, Workspace), ["allow", "allow", "allow", "allow"]),
             ((Write, Workspace), ["deny", "ask", "allow", "allow"]),
-            ((Shell, IntentScope::Unknown), ["deny", "ask", "ask", "allow"]),
+            (
+                (Shell, IntentScope::Unknown),
+                ["deny", "ask", "ask", "allow"],
+            ),
             ((Read, Outside), ["deny", "ask", "ask", "allow"]),
             ((Network, Outside), ["deny", "ask", "ask", "allow"]),
-            ((Custom, IntentScope::Unknown), ["deny", "ask", "ask", "allow"]),
+            (
+                (Custom, IntentScope::Unknown),
+                ["deny", "ask", "ask", "allow"],
+            ),
         ];
-        let modes = [PermissionMode::Plan, PermissionMode::Ask, PermissionMode::Auto, PermissionMode::Full];
+        let modes = [
+            PermissionMode::Plan,
+            PermissionMode::Ask,
+            PermissionMode::Auto,
+            PermissionMode::Full,
+        ];
         for ((kind, scope), expected) in rows {
             let got = modes.map(|mode| decide(mode, kind, scope));
             assert_eq!(got, expected, "{kind:?} {scope:?}");

@@ -29,7 +29,9 @@ impl RetryPolicy {
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
         let backoff = self.base_delay.saturating_mul(factor);
-        backoff.max(retry_after.unwrap_or_default()).min(self.max_delay)
+        backoff
+            .max(retry_after.unwrap_or_default())
+            .min(self.max_delay)
     }
 }
 
@@ -42,7 +44,10 @@ mod tests {
         let policy = RetryPolicy::default();
         assert_eq!(policy.delay(1, None), Duration::from_secs(2));
         assert_eq!(policy.delay(3, None), Duration::from_secs(8));
-        assert_eq!(policy.delay(1, Some(Duration::from_secs(5))), Duration::from_secs(5));
+        assert_eq!(
+            policy.delay(1, Some(Duration::from_secs(5))),
+            Duration::from_secs(5)
+        );
         assert_eq!(policy.delay(30, None), Duration::from_secs(60));
     }
 }

@@ -49,8 +49,14 @@ pub enum ControlError {
 /// How the turn loop ended; the supervisor turns it into the terminal event.
 pub(crate) enum Outcome {
     Settled(AssistantMessage),
-    Cancelled { reason: String, last: Option<AssistantMessage> },
-    Failed { error: RunError, last: Option<AssistantMessage> },
+    Cancelled {
+        reason: String,
+        last: Option<AssistantMessage>,
+    },
+    Failed {
+        error: RunError,
+        last: Option<AssistantMessage>,
+    },
 }
 
 /// State shared by the handle, the turn loop and the supervisor.
@@ -121,7 +127,10 @@ impl AgentRun {
     /// Takes the event stream. A run has exactly one consumer: a second call
     /// is refused.
     pub fn events(&self) -> Result<EventStream, ControlError> {
-        let mut slot = self.events.lock().map_err(|_| ControlError::EventStreamTaken)?;
+        let mut slot = self
+            .events
+            .lock()
+            .map_err(|_| ControlError::EventStreamTaken)?;
         slot.take()
             .map(|receiver| EventStream { receiver })
             .ok_or(ControlError::EventStreamTaken)
@@ -145,7 +154,11 @@ impl AgentRun {
 
     /// Answers a `permission_requested` event. The decision applies only to the
     /// call (and exact arguments and intent) that request was issued for.
-    pub fn resolve_permission(&self, request_id: &str, resolution: PermissionResolution) -> Result<(), ControlError> {
+    pub fn resolve_permission(
+        &self,
+        request_id: &str,
+        resolution: PermissionResolution,
+    ) -> Result<(), ControlError> {
         let sender = self
             .shared
             .permissions()
@@ -175,7 +188,11 @@ impl AgentRun {
             session_id: self.shared.session_id.clone(),
             state: RunState::Failed,
             message: None,
-            error: Some(RunError::new(ErrorSource::Kernel, "kernel_lost", "the run ended without a result")),
+            error: Some(RunError::new(
+                ErrorSource::Kernel,
+                "kernel_lost",
+                "the run ended without a result",
+            )),
         }
     }
 }
@@ -200,7 +217,8 @@ impl RunShared {
             QueueKind::FollowUp => control.follow_ups.push_back(text.clone()),
         }
         // Emitted under the control lock so `message_queued` precedes `message_injected`.
-        self.emitter.emit(RunEventKind::MessageQueued { queue, text });
+        self.emitter
+            .emit(RunEventKind::MessageQueued { queue, text });
         Ok(())
     }
 
@@ -225,7 +243,10 @@ impl RunShared {
     }
 
     /// Registers a pending permission request.
-    pub(crate) fn register_permission(&self, request_id: String) -> oneshot::Receiver<PermissionResolution> {
+    pub(crate) fn register_permission(
+        &self,
+        request_id: String,
+    ) -> oneshot::Receiver<PermissionResolution> {
         let (sender, receiver) = oneshot::channel();
         self.permissions().insert(request_id, sender);
         receiver
@@ -240,8 +261,17 @@ impl RunShared {
         let dropped = {
             let mut control = self.control();
             control.accepting = false;
-            let mut dropped: Vec<_> = control.steering.drain(..).map(|text| (QueueKind::Steer, text)).collect();
-            dropped.extend(control.follow_ups.drain(..).map(|text| (QueueKind::FollowUp, text)));
+            let mut dropped: Vec<_> = control
+                .steering
+                .drain(..)
+                .map(|text| (QueueKind::Steer, text))
+                .collect();
+            dropped.extend(
+                control
+                    .follow_ups
+                    .drain(..)
+                    .map(|text| (QueueKind::FollowUp, text)),
+            );
             dropped
         };
         for (queue, text) in dropped {
@@ -259,9 +289,12 @@ impl RunShared {
                 None,
                 RunEventKind::RunSettled { message },
             ),
-            Outcome::Cancelled { reason, last } => {
-                (RunState::Cancelled, last, None, RunEventKind::RunCancelled { reason })
-            }
+            Outcome::Cancelled { reason, last } => (
+                RunState::Cancelled,
+                last,
+                None,
+                RunEventKind::RunCancelled { reason },
+            ),
             Outcome::Failed { error, last } => (
                 RunState::Failed,
                 last,
@@ -282,11 +315,17 @@ impl RunShared {
 
     fn control(&self) -> MutexGuard<'_, Control> {
         // The lock is never held across code that can panic; recover the data.
-        self.control.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.control
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn permissions(&self) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionResolution>>> {
-        self.permissions.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn permissions(
+        &self,
+    ) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionResolution>>> {
+        self.permissions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

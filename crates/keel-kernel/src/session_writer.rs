@@ -21,7 +21,10 @@ pub(crate) struct SessionWriter {
 }
 
 impl SessionWriter {
-    pub(crate) async fn open(store: Arc<dyn SessionStore>, session_id: String) -> Result<Self, SessionError> {
+    pub(crate) async fn open(
+        store: Arc<dyn SessionStore>,
+        session_id: String,
+    ) -> Result<Self, SessionError> {
         let leaf = store.leaf(&session_id).await?;
         Ok(Self {
             store,
@@ -36,7 +39,11 @@ impl SessionWriter {
     }
 
     /// Appends `payloads` atomically as a chain below the current leaf.
-    pub(crate) async fn append(&self, emitter: &Emitter, payloads: Vec<EntryPayload>) -> Result<Vec<Entry>, SessionError> {
+    pub(crate) async fn append(
+        &self,
+        emitter: &Emitter,
+        payloads: Vec<EntryPayload>,
+    ) -> Result<Vec<Entry>, SessionError> {
         let mut leaf = self.leaf.lock().await;
         let mut parent = leaf.clone();
         let timestamp = now_ms();
@@ -44,13 +51,12 @@ impl SessionWriter {
             .into_iter()
             .map(|payload| {
                 let id = new_id();
-                let entry = Entry {
+                Entry {
                     id: id.clone(),
                     parent_id: parent.replace(id),
                     timestamp,
                     payload,
-                };
-                entry
+                }
             })
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;

@@ -9,9 +9,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EntryPayload, OperationIntent, PermissionDecision,
-    PermissionMode, PermissionResolution, RunEventKind, ToolCall, ToolErrorCode,
-    ToolResultError, ToolResultMessage, ToolStatus,
+    BatchMode, DecisionSource, EntryPayload, OperationIntent, PermissionDecision, PermissionMode,
+    PermissionResolution, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
+    ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
 use keel_tools::scheduler;
@@ -36,7 +36,10 @@ pub(crate) struct ToolRunner<'a> {
 
 impl ToolRunner<'_> {
     /// Runs the batch and returns the results in call order.
-    pub(crate) async fn run_batch(&self, calls: &[ToolCall]) -> Result<Vec<ToolResultMessage>, SessionError> {
+    pub(crate) async fn run_batch(
+        &self,
+        calls: &[ToolCall],
+    ) -> Result<Vec<ToolResultMessage>, SessionError> {
         let mode = self.parts.tools.batch_mode(calls);
         let outcome = scheduler::run_batch(calls.len(), mode, |index| async move {
             match calls.get(index) {
@@ -48,7 +51,11 @@ impl ToolRunner<'_> {
         outcome.results.into_iter().collect()
     }
 
-    async fn run_one(&self, call: &ToolCall, batch_mode: BatchMode) -> Result<ToolResultMessage, SessionError> {
+    async fn run_one(
+        &self,
+        call: &ToolCall,
+        batch_mode: BatchMode,
+    ) -> Result<ToolResultMessage, SessionError> {
         let span = tracing::info_span!(
             "execute_tool",
             otel.name = format!("execute_tool {}", call.name),
@@ -64,14 +71,19 @@ impl ToolRunner<'_> {
                 batch_mode,
             });
             let result = self.prepare_and_execute(call).await?;
-            self.shared.emitter.emit(RunEventKind::ToolExecutionEnd { result: result.clone() });
+            self.shared.emitter.emit(RunEventKind::ToolExecutionEnd {
+                result: result.clone(),
+            });
             Ok(result)
         }
         .instrument(span)
         .await
     }
 
-    async fn prepare_and_execute(&self, call: &ToolCall) -> Result<ToolResultMessage, SessionError> {
+    async fn prepare_and_execute(
+        &self,
+        call: &ToolCall,
+    ) -> Result<ToolResultMessage, SessionError> {
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return Ok(to_result(call, Err(error)));
@@ -80,7 +92,9 @@ impl ToolRunner<'_> {
             Ok(prepared) => prepared,
             Err(error) => return Ok(to_result(call, Err(error))),
         };
-        let intent = prepared.tool.intent(&prepared.arguments, &self.parts.workspace);
+        let intent = prepared
+            .tool
+            .intent(&prepared.arguments, &self.parts.workspace);
         if let Some(denial) = self.authorize(call, &prepared.arguments, intent).await? {
             return Ok(to_result(call, Err(denial)));
         }
@@ -88,19 +102,28 @@ impl ToolRunner<'_> {
     }
 
     /// Decides whether the call may run; `Some(error)` when it may not.
-    async fn authorize(&self, call: &ToolCall, arguments: &Value, intent: OperationIntent) -> Result<Option<ToolError>, SessionError> {
-        let (resolution, source, reason) = match self.parts.policy.evaluate(self.mode, &call.name, &intent) {
-            PolicyDecision::Allow => (
-                PermissionResolution::Approved,
-                DecisionSource::Policy,
-                format!("allowed in {} mode", self.mode.as_str()),
-            ),
-            PolicyDecision::Deny(reason) => (PermissionResolution::Denied, DecisionSource::Policy, reason),
-            PolicyDecision::Ask(reason) => {
-                let (resolution, source) = self.ask_host(call, arguments, &intent, &reason).await;
-                (resolution, source, reason)
-            }
-        };
+    async fn authorize(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        intent: OperationIntent,
+    ) -> Result<Option<ToolError>, SessionError> {
+        let (resolution, source, reason) =
+            match self.parts.policy.evaluate(self.mode, &call.name, &intent) {
+                PolicyDecision::Allow => (
+                    PermissionResolution::Approved,
+                    DecisionSource::Policy,
+                    format!("allowed in {} mode", self.mode.as_str()),
+                ),
+                PolicyDecision::Deny(reason) => {
+                    (PermissionResolution::Denied, DecisionSource::Policy, reason)
+                }
+                PolicyDecision::Ask(reason) => {
+                    let (resolution, source) =
+                        self.ask_host(call, arguments, &intent, &reason).await;
+                    (resolution, source, reason)
+                }
+            };
         let decision = PermissionDecision {
             call_id: call.id.clone(),
             tool_name: call.name.clone(),
@@ -112,12 +135,19 @@ impl ToolRunner<'_> {
             reason: reason.clone(),
         };
         self.writer
-            .append(&self.shared.emitter, vec![EntryPayload::PermissionDecision { decision }])
+            .append(
+                &self.shared.emitter,
+                vec![EntryPayload::PermissionDecision { decision }],
+            )
             .await?;
         Ok(match (resolution, source) {
             (PermissionResolution::Approved, _) => None,
-            (PermissionResolution::Denied, DecisionSource::Policy) => Some(denied(format!("Permission denied: {reason}"))),
-            (PermissionResolution::Denied, DecisionSource::Host) => Some(denied("Permission denied by the host".into())),
+            (PermissionResolution::Denied, DecisionSource::Policy) => {
+                Some(denied(format!("Permission denied: {reason}")))
+            }
+            (PermissionResolution::Denied, DecisionSource::Host) => {
+                Some(denied("Permission denied by the host".into()))
+            }
             (PermissionResolution::Denied, DecisionSource::Kernel) => Some(ToolError::new(
                 ToolErrorCode::Cancelled,
                 "Not run: the run was cancelled while waiting for permission",
@@ -125,7 +155,13 @@ impl ToolRunner<'_> {
         })
     }
 
-    async fn ask_host(&self, call: &ToolCall, arguments: &Value, intent: &OperationIntent, reason: &str) -> (PermissionResolution, DecisionSource) {
+    async fn ask_host(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        intent: &OperationIntent,
+        reason: &str,
+    ) -> (PermissionResolution, DecisionSource) {
         let number = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let bound = binding(&call.id, &call.name, arguments, intent);
         let request_id = format!("perm-{number}-{}", bound.get(..16).unwrap_or(&bound));
@@ -155,7 +191,11 @@ impl ToolRunner<'_> {
     }
 
     /// Executes the tool, forwarding its progress before its end event.
-    async fn execute(&self, call: &ToolCall, prepared: PreparedCall) -> Result<ToolOutput, ToolError> {
+    async fn execute(
+        &self,
+        call: &ToolCall,
+        prepared: PreparedCall,
+    ) -> Result<ToolOutput, ToolError> {
         let (sender, mut progress) = mpsc::unbounded_channel();
         let context = ToolContext {
             call_id: call.id.clone(),
@@ -175,7 +215,9 @@ impl ToolRunner<'_> {
             }
         };
         while let Ok((call_id, progress)) = progress.try_recv() {
-            self.shared.emitter.emit(RunEventKind::ToolExecutionUpdate { call_id, progress });
+            self.shared
+                .emitter
+                .emit(RunEventKind::ToolExecutionUpdate { call_id, progress });
         }
         outcome
     }
@@ -186,7 +228,10 @@ fn denied(message: String) -> ToolError {
 }
 
 /// Turns a tool outcome into the authoritative ToolResult.
-pub(crate) fn to_result(call: &ToolCall, outcome: Result<ToolOutput, ToolError>) -> ToolResultMessage {
+pub(crate) fn to_result(
+    call: &ToolCall,
+    outcome: Result<ToolOutput, ToolError>,
+) -> ToolResultMessage {
     match outcome {
         Ok(output) => ToolResultMessage {
             call_id: call.id.clone(),

@@ -34,7 +34,11 @@ enum Stop {
 
 impl From<SessionError> for Stop {
     fn from(error: SessionError) -> Self {
-        Stop::Failed(RunError::new(ErrorSource::Kernel, "session_store", error.to_string()))
+        Stop::Failed(RunError::new(
+            ErrorSource::Kernel,
+            "session_store",
+            error.to_string(),
+        ))
     }
 }
 
@@ -47,7 +51,10 @@ pub(crate) async fn run(parts: Arc<KernelParts>, shared: Arc<RunShared>, spec: R
         gen_ai.request.model = %parts.model,
         gen_ai.conversation.id = %shared.session_id,
     );
-    let mut run = match TurnLoop::open(&parts, &shared, &spec).instrument(span.clone()).await {
+    let mut run = match TurnLoop::open(&parts, &shared, &spec)
+        .instrument(span.clone())
+        .await
+    {
         Ok(run) => run,
         Err(stop) => return stop.into_outcome(None),
     };
@@ -85,7 +92,11 @@ struct TurnLoop<'a> {
 }
 
 impl<'a> TurnLoop<'a> {
-    async fn open(parts: &'a KernelParts, shared: &'a RunShared, spec: &RunSpec) -> Result<Self, Stop> {
+    async fn open(
+        parts: &'a KernelParts,
+        shared: &'a RunShared,
+        spec: &RunSpec,
+    ) -> Result<Self, Stop> {
         shared.emitter.emit(RunEventKind::RunStarted {
             provider: parts.provider.name().to_owned(),
             model: parts.model.clone(),
@@ -122,7 +133,9 @@ impl<'a> TurnLoop<'a> {
             tools: self.parts.tools.names(),
         };
         if context::last_configuration(&branch) != Some(&configuration) {
-            self.writer.append(&self.shared.emitter, vec![configuration]).await?;
+            self.writer
+                .append(&self.shared.emitter, vec![configuration])
+                .await?;
         }
         Ok(())
     }
@@ -132,7 +145,10 @@ impl<'a> TurnLoop<'a> {
         loop {
             let settled = self.run_turns().await?;
             match self.shared.take_follow_up_or_close() {
-                Some(text) => self.add_user_message(&text, Some(QueueKind::FollowUp)).await?,
+                Some(text) => {
+                    self.add_user_message(&text, Some(QueueKind::FollowUp))
+                        .await?
+                }
                 None => return Ok(settled),
             }
         }
@@ -144,14 +160,18 @@ impl<'a> TurnLoop<'a> {
         loop {
             self.check_turn_budget()?;
             self.turn += 1;
-            self.shared.emitter.emit(RunEventKind::TurnStart { turn: self.turn });
+            self.shared
+                .emitter
+                .emit(RunEventKind::TurnStart { turn: self.turn });
             let message = self.stream_with_retry().await?;
             self.last = Some(message.clone());
             let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
             if !calls.is_empty() {
                 self.run_tools(&calls).await?;
             }
-            self.shared.emitter.emit(RunEventKind::TurnEnd { turn: self.turn });
+            self.shared
+                .emitter
+                .emit(RunEventKind::TurnEnd { turn: self.turn });
             if self.shared.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
@@ -181,7 +201,12 @@ impl<'a> TurnLoop<'a> {
         let message = Message::User(UserMessage::text(text));
         let entries = self
             .writer
-            .append(&self.shared.emitter, vec![EntryPayload::Message { message: message.clone() }])
+            .append(
+                &self.shared.emitter,
+                vec![EntryPayload::Message {
+                    message: message.clone(),
+                }],
+            )
             .await?;
         if let (Some(queue), Some(entry)) = (queue, entries.first()) {
             self.shared.emitter.emit(RunEventKind::MessageInjected {
@@ -189,8 +214,12 @@ impl<'a> TurnLoop<'a> {
                 entry_id: entry.id.clone(),
             });
         }
-        self.shared.emitter.emit(RunEventKind::MessageStart { message: message.clone() });
-        self.shared.emitter.emit(RunEventKind::MessageEnd { message });
+        self.shared.emitter.emit(RunEventKind::MessageStart {
+            message: message.clone(),
+        });
+        self.shared
+            .emitter
+            .emit(RunEventKind::MessageEnd { message });
         Ok(())
     }
 
@@ -230,7 +259,10 @@ impl<'a> TurnLoop<'a> {
 
     /// One provider request: `Ok(Ok(message))` on `done`, `Ok(Err(error))` on
     /// a provider failure.
-    async fn stream_once(&self, request: ModelRequest) -> Result<Result<AssistantMessage, ProviderError>, Stop> {
+    async fn stream_once(
+        &self,
+        request: ModelRequest,
+    ) -> Result<Result<AssistantMessage, ProviderError>, Stop> {
         let span = tracing::info_span!(
             "chat",
             otel.name = format!("chat {}", request.model),
@@ -239,7 +271,10 @@ impl<'a> TurnLoop<'a> {
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
         );
-        let mut stream = self.parts.provider.stream(request, self.shared.cancel.child_token());
+        let mut stream = self
+            .parts
+            .provider
+            .stream(request, self.shared.cancel.child_token());
         let mut accumulator = Accumulator::default();
         let mut started = false;
         let result = async {
@@ -255,12 +290,16 @@ impl<'a> TurnLoop<'a> {
                     Err(error) => return Err(error),
                 };
                 if !matches!(event, keel_protocol::ProviderEvent::Error { .. }) {
-                    self.shared.emitter.emit(RunEventKind::MessageUpdate { delta: event });
+                    self.shared
+                        .emitter
+                        .emit(RunEventKind::MessageUpdate { delta: event });
                 }
                 match finished {
                     Some(Finished::Message(message)) => {
-                        tracing::Span::current().record("gen_ai.usage.input_tokens", message.usage.input_tokens);
-                        tracing::Span::current().record("gen_ai.usage.output_tokens", message.usage.output_tokens);
+                        tracing::Span::current()
+                            .record("gen_ai.usage.input_tokens", message.usage.input_tokens);
+                        tracing::Span::current()
+                            .record("gen_ai.usage.output_tokens", message.usage.output_tokens);
                         return Ok(message);
                     }
                     Some(Finished::Error(error)) => return Err(error),
@@ -280,9 +319,16 @@ impl<'a> TurnLoop<'a> {
     async fn persist_assistant(&self, message: AssistantMessage) -> Result<AssistantMessage, Stop> {
         let wrapped = Message::Assistant(message.clone());
         self.writer
-            .append(&self.shared.emitter, vec![EntryPayload::Message { message: wrapped.clone() }])
+            .append(
+                &self.shared.emitter,
+                vec![EntryPayload::Message {
+                    message: wrapped.clone(),
+                }],
+            )
             .await?;
-        self.shared.emitter.emit(RunEventKind::MessageEnd { message: wrapped });
+        self.shared
+            .emitter
+            .emit(RunEventKind::MessageEnd { message: wrapped });
         Ok(message)
     }
 
@@ -316,8 +362,12 @@ impl<'a> TurnLoop<'a> {
         self.writer.append(&self.shared.emitter, payloads).await?;
         for result in results {
             let message = Message::ToolResult(result);
-            self.shared.emitter.emit(RunEventKind::MessageStart { message: message.clone() });
-            self.shared.emitter.emit(RunEventKind::MessageEnd { message });
+            self.shared.emitter.emit(RunEventKind::MessageStart {
+                message: message.clone(),
+            });
+            self.shared
+                .emitter
+                .emit(RunEventKind::MessageEnd { message });
         }
         Ok(())
     }

@@ -16,10 +16,16 @@ use keel_tools::{Tool, ToolContext, ToolFuture, ToolOutput, Workspace};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
-fn kernel(script: &str, dir: &std::path::Path, extra: Vec<Arc<dyn Tool>>) -> (AgentKernel, Arc<MemoryStore>) {
+fn kernel(
+    script: &str,
+    dir: &std::path::Path,
+    extra: Vec<Arc<dyn Tool>>,
+) -> (AgentKernel, Arc<MemoryStore>) {
     let store = Arc::new(MemoryStore::new());
     let kernel = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(Script::from_json(script).unwrap())))
+        .provider(Arc::new(ScriptedProvider::new(
+            Script::from_json(script).unwrap(),
+        )))
         .workspace(Workspace::new(dir).unwrap())
         .store(store.clone())
         .tools(default_tools(BashOptions::default()))
@@ -49,7 +55,10 @@ async fn collect(run: &AgentRun) -> Vec<RunEvent> {
 fn assert_one_terminal_last(events: &[RunEvent]) {
     let terminal = events.iter().filter(|e| e.kind.is_terminal()).count();
     assert_eq!(terminal, 1, "exactly one terminal event");
-    assert!(events.last().unwrap().kind.is_terminal(), "terminal event is last");
+    assert!(
+        events.last().unwrap().kind.is_terminal(),
+        "terminal event is last"
+    );
     for (index, event) in events.iter().enumerate() {
         assert_eq!(event.seq, index as u64, "gapless seq");
     }
@@ -72,7 +81,10 @@ impl Tool for Sleepy {
         ExecutionMode::Parallel
     }
     fn intent(&self, _: &Value, _: &Workspace) -> keel_protocol::OperationIntent {
-        keel_protocol::OperationIntent::new(keel_protocol::IntentKind::Read, keel_protocol::IntentScope::Workspace)
+        keel_protocol::OperationIntent::new(
+            keel_protocol::IntentKind::Read,
+            keel_protocol::IntentScope::Workspace,
+        )
     }
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(async move {
@@ -81,7 +93,9 @@ impl Tool for Sleepy {
                 () = tokio::time::sleep(Duration::from_millis(ms)) => {}
                 () = context.cancel.cancelled() => return Err(keel_tools::ToolError::cancelled()),
             }
-            Ok(ToolOutput::text(arguments["tag"].as_str().unwrap_or_default().to_owned()))
+            Ok(ToolOutput::text(
+                arguments["tag"].as_str().unwrap_or_default().to_owned(),
+            ))
         })
     }
 }
@@ -96,7 +110,10 @@ async fn tool_results_return_in_call_order_whatever_the_completion_order() {
             {"type":"tool_call","name":"sleepy","arguments":{"ms":80,"tag":"third"}}]},
         {"expect":{"tool_results":3},"content":[{"type":"text","text":"done"}]}]}"#;
     let (kernel, store) = kernel(script, dir.path(), vec![Arc::new(Sleepy)]);
-    let run = kernel.create_run(spec("go", PermissionMode::Auto)).await.unwrap();
+    let run = kernel
+        .create_run(spec("go", PermissionMode::Auto))
+        .await
+        .unwrap();
     let events = collect(&run).await;
     assert_one_terminal_last(&events);
     let completion: Vec<String> = events
@@ -106,18 +123,28 @@ async fn tool_results_return_in_call_order_whatever_the_completion_order() {
             _ => None,
         })
         .collect();
-    assert_eq!(completion, ["second", "third", "first"], "ends arrive in completion order");
+    assert_eq!(
+        completion,
+        ["second", "third", "first"],
+        "ends arrive in completion order"
+    );
     let stored: Vec<String> = store
         .active_branch(run.session_id())
         .await
         .unwrap()
         .into_iter()
         .filter_map(|entry| match entry.payload {
-            EntryPayload::Message { message: Message::ToolResult(result) } => Some(result.text()),
+            EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } => Some(result.text()),
             _ => None,
         })
         .collect();
-    assert_eq!(stored, ["first", "second", "third"], "results are stored in call order");
+    assert_eq!(
+        stored,
+        ["first", "second", "third"],
+        "results are stored in call order"
+    );
     assert_eq!(run.result().await.state, RunState::Settled);
 }
 
@@ -128,7 +155,10 @@ async fn nothing_is_persisted_when_a_stream_fails_midway() {
         {"type":"tool_call","name":"write","arguments":{"path":"x","content":"y"}}],
         "error":{"kind":"invalid_request","message":"boom"}}]}"#;
     let (kernel, store) = kernel(script, dir.path(), vec![]);
-    let run = kernel.create_run(spec("go", PermissionMode::Auto)).await.unwrap();
+    let run = kernel
+        .create_run(spec("go", PermissionMode::Auto))
+        .await
+        .unwrap();
     let events = collect(&run).await;
     assert_one_terminal_last(&events);
     let result = run.result().await;
@@ -140,21 +170,44 @@ async fn nothing_is_persisted_when_a_stream_fails_midway() {
         .unwrap()
         .iter()
         .map(|entry| match &entry.payload {
-            EntryPayload::Message { message: Message::User(_) } => "user".to_owned(),
-            EntryPayload::Message { message: Message::Assistant(_) } => "assistant".to_owned(),
+            EntryPayload::Message {
+                message: Message::User(_),
+            } => "user".to_owned(),
+            EntryPayload::Message {
+                message: Message::Assistant(_),
+            } => "assistant".to_owned(),
             other => other.kind().to_owned(),
         })
         .collect();
-    assert_eq!(kinds, ["configuration", "user"], "no partial assistant message is stored");
-    assert!(!dir.path().join("x").exists(), "the streamed tool call never ran");
-    assert!(!events.iter().any(|e| matches!(e.kind, RunEventKind::MessageEnd { message: Message::Assistant(_) })));
+    assert_eq!(
+        kinds,
+        ["configuration", "user"],
+        "no partial assistant message is stored"
+    );
+    assert!(
+        !dir.path().join("x").exists(),
+        "the streamed tool call never ran"
+    );
+    assert!(!events.iter().any(|e| matches!(
+        e.kind,
+        RunEventKind::MessageEnd {
+            message: Message::Assistant(_)
+        }
+    )));
 }
 
 #[tokio::test]
 async fn a_second_event_consumer_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let (kernel, _) = kernel(r#"{"turns":[{"content":[{"type":"text","text":"hi"}]}]}"#, dir.path(), vec![]);
-    let run = kernel.create_run(spec("go", PermissionMode::Auto)).await.unwrap();
+    let (kernel, _) = kernel(
+        r#"{"turns":[{"content":[{"type":"text","text":"hi"}]}]}"#,
+        dir.path(),
+        vec![],
+    );
+    let run = kernel
+        .create_run(spec("go", PermissionMode::Auto))
+        .await
+        .unwrap();
     let _first = run.events().unwrap();
     assert_eq!(run.events().err(), Some(ControlError::EventStreamTaken));
     assert_eq!(run.result().await.state, RunState::Settled);
@@ -163,19 +216,40 @@ async fn a_second_event_consumer_is_refused() {
 #[tokio::test]
 async fn control_calls_are_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let (kernel, _) = kernel(r#"{"turns":[{"content":[{"type":"text","text":"hi"}]}]}"#, dir.path(), vec![]);
-    assert!(kernel.create_run(spec("  ", PermissionMode::Auto)).await.is_err(), "empty prompt refused");
-    let run = kernel.create_run(spec("go", PermissionMode::Auto)).await.unwrap();
+    let (kernel, _) = kernel(
+        r#"{"turns":[{"content":[{"type":"text","text":"hi"}]}]}"#,
+        dir.path(),
+        vec![],
+    );
+    assert!(
+        kernel
+            .create_run(spec("  ", PermissionMode::Auto))
+            .await
+            .is_err(),
+        "empty prompt refused"
+    );
+    let run = kernel
+        .create_run(spec("go", PermissionMode::Auto))
+        .await
+        .unwrap();
     assert_eq!(run.steer(" "), Err(ControlError::EmptyMessage));
     assert!(matches!(
         run.resolve_permission("perm-9-nope", keel_protocol::PermissionResolution::Approved),
         Err(ControlError::UnknownPermissionRequest(_))
     ));
     collect(&run).await;
-    assert_eq!(run.follow_up("more"), Err(ControlError::NotActive), "a settled run takes nothing");
+    assert_eq!(
+        run.follow_up("more"),
+        Err(ControlError::NotActive),
+        "a settled run takes nothing"
+    );
     run.cancel();
     run.cancel();
-    assert_eq!(run.result().await.state, RunState::Settled, "cancel after the end changes nothing");
+    assert_eq!(
+        run.result().await.state,
+        RunState::Settled,
+        "cancel after the end changes nothing"
+    );
 }
 
 #[tokio::test]
@@ -192,7 +266,10 @@ async fn bad_tool_input_becomes_typed_tool_results() {
             {"type":"tool_call","name":"read","arguments":{"path":"twice.txt","offset":0}}]},
         {"expect":{"tool_results":5},"content":[{"type":"text","text":"ok"}]}]}"#;
     let (kernel, _) = kernel(script, dir.path(), vec![]);
-    let run = kernel.create_run(spec("go", PermissionMode::Full)).await.unwrap();
+    let run = kernel
+        .create_run(spec("go", PermissionMode::Full))
+        .await
+        .unwrap();
     let events = collect(&run).await;
     let codes: Vec<Option<ToolErrorCode>> = events
         .iter()
@@ -214,7 +291,11 @@ async fn bad_tool_input_becomes_typed_tool_results() {
             Some(ToolErrorCode::InvalidArguments),
         ]
     );
-    assert_eq!(std::fs::read_to_string(dir.path().join("twice.txt")).unwrap(), "a\na\n", "nothing changed");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("twice.txt")).unwrap(),
+        "a\na\n",
+        "nothing changed"
+    );
     assert_eq!(run.result().await.state, RunState::Settled);
 }
 
@@ -225,7 +306,10 @@ async fn cancelling_a_long_bash_kills_its_whole_process_group() {
         "arguments":{"command":"sleep 100 & echo $! > pids; (sleep 100 & echo $! >> pids; wait) & sleep 100"}}]},
         {"content":[{"type":"text","text":"never"}]}]}"#;
     let (kernel, _) = kernel(script, dir.path(), vec![]);
-    let run = kernel.create_run(spec("go", PermissionMode::Full)).await.unwrap();
+    let run = kernel
+        .create_run(spec("go", PermissionMode::Full))
+        .await
+        .unwrap();
     let mut events = run.events().unwrap();
     let pids_file = dir.path().join("pids");
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -240,11 +324,16 @@ async fn cancelling_a_long_bash_kills_its_whole_process_group() {
     };
     run.cancel();
     let cancelled_at = Instant::now();
-    let alive = |pid: i32| nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() && !is_zombie(pid);
+    let alive = |pid: i32| {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() && !is_zombie(pid)
+    };
     while pids.iter().any(|&pid| alive(pid)) && cancelled_at.elapsed() < Duration::from_secs(1) {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(pids.iter().all(|&pid| !alive(pid)), "grandchildren still alive 1 s after cancel");
+    assert!(
+        pids.iter().all(|&pid| !alive(pid)),
+        "grandchildren still alive 1 s after cancel"
+    );
     let mut all = Vec::new();
     while let Some(event) = events.next().await {
         all.push(event);
@@ -255,7 +344,11 @@ async fn cancelling_a_long_bash_kills_its_whole_process_group() {
 
 fn is_zombie(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z')))
+        .map(|stat| {
+            stat.rsplit(')')
+                .next()
+                .is_some_and(|rest| rest.trim_start().starts_with('Z'))
+        })
         .unwrap_or(true)
 }
 

@@ -157,7 +157,11 @@ impl ProviderErrorKind {
     pub fn is_retryable(self) -> bool {
         matches!(
             self,
-            Self::RateLimited | Self::Overloaded | Self::ServerError | Self::Timeout | Self::StreamDropped
+            Self::RateLimited
+                | Self::Overloaded
+                | Self::ServerError
+                | Self::Timeout
+                | Self::StreamDropped
         )
     }
 

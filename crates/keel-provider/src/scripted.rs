@@ -145,8 +145,8 @@ pub enum ScriptError {
 impl Script {
     /// Parses and checks a script from JSON text.
     pub fn from_json(text: &str) -> Result<Self, ScriptError> {
-        let script: Script =
-            serde_json::from_str(text).map_err(|error| ScriptError::Malformed(error.to_string()))?;
+        let script: Script = serde_json::from_str(text)
+            .map_err(|error| ScriptError::Malformed(error.to_string()))?;
         script.check()?;
         Ok(script)
     }
@@ -165,17 +165,24 @@ impl Script {
             return Err(ScriptError::Invalid("the script has no turns".into()));
         }
         if self.chunk_chars == Some(0) {
-            return Err(ScriptError::Invalid("chunk_chars must be at least 1".into()));
+            return Err(ScriptError::Invalid(
+                "chunk_chars must be at least 1".into(),
+            ));
         }
         for (turn, spec) in self.turns.iter().enumerate() {
             for block in &spec.content {
-                if let ScriptBlock::ToolCall { name, arguments, arguments_raw, .. } = block {
-                    if arguments.is_some() == arguments_raw.is_some() {
-                        return Err(ScriptError::Invalid(format!(
-                            "turn {}: tool call `{name}` needs exactly one of `arguments` and `arguments_raw`",
-                            turn + 1
-                        )));
-                    }
+                if let ScriptBlock::ToolCall {
+                    name,
+                    arguments,
+                    arguments_raw,
+                    ..
+                } = block
+                    && arguments.is_some() == arguments_raw.is_some()
+                {
+                    return Err(ScriptError::Invalid(format!(
+                        "turn {}: tool call `{name}` needs exactly one of `arguments` and `arguments_raw`",
+                        turn + 1
+                    )));
                 }
             }
         }
@@ -201,14 +208,19 @@ impl ScriptedProvider {
 
     /// How many requests have been served.
     pub fn requests_served(&self) -> usize {
-        self.next_turn.lock().map(|guard| *guard).unwrap_or_default()
+        self.next_turn
+            .lock()
+            .map(|guard| *guard)
+            .unwrap_or_default()
     }
 
     fn take_turn(&self) -> Result<(usize, ScriptTurn), ProviderError> {
-        let mut next = self
-            .next_turn
-            .lock()
-            .map_err(|_| ProviderError::new(ProviderErrorKind::Protocol, "scripted provider state poisoned"))?;
+        let mut next = self.next_turn.lock().map_err(|_| {
+            ProviderError::new(
+                ProviderErrorKind::Protocol,
+                "scripted provider state poisoned",
+            )
+        })?;
         let index = *next;
         let turn = self.script.turns.get(index).cloned().ok_or_else(|| {
             ProviderError::new(
@@ -286,7 +298,10 @@ fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<Provid
                 }
                 events.push(ProviderEvent::TextEnd { index });
             }
-            ScriptBlock::Thinking { thinking, signature } => {
+            ScriptBlock::Thinking {
+                thinking,
+                signature,
+            } => {
                 events.push(ProviderEvent::ThinkingStart { index });
                 for delta in chunks(thinking, chunk) {
                     events.push(ProviderEvent::ThinkingDelta { index, delta });
@@ -296,7 +311,12 @@ fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<Provid
                     signature: signature.clone(),
                 });
             }
-            ScriptBlock::ToolCall { id, name, arguments, arguments_raw } => {
+            ScriptBlock::ToolCall {
+                id,
+                name,
+                arguments,
+                arguments_raw,
+            } => {
                 calls += 1;
                 let id = id
                     .clone()
@@ -331,7 +351,11 @@ fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<Provid
     if let Some(usage) = turn.usage {
         events.push(ProviderEvent::Usage { usage });
     }
-    let default_stop = if calls > 0 { StopReason::ToolUse } else { StopReason::Stop };
+    let default_stop = if calls > 0 {
+        StopReason::ToolUse
+    } else {
+        StopReason::Stop
+    };
     events.push(ProviderEvent::Done {
         stop_reason: turn.stop_reason.unwrap_or(default_stop),
     });
@@ -341,11 +365,18 @@ fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<Provid
 /// Splits `text` into pieces of at most `size` characters.
 fn chunks(text: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = text.chars().collect();
-    chars.chunks(size.max(1)).map(|piece| piece.iter().collect()).collect()
+    chars
+        .chunks(size.max(1))
+        .map(|piece| piece.iter().collect())
+        .collect()
 }
 
 /// Checks the request against the turn's expectation.
-fn check_expectation(index: usize, turn: &ScriptTurn, request: &ModelRequest) -> Result<(), ProviderError> {
+fn check_expectation(
+    index: usize,
+    turn: &ScriptTurn,
+    request: &ModelRequest,
+) -> Result<(), ProviderError> {
     let Some(expect) = &turn.expect else {
         return Ok(());
     };
@@ -355,35 +386,51 @@ fn check_expectation(index: usize, turn: &ScriptTurn, request: &ModelRequest) ->
             format!("script turn {} expectation failed: {what}", index + 1),
         ))
     };
-    if let Some(count) = expect.messages {
-        if request.messages.len() != count {
-            return fail(format!("expected {count} messages, request has {}", request.messages.len()));
-        }
+    if let Some(count) = expect.messages
+        && request.messages.len() != count
+    {
+        return fail(format!(
+            "expected {count} messages, request has {}",
+            request.messages.len()
+        ));
     }
     let trailing = trailing_tool_results(&request.messages);
-    if let Some(count) = expect.tool_results {
-        if trailing.len() != count {
-            return fail(format!("expected {count} tool results, request has {}", trailing.len()));
-        }
+    if let Some(count) = expect.tool_results
+        && trailing.len() != count
+    {
+        return fail(format!(
+            "expected {count} tool results, request has {}",
+            trailing.len()
+        ));
     }
-    if let Some(needle) = &expect.tool_result_contains {
-        if !trailing.iter().any(|text| text.contains(needle.as_str())) {
-            return fail(format!("no tool result contains {needle:?}"));
-        }
+    if let Some(needle) = &expect.tool_result_contains
+        && !trailing.iter().any(|text| text.contains(needle.as_str()))
+    {
+        return fail(format!("no tool result contains {needle:?}"));
     }
     if let Some(needle) = &expect.last_user_contains {
-        let last_user = request.messages.iter().rev().find_map(|message| match message {
-            Message::User(user) => Some(user.plain_text()),
-            _ => None,
-        });
+        let last_user = request
+            .messages
+            .iter()
+            .rev()
+            .find_map(|message| match message {
+                Message::User(user) => Some(user.plain_text()),
+                _ => None,
+            });
         if !last_user.is_some_and(|text| text.contains(needle.as_str())) {
             return fail(format!("the last user message does not contain {needle:?}"));
         }
     }
     if let Some(names) = &expect.tools {
-        let offered: Vec<&str> = request.tools.iter().map(|tool| tool.name.as_str()).collect();
+        let offered: Vec<&str> = request
+            .tools
+            .iter()
+            .map(|tool| tool.name.as_str())
+            .collect();
         if offered != names.iter().map(String::as_str).collect::<Vec<_>>() {
-            return fail(format!("expected tools {names:?}, request offers {offered:?}"));
+            return fail(format!(
+                "expected tools {names:?}, request offers {offered:?}"
+            ));
         }
     }
     Ok(())
@@ -427,12 +474,18 @@ mod tests {
     }
 
     async fn collect(provider: &ScriptedProvider) -> Vec<ProviderEvent> {
-        provider.stream(request(), CancellationToken::new()).collect().await
+        provider
+            .stream(request(), CancellationToken::new())
+            .collect()
+            .await
     }
 
     #[tokio::test]
     async fn streams_text_in_chunks_and_ends_with_done() {
-        let script = Script::from_json(r#"{"chunk_chars":2,"turns":[{"content":[{"type":"text","text":"héllo"}]}]}"#).unwrap();
+        let script = Script::from_json(
+            r#"{"chunk_chars":2,"turns":[{"content":[{"type":"text","text":"héllo"}]}]}"#,
+        )
+        .unwrap();
         let provider = ScriptedProvider::new(script);
         let events = collect(&provider).await;
         let deltas: Vec<_> = events
@@ -443,7 +496,12 @@ mod tests {
             })
             .collect();
         assert_eq!(deltas, ["hé", "ll", "o"]);
-        assert_eq!(events.last(), Some(&ProviderEvent::Done { stop_reason: StopReason::Stop }));
+        assert_eq!(
+            events.last(),
+            Some(&ProviderEvent::Done {
+                stop_reason: StopReason::Stop
+            })
+        );
     }
 
     #[tokio::test]
@@ -452,33 +510,59 @@ mod tests {
         let provider = ScriptedProvider::new(script);
         collect(&provider).await;
         let events = collect(&provider).await;
-        assert!(matches!(&events[..], [ProviderEvent::Error { error }] if error.kind == ProviderErrorKind::Protocol));
+        assert!(
+            matches!(&events[..], [ProviderEvent::Error { error }] if error.kind == ProviderErrorKind::Protocol)
+        );
     }
 
     #[tokio::test]
     async fn failed_expectation_is_a_protocol_error() {
-        let script = Script::from_json(r#"{"turns":[{"expect":{"messages":3},"content":[]}]}"#).unwrap();
+        let script =
+            Script::from_json(r#"{"turns":[{"expect":{"messages":3},"content":[]}]}"#).unwrap();
         let events = collect(&ScriptedProvider::new(script)).await;
-        let ProviderEvent::Error { error } = &events[0] else { panic!("expected error") };
-        assert!(error.message.contains("expected 3 messages, request has 1"), "{}", error.message);
+        let ProviderEvent::Error { error } = &events[0] else {
+            panic!("expected error")
+        };
+        assert!(
+            error.message.contains("expected 3 messages, request has 1"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
     fn malformed_scripts_are_refused() {
-        assert!(matches!(Script::from_json("{"), Err(ScriptError::Malformed(_))));
-        assert!(matches!(Script::from_json(r#"{"turns":[],"x":1}"#), Err(ScriptError::Malformed(_))));
-        assert!(matches!(Script::from_json(r#"{"turns":[]}"#), Err(ScriptError::Invalid(_))));
+        assert!(matches!(
+            Script::from_json("{"),
+            Err(ScriptError::Malformed(_))
+        ));
+        assert!(matches!(
+            Script::from_json(r#"{"turns":[],"x":1}"#),
+            Err(ScriptError::Malformed(_))
+        ));
+        assert!(matches!(
+            Script::from_json(r#"{"turns":[]}"#),
+            Err(ScriptError::Invalid(_))
+        ));
         let both = r#"{"turns":[{"content":[{"type":"tool_call","name":"read","arguments":{},"arguments_raw":"{}"}]}]}"#;
-        assert!(matches!(Script::from_json(both), Err(ScriptError::Invalid(_))));
+        assert!(matches!(
+            Script::from_json(both),
+            Err(ScriptError::Invalid(_))
+        ));
     }
 
     #[tokio::test]
     async fn cancel_ends_the_stream_with_cancelled() {
-        let script = Script::from_json(r#"{"turns":[{"delay_ms":50,"content":[{"type":"text","text":"long text here"}]}]}"#).unwrap();
+        let script = Script::from_json(
+            r#"{"turns":[{"delay_ms":50,"content":[{"type":"text","text":"long text here"}]}]}"#,
+        )
+        .unwrap();
         let provider = ScriptedProvider::new(script);
         let cancel = CancellationToken::new();
         cancel.cancel();
         let events: Vec<_> = provider.stream(request(), cancel).collect().await;
-        assert!(matches!(&events[..], [ProviderEvent::Error { error }] if error.kind == ProviderErrorKind::Cancelled));
+        assert!(
+            matches!(&events[..], [ProviderEvent::Error { error }] if error.kind == ProviderErrorKind::Cancelled)
+        );
     }
 }

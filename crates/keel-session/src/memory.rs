@@ -39,7 +39,11 @@ impl MemoryStore {
             .map_err(|_| SessionError::Io("memory store lock poisoned".into()))
     }
 
-    fn with_tree<T>(&self, session_id: &str, f: impl FnOnce(&mut Tree) -> Result<T, SessionError>) -> Result<T, SessionError> {
+    fn with_tree<T>(
+        &self,
+        session_id: &str,
+        f: impl FnOnce(&mut Tree) -> Result<T, SessionError>,
+    ) -> Result<T, SessionError> {
         let mut sessions = self.lock()?;
         let tree = sessions
             .get_mut(session_id)
@@ -61,7 +65,8 @@ impl Tree {
             match &entry.parent_id {
                 None if self.entries.is_empty() && position == 0 => {}
                 None => return Err(SessionError::SecondRoot(entry.id.clone())),
-                Some(parent) if self.index.contains_key(parent) || seen.contains(&parent.as_str()) => {}
+                Some(parent)
+                    if self.index.contains_key(parent) || seen.contains(&parent.as_str()) => {}
                 Some(parent) => {
                     return Err(SessionError::MissingParent {
                         entry_id: entry.id.clone(),
@@ -90,9 +95,9 @@ impl Tree {
 
     fn title(&self) -> Option<String> {
         self.entries.iter().find_map(|entry| match &entry.payload {
-            EntryPayload::Message { message: Message::User(user) } => {
-                Some(user.plain_text().chars().take(80).collect())
-            }
+            EntryPayload::Message {
+                message: Message::User(user),
+            } => Some(user.plain_text().chars().take(80).collect()),
             _ => None,
         })
     }
@@ -108,7 +113,7 @@ fn now_ms() -> TimestampMs {
 impl SessionStore for MemoryStore {
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
-            let id = new.id.unwrap_or_else(|| uuid_like());
+            let id = new.id.unwrap_or_else(uuid_like);
             let mut sessions = self.lock()?;
             if sessions.contains_key(&id) {
                 return Err(SessionError::SessionExists(id));
@@ -181,7 +186,11 @@ impl SessionStore for MemoryStore {
                     parent_session: tree.parent_session.clone(),
                 })
                 .collect();
-            infos.sort_by(|a, b| b.last_activity.cmp(&a.last_activity).then_with(|| a.id.cmp(&b.id)));
+            infos.sort_by(|a, b| {
+                b.last_activity
+                    .cmp(&a.last_activity)
+                    .then_with(|| a.id.cmp(&b.id))
+            });
             Ok(infos)
         })
     }
@@ -191,7 +200,11 @@ impl SessionStore for MemoryStore {
 fn uuid_like() -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    format!("mem-{}-{}", now_ms(), COUNTER.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "mem-{}-{}",
+        now_ms(),
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 #[cfg(test)]
@@ -204,7 +217,9 @@ mod tests {
             id: id.into(),
             parent_id: parent.map(Into::into),
             timestamp: 0,
-            payload: EntryPayload::Message { message: Message::User(UserMessage::text(id)) },
+            payload: EntryPayload::Message {
+                message: Message::User(UserMessage::text(id)),
+            },
         }
     }
 
@@ -212,12 +227,27 @@ mod tests {
     async fn append_moves_leaf_and_branch_follows_parents() {
         let store = MemoryStore::new();
         let s = store.create(NewSession::default()).await.unwrap();
-        store.append(&s, vec![entry("a", None), entry("b", Some("a"))]).await.unwrap();
+        store
+            .append(&s, vec![entry("a", None), entry("b", Some("a"))])
+            .await
+            .unwrap();
         store.append(&s, vec![entry("c", Some("a"))]).await.unwrap();
-        let ids: Vec<_> = store.active_branch(&s).await.unwrap().into_iter().map(|e| e.id).collect();
+        let ids: Vec<_> = store
+            .active_branch(&s)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(ids, ["a", "c"]);
         store.set_leaf(&s, "b").await.unwrap();
-        let ids: Vec<_> = store.active_branch(&s).await.unwrap().into_iter().map(|e| e.id).collect();
+        let ids: Vec<_> = store
+            .active_branch(&s)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
         assert_eq!(ids, ["a", "b"]);
     }
 
@@ -226,10 +256,18 @@ mod tests {
         let store = MemoryStore::new();
         let s = store.create(NewSession::default()).await.unwrap();
         store.append(&s, vec![entry("a", None)]).await.unwrap();
-        let bad = store.append(&s, vec![entry("b", Some("a")), entry("c", Some("zz"))]).await;
+        let bad = store
+            .append(&s, vec![entry("b", Some("a")), entry("c", Some("zz"))])
+            .await;
         assert!(matches!(bad, Err(SessionError::MissingParent { .. })));
-        assert!(matches!(store.append(&s, vec![entry("a", Some("a"))]).await, Err(SessionError::DuplicateEntry(_))));
-        assert!(matches!(store.append(&s, vec![entry("r", None)]).await, Err(SessionError::SecondRoot(_))));
+        assert!(matches!(
+            store.append(&s, vec![entry("a", Some("a"))]).await,
+            Err(SessionError::DuplicateEntry(_))
+        ));
+        assert!(matches!(
+            store.append(&s, vec![entry("r", None)]).await,
+            Err(SessionError::SecondRoot(_))
+        ));
         assert_eq!(store.entries(&s).await.unwrap().len(), 1);
         assert_eq!(store.leaf(&s).await.unwrap().as_deref(), Some("a"));
     }

@@ -29,14 +29,17 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
-    let assert = assert_cmd::Command::from_std(command).write_stdin(stdin).assert();
+    let assert = assert_cmd::Command::from_std(command)
+        .write_stdin(stdin)
+        .assert();
     let output = assert.get_output();
     let stdout = String::from_utf8(output.stdout.clone()).expect("stdout is UTF-8");
     let mut events = Vec::new();
     let mut result = Value::Null;
     let mut startup_error = None;
     for line in stdout.lines() {
-        let value: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        let value: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
         let single_key = value.as_object().is_some_and(|o| o.len() == 1);
         if let (true, Some(r)) = (single_key, value.get("result")) {
             result = r.clone();
@@ -68,12 +71,26 @@ fn check_stream_invariants(events: &[Value], result: &Value) {
     }
     let terminal: Vec<_> = events
         .iter()
-        .filter(|e| matches!(e["type"].as_str(), Some("run_settled" | "run_cancelled" | "run_failed")))
+        .filter(|e| {
+            matches!(
+                e["type"].as_str(),
+                Some("run_settled" | "run_cancelled" | "run_failed")
+            )
+        })
         .collect();
     assert_eq!(terminal.len(), 1, "exactly one terminal event");
-    assert!(std::ptr::eq(terminal[0], events.last().unwrap()), "the terminal event is last");
-    let state = terminal[0]["type"].as_str().unwrap().trim_start_matches("run_");
-    assert_eq!(result["state"], state, "the result agrees with the terminal event");
+    assert!(
+        std::ptr::eq(terminal[0], events.last().unwrap()),
+        "the terminal event is last"
+    );
+    let state = terminal[0]["type"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("run_");
+    assert_eq!(
+        result["state"], state,
+        "the result agrees with the terminal event"
+    );
 }
 
 /// One compact JSON line per event, without the volatile fields: run and
@@ -107,7 +124,8 @@ pub fn normalize(events: &[Value]) -> String {
             object.remove(volatile);
         }
         let starts_parallel = kind == "tool_execution_start" && event["batch_mode"] == "parallel";
-        let ends_region = kind == "message_start" || (kind == "session_entry" && event["kind"] == "message");
+        let ends_region =
+            kind == "message_start" || (kind == "session_entry" && event["kind"] == "message");
         if parallel.is_some() && ends_region {
             let mut region = parallel.take().unwrap();
             region.sort();
@@ -128,7 +146,10 @@ pub fn normalize(events: &[Value]) -> String {
         }
     }
     lines.push(format!("# message_queued: {queued:?}"));
-    lines.push(format!("# tool_execution_update events: {}", if updates > 0 { "some" } else { "none" }));
+    lines.push(format!(
+        "# tool_execution_update events: {}",
+        if updates > 0 { "some" } else { "none" }
+    ));
     lines.join("\n")
 }
 
@@ -164,5 +185,12 @@ fn rename_ids(value: &mut Value, ids: &mut HashMap<String, String>) {
 }
 
 fn is_uuid(text: &str) -> bool {
-    text.len() == 36 && text.chars().enumerate().all(|(i, c)| if [8, 13, 18, 23].contains(&i) { c == '-' } else { c.is_ascii_hexdigit() })
+    text.len() == 36
+        && text.chars().enumerate().all(|(i, c)| {
+            if [8, 13, 18, 23].contains(&i) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
 }
