@@ -102,6 +102,11 @@ fn print_human(event: &RunEvent) {
         } => {
             writeln!(out, "? permission for {tool_name}: {reason}")
         }
+        RunEventKind::PermissionResolved {
+            resolution, source, ..
+        } => {
+            writeln!(out, "  {resolution:?} by {source:?}")
+        }
         RunEventKind::ProviderRetry {
             attempt,
             max_attempts,

@@ -33,17 +33,30 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut events = run.events()?;
     while let Some(event) = events.next().await {
         match &event.kind {
-            RunEventKind::PermissionRequested { request_id, tool_name, .. } => {
+            RunEventKind::PermissionRequested {
+                request_id,
+                tool_name,
+                ..
+            } => {
                 println!("host approves {tool_name}");
                 run.resolve_permission(request_id, PermissionResolution::Approved)?;
             }
             RunEventKind::ToolExecutionEnd { result } => {
-                println!("{} -> {:?}: {}", result.tool_name, result.status, result.text());
+                println!(
+                    "{} -> {:?}: {}",
+                    result.tool_name,
+                    result.status,
+                    result.text()
+                );
             }
             _ => {}
         }
     }
     let result = run.result().await;
-    println!("{:?}: {}", result.state, result.message.map(|m| m.text()).unwrap_or_default());
+    println!(
+        "{:?}: {}",
+        result.state,
+        result.message.map(|m| m.text()).unwrap_or_default()
+    );
     Ok(())
 }

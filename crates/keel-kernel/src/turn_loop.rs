@@ -214,13 +214,17 @@ impl<'a> TurnLoop<'a> {
                 entry_id: entry.id.clone(),
             });
         }
-        self.shared.emitter.emit(RunEventKind::MessageStart {
+        self.report_complete(message);
+        Ok(())
+    }
+
+    /// Reports a message that is complete when it starts (user, tool result).
+    fn report_complete(&self, message: Message) {
+        let emitter = &self.shared.emitter;
+        emitter.emit(RunEventKind::MessageStart {
             message: message.clone(),
         });
-        self.shared
-            .emitter
-            .emit(RunEventKind::MessageEnd { message });
-        Ok(())
+        emitter.emit(RunEventKind::MessageEnd { message });
     }
 
     /// Streams one response, retrying retryable errors, and persists it.
@@ -361,13 +365,7 @@ impl<'a> TurnLoop<'a> {
             .collect();
         self.writer.append(&self.shared.emitter, payloads).await?;
         for result in results {
-            let message = Message::ToolResult(result);
-            self.shared.emitter.emit(RunEventKind::MessageStart {
-                message: message.clone(),
-            });
-            self.shared
-                .emitter
-                .emit(RunEventKind::MessageEnd { message });
+            self.report_complete(Message::ToolResult(result));
         }
         Ok(())
     }
