@@ -227,19 +227,19 @@ impl RunShared {
         self.control().steering.drain(..).collect()
     }
 
-    /// Takes the next follow-up, or stops accepting messages when there is
-    /// none (the run is about to settle).
-    pub(crate) fn take_follow_up_or_close(&self) -> Option<String> {
+    /// Takes the next message to inject when the run would settle: steering
+    /// that arrived after the last drain point first, then one follow-up.
+    /// With neither, the run stops accepting messages (it is about to settle).
+    pub(crate) fn take_pending_or_close(&self) -> Option<(QueueKind, String)> {
         let mut control = self.control();
-        if !control.steering.is_empty() {
-            // Steering that arrived after the last drain point still counts.
-            return control.steering.pop_front();
+        if let Some(text) = control.steering.pop_front() {
+            return Some((QueueKind::Steer, text));
         }
-        let next = control.follow_ups.pop_front();
-        if next.is_none() {
-            control.accepting = false;
+        if let Some(text) = control.follow_ups.pop_front() {
+            return Some((QueueKind::FollowUp, text));
         }
-        next
+        control.accepting = false;
+        None
     }
 
     /// Registers a pending permission request.

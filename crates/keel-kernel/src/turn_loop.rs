@@ -144,11 +144,8 @@ impl<'a> TurnLoop<'a> {
         self.add_user_message(prompt, None).await?;
         loop {
             let settled = self.run_turns().await?;
-            match self.shared.take_follow_up_or_close() {
-                Some(text) => {
-                    self.add_user_message(&text, Some(QueueKind::FollowUp))
-                        .await?
-                }
+            match self.shared.take_pending_or_close() {
+                Some((queue, text)) => self.add_user_message(&text, Some(queue)).await?,
                 None => return Ok(settled),
             }
         }
