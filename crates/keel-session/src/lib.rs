@@ -10,11 +10,14 @@
 //! entry's parent is already stored (or earlier in the same group); only the
 //! first entry of a session may be a root; nothing stored is ever changed.
 
+pub mod conformance;
+pub mod jsonl;
 pub mod memory;
 
 use futures::future::BoxFuture;
 use keel_protocol::{Entry, TimestampMs};
 
+pub use jsonl::{JsonlStore, Snapshot};
 pub use memory::MemoryStore;
 
 /// The future a store operation returns.
@@ -34,6 +37,16 @@ pub trait SessionStore: Send + Sync {
     /// The entries from the root to the active leaf.
     fn active_branch<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>>;
 
+    /// The part of the active branch a model request needs: from the latest
+    /// checkpoint's first kept entry (or the root) to the leaf.
+    fn context_branch<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>> {
+        Box::pin(async move {
+            Ok(from_latest_checkpoint(
+                self.active_branch(session_id).await?,
+            ))
+        })
+    }
+
     /// Moves the active leaf to an existing entry (a branch switch).
     fn set_leaf<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, ()>;
 
@@ -42,6 +55,83 @@ pub trait SessionStore: Send + Sync {
 
     /// Summaries of all sessions, newest activity first.
     fn list(&self) -> StoreFuture<'_, Vec<SessionInfo>>;
+
+    /// Starts a new session holding the path from the root to `entry_id`
+    /// (same entry ids), naming `session_id` as its parent; returns its id.
+    fn fork<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let entries = self.entries(session_id).await?;
+            let path = path_to(&entries, entry_id).ok_or_else(|| SessionError::EntryNotFound {
+                session_id: session_id.to_owned(),
+                entry_id: entry_id.to_owned(),
+            })?;
+            let new = NewSession {
+                parent_session: Some(session_id.to_owned()),
+                ..NewSession::default()
+            };
+            let id = self.create(new).await?;
+            self.append(&id, path).await?;
+            Ok(id)
+        })
+    }
+}
+
+/// Trims a branch to what a model request needs: from the latest
+/// checkpoint's first kept entry (or the checkpoint itself) to the leaf.
+pub fn from_latest_checkpoint(mut branch: Vec<Entry>) -> Vec<Entry> {
+    let Some(checkpoint_at) = branch.iter().rposition(|entry| {
+        matches!(
+            entry.payload,
+            keel_protocol::EntryPayload::Checkpoint { .. }
+        )
+    }) else {
+        return branch;
+    };
+    let first_kept = match &branch[checkpoint_at].payload {
+        keel_protocol::EntryPayload::Checkpoint {
+            first_kept_entry_id,
+            ..
+        } => Some(first_kept_entry_id.clone()),
+        _ => None,
+    };
+    let start = first_kept
+        .and_then(|id| branch.iter().position(|entry| entry.id == id))
+        .unwrap_or(checkpoint_at)
+        .min(checkpoint_at);
+    branch.split_off(start)
+}
+
+/// The entries from the root to `entry_id`, or `None` if it is not there.
+fn path_to(entries: &[Entry], entry_id: &str) -> Option<Vec<Entry>> {
+    let by_id: std::collections::HashMap<&str, &Entry> = entries
+        .iter()
+        .map(|entry| (entry.id.as_str(), entry))
+        .collect();
+    let mut path = Vec::new();
+    let mut cursor = Some(entry_id);
+    while let Some(id) = cursor {
+        let entry = by_id.get(id)?;
+        path.push((*entry).clone());
+        cursor = entry.parent_id.as_deref();
+        if path.len() > entries.len() {
+            return None;
+        }
+    }
+    path.reverse();
+    Some(path)
+}
+
+/// A damaged tail found when a session file was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// Where the last complete group ends (the file is cut here).
+    pub offset: u64,
+    /// How many bytes follow it.
+    pub bytes: u64,
+    /// The 1-based line where the damage starts.
+    pub line: usize,
+    /// What is wrong there.
+    pub reason: String,
 }
 
 /// What a new session starts with.
@@ -64,12 +154,16 @@ pub struct SessionInfo {
     pub title: Option<String>,
     /// Number of entries.
     pub entries: usize,
+    /// Size on disk, in bytes (0 for stores without files).
+    pub bytes: u64,
     /// When the session was created.
     pub created: TimestampMs,
     /// When the last entry was appended.
     pub last_activity: TimestampMs,
     /// The session this one was forked from.
     pub parent_session: Option<String>,
+    /// Why the session could not be read completely, if it could not.
+    pub problem: Option<String>,
 }
 
 /// Why a store operation failed. Nothing already stored is changed by a failure.
@@ -109,4 +203,42 @@ pub enum SessionError {
     /// The store's medium failed.
     #[error("session store I/O error: {0}")]
     Io(String),
+    /// The id cannot name a session (only letters, digits, `-` and `_`).
+    #[error("`{0}` is not a valid session id (use 1-128 letters, digits, `-` or `_`)")]
+    InvalidId(String),
+    /// Another writer holds the session.
+    #[error(
+        "session `{0}` is open for writing elsewhere (another process or store); a session has one writer"
+    )]
+    Locked(String),
+    /// The file is not a Keel session.
+    #[error("{path} is not a Keel session: {reason}")]
+    NotASession {
+        /// The file.
+        path: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The file was written by a newer Keel.
+    #[error(
+        "{path} has session format version {found}; this build reads up to version {supported}, so upgrade Keel"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        path: String,
+        /// The version in the file.
+        found: u64,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+    /// The file is damaged before its tail.
+    #[error("{path}:{line}: session file is damaged: {reason}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// The 1-based line (0 when found re-reading an entry).
+        line: usize,
+        /// What is wrong there.
+        reason: String,
+    },
 }

@@ -181,9 +181,11 @@ impl SessionStore for MemoryStore {
                     id: id.clone(),
                     title: tree.title(),
                     entries: tree.entries.len(),
+                    bytes: 0,
                     created: tree.created,
                     last_activity: tree.last_activity,
                     parent_session: tree.parent_session.clone(),
+                    problem: None,
                 })
                 .collect();
             infos.sort_by(|a, b| {

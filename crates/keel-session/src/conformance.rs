@@ -1,0 +1,307 @@
+//! The conformance suite every [`SessionStore`] must pass.
+//!
+//! One set of checks, written once against the trait, run by each store's
+//! tests (`conformance::run_all(&factory)`). A new store is done when this
+//! passes; a behaviour a store relies on belongs here, not in one store's
+//! own tests. Each check gets a fresh store from the factory and panics with
+//! a message naming the broken guarantee.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use keel_protocol::{Entry, EntryPayload, Message, UserMessage};
+
+use crate::{NewSession, SessionError, SessionStore};
+
+/// Makes a fresh, empty store for one check.
+pub type Factory<'a> = &'a dyn Fn() -> Arc<dyn SessionStore>;
+
+/// Runs every check against stores made by `factory`.
+pub async fn run_all(factory: Factory<'_>) {
+    appends_move_the_leaf_and_build_the_branch(factory()).await;
+    invalid_appends_change_nothing(factory()).await;
+    branch_switches_move_the_leaf(factory()).await;
+    forks_copy_the_path_and_name_their_parent(factory()).await;
+    unknown_sessions_are_refused(factory()).await;
+    listing_shows_every_session_newest_first(factory()).await;
+    context_branch_starts_at_the_latest_checkpoint(factory()).await;
+    concurrent_appends_all_land(factory()).await;
+}
+
+/// A user-message entry `id` under `parent`.
+pub fn entry(id: &str, parent: Option<&str>) -> Entry {
+    Entry {
+        id: id.into(),
+        parent_id: parent.map(Into::into),
+        timestamp: 1,
+        payload: EntryPayload::Message {
+            message: Message::User(UserMessage::text(format!("message {id}"))),
+        },
+    }
+}
+
+fn ids(entries: &[Entry]) -> Vec<&str> {
+    entries.iter().map(|entry| entry.id.as_str()).collect()
+}
+
+async fn appends_move_the_leaf_and_build_the_branch(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    assert_eq!(
+        store.leaf(&s).await.unwrap(),
+        None,
+        "a new session has no leaf"
+    );
+    assert!(
+        store.active_branch(&s).await.unwrap().is_empty(),
+        "a new session has no branch"
+    );
+    store
+        .append(&s, vec![entry("a", None), entry("b", Some("a"))])
+        .await
+        .unwrap();
+    store.append(&s, vec![entry("c", Some("b"))]).await.unwrap();
+    assert_eq!(
+        store.leaf(&s).await.unwrap().as_deref(),
+        Some("c"),
+        "the leaf is the last appended entry"
+    );
+    assert_eq!(
+        ids(&store.active_branch(&s).await.unwrap()),
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        store.active_branch(&s).await.unwrap()[1],
+        entry("b", Some("a")),
+        "entries come back unchanged"
+    );
+    let explicit = store
+        .create(NewSession {
+            id: Some("named-1".into()),
+            ..NewSession::default()
+        })
+        .await
+        .unwrap();
+    assert_eq!(explicit, "named-1");
+    let again = store
+        .create(NewSession {
+            id: Some("named-1".into()),
+            ..NewSession::default()
+        })
+        .await;
+    assert!(
+        matches!(again, Err(SessionError::SessionExists(_))),
+        "ids are unique: {again:?}"
+    );
+}
+
+async fn invalid_appends_change_nothing(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    store.append(&s, vec![entry("a", None)]).await.unwrap();
+    let missing = store
+        .append(&s, vec![entry("b", Some("a")), entry("c", Some("nope"))])
+        .await;
+    assert!(
+        matches!(missing, Err(SessionError::MissingParent { .. })),
+        "missing parent: {missing:?}"
+    );
+    let duplicate = store.append(&s, vec![entry("a", Some("a"))]).await;
+    assert!(
+        matches!(duplicate, Err(SessionError::DuplicateEntry(_))),
+        "duplicate: {duplicate:?}"
+    );
+    let root = store.append(&s, vec![entry("r", None)]).await;
+    assert!(
+        matches!(root, Err(SessionError::SecondRoot(_))),
+        "second root: {root:?}"
+    );
+    let empty = store.append(&s, vec![]).await;
+    assert!(
+        matches!(empty, Err(SessionError::EmptyAppend)),
+        "empty: {empty:?}"
+    );
+    assert_eq!(
+        ids(&store.entries(&s).await.unwrap()),
+        ["a"],
+        "a refused group leaves nothing behind"
+    );
+    assert_eq!(store.leaf(&s).await.unwrap().as_deref(), Some("a"));
+    store.append(&s, vec![entry("b", Some("a"))]).await.unwrap();
+    assert_eq!(
+        ids(&store.entries(&s).await.unwrap()),
+        ["a", "b"],
+        "the store still works after a refusal"
+    );
+}
+
+async fn branch_switches_move_the_leaf(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    store
+        .append(&s, vec![entry("a", None), entry("b", Some("a"))])
+        .await
+        .unwrap();
+    store.set_leaf(&s, "a").await.unwrap();
+    store.append(&s, vec![entry("c", Some("a"))]).await.unwrap();
+    assert_eq!(
+        ids(&store.active_branch(&s).await.unwrap()),
+        ["a", "c"],
+        "the new branch grows from the leaf"
+    );
+    store.set_leaf(&s, "b").await.unwrap();
+    assert_eq!(ids(&store.active_branch(&s).await.unwrap()), ["a", "b"]);
+    let unknown = store.set_leaf(&s, "zz").await;
+    assert!(
+        matches!(unknown, Err(SessionError::EntryNotFound { .. })),
+        "unknown leaf: {unknown:?}"
+    );
+    assert_eq!(
+        store.leaf(&s).await.unwrap().as_deref(),
+        Some("b"),
+        "a refused switch leaves the leaf"
+    );
+    assert_eq!(
+        ids(&store.entries(&s).await.unwrap()),
+        ["a", "b", "c"],
+        "switching never removes entries"
+    );
+}
+
+async fn forks_copy_the_path_and_name_their_parent(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    store
+        .append(
+            &s,
+            vec![
+                entry("a", None),
+                entry("b", Some("a")),
+                entry("c", Some("b")),
+            ],
+        )
+        .await
+        .unwrap();
+    let fork = store.fork(&s, "b").await.unwrap();
+    assert_ne!(fork, s);
+    assert_eq!(
+        ids(&store.active_branch(&fork).await.unwrap()),
+        ["a", "b"],
+        "the fork holds root→entry"
+    );
+    assert_eq!(
+        ids(&store.active_branch(&s).await.unwrap()),
+        ["a", "b", "c"],
+        "the source is unchanged"
+    );
+    let listed = store.list().await.unwrap();
+    let info = listed
+        .iter()
+        .find(|info| info.id == fork)
+        .expect("the fork is listed");
+    assert_eq!(
+        info.parent_session.as_deref(),
+        Some(s.as_str()),
+        "the fork names its parent"
+    );
+    let bad = store.fork(&s, "zz").await;
+    assert!(
+        matches!(bad, Err(SessionError::EntryNotFound { .. })),
+        "fork of unknown entry: {bad:?}"
+    );
+}
+
+async fn unknown_sessions_are_refused(store: Arc<dyn SessionStore>) {
+    let leaf = store.leaf("no-such-session").await;
+    assert!(
+        matches!(leaf, Err(SessionError::SessionNotFound(_))),
+        "unknown session: {leaf:?}"
+    );
+    let append = store
+        .append("no-such-session", vec![entry("a", None)])
+        .await;
+    assert!(
+        matches!(append, Err(SessionError::SessionNotFound(_))),
+        "append to unknown: {append:?}"
+    );
+}
+
+async fn listing_shows_every_session_newest_first(store: Arc<dyn SessionStore>) {
+    let old = store.create(NewSession::default()).await.unwrap();
+    store.append(&old, vec![entry("a", None)]).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let new = store.create(NewSession::default()).await.unwrap();
+    let mut newer = entry("x", None);
+    newer.timestamp = keel_now() + 1000;
+    store.append(&new, vec![newer]).await.unwrap();
+    let listed = store.list().await.unwrap();
+    let order: Vec<&str> = listed.iter().map(|info| info.id.as_str()).collect();
+    assert_eq!(order, [new.as_str(), old.as_str()], "newest activity first");
+    assert_eq!(listed[1].entries, 1);
+    assert_eq!(
+        listed[1].title.as_deref(),
+        Some("message a"),
+        "the title is the first user text"
+    );
+}
+
+async fn context_branch_starts_at_the_latest_checkpoint(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    let checkpoint = Entry {
+        id: "k".into(),
+        parent_id: Some("c".into()),
+        timestamp: 1,
+        payload: EntryPayload::Checkpoint {
+            summary: "a and b happened".into(),
+            first_kept_entry_id: "c".into(),
+        },
+    };
+    store
+        .append(
+            &s,
+            vec![
+                entry("a", None),
+                entry("b", Some("a")),
+                entry("c", Some("b")),
+                checkpoint,
+                entry("d", Some("k")),
+            ],
+        )
+        .await
+        .unwrap();
+    let context = store.context_branch(&s).await.unwrap();
+    let context_ids = ids(&context);
+    assert!(
+        context_ids.ends_with(&["c", "k", "d"]),
+        "the context keeps first-kept..leaf: {context_ids:?}"
+    );
+    assert!(
+        !context_ids.contains(&"a"),
+        "covered entries may be left out: {context_ids:?}"
+    );
+}
+
+async fn concurrent_appends_all_land(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    store.append(&s, vec![entry("root", None)]).await.unwrap();
+    let appends = (0..16).map(|n| {
+        let store = Arc::clone(&store);
+        let s = s.clone();
+        async move {
+            store
+                .append(&s, vec![entry(&format!("e{n}"), Some("root"))])
+                .await
+        }
+    });
+    for outcome in futures::future::join_all(appends).await {
+        outcome.unwrap();
+    }
+    assert_eq!(
+        store.entries(&s).await.unwrap().len(),
+        17,
+        "every concurrent append landed"
+    );
+}
+
+fn keel_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_millis() as u64)
+        .unwrap_or_default()
+}

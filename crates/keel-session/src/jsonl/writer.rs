@@ -1,0 +1,140 @@
+//! The single writer of one session file, with group commit.
+//!
+//! Appends are queued to a dedicated thread. The thread takes everything
+//! queued, writes it in one `write`, syncs once, then updates the index and
+//! acknowledges every append in the batch: concurrent appends share one
+//! fsync. A failed write is cut back off the file and poisons the session,
+//! so nothing unacknowledged is ever read back as if it were stored.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+
+use super::format::{self, Record};
+use super::index::Index;
+use super::meta;
+
+/// The in-memory side of an open session, shared by readers and the writer.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub(crate) index: Index,
+    /// Ids queued for writing but not yet acknowledged.
+    pub(crate) pending: Vec<String>,
+    /// Set after a failed write; the session must be reopened.
+    pub(crate) poisoned: Option<String>,
+}
+
+/// One queued append.
+pub(crate) struct Job {
+    pub(crate) records: Vec<Record>,
+    pub(crate) ack: oneshot::Sender<Result<(), String>>,
+}
+
+/// What the writer thread needs.
+pub(crate) struct WriterSetup {
+    pub(crate) file: File,
+    pub(crate) len: u64,
+    pub(crate) next_group: u64,
+    pub(crate) state: Arc<Mutex<State>>,
+    pub(crate) meta_path: PathBuf,
+    pub(crate) meta_base: meta::Meta,
+}
+
+/// Starts the writer thread; it runs until every sender is dropped.
+pub(crate) fn spawn(setup: WriterSetup, jobs: mpsc::Receiver<Job>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("keel-session-writer".into())
+        .spawn(move || run(setup, jobs))
+        .map(|_| ())
+}
+
+fn run(mut setup: WriterSetup, jobs: mpsc::Receiver<Job>) {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        while let Ok(job) = jobs.try_recv() {
+            batch.push(job);
+        }
+        let outcome = write_batch(&mut setup, &batch);
+        if let Err(reason) = &outcome {
+            tracing::error!(%reason, "session write failed; the session is poisoned");
+        }
+        for job in batch {
+            // The appender may have been dropped; the write stands regardless.
+            let _ = job.ack.send(outcome.clone());
+        }
+    }
+}
+
+fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<(), String> {
+    let first_group = setup.next_group;
+    let mut bytes = Vec::new();
+    for (offset, job) in batch.iter().enumerate() {
+        format::encode_group(
+            first_group,
+            first_group + offset as u64,
+            &job.records,
+            &mut bytes,
+        )
+        .map_err(|error| format!("cannot encode a record: {error}"))?;
+    }
+    let written = setup
+        .file
+        .write_all(&bytes)
+        .and_then(|()| setup.file.sync_data());
+    if let Err(error) = written {
+        // Cut the partial batch off so the file ends at the last good group.
+        let _ = setup
+            .file
+            .set_len(setup.len)
+            .and_then(|()| setup.file.sync_data());
+        let reason = format!("write failed: {error}");
+        poison(&setup.state, &reason);
+        return Err(reason);
+    }
+    let start = setup.len;
+    setup.len += bytes.len() as u64;
+    setup.next_group += batch.len() as u64;
+    index_batch(setup, batch, start, &bytes)
+}
+
+/// Adds the written records to the index, with the offsets of their lines.
+fn index_batch(setup: &WriterSetup, batch: &[Job], start: u64, bytes: &[u8]) -> Result<(), String> {
+    let mut state = setup
+        .state
+        .lock()
+        .map_err(|_| "session state lock poisoned".to_owned())?;
+    let mut offset = start;
+    let mut lines = bytes.split_inclusive(|&byte| byte == b'\n');
+    for record in batch.iter().flat_map(|job| &job.records) {
+        let line_len = lines.next().map(<[u8]>::len).unwrap_or_default() as u64;
+        let outcome = match record {
+            Record::Entry { entry } => {
+                state.pending.retain(|id| id != &entry.id);
+                state
+                    .index
+                    .push(entry, offset, line_len.saturating_sub(1) as u32)
+            }
+            Record::Leaf { leaf_id } => state.index.move_leaf(leaf_id),
+        };
+        if let Err(fault) = outcome {
+            let reason = format!("written record does not fit the tree: {fault:?}");
+            state.poisoned = Some(reason.clone());
+            return Err(reason);
+        }
+        offset += line_len;
+    }
+    let meta = setup.meta_base.with_index(&state.index, setup.len);
+    drop(state);
+    meta::write(&setup.meta_path, &meta);
+    Ok(())
+}
+
+fn poison(state: &Mutex<State>, reason: &str) {
+    if let Ok(mut state) = state.lock() {
+        state.poisoned = Some(reason.to_owned());
+    }
+}
