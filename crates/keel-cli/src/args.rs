@@ -19,8 +19,61 @@ pub enum Command {
     Run(RunArgs),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),
+    /// Inspect and branch stored sessions.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// Print the JSON Schemas of the wire format.
     Schema(SchemaArgs),
+}
+
+/// Where sessions are stored.
+#[derive(Debug, Clone, Args)]
+pub struct StoreArgs {
+    /// The session directory (default: $XDG_DATA_HOME/keel/sessions).
+    #[arg(long, global = true)]
+    pub session_dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SessionCommand {
+    /// List sessions, newest activity first.
+    List {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Show a session and its active branch.
+    Show {
+        /// The session id (or a unique prefix).
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Draw the session tree, marking the active branch.
+    Tree {
+        /// The session id (or a unique prefix).
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Start a new session holding the path from the root to ENTRY.
+    Fork {
+        /// The session id (or a unique prefix).
+        id: String,
+        /// The entry id (or a unique prefix) to fork at.
+        entry: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Write the whole session as one JSON document.
+    Export {
+        /// The session id (or a unique prefix).
+        id: String,
+        /// Write here instead of stdout.
+        #[arg(long)]
+        output: Option<PathBuf>,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -43,6 +96,14 @@ pub struct RunArgs {
     /// Fail the run after this many turns.
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// Continue this session (id or unique prefix) on its active leaf.
+    #[arg(long)]
+    pub session: Option<String>,
+    /// With --session: fork the session at this entry and continue there.
+    #[arg(long, requires = "session")]
+    pub fork: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// The prompt.
     pub prompt: String,
 }
@@ -81,6 +142,7 @@ pub enum DemoName {
     StreamedRun,
     ToolLoop,
     RunControl,
+    SessionTree,
 }
 
 #[derive(Debug, Args)]

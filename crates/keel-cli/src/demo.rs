@@ -130,18 +130,19 @@ fn cases(name: DemoName) -> &'static [&'static str] {
             "retry-success",
             "retry-failure",
         ],
+        DemoName::SessionTree => &["success", "invalid-entry"],
     }
 }
 
 pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
     let names = cases(args.name);
     let case_name = args.case.as_deref().unwrap_or(names[0]);
-    let case = case(args.name, case_name).ok_or_else(|| {
-        StartupError::new(
+    if !names.contains(&case_name) {
+        return Err(StartupError::new(
             "unknown_case",
             format!("unknown case `{case_name}`; cases: {}", names.join(", ")),
-        )
-    })?;
+        ));
+    }
     let directory = tempfile::Builder::new()
         .prefix("keel-demo-")
         .tempdir()
@@ -150,6 +151,11 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         std::fs::write(directory.path().join(path), content)
             .map_err(|error| StartupError::new("workspace", error.to_string()))?;
     }
+    if let DemoName::SessionTree = args.name {
+        return crate::demo_session::run(case_name, directory.path()).await;
+    }
+    let case = case(args.name, case_name)
+        .ok_or_else(|| StartupError::new("unknown_case", format!("unknown case `{case_name}`")))?;
     let kernel = build_kernel(&case, directory.path())?;
     let spec = RunSpec {
         prompt: case.prompt.to_owned(),

@@ -7,9 +7,11 @@
 
 mod args;
 mod demo;
+mod demo_session;
 mod host;
 mod output;
 mod run_cmd;
+mod session_cmd;
 mod startup;
 
 use std::process::ExitCode;
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
+            Command::Session(command) => session_cmd::run(command).await,
             Command::Schema(args) => startup::print_schema(args),
         }
     });

@@ -52,6 +52,16 @@ impl Output {
     }
 }
 
+impl Output {
+    /// Prints where the run's session is stored.
+    pub fn session(&self, id: &str, path: &std::path::Path) {
+        match self {
+            Self::Json => print_json(&json!({"session": {"id": id, "path": path}})),
+            Self::Human => println!("── session {id} ({})", path.display()),
+        }
+    }
+}
+
 fn print_json(value: &serde_json::Value) {
     let mut stdout = std::io::stdout().lock();
     // A closed stdout (e.g. `| head`) must not abort the run.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use keel_kernel::{AgentKernel, AgentRun, RunSpec};
 use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
 use keel_provider::{Script, ScriptedProvider};
-use keel_session::MemoryStore;
+use keel_session::{JsonlStore, SessionStore};
 use keel_tools::Workspace;
 use keel_tools::builtin::{BashOptions, default_tools};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
@@ -20,13 +20,16 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use crate::args::RunArgs;
 use crate::host;
 use crate::output::Output;
+use crate::session_cmd;
 use crate::startup::StartupError;
 
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
-    let kernel = build_kernel(&args)?;
+    let store = Arc::new(session_cmd::open_store(&args.store)?);
+    let session_id = continued_session(&store, &args).await?;
+    let kernel = build_kernel(&args, store.clone())?;
     let spec = RunSpec {
         prompt: args.prompt.clone(),
-        session_id: None,
+        session_id,
         mode: PermissionMode::from(args.mode),
         max_turns: args.max_turns,
     };
@@ -41,10 +44,33 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     })
     .await
     .map_err(|error| StartupError::new("host", error.to_string()))?;
+    let path = store.dir().join(format!("{}.jsonl", result.session_id));
+    output.session(&result.session_id, &path);
     Ok(host::exit_code(&result))
 }
 
-fn build_kernel(args: &RunArgs) -> Result<AgentKernel, StartupError> {
+/// The session to continue: `--session`, or a fork of it at `--fork`.
+async fn continued_session(
+    store: &JsonlStore,
+    args: &RunArgs,
+) -> Result<Option<String>, StartupError> {
+    let Some(wanted) = &args.session else {
+        return Ok(None);
+    };
+    let id = session_cmd::resolve_session(store, wanted)?;
+    let Some(entry) = &args.fork else {
+        return Ok(Some(id));
+    };
+    let snapshot = store.snapshot(&id).map_err(session_cmd::session_error)?;
+    let entry = session_cmd::resolve_entry(&snapshot, entry)?;
+    let fork = store
+        .fork(&id, &entry)
+        .await
+        .map_err(session_cmd::session_error)?;
+    Ok(Some(fork))
+}
+
+fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, StartupError> {
     if args.provider != "scripted" {
         return Err(StartupError::new(
             "unknown_provider",
@@ -72,7 +98,7 @@ fn build_kernel(args: &RunArgs) -> Result<AgentKernel, StartupError> {
     let mut builder = AgentKernel::builder()
         .provider(Arc::new(ScriptedProvider::new(script)))
         .workspace(workspace)
-        .store(Arc::new(MemoryStore::new()))
+        .store(store)
         .tools(default_tools(BashOptions::default()));
     if let Some(model) = &args.model {
         builder = builder.model(model.clone());

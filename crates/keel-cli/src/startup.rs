@@ -22,6 +22,16 @@ impl StartupError {
         }
     }
 
+    /// The stable code.
+    pub fn code(&self) -> &str {
+        &self.code
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
     /// Prints the error line and returns exit code 2.
     pub fn report(self) -> ExitCode {
         let line = json!({"startup_error": {"code": self.code, "message": self.message}});

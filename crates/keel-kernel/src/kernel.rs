@@ -67,8 +67,7 @@ impl KernelError {
         match self {
             Self::Missing(_) => "kernel_incomplete",
             Self::Tool(_) => "tool_registration",
-            Self::Session(SessionError::SessionNotFound(_)) => "session_not_found",
-            Self::Session(_) => "session_store",
+            Self::Session(error) => error.code(),
             Self::EmptyPrompt => "empty_prompt",
         }
     }

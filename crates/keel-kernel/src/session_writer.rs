@@ -38,6 +38,11 @@ impl SessionWriter {
         self.store.active_branch(&self.session_id).await
     }
 
+    /// The part of the branch a model request needs (from the latest checkpoint).
+    pub(crate) async fn context_branch(&self) -> Result<Vec<Entry>, SessionError> {
+        self.store.context_branch(&self.session_id).await
+    }
+
     /// Appends `payloads` atomically as a chain below the current leaf.
     pub(crate) async fn append(
         &self,

@@ -334,7 +334,7 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn request(&self) -> Result<ModelRequest, Stop> {
-        let branch = self.writer.branch().await?;
+        let branch = self.writer.context_branch().await?;
         Ok(ModelRequest {
             model: self.parts.model.clone(),
             system_prompt: self.parts.system_prompt.clone(),

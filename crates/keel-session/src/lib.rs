@@ -242,3 +242,24 @@ pub enum SessionError {
         reason: String,
     },
 }
+
+impl SessionError {
+    /// A stable snake_case code for this error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::SessionNotFound(_) => "session_not_found",
+            Self::SessionExists(_) => "session_exists",
+            Self::EntryNotFound { .. } => "entry_not_found",
+            Self::MissingParent { .. }
+            | Self::SecondRoot(_)
+            | Self::DuplicateEntry(_)
+            | Self::EmptyAppend => "invalid_entry",
+            Self::Io(_) => "session_io",
+            Self::InvalidId(_) => "invalid_session_id",
+            Self::Locked(_) => "session_locked",
+            Self::NotASession { .. } => "not_a_session",
+            Self::UnsupportedVersion { .. } => "session_version",
+            Self::Corrupt { .. } => "session_corrupt",
+        }
+    }
+}

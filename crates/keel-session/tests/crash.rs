@@ -23,7 +23,10 @@ fn crash_writer() {
     ) else {
         return;
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async move {
         let store = JsonlStore::new(dir).unwrap();
         let mut parent = store.leaf(&session).await.unwrap();
@@ -48,7 +51,10 @@ fn crash_writer() {
 #[test]
 fn acknowledged_appends_survive_sigkill() {
     let dir = tempfile::tempdir().unwrap();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let session = runtime.block_on(async {
         let store = JsonlStore::new(dir.path()).unwrap();
         store.create(NewSession::default()).await.unwrap()
@@ -74,9 +80,15 @@ fn acknowledged_appends_survive_sigkill() {
             }
         });
         // Wait for the first acknowledgement, then kill at a varying moment.
-        let first = received.recv_timeout(Duration::from_secs(20)).expect("the writer acknowledged nothing");
+        let first = received
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the writer acknowledged nothing");
         std::thread::sleep(Duration::from_millis(round * 7 % 23));
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(child.id() as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
         child.wait().unwrap();
         reader.join().unwrap();
         let mut acked: Vec<String> = first;
@@ -84,11 +96,23 @@ fn acknowledged_appends_survive_sigkill() {
         acked_total += acked.len();
         let stored: std::collections::HashSet<String> = runtime.block_on(async {
             let store = JsonlStore::new(dir.path()).unwrap();
-            store.entries(&session).await.unwrap().into_iter().map(|e| e.id).collect()
+            store
+                .entries(&session)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| e.id)
+                .collect()
         });
         for id in &acked {
-            assert!(stored.contains(id), "round {round}: acknowledged entry {id} was lost");
+            assert!(
+                stored.contains(id),
+                "round {round}: acknowledged entry {id} was lost"
+            );
         }
     }
-    assert!(acked_total >= 100, "the test must exercise many appends, saw {acked_total}");
+    assert!(
+        acked_total >= 100,
+        "the test must exercise many appends, saw {acked_total}"
+    );
 }

@@ -14,6 +14,8 @@ pub struct Output {
     pub events: Vec<Value>,
     pub result: Value,
     pub startup_error: Option<Value>,
+    /// Other one-key lines (`session`, `tree`, `fork`, …), in order.
+    pub extras: Vec<Value>,
     pub stderr: String,
 }
 
@@ -26,6 +28,11 @@ pub fn demo(name: &str, case: &str) -> Output {
 pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
     let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
     command.args(args);
+    // Never write sessions into the real home directory.
+    command.env(
+        "XDG_DATA_HOME",
+        std::env::temp_dir().join(format!("keel-test-data-{}", std::process::id())),
+    );
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
@@ -37,6 +44,7 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
     let mut events = Vec::new();
     let mut result = Value::Null;
     let mut startup_error = None;
+    let mut extras = Vec::new();
     for line in stdout.lines() {
         let value: Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
@@ -45,6 +53,8 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
             result = r.clone();
         } else if let (true, Some(e)) = (single_key, value.get("startup_error")) {
             startup_error = Some(e.clone());
+        } else if single_key {
+            extras.push(value);
         } else {
             events.push(value);
         }
@@ -57,6 +67,7 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
         events,
         result,
         startup_error,
+        extras,
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
 }

@@ -1,0 +1,165 @@
+//! `keel demo session-tree`: sessions that branch, fork and refuse bad input.
+//!
+//! `success` runs three prompts against one JSONL store: a first run; a
+//! second run after moving the leaf back to the root, which starts a sibling
+//! branch; a third run in a fork taken at the first run's answer. It prints
+//! every run's events, the branch and fork operations, and the drawn trees.
+//! `invalid-entry` appends an entry whose parent does not exist and opens
+//! the session from a second store: both are refused with typed errors, and
+//! the session is unchanged.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use keel_kernel::{AgentKernel, RunSpec};
+use keel_protocol::{
+    Entry, EntryPayload, Message, PermissionMode, RunResult, RunState, UserMessage,
+};
+use keel_provider::{Script, ScriptedProvider};
+use keel_session::{JsonlStore, SessionStore};
+use keel_tools::Workspace;
+use keel_tools::builtin::{BashOptions, default_tools};
+use serde_json::json;
+
+use crate::host;
+use crate::output::Output;
+use crate::session_cmd::{draw_tree, session_error};
+use crate::startup::StartupError;
+
+pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError> {
+    let sessions = tempfile::Builder::new()
+        .prefix("keel-demo-sessions-")
+        .tempdir()
+        .map_err(|error| StartupError::new("session_dir", error.to_string()))?;
+    let store = Arc::new(JsonlStore::new(sessions.path()).map_err(session_error)?);
+    let script = Script::from_json(include_str!("../demos/session-tree.json"))
+        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+    let kernel = AgentKernel::builder()
+        .provider(Arc::new(ScriptedProvider::new(script)))
+        .workspace(
+            Workspace::new(workspace)
+                .map_err(|error| StartupError::new("workspace", error.to_string()))?,
+        )
+        .store(store.clone())
+        .tools(default_tools(BashOptions::default()))
+        .build()
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    match case {
+        "success" => success(&kernel, &store).await,
+        "invalid-entry" => invalid_entry(&kernel, &store).await,
+        other => Err(StartupError::new(
+            "unknown_case",
+            format!("unknown case `{other}`; cases: success, invalid-entry"),
+        )),
+    }
+}
+
+async fn one_run(
+    kernel: &AgentKernel,
+    prompt: &str,
+    session_id: Option<String>,
+) -> Result<RunResult, StartupError> {
+    let spec = RunSpec {
+        prompt: prompt.into(),
+        session_id,
+        mode: PermissionMode::Auto,
+        max_turns: Some(10),
+    };
+    let run = kernel
+        .create_run(spec)
+        .await
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    host::drive(&run, &Output::detect(), async |_, _| {})
+        .await
+        .map_err(|error| StartupError::new("host", error.to_string()))
+}
+
+async fn success(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitCode, StartupError> {
+    let first = one_run(kernel, "What does calc.sh do?", None).await?;
+    let session = first.session_id.clone();
+    let entries = store.entries(&session).await.map_err(session_error)?;
+    let root = entries
+        .first()
+        .map(|entry| entry.id.clone())
+        .unwrap_or_default();
+    let answer = entries
+        .last()
+        .map(|entry| entry.id.clone())
+        .unwrap_or_default();
+
+    store
+        .set_leaf(&session, &root)
+        .await
+        .map_err(session_error)?;
+    report(
+        json!({"branch": {"session_id": session, "leaf": root}}),
+        || format!("── leaf moved back to {root}"),
+    );
+    let second = one_run(kernel, "Summarise the README.", Some(session.clone())).await?;
+
+    let fork = store.fork(&session, &answer).await.map_err(session_error)?;
+    report(
+        json!({"fork": {"session_id": fork, "parent_session": session, "forked_at": answer}}),
+        || format!("── forked {session} at {answer} into {fork}"),
+    );
+    let third = one_run(kernel, "How do I fix it?", Some(fork.clone())).await?;
+
+    for id in [&session, &fork] {
+        let snapshot = store.snapshot(id).map_err(session_error)?;
+        let lines = draw_tree(&snapshot);
+        report(json!({"tree": {"session_id": id, "lines": lines}}), || {
+            format!("session {id}:\n{}", lines.join("\n"))
+        });
+    }
+    let settled = [first, second, third]
+        .iter()
+        .all(|result| result.state == RunState::Settled);
+    Ok(if settled {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+async fn invalid_entry(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitCode, StartupError> {
+    let _ = one_run(kernel, "What does calc.sh do?", None).await?;
+    let listed = store.list().await.map_err(session_error)?;
+    let session = listed
+        .first()
+        .map(|info| info.id.clone())
+        .unwrap_or_default();
+    let before = store.entries(&session).await.map_err(session_error)?.len();
+    let orphan = Entry {
+        id: "orphan".into(),
+        parent_id: Some("no-such-entry".into()),
+        timestamp: 0,
+        payload: EntryPayload::Message {
+            message: Message::User(UserMessage::text("I have no parent")),
+        },
+    };
+    let refused = store.append(&session, vec![orphan]).await;
+    let second_writer = JsonlStore::new(store.dir()).map_err(session_error)?;
+    let locked = second_writer.leaf(&session).await;
+    let after = store.entries(&session).await.map_err(session_error)?.len();
+    for outcome in [refused.err(), locked.err()].into_iter().flatten() {
+        let error = session_error(outcome);
+        report(
+            json!({"session_error": {"code": error.code(), "message": error.message()}}),
+            || format!("refused ({}): {}", error.code(), error.message()),
+        );
+    }
+    report(
+        json!({"entries": {"before": before, "after": after}}),
+        || format!("entries before: {before}, after: {after}"),
+    );
+    Ok(ExitCode::from(1))
+}
+
+/// Prints a demo step: JSON when piped, text on a terminal.
+fn report(value: serde_json::Value, human: impl FnOnce() -> String) {
+    match Output::detect() {
+        Output::Json => println!("{value}"),
+        Output::Human => println!("{}", human()),
+    }
+}
