@@ -11,6 +11,7 @@
 
 pub mod builtin;
 pub mod env;
+pub mod outputs;
 pub mod registry;
 pub mod scheduler;
 pub mod tool;

@@ -473,8 +473,8 @@ mod tests {
         assert_eq!(
             note,
             format!(
-                "[Output truncated: showing the last 2000 lines of 200000. Full output: {}]",
-                log.display()
+                "[Output truncated: showing the last 2000 lines of 200000. Full output: read path `{}`]",
+                details["full_output"].as_str().unwrap()
             )
         );
         assert!(shown.starts_with("198001\n") && shown.ends_with("\n200000"));

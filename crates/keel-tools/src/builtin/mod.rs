@@ -1,4 +1,5 @@
-//! The built-in coding tools: `read`, `write`, `edit` and `bash`.
+//! The built-in coding tools: `read`, `write`, `edit` and `bash` (the
+//! defaults), and `grep`, `find` and `ls`.
 //!
 //! Every tool resolves paths through the [`Workspace`], so none of them can
 //! touch a file outside it; every failure is a typed [`ToolError`]; every
@@ -7,9 +8,14 @@
 
 mod bash;
 mod edit;
+mod find;
+mod grep;
+mod image;
+mod ls;
 mod output;
 mod process;
 mod read;
+mod walk;
 mod write;
 
 use std::io;
@@ -22,6 +28,9 @@ use serde_json::Value;
 
 pub use bash::{BashOptions, BashTool};
 pub use edit::EditTool;
+pub use find::FindTool;
+pub use grep::GrepTool;
+pub use ls::LsTool;
 pub use read::ReadTool;
 pub use write::WriteTool;
 
@@ -36,6 +45,62 @@ pub fn default_tools(options: BashOptions) -> Vec<Arc<dyn Tool>> {
         Arc::new(EditTool),
         Arc::new(BashTool::new(options)),
     ]
+}
+
+/// Every built-in tool: the defaults, then grep, find and ls.
+pub fn all_tools(options: BashOptions) -> Vec<Arc<dyn Tool>> {
+    let mut tools = default_tools(options);
+    tools.push(Arc::new(GrepTool));
+    tools.push(Arc::new(FindTool));
+    tools.push(Arc::new(LsTool));
+    tools
+}
+
+/// Fits `text` into the shared output budget (head kept); when cut, saves
+/// the whole text for `read` and says so. `notes` are appended after it.
+/// Returns `(shown text, whether cut, keel-output reference)`.
+fn budgeted(tool: &str, text: &str, notes: &mut Vec<String>) -> (String, bool, Option<String>) {
+    let page = crate::truncate::truncate_head(
+        text,
+        crate::truncate::MAX_LINES,
+        crate::truncate::MAX_BYTES,
+    );
+    let mut full = None;
+    if page.truncated {
+        full = crate::outputs::save(tool, text.as_bytes());
+        let shown = format!(
+            "Output cut to {} of {} lines.",
+            page.shown_lines, page.total_lines
+        );
+        notes.insert(
+            0,
+            match &full {
+                Some(reference) => format!("{shown} Full output: read path `{reference}`."),
+                None => format!("{shown} The full output could not be saved."),
+            },
+        );
+    }
+    let mut shown = page.content.trim_end_matches('\n').to_owned();
+    for note in notes.iter() {
+        shown.push_str(&format!("\n\n[{note}]"));
+    }
+    (shown, page.truncated, full)
+}
+
+/// Like [`path_intent`], with the workspace root when no `path` is given.
+fn path_intent_or_root(
+    kind: IntentKind,
+    arguments: &Value,
+    workspace: &Workspace,
+) -> OperationIntent {
+    if arguments.get("path").is_some() {
+        return path_intent(kind, arguments, workspace);
+    }
+    OperationIntent {
+        kind,
+        scope: IntentScope::Workspace,
+        targets: vec![".".to_owned()],
+    }
 }
 
 /// Deserializes already-validated arguments into a tool's argument struct.
@@ -97,6 +162,16 @@ async fn read_text_file(
     path: &str,
     refusal: &str,
 ) -> Result<TextFile, ToolError> {
+    let (abs, display, bytes) = load_file(workspace, path).await?;
+    let text = decode_text(&display, bytes, refusal)?;
+    Ok(TextFile { abs, display, text })
+}
+
+/// Reads a workspace file's bytes: `(absolute path, display path, bytes)`.
+async fn load_file(
+    workspace: &Workspace,
+    path: &str,
+) -> Result<(PathBuf, String, Vec<u8>), ToolError> {
     let abs = workspace.resolve(path)?;
     let display = workspace.display(&abs);
     let metadata = tokio::fs::metadata(&abs)
@@ -105,22 +180,50 @@ async fn read_text_file(
     if metadata.is_dir() {
         return Err(ToolError::new(
             ToolErrorCode::ToolError,
-            format!("`{display}` is a directory"),
+            format!("`{display}` is a directory; use ls to list it"),
+        ));
+    }
+    if metadata.len() > MAX_FILE_BYTES {
+        return Err(ToolError::new(
+            ToolErrorCode::ToolError,
+            format!(
+                "`{display}` is {} bytes, over the {MAX_FILE_BYTES} byte limit for reading whole files; \
+                 use bash (e.g. head, sed -n, grep) to look at parts of it",
+                metadata.len()
+            ),
         ));
     }
     let bytes = tokio::fs::read(&abs)
         .await
         .map_err(|error| io_error(&display, &error))?;
-    let text = match String::from_utf8(bytes) {
-        Ok(text) if !text.contains('\0') => text,
-        _ => {
-            return Err(ToolError::new(
-                ToolErrorCode::BinaryFile,
-                format!("`{display}` is a binary file (not valid UTF-8); {refusal}"),
-            ));
-        }
-    };
-    Ok(TextFile { abs, display, text })
+    Ok((abs, display, bytes))
+}
+
+/// The largest file `read` and `edit` load whole.
+const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// Decodes file bytes as UTF-8 text without NUL bytes, or names the binary type.
+fn decode_text(display: &str, bytes: Vec<u8>, refusal: &str) -> Result<String, ToolError> {
+    match String::from_utf8(bytes) {
+        Ok(text) if !text.contains('\0') => Ok(text),
+        Ok(text) => Err(binary(
+            display,
+            image::binary_kind(text.as_bytes()),
+            refusal,
+        )),
+        Err(error) => Err(binary(
+            display,
+            image::binary_kind(error.as_bytes()),
+            refusal,
+        )),
+    }
+}
+
+fn binary(display: &str, kind: &str, refusal: &str) -> ToolError {
+    ToolError::new(
+        ToolErrorCode::BinaryFile,
+        format!("`{display}` is a binary file ({kind}); {refusal}"),
+    )
 }
 
 #[cfg(test)]

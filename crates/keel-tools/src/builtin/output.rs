@@ -55,6 +55,8 @@ enum Log {
     Open {
         file: tokio::fs::File,
         path: PathBuf,
+        /// The `keel-output:` reference `read` accepts.
+        reference: String,
     },
     /// Spilling failed: the full output is lost, only the tail remains.
     Failed,
@@ -69,6 +71,8 @@ pub(super) struct Collected {
     pub truncated: bool,
     /// The log file with the full output, when truncated.
     pub full_output_path: Option<PathBuf>,
+    /// The `keel-output:` reference to it, for `read`.
+    pub full_output: Option<String>,
 }
 
 impl Collected {
@@ -77,6 +81,9 @@ impl Collected {
         let mut details = json!({"exit_code": exit_code, "truncated": self.truncated});
         if let Some(path) = &self.full_output_path {
             details["full_output_path"] = json!(path.display().to_string());
+        }
+        if let Some(reference) = &self.full_output {
+            details["full_output"] = json!(reference);
         }
         details
     }
@@ -109,7 +116,7 @@ impl Collector {
         self.memory.extend_from_slice(bytes);
         match &mut self.log {
             Log::None if self.total_bytes > MAX_BYTES => self.spill().await,
-            Log::Open { file, path } => {
+            Log::Open { file, path, .. } => {
                 if let Err(error) = file.write_all(bytes).await {
                     tracing::warn!(path = %path.display(), %error, "writing the bash log failed");
                     self.log = Log::Failed;
@@ -132,7 +139,7 @@ impl Collector {
             self.spill().await;
         }
         let full_output_path = match &mut self.log {
-            Log::Open { file, path } => match file.flush().await {
+            Log::Open { file, path, .. } => match file.flush().await {
                 Ok(()) => Some(path.clone()),
                 Err(error) => {
                     tracing::warn!(path = %path.display(), %error, "flushing the bash log failed");
@@ -140,6 +147,10 @@ impl Collector {
                 }
             },
             Log::None | Log::Failed => None,
+        };
+        let full_output = match (&self.log, &full_output_path) {
+            (Log::Open { reference, .. }, Some(_)) => Some(reference.clone()),
+            _ => None,
         };
         let shown = tail.content.strip_suffix('\n').unwrap_or(&tail.content);
         let text = if truncated {
@@ -151,6 +162,7 @@ impl Collector {
             text,
             truncated,
             full_output_path,
+            full_output,
         }
     }
 
@@ -166,9 +178,11 @@ impl Collector {
         } else {
             format!("the last {} lines of {total_lines}", tail.shown_lines)
         };
-        let full = match path {
-            Some(path) => format!("Full output: {}", path.display()),
-            None => "The full output could not be saved".to_owned(),
+        let full = match &self.log {
+            Log::Open { reference, .. } if path.is_some() => {
+                format!("Full output: read path `{reference}`")
+            }
+            _ => "The full output could not be saved".to_owned(),
         };
         format!("[Output truncated: showing {shown}. {full}]")
     }
@@ -187,9 +201,16 @@ impl Collector {
 
     /// Starts the log file with everything in memory (all output so far).
     async fn spill(&mut self) {
-        let path = std::env::temp_dir().join(format!("keel-bash-{}.log", uuid::Uuid::now_v7()));
+        let Some((reference, path)) = crate::outputs::reserve("bash") else {
+            self.log = Log::Failed;
+            return;
+        };
         self.log = match create_log(&path, &self.memory).await {
-            Ok(file) => Log::Open { file, path },
+            Ok(file) => Log::Open {
+                file,
+                path,
+                reference,
+            },
             Err(error) => {
                 tracing::warn!(path = %path.display(), %error, "creating the bash log failed");
                 Log::Failed

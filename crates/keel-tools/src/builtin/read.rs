@@ -1,15 +1,21 @@
-//! The `read` tool: shows a text file with line numbers.
+//! The `read` tool: shows a text file with line numbers, or an image.
 //!
 //! Output is numbered like `cat -n` and head-truncated to the shared limits;
 //! whenever lines are left out, a trailing note tells the model which
-//! `offset` continues. Binary files and directories are refused with typed
-//! errors, and nothing outside the workspace can be read.
+//! `offset` continues. PNG, JPEG, GIF and WebP files (recognised by their
+//! bytes) come back as image blocks within a size cap; other binary files
+//! and directories are refused with typed errors naming what they are.
+//! Nothing outside the workspace can be read, except the full outputs of
+//! truncated tool results, named `keel-output:…` (see [`crate::outputs`]).
 
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{TextFile, parse_arguments, path_intent, read_text_file};
+use keel_protocol::{ImageContent, UserContent};
+
+use super::{TextFile, decode_text, image, io_error, load_file, parse_arguments, path_intent};
+use crate::outputs;
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::truncate::{MAX_BYTES, MAX_LINES, truncate_head};
 use crate::workspace::Workspace;
@@ -32,8 +38,9 @@ impl Tool for ReadTool {
     }
 
     fn description(&self) -> &str {
-        "Read a UTF-8 text file in the workspace. Lines are numbered like `cat -n`. \
-         Output is limited to 2000 lines or 50 KB; use offset and limit to page through larger files."
+        "Read a UTF-8 text file in the workspace, or an image (PNG, JPEG, GIF, WebP). Lines are numbered like `cat -n`. \
+         Output is limited to 2000 lines or 50 KB; use offset and limit to page through larger files. \
+         A `keel-output:…` path named in a truncated tool result reads that result's full output."
     }
 
     fn parameters(&self) -> Value {
@@ -60,9 +67,24 @@ impl Tool for ReadTool {
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(async move {
             let arguments: ReadArguments = parse_arguments(self.name(), arguments)?;
-            let file =
-                read_text_file(&context.workspace, &arguments.path, "read cannot show it").await?;
-            render(&file, arguments.offset.unwrap_or(1).max(1), arguments.limit)
+            let start = arguments.offset.unwrap_or(1).max(1);
+            if let Some(saved) = outputs::resolve(&arguments.path) {
+                let bytes = tokio::fs::read(&saved)
+                    .await
+                    .map_err(|error| io_error(&arguments.path, &error))?;
+                let file = TextFile {
+                    abs: saved,
+                    display: arguments.path.clone(),
+                    text: String::from_utf8_lossy(&bytes).into_owned(),
+                };
+                return render(&file, start, arguments.limit);
+            }
+            let (abs, display, bytes) = load_file(&context.workspace, &arguments.path).await?;
+            if let Some(mime) = image::image_mime(&bytes) {
+                return image_output(&display, mime, &bytes);
+            }
+            let text = decode_text(&display, bytes, "read cannot show it")?;
+            render(&TextFile { abs, display, text }, start, arguments.limit)
         })
     }
 }
@@ -98,6 +120,34 @@ fn render(file: &TextFile, start: usize, limit: Option<usize>) -> Result<ToolOut
         ));
     }
     Ok(ToolOutput::text(text).with_details(details(file, total, start, end, end < total)))
+}
+
+/// An image as a note plus an image block, if it is within the size cap.
+fn image_output(display: &str, mime: &str, bytes: &[u8]) -> Result<ToolOutput, ToolError> {
+    if bytes.len() > image::MAX_IMAGE_BYTES {
+        return Err(ToolError::new(
+            ToolErrorCode::ToolError,
+            format!(
+                "`{display}` is a {mime} image of {} bytes, over the {} byte limit; \
+                 make a smaller copy first (for example with ImageMagick: convert {display} -resize 1600x1600 small.png)",
+                bytes.len(),
+                image::MAX_IMAGE_BYTES
+            ),
+        ));
+    }
+    let output = ToolOutput {
+        content: vec![
+            UserContent::Text {
+                text: format!("Read image `{display}` ({mime}, {} bytes).", bytes.len()),
+            },
+            UserContent::Image(ImageContent {
+                mime_type: mime.to_owned(),
+                data: image::base64(bytes),
+            }),
+        ],
+        details: Some(json!({"path": display, "mime_type": mime, "bytes": bytes.len()})),
+    };
+    Ok(output)
 }
 
 /// The note shown when the first selected line alone is over the byte limit.
@@ -222,7 +272,7 @@ mod tests {
             .unwrap_err();
         assert_eq!(missing.code, ToolErrorCode::NotFound);
         let directory = read(&context, json!({"path": "sub"})).await.unwrap_err();
-        assert_eq!(directory.message, "`sub` is a directory");
+        assert_eq!(directory.message, "`sub` is a directory; use ls to list it");
         for name in ["bin", "nul"] {
             let binary = read(&context, json!({"path": name})).await.unwrap_err();
             assert_eq!(binary.code, ToolErrorCode::BinaryFile);

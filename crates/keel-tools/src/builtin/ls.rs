@@ -1,0 +1,97 @@
+//! The `ls` tool: one directory's entries, sorted, directories marked with
+//! `/`, dotfiles included, within a limit.
+
+use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{budgeted, io_error, parse_arguments, path_intent_or_root};
+use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+use crate::workspace::Workspace;
+
+const DEFAULT_LIMIT: usize = 500;
+
+/// Lists a directory.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LsTool;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LsArguments {
+    path: Option<String>,
+    limit: Option<usize>,
+}
+
+impl Tool for LsTool {
+    fn name(&self) -> &str {
+        "ls"
+    }
+
+    fn description(&self) -> &str {
+        "List a directory of the workspace: entries sorted by name, directories ending in `/`, dotfiles included."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "Directory, relative to the workspace root (default: the root)."},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 100_000, "description": "Maximum number of entries (default 500)."}
+            },
+            "additionalProperties": false
+        })
+    }
+
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Parallel
+    }
+
+    fn intent(&self, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+        path_intent_or_root(IntentKind::Read, arguments, workspace)
+    }
+
+    fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
+        Box::pin(async move {
+            let arguments: LsArguments = parse_arguments(self.name(), arguments)?;
+            let shown_path = arguments.path.as_deref().unwrap_or(".");
+            let dir = context.workspace.resolve(shown_path)?;
+            let mut reader =
+                tokio::fs::read_dir(&dir)
+                    .await
+                    .map_err(|error| match error.raw_os_error() {
+                        Some(code) if code == nix::libc::ENOTDIR => ToolError::new(
+                            ToolErrorCode::ToolError,
+                            format!("`{shown_path}` is not a directory"),
+                        ),
+                        _ => io_error(shown_path, &error),
+                    })?;
+            let mut names = Vec::new();
+            while let Some(entry) = reader
+                .next_entry()
+                .await
+                .map_err(|error| io_error(shown_path, &error))?
+            {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let is_dir = entry.file_type().await.is_ok_and(|kind| kind.is_dir());
+                names.push(if is_dir { format!("{name}/") } else { name });
+            }
+            if names.is_empty() {
+                return Ok(
+                    ToolOutput::text("(empty directory)").with_details(json!({"entries": 0}))
+                );
+            }
+            names.sort();
+            let total = names.len();
+            let limit = arguments.limit.unwrap_or(DEFAULT_LIMIT);
+            let mut notes = Vec::new();
+            if total > limit {
+                names.truncate(limit);
+                notes.push(format!(
+                    "Showing {limit} of {total} entries; raise limit to see more."
+                ));
+            }
+            let (shown, truncated, full) = budgeted("ls", &(names.join("\n") + "\n"), &mut notes);
+            Ok(ToolOutput::text(shown).with_details(json!({"entries": total, "limit_reached": total > limit, "truncated": truncated, "full_output": full})))
+        })
+    }
+}
