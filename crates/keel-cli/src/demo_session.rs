@@ -24,6 +24,7 @@ use serde_json::json;
 
 use crate::host;
 use crate::output::Output;
+use crate::output::say;
 use crate::session_cmd::{draw_tree, session_error};
 use crate::startup::StartupError;
 
@@ -159,7 +160,7 @@ async fn invalid_entry(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitC
 /// Prints a demo step: JSON when piped, text on a terminal.
 fn report(value: serde_json::Value, human: impl FnOnce() -> String) {
     match Output::detect() {
-        Output::Json => println!("{value}"),
-        Output::Human => println!("{}", human()),
+        Output::Json => say(value),
+        Output::Human => say(human()),
     }
 }

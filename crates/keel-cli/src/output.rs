@@ -46,7 +46,7 @@ impl Output {
                 if let Some(error) = &result.error {
                     line.push_str(&format!(": {} ({})", error.message, error.code));
                 }
-                println!("{}", line.to_lowercase());
+                say(line.to_lowercase());
             }
         }
     }
@@ -57,9 +57,16 @@ impl Output {
     pub fn session(&self, id: &str, path: &std::path::Path) {
         match self {
             Self::Json => print_json(&json!({"session": {"id": id, "path": path}})),
-            Self::Human => println!("── session {id} ({})", path.display()),
+            Self::Human => say(format!("── session {id} ({})", path.display())),
         }
     }
+}
+
+/// Prints one line on stdout; a closed stdout (e.g. `| head`) is not an error.
+pub fn say(line: impl std::fmt::Display) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
 }
 
 fn print_json(value: &serde_json::Value) {

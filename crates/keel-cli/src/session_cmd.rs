@@ -12,6 +12,7 @@ use keel_session::{JsonlStore, SessionStore, Snapshot};
 use serde_json::json;
 
 use crate::args::{SessionCommand, StoreArgs};
+use crate::output::say;
 use crate::startup::StartupError;
 
 pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
@@ -102,10 +103,10 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
     let sessions = store.list().await.map_err(session_error)?;
     let terminal = std::io::stdout().is_terminal();
     if terminal {
-        println!(
+        say(format!(
             "{:<36}  {:>7}  {:>9}  {:<20}  TITLE",
             "ID", "ENTRIES", "SIZE", "LAST ACTIVITY"
-        );
+        ));
     }
     for info in sessions {
         if terminal {
@@ -115,20 +116,20 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 .map(|p| format!("(damaged: {p})"))
                 .or(info.title)
                 .unwrap_or_default();
-            println!(
+            say(format!(
                 "{:<36}  {:>7}  {:>9}  {:<20}  {title}",
                 info.id,
                 info.entries,
                 human_size(info.bytes),
                 human_time(info.last_activity)
-            );
+            ));
         } else {
             let line = json!({
                 "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
             });
-            println!("{line}");
+            say(line);
         }
     }
     Ok(ExitCode::SUCCESS)
@@ -155,20 +156,20 @@ fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
         })).collect::<Vec<_>>(),
     });
     if std::io::stdout().is_terminal() {
-        println!(
+        say(format!(
             "session {}  ({} entries, leaf {})",
             snapshot.id,
             snapshot.entries.len(),
             snapshot.leaf.as_deref().unwrap_or("-")
-        );
+        ));
         if let Some(parent) = &snapshot.parent_session {
-            println!("forked from {parent}");
+            say(format!("forked from {parent}"));
         }
         for entry in branch {
-            println!("  {}  {}", short_id(&entry.id), describe(entry));
+            say(format!("  {}  {}", short_id(&entry.id), describe(entry)));
         }
     } else {
-        println!("{summary}");
+        say(summary);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -176,7 +177,7 @@ fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
 fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
     let snapshot = snapshot(store, wanted)?;
     for line in draw_tree(&snapshot) {
-        println!("{line}");
+        say(line);
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -188,10 +189,10 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
         .fork(&snapshot.id, &entry)
         .await
         .map_err(session_error)?;
-    println!(
+    say(format!(
         "{}",
         json!({"session": {"id": id, "parent_session": snapshot.id, "forked_at": entry}})
-    );
+    ));
     Ok(ExitCode::SUCCESS)
 }
 
@@ -213,7 +214,7 @@ fn export(
     match output {
         Some(path) => std::fs::write(path, text)
             .map_err(|error| StartupError::new("export", format!("{}: {error}", path.display())))?,
-        None => print!("{text}"),
+        None => say(text.trim_end()),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,6 +4,8 @@ use std::process::ExitCode;
 
 use serde_json::json;
 
+use crate::output::say;
+
 use crate::args::SchemaArgs;
 
 /// A problem found before any run started.
@@ -35,7 +37,7 @@ impl StartupError {
     /// Prints the error line and returns exit code 2.
     pub fn report(self) -> ExitCode {
         let line = json!({"startup_error": {"code": self.code, "message": self.message}});
-        println!("{line}");
+        say(line);
         ExitCode::from(2)
     }
 }
@@ -83,6 +85,6 @@ pub fn print_schema(args: SchemaArgs) -> Result<ExitCode, StartupError> {
     };
     let text = serde_json::to_string_pretty(&value)
         .map_err(|error| StartupError::new("schema", error.to_string()))?;
-    println!("{text}");
+    say(text);
     Ok(ExitCode::SUCCESS)
 }

@@ -69,18 +69,6 @@ struct FrameIn {
     i: u32,
     n: u32,
     r: Record,
-    #[allow(dead_code)]
-    crc: String,
-}
-
-/// A decoded record line.
-#[derive(Debug)]
-pub(crate) struct Frame {
-    pub(crate) batch: u64,
-    pub(crate) group: u64,
-    pub(crate) index: u32,
-    pub(crate) size: u32,
-    pub(crate) record: Record,
 }
 
 /// Why a line is not a valid record.
@@ -123,8 +111,17 @@ pub(crate) fn encode_group(
 /// The length of `,"crc":"xxxxxxxx"}`.
 const SUFFIX: usize = 18;
 
-/// Decodes one line (without its `\n`).
-pub(crate) fn decode_line(line: &[u8]) -> Result<Frame, LineFault> {
+/// Decodes one line (without its `\n`) completely, returning its record.
+pub(crate) fn decode_line(line: &[u8]) -> Result<Record, LineFault> {
+    verify_checksum(line)?;
+    let frame: FrameIn =
+        serde_json::from_slice(line).map_err(|error| LineFault::Malformed(error.to_string()))?;
+    check_frame(frame.b, frame.g, frame.i, frame.n)?;
+    Ok(frame.r)
+}
+
+/// Checks the `crc` suffix against the bytes before it.
+fn verify_checksum(line: &[u8]) -> Result<(), LineFault> {
     if line.len() <= SUFFIX {
         return Err(LineFault::Checksum);
     }
@@ -143,30 +140,179 @@ pub(crate) fn decode_line(line: &[u8]) -> Result<Frame, LineFault> {
         .ok()
         .and_then(|hex| u32::from_str_radix(hex, 16).ok())
         .ok_or(LineFault::Checksum)?;
-    if crc32fast::hash(prefix) != expected {
-        return Err(LineFault::Checksum);
+    if crc32fast::hash(prefix) == expected {
+        Ok(())
+    } else {
+        Err(LineFault::Checksum)
     }
-    let frame: FrameIn =
+}
+
+/// What a scan needs of a record: the tree facts, not the payload.
+#[derive(Debug)]
+pub(crate) enum Skeleton {
+    /// An entry: where it hangs and the little the index keeps.
+    Entry(Slotted),
+    /// A leaf move.
+    Leaf(String),
+}
+
+/// The index-relevant facts of one entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Slotted {
+    pub(crate) id: String,
+    pub(crate) parent_id: Option<String>,
+    pub(crate) timestamp: TimestampMs,
+    /// For a checkpoint, the first entry kept after its summary.
+    pub(crate) first_kept: Option<String>,
+    /// For a user message, its text (the session's title candidate).
+    pub(crate) user_text: Option<String>,
+}
+
+impl Slotted {
+    /// The facts of a full entry.
+    pub(crate) fn of(entry: &Entry) -> Self {
+        use keel_protocol::{EntryPayload, Message};
+        Self {
+            id: entry.id.clone(),
+            parent_id: entry.parent_id.clone(),
+            timestamp: entry.timestamp,
+            first_kept: match &entry.payload {
+                EntryPayload::Checkpoint {
+                    first_kept_entry_id,
+                    ..
+                } => Some(first_kept_entry_id.clone()),
+                _ => None,
+            },
+            user_text: match &entry.payload {
+                EntryPayload::Message {
+                    message: Message::User(user),
+                } => Some(user.plain_text()),
+                _ => None,
+            },
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct SkeletonFrame<'a> {
+    b: u64,
+    g: u64,
+    i: u32,
+    n: u32,
+    #[serde(borrow)]
+    r: SkeletonRecord<'a>,
+}
+
+#[derive(Deserialize)]
+struct SkeletonRecord<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default, borrow)]
+    entry: Option<SkeletonEntry<'a>>,
+    #[serde(default)]
+    leaf_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct SkeletonEntry<'a> {
+    id: String,
+    parent_id: Option<String>,
+    timestamp: TimestampMs,
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    first_kept_entry_id: Option<String>,
+    #[serde(default, borrow)]
+    message: Option<&'a serde_json::value::RawValue>,
+}
+
+/// The entry kinds this version knows; anything else is not a valid record.
+const KINDS: &[&str] = &[
+    "configuration",
+    "message",
+    "checkpoint",
+    "permission_decision",
+    "branch_summary",
+    "label",
+    "custom",
+];
+
+/// A scanned record: the frame and its skeleton.
+#[derive(Debug)]
+pub(crate) struct ScannedFrame {
+    pub(crate) batch: u64,
+    pub(crate) group: u64,
+    pub(crate) index: u32,
+    pub(crate) size: u32,
+    pub(crate) record: Skeleton,
+}
+
+/// Decodes one line (without its `\n`) as cheaply as a scan allows: the
+/// checksum covers every byte, but only the tree facts are parsed; payloads
+/// are skipped (a user message is parsed only while `want_title`).
+pub(crate) fn decode_skeleton(line: &[u8], want_title: bool) -> Result<ScannedFrame, LineFault> {
+    verify_checksum(line)?;
+    let frame: SkeletonFrame<'_> =
         serde_json::from_slice(line).map_err(|error| LineFault::Malformed(error.to_string()))?;
-    if frame.n == 0 || frame.i >= frame.n {
-        return Err(LineFault::Malformed(format!(
-            "record {} of a group of {}",
-            frame.i, frame.n
-        )));
-    }
-    if frame.b > frame.g {
-        return Err(LineFault::Malformed(format!(
-            "group {} claims a later batch {}",
-            frame.g, frame.b
-        )));
-    }
-    Ok(Frame {
+    check_frame(frame.b, frame.g, frame.i, frame.n)?;
+    let record = match (frame.r.kind.as_ref(), frame.r.entry, frame.r.leaf_id) {
+        ("entry", Some(entry), None) => Skeleton::Entry(slotted(entry, want_title)?),
+        ("leaf", None, Some(leaf_id)) => Skeleton::Leaf(leaf_id),
+        (kind, _, _) => {
+            return Err(LineFault::Malformed(format!(
+                "unknown or incomplete record of type `{kind}`"
+            )));
+        }
+    };
+    Ok(ScannedFrame {
         batch: frame.b,
         group: frame.g,
         index: frame.i,
         size: frame.n,
-        record: frame.r,
+        record,
     })
+}
+
+fn slotted(entry: SkeletonEntry<'_>, want_title: bool) -> Result<Slotted, LineFault> {
+    if !KINDS.contains(&entry.kind.as_ref()) {
+        return Err(LineFault::Malformed(format!(
+            "unknown entry kind `{}`",
+            entry.kind
+        )));
+    }
+    let user_text = match (want_title, entry.kind.as_ref(), entry.message) {
+        (true, "message", Some(raw)) => {
+            match serde_json::from_str::<keel_protocol::Message>(raw.get()) {
+                Ok(keel_protocol::Message::User(user)) => Some(user.plain_text()),
+                Ok(_) => None,
+                Err(error) => return Err(LineFault::Malformed(error.to_string())),
+            }
+        }
+        _ => None,
+    };
+    Ok(Slotted {
+        id: entry.id,
+        parent_id: entry.parent_id,
+        timestamp: entry.timestamp,
+        first_kept: entry
+            .first_kept_entry_id
+            .filter(|_| entry.kind == "checkpoint"),
+        user_text,
+    })
+}
+
+fn check_frame(batch: u64, group: u64, index: u32, size: u32) -> Result<(), LineFault> {
+    if size == 0 || index >= size {
+        return Err(LineFault::Malformed(format!(
+            "record {index} of a group of {size}"
+        )));
+    }
+    if batch > group {
+        return Err(LineFault::Malformed(format!(
+            "group {group} claims a later batch {batch}"
+        )));
+    }
+    Ok(())
 }
 
 /// Encodes the header line (ending in `\n`).
@@ -214,9 +360,17 @@ mod tests {
             .filter(|l| !l.is_empty())
             .collect();
         assert_eq!(lines.len(), 2);
-        let frame = decode_line(lines[0]).unwrap();
-        assert_eq!((frame.group, frame.index, frame.size), (3, 0, 2));
-        assert_eq!(frame.record, entry("a"));
+        assert_eq!(decode_line(lines[0]).unwrap(), entry("a"));
+        let frame = decode_skeleton(lines[1], true).unwrap();
+        assert_eq!(
+            (frame.batch, frame.group, frame.index, frame.size),
+            (3, 3, 1, 2)
+        );
+        assert!(matches!(frame.record, Skeleton::Leaf(ref id) if id == "a"));
+        let Skeleton::Entry(slot) = decode_skeleton(lines[0], true).unwrap().record else {
+            panic!("an entry");
+        };
+        assert_eq!(slot.user_text.as_deref(), Some("hé \"quoted\"\n"));
         for position in 0..lines[0].len() {
             for bit in [0x01u8, 0x20, 0x80] {
                 let mut damaged = lines[0].to_vec();

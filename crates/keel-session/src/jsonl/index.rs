@@ -8,7 +8,9 @@
 
 use std::collections::HashMap;
 
-use keel_protocol::{Entry, EntryPayload, Message, TimestampMs};
+use keel_protocol::TimestampMs;
+
+use super::format::Slotted;
 
 /// Where one entry's line is, and how it hangs in the tree.
 #[derive(Debug, Clone)]
@@ -53,53 +55,55 @@ impl Index {
         self.slots.len()
     }
 
-    /// Checks that `entry` can be added (its id unused, its parent present).
-    pub(crate) fn check_entry(&self, entry: &Entry, pending: &[&str]) -> Result<(), TreeFault> {
-        if self.contains(&entry.id) || pending.contains(&entry.id.as_str()) {
-            return Err(TreeFault::Duplicate(entry.id.clone()));
+    /// Checks that an entry `id` under `parent` can be added (its id unused,
+    /// its parent present); `pending` are ids about to be added before it.
+    pub(crate) fn check(
+        &self,
+        id: &str,
+        parent: Option<&str>,
+        pending: &[&str],
+    ) -> Result<(), TreeFault> {
+        if self.contains(id) || pending.contains(&id) {
+            return Err(TreeFault::Duplicate(id.to_owned()));
         }
-        match &entry.parent_id {
+        match parent {
             None if self.slots.is_empty() && pending.is_empty() => Ok(()),
-            None => Err(TreeFault::SecondRoot(entry.id.clone())),
-            Some(parent) if self.contains(parent) || pending.contains(&parent.as_str()) => Ok(()),
+            None => Err(TreeFault::SecondRoot(id.to_owned())),
+            Some(parent) if self.contains(parent) || pending.contains(&parent) => Ok(()),
             Some(parent) => Err(TreeFault::MissingParent {
-                entry_id: entry.id.clone(),
-                parent_id: parent.clone(),
+                entry_id: id.to_owned(),
+                parent_id: parent.to_owned(),
             }),
         }
     }
 
     /// Adds a checked entry whose line is at `offset..offset+len`; the leaf
     /// moves to it.
-    pub(crate) fn push(&mut self, entry: &Entry, offset: u64, len: u32) -> Result<(), TreeFault> {
-        self.check_entry(entry, &[])?;
+    pub(crate) fn push(&mut self, entry: Slotted, offset: u64, len: u32) -> Result<(), TreeFault> {
+        self.check(&entry.id, entry.parent_id.as_deref(), &[])?;
         let parent = entry.parent_id.as_deref().and_then(|id| self.position(id));
-        let first_kept = match &entry.payload {
-            EntryPayload::Checkpoint {
-                first_kept_entry_id,
-                ..
-            } => Some(first_kept_entry_id.clone()),
-            _ => None,
-        };
         if self.title.is_none()
-            && let EntryPayload::Message {
-                message: Message::User(user),
-            } = &entry.payload
+            && let Some(text) = &entry.user_text
         {
-            self.title = Some(user.plain_text().chars().take(80).collect());
+            self.title = Some(text.chars().take(80).collect());
         }
         self.last_activity = self.last_activity.max(entry.timestamp);
         let position = self.slots.len();
         self.by_id.insert(entry.id.clone(), position);
         self.slots.push(Slot {
-            id: entry.id.clone(),
+            id: entry.id,
             parent,
             offset,
             len,
-            first_kept,
+            first_kept: entry.first_kept,
         });
         self.leaf = Some(position);
         Ok(())
+    }
+
+    /// Whether the index still wants a title (no user message seen yet).
+    pub(crate) fn wants_title(&self) -> bool {
+        self.title.is_none()
     }
 
     /// Moves the leaf to an existing entry.

@@ -335,7 +335,7 @@ fn validate(state: &State, records: &[Record]) -> Result<(), SessionError> {
             Record::Entry { entry } => {
                 state
                     .index
-                    .check_entry(entry, &pending)
+                    .check(&entry.id, entry.parent_id.as_deref(), &pending)
                     .map_err(tree_error)?;
                 pending.push(&entry.id);
             }
@@ -383,7 +383,7 @@ fn read_entry(file: &File, path: &Path, slot: &Slot) -> Result<Entry, SessionErr
     file.read_exact_at(&mut line, slot.offset)
         .map_err(|error| io_error(path, &error))?;
     match format::decode_line(&line) {
-        Ok(frame) => match frame.record {
+        Ok(record) => match record {
             Record::Entry { entry } => Ok(entry),
             Record::Leaf { .. } => {
                 Err(reread_fault(path, slot, "a leaf record where an entry was"))

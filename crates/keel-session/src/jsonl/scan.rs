@@ -12,7 +12,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 
-use super::format::{self, Frame, Header, LineFault, Record};
+use super::format::{self, Header, LineFault, ScannedFrame, Skeleton};
 use super::index::{Index, TreeFault};
 use crate::{SessionError, TornTail};
 
@@ -32,7 +32,7 @@ pub(crate) struct Scan {
 struct Pending {
     group: u64,
     size: u32,
-    records: Vec<(Frame, usize, u64, u32)>,
+    records: Vec<(ScannedFrame, usize, u64, u32)>,
 }
 
 /// Scans the file at `path`.
@@ -67,7 +67,7 @@ pub(crate) fn scan(path: &Path) -> Result<Scan, SessionError> {
         let start = offset;
         offset += read as u64;
         let decoded = match line.strip_suffix(b"\n") {
-            Some(body) => format::decode_line(body),
+            Some(body) => format::decode_skeleton(body, scan.index.wants_title()),
             None => Err(LineFault::Malformed("incomplete line".into())),
         };
         if let Some((fault_line, reason)) = &fault {
@@ -149,7 +149,7 @@ fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
 fn accept(
     pending: &mut Option<Pending>,
     next_group: u64,
-    frame: Frame,
+    frame: ScannedFrame,
     line: usize,
     offset: u64,
     len: u32,
@@ -192,9 +192,9 @@ fn accept(
 
 fn apply(path: &Path, index: &mut Index, group: Pending) -> Result<(), SessionError> {
     for (frame, line, offset, len) in group.records {
-        let outcome = match &frame.record {
-            Record::Entry { entry } => index.push(entry, offset, len),
-            Record::Leaf { leaf_id } => index.move_leaf(leaf_id),
+        let outcome = match frame.record {
+            Skeleton::Entry(entry) => index.push(entry, offset, len),
+            Skeleton::Leaf(leaf_id) => index.move_leaf(&leaf_id),
         };
         outcome.map_err(|fault| corrupt(path, line, tree_fault(&fault)))?;
     }

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::format::{self, Record};
+use super::format::{self, Record, Slotted};
 use super::index::Index;
 use super::meta;
 
@@ -62,14 +62,20 @@ fn run(mut setup: WriterSetup, jobs: mpsc::Receiver<Job>) {
         if let Err(reason) = &outcome {
             tracing::error!(%reason, "session write failed; the session is poisoned");
         }
+        let summary = outcome.as_ref().ok().cloned();
         for job in batch {
             // The appender may have been dropped; the write stands regardless.
-            let _ = job.ack.send(outcome.clone());
+            let _ = job.ack.send(outcome.clone().map(|_| ()));
+        }
+        // The summary is a cache: refresh it after acknowledging, off the
+        // append's latency path.
+        if let Some(summary) = summary {
+            meta::write(&setup.meta_path, &summary);
         }
     }
 }
 
-fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<(), String> {
+fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<meta::Meta, String> {
     let first_group = setup.next_group;
     let mut bytes = Vec::new();
     for (offset, job) in batch.iter().enumerate() {
@@ -101,8 +107,14 @@ fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<(), String> {
     index_batch(setup, batch, start, &bytes)
 }
 
-/// Adds the written records to the index, with the offsets of their lines.
-fn index_batch(setup: &WriterSetup, batch: &[Job], start: u64, bytes: &[u8]) -> Result<(), String> {
+/// Adds the written records to the index, with the offsets of their lines,
+/// and returns the session's refreshed summary.
+fn index_batch(
+    setup: &WriterSetup,
+    batch: &[Job],
+    start: u64,
+    bytes: &[u8],
+) -> Result<meta::Meta, String> {
     let mut state = setup
         .state
         .lock()
@@ -114,9 +126,11 @@ fn index_batch(setup: &WriterSetup, batch: &[Job], start: u64, bytes: &[u8]) -> 
         let outcome = match record {
             Record::Entry { entry } => {
                 state.pending.retain(|id| id != &entry.id);
-                state
-                    .index
-                    .push(entry, offset, line_len.saturating_sub(1) as u32)
+                state.index.push(
+                    Slotted::of(entry),
+                    offset,
+                    line_len.saturating_sub(1) as u32,
+                )
             }
             Record::Leaf { leaf_id } => state.index.move_leaf(leaf_id),
         };
@@ -127,10 +141,7 @@ fn index_batch(setup: &WriterSetup, batch: &[Job], start: u64, bytes: &[u8]) -> 
         }
         offset += line_len;
     }
-    let meta = setup.meta_base.with_index(&state.index, setup.len);
-    drop(state);
-    meta::write(&setup.meta_path, &meta);
-    Ok(())
+    Ok(setup.meta_base.with_index(&state.index, setup.len))
 }
 
 fn poison(state: &Mutex<State>, reason: &str) {
