@@ -10,6 +10,7 @@
 //! report failures as typed [`ToolError`]s and honour cancellation.
 
 pub mod builtin;
+pub mod changes;
 pub mod env;
 pub mod outputs;
 pub mod registry;
