@@ -96,6 +96,10 @@ pub struct RunArgs {
     /// Fail the run after this many turns.
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// The tools to offer, comma-separated (default: read,write,edit,bash;
+    /// also available: grep, find, ls).
+    #[arg(long, value_delimiter = ',')]
+    pub tools: Option<Vec<String>>,
     /// Continue this session (id or unique prefix) on its active leaf.
     #[arg(long)]
     pub session: Option<String>,

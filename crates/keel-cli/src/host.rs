@@ -6,7 +6,7 @@ use keel_protocol::{RunEvent, RunResult};
 use crate::output::Output;
 
 /// Consumes the run's events, printing each and passing it to `react`, then
-/// prints and returns the result.
+/// prints the result and the workspace's changes, and returns the result.
 pub async fn drive<F>(
     run: &AgentRun,
     output: &Output,
@@ -22,6 +22,10 @@ where
     }
     let result = run.result().await;
     output.result(&result);
+    match run.workspace_changes().await {
+        Ok(changes) => output.workspace(&changes),
+        Err(error) => tracing::warn!(%error, "no workspace changes to report"),
+    }
     Ok(result)
 }
 

@@ -53,6 +53,18 @@ impl Output {
 }
 
 impl Output {
+    /// Prints the workspace's changes since the run started.
+    pub fn workspace(&self, changes: &keel_tools::changes::WorkspaceChanges) {
+        match self {
+            Self::Json => print_json(&json!({"workspace": changes})),
+            Self::Human if changes.is_empty() => say("── no workspace changes"),
+            Self::Human => {
+                say(format!("── changed: {}", changes.changed_paths.join(", ")));
+                say(changes.patch.trim_end());
+            }
+        }
+    }
+
     /// Prints where the run's session is stored.
     pub fn session(&self, id: &str, path: &std::path::Path) {
         match self {

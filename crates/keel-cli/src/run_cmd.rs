@@ -14,7 +14,7 @@ use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{JsonlStore, SessionStore};
 use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
+use keel_tools::builtin::{BashOptions, all_tools, default_tools};
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use crate::args::RunArgs;
@@ -99,13 +99,37 @@ fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, S
         .provider(Arc::new(ScriptedProvider::new(script)))
         .workspace(workspace)
         .store(store)
-        .tools(default_tools(BashOptions::default()));
+        .tools(chosen_tools(args.tools.as_deref())?);
     if let Some(model) = &args.model {
         builder = builder.model(model.clone());
     }
     builder
         .build()
         .map_err(|error| StartupError::new(error.code(), error.to_string()))
+}
+
+/// The built-in tools named by `--tools`, in the order given.
+fn chosen_tools(names: Option<&[String]>) -> Result<Vec<Arc<dyn keel_tools::Tool>>, StartupError> {
+    let Some(names) = names else {
+        return Ok(default_tools(BashOptions::default()));
+    };
+    let available = all_tools(BashOptions::default());
+    names
+        .iter()
+        .map(|name| {
+            available
+                .iter()
+                .find(|tool| tool.name() == name.trim())
+                .cloned()
+                .ok_or_else(|| {
+                    let known: Vec<&str> = available.iter().map(|tool| tool.name()).collect();
+                    StartupError::new(
+                        "unknown_tool",
+                        format!("no tool `{name}`; available: {}", known.join(", ")),
+                    )
+                })
+        })
+        .collect()
 }
 
 /// Answers permission requests from the terminal or from stdin.

@@ -209,3 +209,128 @@ fn schema_prints_the_checked_in_schemas() {
         "unknown_schema"
     );
 }
+
+#[test]
+fn the_run_patch_reproduces_the_final_workspace_with_git_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let git = |args: &[&str], cwd: &Path| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(cwd)
+            .output()
+            .unwrap();
+        assert!(
+            status.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&status.stderr)
+        );
+    };
+    std::fs::write(work.join("keep.txt"), "one\ntwo\n").unwrap();
+    std::fs::write(work.join("gone.txt"), "bye\n").unwrap();
+    std::fs::write(work.join("old-name.txt"), "moving house\n").unwrap();
+    std::fs::write(work.join("logo.bin"), [0u8, 1, 2, 3, 255]).unwrap();
+    git(&["init", "-q"], &work);
+    git(
+        &["-c", "user.name=t", "-c", "user.email=t@t", "add", "-A"],
+        &work,
+    );
+    git(
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "start",
+        ],
+        &work,
+    );
+    let start = dir.path().join("start");
+    copy_tree(&work, &start);
+
+    let script = r#"{"turns":[{"content":[
+        {"type":"tool_call","name":"write","arguments":{"path":"new/added.txt","content":"fresh\n"}},
+        {"type":"tool_call","name":"edit","arguments":{"path":"keep.txt","edits":[{"old_text":"two","new_text":"2"}]}},
+        {"type":"tool_call","name":"bash","arguments":{"command":"rm gone.txt && mv old-name.txt new-name.txt && printf '\\000\\377\\001' > logo.bin"}}]},
+        {"content":[{"type":"text","text":"done"}]}]}"#;
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script).unwrap();
+    let output = keel(
+        &[
+            "run",
+            "--script",
+            script_path.to_str().unwrap(),
+            "--workspace",
+            work.to_str().unwrap(),
+            "--mode",
+            "full",
+            "change things",
+        ],
+        None,
+        "",
+    );
+    assert_eq!(output.code, 0, "{:?}", output.result);
+    let workspace = &output
+        .extras
+        .iter()
+        .find(|line| line.get("workspace").is_some())
+        .unwrap()["workspace"];
+    let paths: Vec<&str> = workspace["changed_paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    for expected in [
+        "new/added.txt",
+        "keep.txt",
+        "gone.txt",
+        "old-name.txt",
+        "new-name.txt",
+        "logo.bin",
+    ] {
+        assert!(
+            paths.contains(&expected),
+            "{expected} missing from {paths:?}"
+        );
+    }
+    let patch_file = dir.path().join("run.patch");
+    std::fs::write(&patch_file, workspace["patch"].as_str().unwrap()).unwrap();
+    git(&["apply", "--binary", patch_file.to_str().unwrap()], &start);
+    for file in ["new/added.txt", "keep.txt", "new-name.txt", "logo.bin"] {
+        assert_eq!(
+            std::fs::read(start.join(file)).unwrap(),
+            std::fs::read(work.join(file)).unwrap(),
+            "{file}"
+        );
+    }
+    assert!(!start.join("gone.txt").exists() && !start.join("old-name.txt").exists());
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+#[test]
+fn tools_can_be_chosen_and_unknown_ones_are_refused() {
+    let script = r#"{"turns":[
+      {"expect":{"tools":["read","grep","ls"]},"content":[{"type":"tool_call","name":"grep","arguments":{"pattern":"hel+o"}}]},
+      {"expect":{"tool_result_contains":"a.txt:1: hello"},"content":[{"type":"text","text":"found it"}]}]}"#;
+    let dir = workspace(script);
+    let output = run_in(dir.path(), &["--tools", "read,grep,ls"], "");
+    assert_eq!(output.code, 0, "{:?}", output.result);
+    let unknown = run_in(dir.path(), &["--tools", "read,frobnicate"], "");
+    assert_eq!(startup_error(&unknown), "unknown_tool");
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use keel_protocol::PermissionMode;
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
+use keel_tools::changes::Baseline;
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
 use crate::policy::{InterimPolicy, PermissionPolicy};
@@ -111,7 +112,21 @@ impl AgentKernel {
                     .await?
             }
         };
-        Ok(AgentRun::start(Arc::clone(&self.inner), spec, session_id))
+        let root = self.inner.workspace.root().to_path_buf();
+        let baseline = match tokio::task::spawn_blocking(move || Baseline::capture(&root)).await {
+            Ok(Ok(baseline)) => Ok(Arc::new(baseline)),
+            Ok(Err(error)) => Err(error.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(reason) = &baseline {
+            tracing::warn!(%reason, "workspace changes will not be available for this run");
+        }
+        Ok(AgentRun::start(
+            Arc::clone(&self.inner),
+            spec,
+            session_id,
+            baseline,
+        ))
     }
 }
 

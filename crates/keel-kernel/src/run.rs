@@ -15,6 +15,7 @@ use keel_protocol::{
     AssistantMessage, ErrorSource, PermissionResolution, QueueKind, RunError, RunEvent,
     RunEventKind, RunResult, RunState,
 };
+use keel_tools::changes::{Baseline, WorkspaceChanges};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -25,6 +26,7 @@ use crate::turn_loop;
 /// The host's handle on one run. Dropping it cancels the run.
 pub struct AgentRun {
     shared: Arc<RunShared>,
+    baseline: Result<Arc<Baseline>, String>,
     events: Mutex<Option<mpsc::UnboundedReceiver<RunEvent>>>,
     result: watch::Receiver<Option<RunResult>>,
 }
@@ -44,6 +46,9 @@ pub enum ControlError {
     /// No pending permission request has this id.
     #[error("no pending permission request `{0}` (stale, already resolved, or never issued)")]
     UnknownPermissionRequest(String),
+    /// The workspace's changes cannot be computed.
+    #[error("workspace changes are unavailable: {0}")]
+    ChangesUnavailable(String),
 }
 
 /// How the turn loop ended; the supervisor turns it into the terminal event.
@@ -77,7 +82,12 @@ struct Control {
 }
 
 impl AgentRun {
-    pub(crate) fn start(parts: Arc<KernelParts>, spec: RunSpec, session_id: String) -> Self {
+    pub(crate) fn start(
+        parts: Arc<KernelParts>,
+        spec: RunSpec,
+        session_id: String,
+        baseline: Result<Arc<Baseline>, String>,
+    ) -> Self {
         let run_id = new_id();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (result_sender, result) = watch::channel(None);
@@ -109,6 +119,7 @@ impl AgentRun {
         });
         Self {
             shared,
+            baseline,
             events: Mutex::new(Some(receiver)),
             result,
         }
@@ -180,6 +191,20 @@ impl AgentRun {
                 return self.lost_result();
             }
         }
+    }
+
+    /// The workspace's changes since the run started: changed paths and a
+    /// unified patch (`git diff --binary` in a git workspace). Usually asked
+    /// after `result()`; asked earlier, it describes the changes so far.
+    pub async fn workspace_changes(&self) -> Result<WorkspaceChanges, ControlError> {
+        let baseline = self
+            .baseline
+            .clone()
+            .map_err(ControlError::ChangesUnavailable)?;
+        tokio::task::spawn_blocking(move || baseline.changes())
+            .await
+            .map_err(|error| ControlError::ChangesUnavailable(error.to_string()))?
+            .map_err(|error| ControlError::ChangesUnavailable(error.to_string()))
     }
 
     fn lost_result(&self) -> RunResult {
