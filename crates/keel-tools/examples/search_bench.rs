@@ -80,7 +80,7 @@ fn generate_grep_tree(root: &Path) {
                 k = k
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
-                line.push_str(words[(k >> 33) as usize % words.len()]);
+                line.push_str(words[(k >> 33) % words.len()]);
                 line.push(' ');
             }
             text.push_str(&line);
