@@ -42,7 +42,9 @@ pub struct JsonlStore {
 #[derive(Debug)]
 struct OpenSession {
     state: Arc<Mutex<State>>,
-    jobs: mpsc::Sender<Job>,
+    /// Taken on drop, which lets the writer finish and exit.
+    jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<std::thread::JoinHandle<()>>,
     reader: File,
     repaired: Option<TornTail>,
     _lock: Flock<File>,
@@ -196,10 +198,11 @@ impl JsonlStore {
             meta_path: self.meta_file(session_id),
             meta_base,
         };
-        writer::spawn(setup, receiver).map_err(|error| io_error(path, &error))?;
+        let writer = writer::spawn(setup, receiver).map_err(|error| io_error(path, &error))?;
         Ok(OpenSession {
             state,
-            jobs,
+            jobs: Some(jobs),
+            writer: Some(writer),
             reader,
             repaired: scan.torn,
             _lock: lock,
@@ -282,6 +285,8 @@ impl JsonlStore {
         let (ack, done) = tokio::sync::oneshot::channel();
         session
             .jobs
+            .as_ref()
+            .ok_or_else(|| SessionError::Io("the session is closing".into()))?
             .send(Job { records, ack })
             .map_err(|_| SessionError::Io("the session writer has stopped".into()))?;
         Ok(done)
@@ -316,6 +321,16 @@ impl JsonlStore {
             last_activity: meta.last_activity,
             parent_session: meta.parent_session,
             problem,
+        }
+    }
+}
+
+impl Drop for OpenSession {
+    /// Closes the writer and waits for it, so its last summary is written.
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
         }
     }
 }

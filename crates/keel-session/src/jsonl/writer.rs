@@ -3,7 +3,7 @@
 //! Appends are queued to a dedicated thread. The thread takes everything
 //! queued, writes it in one `write`, syncs once, then updates the index and
 //! acknowledges every append in the batch: concurrent appends share one
-//! fsync. A failed write is cut back off the file and poisons the session,
+//! fsync. The `.meta.json` summary is refreshed only when appends pause. A failed write is cut back off the file and poisons the session,
 //! so nothing unacknowledged is ever read back as if it were stored.
 
 use std::fs::File;
@@ -11,6 +11,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::oneshot;
 
@@ -45,15 +46,39 @@ pub(crate) struct WriterSetup {
 }
 
 /// Starts the writer thread; it runs until every sender is dropped.
-pub(crate) fn spawn(setup: WriterSetup, jobs: mpsc::Receiver<Job>) -> std::io::Result<()> {
+pub(crate) fn spawn(
+    setup: WriterSetup,
+    jobs: mpsc::Receiver<Job>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("keel-session-writer".into())
         .spawn(move || run(setup, jobs))
-        .map(|_| ())
 }
 
+/// How long the writer waits for more appends before refreshing the summary.
+const SUMMARY_DELAY: Duration = Duration::from_millis(50);
+
 fn run(mut setup: WriterSetup, jobs: mpsc::Receiver<Job>) {
-    while let Ok(first) = jobs.recv() {
+    // The summary is a cache: it is refreshed only once appends pause (or the
+    // session closes), so it never sits on an append's latency path.
+    let mut stale: Option<meta::Meta> = None;
+    loop {
+        let first = match &stale {
+            None => jobs
+                .recv()
+                .map_err(|_| mpsc::RecvTimeoutError::Disconnected),
+            Some(_) => jobs.recv_timeout(SUMMARY_DELAY),
+        };
+        let first = match first {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if let Some(summary) = stale.take() {
+                    meta::write(&setup.meta_path, &summary);
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         let mut batch = vec![first];
         while let Ok(job) = jobs.try_recv() {
             batch.push(job);
@@ -62,16 +87,16 @@ fn run(mut setup: WriterSetup, jobs: mpsc::Receiver<Job>) {
         if let Err(reason) = &outcome {
             tracing::error!(%reason, "session write failed; the session is poisoned");
         }
-        let summary = outcome.as_ref().ok().cloned();
+        if let Ok(summary) = &outcome {
+            stale = Some(summary.clone());
+        }
         for job in batch {
             // The appender may have been dropped; the write stands regardless.
             let _ = job.ack.send(outcome.clone().map(|_| ()));
         }
-        // The summary is a cache: refresh it after acknowledging, off the
-        // append's latency path.
-        if let Some(summary) = summary {
-            meta::write(&setup.meta_path, &summary);
-        }
+    }
+    if let Some(summary) = stale {
+        meta::write(&setup.meta_path, &summary);
     }
 }
 
