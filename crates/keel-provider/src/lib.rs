@@ -6,15 +6,21 @@
 //! as dropped. Adapters never panic on what the wire sends them; they turn it
 //! into a typed [`keel_protocol::ProviderError`].
 //!
-//! This crate holds the deterministic [`scripted::ScriptedProvider`]; the real
-//! HTTP adapters arrive with their issue.
+//! Adapters: the deterministic [`scripted::ScriptedProvider`], and HTTP
+//! adapters built on [`http::drive`] (which owns timeouts, cancellation and
+//! status classification) with one [`http::WireFormat`] parser per API.
 
+pub mod endpoint;
+pub mod errors;
+pub mod http;
 pub mod scripted;
+pub mod testing;
 
 use futures::stream::BoxStream;
 use keel_protocol::{Message, ProviderEvent, ToolSpec};
 use tokio_util::sync::CancellationToken;
 
+pub use endpoint::Endpoint;
 pub use scripted::{Script, ScriptError, ScriptedProvider};
 
 /// The stream of events a provider returns for one request.

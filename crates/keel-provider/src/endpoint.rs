@@ -1,0 +1,65 @@
+//! Where and how an HTTP adapter reaches its API: base URL, key, timeouts.
+//!
+//! The API key lives only here: it is sent in a request header and nowhere
+//! else. `Debug` prints it redacted, so neither logs nor error messages can
+//! show it; it never enters events, sessions or child environments.
+
+use crate::http::HttpTimeouts;
+
+/// One configured API endpoint.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// The provider's name as hosts see it (`deepseek`, `anthropic`, …).
+    pub name: String,
+    /// The base URL, e.g. `https://api.deepseek.com` (no trailing slash).
+    pub base_url: String,
+    api_key: Option<String>,
+    /// Time limits for each request.
+    pub timeouts: HttpTimeouts,
+    client: reqwest::Client,
+}
+
+impl Endpoint {
+    /// An endpoint; the key may be absent for local servers.
+    pub fn new(
+        name: impl Into<String>,
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+    ) -> Self {
+        let base_url = base_url.into().trim_end_matches('/').to_owned();
+        Self {
+            name: name.into(),
+            base_url,
+            api_key: api_key.filter(|key| !key.is_empty()),
+            timeouts: HttpTimeouts::default(),
+            client: reqwest::Client::new(),
+        }
+    }
+
+    /// The same endpoint with other timeouts.
+    pub fn with_timeouts(mut self, timeouts: HttpTimeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+
+    /// The key, for the adapter's auth header.
+    pub fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
+    /// A POST to `base_url + path`.
+    pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
+        self.client.post(format!("{}{path}", self.base_url))
+    }
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("name", &self.name)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("timeouts", &self.timeouts)
+            .finish()
+    }
+}

@@ -1,0 +1,177 @@
+//! One error taxonomy for every provider: HTTP statuses and error bodies
+//! mapped onto [`ProviderErrorKind`].
+//!
+//! Each adapter passes the status, the body and the `retry-after` header;
+//! this module extracts the provider's own message (`error.message` in the
+//! OpenAI and Anthropic shapes) and recognises context overflow from the
+//! phrases the providers use, whatever status they send it with. Messages
+//! are cut to a bounded length and never contain request headers, so no
+//! credential can leak through an error.
+
+use std::time::Duration;
+
+use keel_protocol::{ProviderError, ProviderErrorKind};
+
+/// Phrases by which providers say the context is too long.
+const OVERFLOW_PHRASES: &[&str] = &[
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "prompt is too long",
+    "context window",
+    "too many tokens",
+    "exceeds the context",
+    "input is too long",
+    "reduce the length of the messages",
+    "string_above_max_length",
+];
+
+/// The longest provider message kept in an error.
+const MAX_MESSAGE: usize = 500;
+
+/// Classifies a non-success HTTP response.
+pub fn classify_status(status: u16, body: &str, retry_after: Option<Duration>) -> ProviderError {
+    let message = provider_message(body);
+    let shown = if message.is_empty() {
+        format!("HTTP {status}")
+    } else {
+        format!("HTTP {status}: {message}")
+    };
+    let kind = if is_overflow(body) {
+        ProviderErrorKind::ContextOverflow
+    } else {
+        match status {
+            401 => ProviderErrorKind::Auth,
+            403 => ProviderErrorKind::Permission,
+            408 | 504 => ProviderErrorKind::Timeout,
+            429 => ProviderErrorKind::RateLimited,
+            503 | 529 => ProviderErrorKind::Overloaded,
+            500..=599 => ProviderErrorKind::ServerError,
+            _ => ProviderErrorKind::InvalidRequest,
+        }
+    };
+    ProviderError {
+        kind,
+        message: shown,
+        retry_after_ms: retry_after.map(|delay| delay.as_millis() as u64),
+    }
+}
+
+/// Classifies an error reported inside a stream (e.g. an SSE `error` event),
+/// by the provider's error type and message.
+pub fn classify_stream_error(error_type: &str, message: &str) -> ProviderError {
+    let lowered = error_type.to_ascii_lowercase();
+    let kind = if is_overflow(message) || is_overflow(error_type) {
+        ProviderErrorKind::ContextOverflow
+    } else if lowered.contains("overloaded") {
+        ProviderErrorKind::Overloaded
+    } else if lowered.contains("rate_limit") || lowered.contains("rate-limit") {
+        ProviderErrorKind::RateLimited
+    } else if lowered.contains("authentication") || lowered.contains("auth") {
+        ProviderErrorKind::Auth
+    } else if lowered.contains("permission") {
+        ProviderErrorKind::Permission
+    } else if lowered.contains("invalid_request") {
+        ProviderErrorKind::InvalidRequest
+    } else if lowered.contains("timeout") {
+        ProviderErrorKind::Timeout
+    } else {
+        ProviderErrorKind::ServerError
+    };
+    ProviderError::new(kind, format!("{error_type}: {}", cut(message)))
+}
+
+/// Whether `text` says the context was too long.
+pub fn is_overflow(text: &str) -> bool {
+    let lowered = text.to_ascii_lowercase();
+    OVERFLOW_PHRASES
+        .iter()
+        .any(|phrase| lowered.contains(phrase))
+}
+
+/// The provider's own message from an error body, or the body itself.
+fn provider_message(body: &str) -> String {
+    let parsed: Option<serde_json::Value> = serde_json::from_str(body).ok();
+    let message = parsed.as_ref().and_then(|value| {
+        value
+            .pointer("/error/message")
+            .or_else(|| value.get("message"))
+            .or_else(|| value.get("error"))
+            .and_then(|message| message.as_str())
+            .map(str::to_owned)
+    });
+    cut(message.as_deref().unwrap_or(body).trim())
+}
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_MESSAGE) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// Parses a `retry-after` header: seconds, or milliseconds in
+/// `retry-after-ms` when the provider sends that.
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let read = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|value| value.to_str().ok())
+            .map(str::trim)
+    };
+    if let Some(ms) = read("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return Some(Duration::from_millis(ms.max(0.0) as u64));
+    }
+    read("retry-after")
+        .and_then(|v| v.parse::<f64>().ok())
+        .map(|seconds| Duration::from_millis((seconds.max(0.0) * 1000.0) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_and_bodies_map_onto_the_taxonomy() {
+        let cases = [
+            (
+                401,
+                r#"{"error":{"message":"bad key"}}"#,
+                ProviderErrorKind::Auth,
+            ),
+            (403, "", ProviderErrorKind::Permission),
+            (
+                400,
+                r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
+                ProviderErrorKind::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                ProviderErrorKind::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"message":"bad field"}}"#,
+                ProviderErrorKind::InvalidRequest,
+            ),
+            (429, "slow down", ProviderErrorKind::RateLimited),
+            (500, "", ProviderErrorKind::ServerError),
+            (
+                529,
+                r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                ProviderErrorKind::Overloaded,
+            ),
+            (504, "", ProviderErrorKind::Timeout),
+        ];
+        for (status, body, kind) in cases {
+            assert_eq!(
+                classify_status(status, body, None).kind,
+                kind,
+                "{status} {body}"
+            );
+        }
+        let error = classify_status(401, r#"{"error":{"message":"bad key"}}"#, None);
+        assert_eq!(error.message, "HTTP 401: bad key");
+    }
+}

@@ -1,0 +1,187 @@
+//! Streaming a provider's server-sent events over HTTP, for every adapter.
+//!
+//! [`drive`] sends the request, classifies a non-success response, decodes
+//! the SSE stream and feeds each event to the adapter's [`WireFormat`]
+//! parser, forwarding what it produces. It owns the rules every adapter
+//! shares: cancellation ends the stream with `cancelled`; no event within
+//! the idle timeout ends it with `timeout`; a stream that ends or breaks
+//! before the parser saw its terminal event ends with `stream_dropped`.
+
+use std::time::Duration;
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::ProviderStream;
+use crate::errors::{classify_status, retry_after};
+
+/// Time limits for one streamed request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpTimeouts {
+    /// Until the response headers arrive.
+    pub first_byte: Duration,
+    /// Between two stream events once streaming.
+    pub idle: Duration,
+}
+
+impl Default for HttpTimeouts {
+    fn default() -> Self {
+        Self {
+            first_byte: Duration::from_secs(120),
+            idle: Duration::from_secs(90),
+        }
+    }
+}
+
+/// One provider API's stream format: SSE events in, provider events out.
+pub trait WireFormat: Send + 'static {
+    /// Handles one SSE event (`event` is its type, `data` its payload).
+    /// Returning a `done` or `error` event ends the stream.
+    fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<ProviderEvent>, ProviderError>;
+
+    /// Handles the end of the byte stream; by default a stream that ends
+    /// before its terminal event was dropped.
+    fn on_end(&mut self) -> Result<Vec<ProviderEvent>, ProviderError> {
+        Err(ProviderError::new(
+            ProviderErrorKind::StreamDropped,
+            "the stream ended before the response was complete",
+        ))
+    }
+}
+
+/// Sends `request` and streams its events through `format`.
+pub fn drive<F: WireFormat>(
+    request: reqwest::RequestBuilder,
+    format: F,
+    timeouts: HttpTimeouts,
+    cancel: CancellationToken,
+) -> ProviderStream {
+    let (sender, receiver) = mpsc::channel(64);
+    tokio::spawn(async move {
+        let terminal = match run(request, format, timeouts, &cancel, &sender).await {
+            Ok(()) => return,
+            Err(error) => ProviderEvent::Error { error },
+        };
+        let _ = sender.send(terminal).await;
+    });
+    futures::stream::unfold(receiver, |mut receiver| async move {
+        let event = receiver.recv().await?;
+        Some((event, receiver))
+    })
+    .boxed()
+}
+
+async fn run<F: WireFormat>(
+    request: reqwest::RequestBuilder,
+    mut format: F,
+    timeouts: HttpTimeouts,
+    cancel: &CancellationToken,
+    sender: &mpsc::Sender<ProviderEvent>,
+) -> Result<(), ProviderError> {
+    let response = tokio::select! {
+        () = cancel.cancelled() => return Err(cancelled()),
+        response = tokio::time::timeout(timeouts.first_byte, request.send()) => match response {
+            Err(_) => return Err(ProviderError::new(ProviderErrorKind::Timeout, format!("no response within {} s", timeouts.first_byte.as_secs()))),
+            Ok(Err(error)) => return Err(transport_error(&error)),
+            Ok(Ok(response)) => response,
+        },
+    };
+    let status = response.status().as_u16();
+    if !(200..300).contains(&status) {
+        let delay = retry_after(response.headers());
+        let body = tokio::select! {
+            () = cancel.cancelled() => return Err(cancelled()),
+            body = tokio::time::timeout(timeouts.idle, response.text()) => body.ok().and_then(Result::ok).unwrap_or_default(),
+        };
+        return Err(classify_status(status, &body, delay));
+    }
+    let mut events = response.bytes_stream().eventsource();
+    loop {
+        let next = tokio::select! {
+            () = cancel.cancelled() => return Err(cancelled()),
+            next = tokio::time::timeout(timeouts.idle, events.next()) => next,
+        };
+        let produced = match next {
+            Err(_) => {
+                return Err(ProviderError::new(
+                    ProviderErrorKind::Timeout,
+                    format!("the stream was idle for {} s", timeouts.idle.as_secs()),
+                ));
+            }
+            Ok(None) => format.on_end()?,
+            Ok(Some(Err(error))) => {
+                return Err(ProviderError::new(
+                    ProviderErrorKind::StreamDropped,
+                    format!("the stream broke: {error}"),
+                ));
+            }
+            Ok(Some(Ok(event))) => format.on_event(&event.event, &event.data)?,
+        };
+        let mut finished = false;
+        for event in produced {
+            finished |= matches!(
+                event,
+                ProviderEvent::Done { .. } | ProviderEvent::Error { .. }
+            );
+            if sender.send(event).await.is_err() {
+                return Ok(());
+            }
+        }
+        if finished {
+            return Ok(());
+        }
+    }
+}
+
+fn cancelled() -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Cancelled, "request cancelled")
+}
+
+fn transport_error(error: &reqwest::Error) -> ProviderError {
+    let kind = if error.is_timeout() {
+        ProviderErrorKind::Timeout
+    } else {
+        ProviderErrorKind::StreamDropped
+    };
+    // reqwest's Display names the URL but never headers, so no key leaks here.
+    ProviderError::new(kind, format!("cannot reach the provider: {error}"))
+}
+
+/// Feeds a whole SSE transcript (bytes as the server sent them, in `chunks`)
+/// through `format`; for tests, fuzzing and benchmarks of parsers.
+pub async fn replay<F: WireFormat>(chunks: Vec<Vec<u8>>, mut format: F) -> Vec<ProviderEvent> {
+    let stream = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
+    let mut events = stream.eventsource();
+    let mut out = Vec::new();
+    loop {
+        let produced = match events.next().await {
+            None => format.on_end(),
+            Some(Err(error)) => Err(ProviderError::new(
+                ProviderErrorKind::StreamDropped,
+                error.to_string(),
+            )),
+            Some(Ok(event)) => format.on_event(&event.event, &event.data),
+        };
+        match produced {
+            Ok(produced) => {
+                let finished = produced.iter().any(|event| {
+                    matches!(
+                        event,
+                        ProviderEvent::Done { .. } | ProviderEvent::Error { .. }
+                    )
+                });
+                out.extend(produced);
+                if finished {
+                    return out;
+                }
+            }
+            Err(error) => {
+                out.push(ProviderEvent::Error { error });
+                return out;
+            }
+        }
+    }
+}
