@@ -1,0 +1,415 @@
+//! Providers and models, from built-in defaults and `config.toml`.
+//!
+//! The built-in catalog names the providers people use (deepseek, anthropic,
+//! openai, openrouter) and a generic `openai-compatible` for local servers
+//! (vLLM, llama.cpp, Ollama), with each model's context window, output limit
+//! and prices. A user file (`$XDG_CONFIG_HOME/keel/config.toml`, or the one
+//! `--config` names) adds providers and models or overrides fields. Keys are
+//! never in the file: each provider names the environment variable that
+//! holds its key, and a missing key is an error that names the variable.
+//!
+//! ```toml
+//! [providers.local]
+//! api = "openai-chat"
+//! base_url = "http://127.0.0.1:8080/v1"
+//! default_model = "qwen2.5-coder"
+//!
+//! [providers.deepseek.models.deepseek-chat]
+//! context_window = 131072
+//! input_price = 0.27       # USD per million input tokens
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+/// Which wire format a provider speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Api {
+    /// OpenAI-compatible Chat Completions.
+    OpenaiChat,
+    /// Anthropic Messages.
+    Anthropic,
+    /// OpenAI Responses.
+    OpenaiResponses,
+}
+
+/// One configured provider.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The wire format.
+    pub api: Option<Api>,
+    /// The API base URL.
+    pub base_url: Option<String>,
+    /// The environment variable that holds the key (none for local servers).
+    pub api_key_env: Option<String>,
+    /// The model used when none is asked for.
+    pub default_model: Option<String>,
+    /// DeepSeek-style `reasoning_content` (Chat Completions only).
+    pub reasoning_content: Option<bool>,
+    /// Known models.
+    #[serde(default)]
+    pub models: BTreeMap<String, ModelInfo>,
+}
+
+/// What Keel knows about one model. Prices are USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelInfo {
+    /// Tokens the model accepts in one request.
+    pub context_window: Option<u64>,
+    /// Tokens it may write in one response.
+    pub max_output: Option<u32>,
+    /// Price of uncached input.
+    pub input_price: Option<f64>,
+    /// Price of output (reasoning included).
+    pub output_price: Option<f64>,
+    /// Price of input read from the cache.
+    pub cache_read_price: Option<f64>,
+    /// Price of input written to the cache.
+    pub cache_write_price: Option<f64>,
+}
+
+impl ModelInfo {
+    /// The cost of `usage` in USD, when the input and output prices are known.
+    pub fn cost(&self, usage: &keel_protocol::Usage) -> Option<f64> {
+        let per = |tokens: u64, price: Option<f64>| tokens as f64 * price.unwrap_or(0.0) / 1_000_000.0;
+        let (input, output) = (self.input_price?, self.output_price?);
+        Some(
+            per(usage.input_tokens, Some(input))
+                + per(usage.output_tokens, Some(output))
+                + per(usage.cache_read_tokens, self.cache_read_price.or(Some(input)))
+                + per(usage.cache_write_tokens, self.cache_write_price.or(Some(input))),
+        )
+    }
+
+    fn merged_over(self, base: ModelInfo) -> ModelInfo {
+        ModelInfo {
+            context_window: self.context_window.or(base.context_window),
+            max_output: self.max_output.or(base.max_output),
+            input_price: self.input_price.or(base.input_price),
+            output_price: self.output_price.or(base.output_price),
+            cache_read_price: self.cache_read_price.or(base.cache_read_price),
+            cache_write_price: self.cache_write_price.or(base.cache_write_price),
+        }
+    }
+}
+
+/// All configured providers.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Providers by name.
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+}
+
+/// Why configuration failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {message}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The OS error.
+        message: String,
+    },
+    /// The file is not valid configuration.
+    #[error("invalid configuration in {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// No provider has this name.
+    #[error("unknown provider `{name}`; configured: {known}")]
+    UnknownProvider {
+        /// The name asked for.
+        name: String,
+        /// The configured names.
+        known: String,
+    },
+    /// The provider lacks a field it needs.
+    #[error("provider `{provider}` needs `{field}` in the configuration")]
+    Incomplete {
+        /// The provider.
+        provider: String,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// The provider's key variable is unset.
+    #[error("provider `{provider}` needs an API key: set the environment variable {variable}")]
+    MissingKey {
+        /// The provider.
+        provider: String,
+        /// The variable to set.
+        variable: String,
+    },
+}
+
+impl ConfigError {
+    /// A stable snake_case code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Read { .. } => "config_unreadable",
+            Self::Invalid { .. } => "config_invalid",
+            Self::UnknownProvider { .. } => "unknown_provider",
+            Self::Incomplete { .. } => "provider_incomplete",
+            Self::MissingKey { .. } => "missing_api_key",
+        }
+    }
+}
+
+/// The provider chosen for a run, resolved from the configuration.
+#[derive(Clone, PartialEq)]
+pub struct Resolved {
+    /// The provider's name.
+    pub name: String,
+    /// Its wire format.
+    pub api: Api,
+    /// Its base URL.
+    pub base_url: String,
+    /// Its key, read from the environment (`Debug` prints it redacted).
+    pub api_key: Option<String>,
+    /// The model id.
+    pub model: String,
+    /// What is known about the model.
+    pub info: ModelInfo,
+    /// DeepSeek-style reasoning deltas.
+    pub reasoning_content: bool,
+}
+
+impl std::fmt::Debug for Resolved {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resolved")
+            .field("name", &self.name)
+            .field("api", &self.api)
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("model", &self.model)
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl Config {
+    /// The built-in catalog. Prices are list prices at the time of writing;
+    /// override them in `config.toml`.
+    pub fn builtin() -> Self {
+        let model = |context: u64, output: u32, input: f64, out: f64, read: f64, write: Option<f64>| ModelInfo {
+            context_window: Some(context),
+            max_output: Some(output),
+            input_price: Some(input),
+            output_price: Some(out),
+            cache_read_price: Some(read),
+            cache_write_price: write,
+        };
+        let provider = |api, url: &str, env: Option<&str>, default: Option<&str>, models: Vec<(&str, ModelInfo)>| ProviderConfig {
+            api: Some(api),
+            base_url: Some(url.to_owned()),
+            api_key_env: env.map(str::to_owned),
+            default_model: default.map(str::to_owned),
+            reasoning_content: None,
+            models: models.into_iter().map(|(id, info)| (id.to_owned(), info)).collect(),
+        };
+        let mut providers = BTreeMap::new();
+        let mut deepseek = provider(
+            Api::OpenaiChat,
+            "https://api.deepseek.com",
+            Some("DEEPSEEK_API_KEY"),
+            Some("deepseek-chat"),
+            vec![
+                ("deepseek-chat", model(131_072, 8_192, 0.27, 1.10, 0.07, None)),
+                ("deepseek-reasoner", model(131_072, 65_536, 0.55, 2.19, 0.14, None)),
+            ],
+        );
+        deepseek.reasoning_content = Some(true);
+        providers.insert("deepseek".to_owned(), deepseek);
+        providers.insert(
+            "anthropic".to_owned(),
+            provider(
+                Api::Anthropic,
+                "https://api.anthropic.com",
+                Some("ANTHROPIC_API_KEY"),
+                Some("claude-sonnet-4-5"),
+                vec![
+                    ("claude-sonnet-4-5", model(200_000, 64_000, 3.0, 15.0, 0.30, Some(3.75))),
+                    ("claude-opus-4-1", model(200_000, 32_000, 15.0, 75.0, 1.50, Some(18.75))),
+                    ("claude-haiku-4-5", model(200_000, 64_000, 1.0, 5.0, 0.10, Some(1.25))),
+                ],
+            ),
+        );
+        providers.insert(
+            "openai".to_owned(),
+            provider(
+                Api::OpenaiResponses,
+                "https://api.openai.com/v1",
+                Some("OPENAI_API_KEY"),
+                Some("gpt-5"),
+                vec![
+                    ("gpt-5", model(400_000, 128_000, 1.25, 10.0, 0.125, None)),
+                    ("gpt-5-mini", model(400_000, 128_000, 0.25, 2.0, 0.025, None)),
+                ],
+            ),
+        );
+        providers.insert(
+            "openrouter".to_owned(),
+            provider(Api::OpenaiChat, "https://openrouter.ai/api/v1", Some("OPENROUTER_API_KEY"), None, vec![]),
+        );
+        providers.insert(
+            "openai-compatible".to_owned(),
+            ProviderConfig {
+                api: Some(Api::OpenaiChat),
+                ..ProviderConfig::default()
+            },
+        );
+        Self { providers }
+    }
+
+    /// The default user file: `$XDG_CONFIG_HOME/keel/config.toml`, else
+    /// `~/.config/keel/config.toml`.
+    pub fn default_path() -> Option<PathBuf> {
+        let base = std::env::var_os("XDG_CONFIG_HOME")
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
+        Some(base.join("keel").join("config.toml"))
+    }
+
+    /// The built-in catalog with `path` (or the default file, if it exists)
+    /// merged over it. An explicit path that cannot be read is an error.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut config = Self::builtin();
+        let (path, required) = match path {
+            Some(path) => (Some(path.to_path_buf()), true),
+            None => (Self::default_path(), false),
+        };
+        let Some(path) = path else {
+            return Ok(config);
+        };
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => return Ok(config),
+            Err(error) => {
+                return Err(ConfigError::Read {
+                    path: path.display().to_string(),
+                    message: error.to_string(),
+                });
+            }
+        };
+        let user: Config = toml::from_str(&text).map_err(|error| ConfigError::Invalid {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        })?;
+        config.merge(user);
+        Ok(config)
+    }
+
+    /// Merges `user` over this configuration, field by field.
+    pub fn merge(&mut self, user: Config) {
+        for (name, theirs) in user.providers {
+            let ours = self.providers.entry(name).or_default();
+            ours.api = theirs.api.or(ours.api);
+            ours.base_url = theirs.base_url.or(ours.base_url.take());
+            ours.api_key_env = theirs.api_key_env.or(ours.api_key_env.take());
+            ours.default_model = theirs.default_model.or(ours.default_model.take());
+            ours.reasoning_content = theirs.reasoning_content.or(ours.reasoning_content);
+            for (id, info) in theirs.models {
+                let base = ours.models.get(&id).copied().unwrap_or_default();
+                ours.models.insert(id, info.merged_over(base));
+            }
+        }
+    }
+
+    /// Resolves provider `name` with `model` (or its default), `base_url`
+    /// overriding the configured one, and the key read through `env`.
+    pub fn resolve(
+        &self,
+        name: &str,
+        model: Option<&str>,
+        base_url: Option<&str>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Resolved, ConfigError> {
+        let provider = self.providers.get(name).ok_or_else(|| ConfigError::UnknownProvider {
+            name: name.to_owned(),
+            known: self.providers.keys().cloned().collect::<Vec<_>>().join(", "),
+        })?;
+        let incomplete = |field| ConfigError::Incomplete { provider: name.to_owned(), field };
+        let api = provider.api.ok_or_else(|| incomplete("api"))?;
+        let base_url = base_url
+            .map(str::to_owned)
+            .or_else(|| provider.base_url.clone())
+            .ok_or_else(|| incomplete("base_url (or --base-url)"))?;
+        let model = model
+            .map(str::to_owned)
+            .or_else(|| provider.default_model.clone())
+            .ok_or_else(|| incomplete("default_model (or --model)"))?;
+        let api_key = match &provider.api_key_env {
+            None => None,
+            Some(variable) => Some(env(variable).filter(|key| !key.is_empty()).ok_or_else(|| {
+                ConfigError::MissingKey {
+                    provider: name.to_owned(),
+                    variable: variable.clone(),
+                }
+            })?),
+        };
+        Ok(Resolved {
+            name: name.to_owned(),
+            api,
+            base_url,
+            api_key,
+            info: provider.models.get(&model).copied().unwrap_or_default(),
+            model,
+            reasoning_content: provider.reasoning_content.unwrap_or(false),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_files_merge_over_the_catalog_and_keys_come_from_the_environment() {
+        let mut config = Config::builtin();
+        let user: Config = toml::from_str(
+            r#"
+            [providers.local]
+            api = "openai-chat"
+            base_url = "http://127.0.0.1:8080/v1"
+            default_model = "qwen"
+
+            [providers.deepseek.models.deepseek-chat]
+            input_price = 0.5
+            "#,
+        )
+        .unwrap();
+        config.merge(user);
+        let chat = &config.providers["deepseek"].models["deepseek-chat"];
+        assert_eq!((chat.input_price, chat.output_price), (Some(0.5), Some(1.10)));
+        let local = config.resolve("local", None, None, &|_| None).unwrap();
+        assert_eq!((local.model.as_str(), local.api_key), ("qwen", None));
+        let missing = config.resolve("deepseek", None, None, &|_| None).unwrap_err();
+        assert_eq!(missing.to_string(), "provider `deepseek` needs an API key: set the environment variable DEEPSEEK_API_KEY");
+        let found = config.resolve("deepseek", Some("deepseek-reasoner"), None, &|_| Some("k".into())).unwrap();
+        assert!(found.reasoning_content);
+        assert_eq!(found.info.context_window, Some(131_072));
+        let generic = config.resolve("openai-compatible", Some("m"), None, &|_| None).unwrap_err();
+        assert_eq!(generic.code(), "provider_incomplete");
+        assert!(toml::from_str::<Config>("[providers.x]\nbogus = 1").is_err(), "unknown fields are refused");
+    }
+
+    #[test]
+    fn cost_uses_the_price_of_each_bucket() {
+        let info = Config::builtin().providers["anthropic"].models["claude-sonnet-4-5"];
+        let usage = keel_protocol::Usage { input_tokens: 1_000_000, output_tokens: 100_000, cache_read_tokens: 1_000_000, cache_write_tokens: 0 };
+        let cost = info.cost(&usage).unwrap();
+        assert!((cost - (3.0 + 1.5 + 0.3)).abs() < 1e-9, "{cost}");
+        assert_eq!(ModelInfo::default().cost(&usage), None);
+    }
+}
