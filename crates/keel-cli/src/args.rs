@@ -19,6 +19,12 @@ pub enum Command {
     Run(RunArgs),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),
+    /// List the configured providers and models.
+    Models {
+        /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
     /// Inspect and branch stored sessions.
     #[command(subcommand)]
     Session(SessionCommand),

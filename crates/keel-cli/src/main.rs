@@ -9,6 +9,7 @@ mod args;
 mod demo;
 mod demo_session;
 mod host;
+mod models_cmd;
 mod output;
 mod run_cmd;
 mod session_cmd;
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run_cmd::run(args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
+            Command::Models { config } => models_cmd::run(config),
             Command::Schema(args) => startup::print_schema(args),
         }
     });

@@ -1,0 +1,68 @@
+//! `keel models`: the configured providers and models, and which keys are set.
+//!
+//! It reads the same configuration as `keel run` (built-in catalog plus
+//! `config.toml` or `--config`) and reports, for each provider, whether its
+//! key variable is set — never the key itself.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use keel_provider::config::Config;
+use serde_json::json;
+
+use crate::output::say;
+use crate::startup::StartupError;
+
+pub fn run(config: Option<PathBuf>) -> Result<ExitCode, StartupError> {
+    let config = Config::load(config.as_deref())
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let terminal = std::io::stdout().is_terminal();
+    for (name, provider) in &config.providers {
+        let key = match &provider.api_key_env {
+            None => "not needed".to_owned(),
+            Some(variable) if std::env::var_os(variable).is_some_and(|v| !v.is_empty()) => {
+                format!("{variable} is set")
+            }
+            Some(variable) => format!("{variable} is not set"),
+        };
+        if terminal {
+            say(format!(
+                "{name}  ({}, {}; key: {key}; default model: {})",
+                provider
+                    .api
+                    .map(|api| format!("{api:?}"))
+                    .unwrap_or_else(|| "api not set".into()),
+                provider.base_url.as_deref().unwrap_or("base_url not set"),
+                provider.default_model.as_deref().unwrap_or("-"),
+            ));
+            for (id, info) in &provider.models {
+                say(format!(
+                    "  {id:<24} context {:>8}  output {:>7}  $/M in {:>6} out {:>6} cache-read {:>6}",
+                    show(info.context_window),
+                    show(info.max_output),
+                    show(info.input_price),
+                    show(info.output_price),
+                    show(info.cache_read_price),
+                ));
+            }
+        } else {
+            say(json!({
+                "provider": name,
+                "api": provider.api,
+                "base_url": provider.base_url,
+                "api_key_env": provider.api_key_env,
+                "key": key,
+                "default_model": provider.default_model,
+                "models": provider.models,
+            }));
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show<T: ToString>(value: Option<T>) -> String {
+    value
+        .map(|v| v.to_string())
+        .unwrap_or_else(|| "-".to_owned())
+}
