@@ -10,11 +10,13 @@
 //! adapters built on [`http::drive`] (which owns timeouts, cancellation and
 //! status classification) with one [`http::WireFormat`] parser per API.
 
+pub mod config;
 pub mod endpoint;
 pub mod errors;
 pub mod http;
 pub mod scripted;
 pub mod testing;
+pub mod transform;
 
 use futures::stream::BoxStream;
 use keel_protocol::{Message, ProviderEvent, ToolSpec};
