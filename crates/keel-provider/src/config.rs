@@ -76,13 +76,20 @@ pub struct ModelInfo {
 impl ModelInfo {
     /// The cost of `usage` in USD, when the input and output prices are known.
     pub fn cost(&self, usage: &keel_protocol::Usage) -> Option<f64> {
-        let per = |tokens: u64, price: Option<f64>| tokens as f64 * price.unwrap_or(0.0) / 1_000_000.0;
+        let per =
+            |tokens: u64, price: Option<f64>| tokens as f64 * price.unwrap_or(0.0) / 1_000_000.0;
         let (input, output) = (self.input_price?, self.output_price?);
         Some(
             per(usage.input_tokens, Some(input))
                 + per(usage.output_tokens, Some(output))
-                + per(usage.cache_read_tokens, self.cache_read_price.or(Some(input)))
-                + per(usage.cache_write_tokens, self.cache_write_price.or(Some(input))),
+                + per(
+                    usage.cache_read_tokens,
+                    self.cache_read_price.or(Some(input)),
+                )
+                + per(
+                    usage.cache_write_tokens,
+                    self.cache_write_price.or(Some(input)),
+                ),
         )
     }
 
@@ -201,21 +208,31 @@ impl Config {
     /// The built-in catalog. Prices are list prices at the time of writing;
     /// override them in `config.toml`.
     pub fn builtin() -> Self {
-        let model = |context: u64, output: u32, input: f64, out: f64, read: f64, write: Option<f64>| ModelInfo {
-            context_window: Some(context),
-            max_output: Some(output),
-            input_price: Some(input),
-            output_price: Some(out),
-            cache_read_price: Some(read),
-            cache_write_price: write,
-        };
-        let provider = |api, url: &str, env: Option<&str>, default: Option<&str>, models: Vec<(&str, ModelInfo)>| ProviderConfig {
+        let model =
+            |context: u64, output: u32, input: f64, out: f64, read: f64, write: Option<f64>| {
+                ModelInfo {
+                    context_window: Some(context),
+                    max_output: Some(output),
+                    input_price: Some(input),
+                    output_price: Some(out),
+                    cache_read_price: Some(read),
+                    cache_write_price: write,
+                }
+            };
+        let provider = |api,
+                        url: &str,
+                        env: Option<&str>,
+                        default: Option<&str>,
+                        models: Vec<(&str, ModelInfo)>| ProviderConfig {
             api: Some(api),
             base_url: Some(url.to_owned()),
             api_key_env: env.map(str::to_owned),
             default_model: default.map(str::to_owned),
             reasoning_content: None,
-            models: models.into_iter().map(|(id, info)| (id.to_owned(), info)).collect(),
+            models: models
+                .into_iter()
+                .map(|(id, info)| (id.to_owned(), info))
+                .collect(),
         };
         let mut providers = BTreeMap::new();
         let mut deepseek = provider(
@@ -224,8 +241,14 @@ impl Config {
             Some("DEEPSEEK_API_KEY"),
             Some("deepseek-chat"),
             vec![
-                ("deepseek-chat", model(131_072, 8_192, 0.27, 1.10, 0.07, None)),
-                ("deepseek-reasoner", model(131_072, 65_536, 0.55, 2.19, 0.14, None)),
+                (
+                    "deepseek-chat",
+                    model(131_072, 8_192, 0.27, 1.10, 0.07, None),
+                ),
+                (
+                    "deepseek-reasoner",
+                    model(131_072, 65_536, 0.55, 2.19, 0.14, None),
+                ),
             ],
         );
         deepseek.reasoning_content = Some(true);
@@ -238,9 +261,18 @@ impl Config {
                 Some("ANTHROPIC_API_KEY"),
                 Some("claude-sonnet-4-5"),
                 vec![
-                    ("claude-sonnet-4-5", model(200_000, 64_000, 3.0, 15.0, 0.30, Some(3.75))),
-                    ("claude-opus-4-1", model(200_000, 32_000, 15.0, 75.0, 1.50, Some(18.75))),
-                    ("claude-haiku-4-5", model(200_000, 64_000, 1.0, 5.0, 0.10, Some(1.25))),
+                    (
+                        "claude-sonnet-4-5",
+                        model(200_000, 64_000, 3.0, 15.0, 0.30, Some(3.75)),
+                    ),
+                    (
+                        "claude-opus-4-1",
+                        model(200_000, 32_000, 15.0, 75.0, 1.50, Some(18.75)),
+                    ),
+                    (
+                        "claude-haiku-4-5",
+                        model(200_000, 64_000, 1.0, 5.0, 0.10, Some(1.25)),
+                    ),
                 ],
             ),
         );
@@ -253,13 +285,22 @@ impl Config {
                 Some("gpt-5"),
                 vec![
                     ("gpt-5", model(400_000, 128_000, 1.25, 10.0, 0.125, None)),
-                    ("gpt-5-mini", model(400_000, 128_000, 0.25, 2.0, 0.025, None)),
+                    (
+                        "gpt-5-mini",
+                        model(400_000, 128_000, 0.25, 2.0, 0.025, None),
+                    ),
                 ],
             ),
         );
         providers.insert(
             "openrouter".to_owned(),
-            provider(Api::OpenaiChat, "https://openrouter.ai/api/v1", Some("OPENROUTER_API_KEY"), None, vec![]),
+            provider(
+                Api::OpenaiChat,
+                "https://openrouter.ai/api/v1",
+                Some("OPENROUTER_API_KEY"),
+                None,
+                vec![],
+            ),
         );
         providers.insert(
             "openai-compatible".to_owned(),
@@ -294,7 +335,9 @@ impl Config {
         };
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
-            Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => return Ok(config),
+            Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(config);
+            }
             Err(error) => {
                 return Err(ConfigError::Read {
                     path: path.display().to_string(),
@@ -335,11 +378,22 @@ impl Config {
         base_url: Option<&str>,
         env: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Resolved, ConfigError> {
-        let provider = self.providers.get(name).ok_or_else(|| ConfigError::UnknownProvider {
-            name: name.to_owned(),
-            known: self.providers.keys().cloned().collect::<Vec<_>>().join(", "),
-        })?;
-        let incomplete = |field| ConfigError::Incomplete { provider: name.to_owned(), field };
+        let provider = self
+            .providers
+            .get(name)
+            .ok_or_else(|| ConfigError::UnknownProvider {
+                name: name.to_owned(),
+                known: self
+                    .providers
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        let incomplete = |field| ConfigError::Incomplete {
+            provider: name.to_owned(),
+            field,
+        };
         let api = provider.api.ok_or_else(|| incomplete("api"))?;
         let base_url = base_url
             .map(str::to_owned)
@@ -351,12 +405,14 @@ impl Config {
             .ok_or_else(|| incomplete("default_model (or --model)"))?;
         let api_key = match &provider.api_key_env {
             None => None,
-            Some(variable) => Some(env(variable).filter(|key| !key.is_empty()).ok_or_else(|| {
-                ConfigError::MissingKey {
-                    provider: name.to_owned(),
-                    variable: variable.clone(),
-                }
-            })?),
+            Some(variable) => {
+                Some(env(variable).filter(|key| !key.is_empty()).ok_or_else(|| {
+                    ConfigError::MissingKey {
+                        provider: name.to_owned(),
+                        variable: variable.clone(),
+                    }
+                })?)
+            }
         };
         Ok(Resolved {
             name: name.to_owned(),
@@ -391,23 +447,45 @@ mod tests {
         .unwrap();
         config.merge(user);
         let chat = &config.providers["deepseek"].models["deepseek-chat"];
-        assert_eq!((chat.input_price, chat.output_price), (Some(0.5), Some(1.10)));
+        assert_eq!(
+            (chat.input_price, chat.output_price),
+            (Some(0.5), Some(1.10))
+        );
         let local = config.resolve("local", None, None, &|_| None).unwrap();
         assert_eq!((local.model.as_str(), local.api_key), ("qwen", None));
-        let missing = config.resolve("deepseek", None, None, &|_| None).unwrap_err();
-        assert_eq!(missing.to_string(), "provider `deepseek` needs an API key: set the environment variable DEEPSEEK_API_KEY");
-        let found = config.resolve("deepseek", Some("deepseek-reasoner"), None, &|_| Some("k".into())).unwrap();
+        let missing = config
+            .resolve("deepseek", None, None, &|_| None)
+            .unwrap_err();
+        assert_eq!(
+            missing.to_string(),
+            "provider `deepseek` needs an API key: set the environment variable DEEPSEEK_API_KEY"
+        );
+        let found = config
+            .resolve("deepseek", Some("deepseek-reasoner"), None, &|_| {
+                Some("k".into())
+            })
+            .unwrap();
         assert!(found.reasoning_content);
         assert_eq!(found.info.context_window, Some(131_072));
-        let generic = config.resolve("openai-compatible", Some("m"), None, &|_| None).unwrap_err();
+        let generic = config
+            .resolve("openai-compatible", Some("m"), None, &|_| None)
+            .unwrap_err();
         assert_eq!(generic.code(), "provider_incomplete");
-        assert!(toml::from_str::<Config>("[providers.x]\nbogus = 1").is_err(), "unknown fields are refused");
+        assert!(
+            toml::from_str::<Config>("[providers.x]\nbogus = 1").is_err(),
+            "unknown fields are refused"
+        );
     }
 
     #[test]
     fn cost_uses_the_price_of_each_bucket() {
         let info = Config::builtin().providers["anthropic"].models["claude-sonnet-4-5"];
-        let usage = keel_protocol::Usage { input_tokens: 1_000_000, output_tokens: 100_000, cache_read_tokens: 1_000_000, cache_write_tokens: 0 };
+        let usage = keel_protocol::Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 100_000,
+            cache_read_tokens: 1_000_000,
+            cache_write_tokens: 0,
+        };
         let cost = info.cost(&usage).unwrap();
         assert!((cost - (3.0 + 1.5 + 0.3)).abs() < 1e-9, "{cost}");
         assert_eq!(ModelInfo::default().cost(&usage), None);

@@ -10,10 +10,13 @@
 //! adapters built on [`http::drive`] (which owns timeouts, cancellation and
 //! status classification) with one [`http::WireFormat`] parser per API.
 
+pub mod anthropic;
 pub mod config;
 pub mod endpoint;
 pub mod errors;
 pub mod http;
+pub mod openai_chat;
+pub mod openai_responses;
 pub mod scripted;
 pub mod testing;
 pub mod transform;

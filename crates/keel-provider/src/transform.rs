@@ -26,14 +26,20 @@ pub fn adapt_history(messages: &[Message], target_model: &str) -> Vec<Message> {
             Message::Assistant(assistant) => {
                 close_orphans(&mut out, &mut open_calls);
                 let adapted = adapt_assistant(assistant, target_model, &mut ids);
-                open_calls = adapted.tool_calls().map(|call| (call.id.clone(), call.name.clone())).collect();
+                open_calls = adapted
+                    .tool_calls()
+                    .map(|call| (call.id.clone(), call.name.clone()))
+                    .collect();
                 out.push(Message::Assistant(adapted));
             }
             Message::ToolResult(result) => {
                 let id = ids.get(&result.call_id);
                 if let Some(position) = open_calls.iter().position(|(call, _)| *call == id) {
                     open_calls.remove(position);
-                    out.push(Message::ToolResult(ToolResultMessage { call_id: id, ..result.clone() }));
+                    out.push(Message::ToolResult(ToolResultMessage {
+                        call_id: id,
+                        ..result.clone()
+                    }));
                 }
             }
             Message::User(_) => {
@@ -46,15 +52,20 @@ pub fn adapt_history(messages: &[Message], target_model: &str) -> Vec<Message> {
     out
 }
 
-fn adapt_assistant(assistant: &AssistantMessage, target_model: &str, ids: &mut IdMap) -> AssistantMessage {
+fn adapt_assistant(
+    assistant: &AssistantMessage,
+    target_model: &str,
+    ids: &mut IdMap,
+) -> AssistantMessage {
     let same_model = assistant.model.as_deref() == Some(target_model);
     let content = assistant
         .content
         .iter()
         .filter_map(|block| match block {
-            ContentBlock::Thinking { thinking, .. } if !same_model => {
-                (!thinking.trim().is_empty()).then(|| ContentBlock::Text { text: thinking.clone() })
-            }
+            ContentBlock::Thinking { thinking, .. } if !same_model => (!thinking.trim().is_empty())
+                .then(|| ContentBlock::Text {
+                    text: thinking.clone(),
+                }),
             ContentBlock::ToolCall(call) => {
                 let mut call = call.clone();
                 call.id = ids.get(&call.id);
@@ -63,7 +74,10 @@ fn adapt_assistant(assistant: &AssistantMessage, target_model: &str, ids: &mut I
             other => Some(other.clone()),
         })
         .collect();
-    AssistantMessage { content, ..assistant.clone() }
+    AssistantMessage {
+        content,
+        ..assistant.clone()
+    }
 }
 
 /// Adds an error result for every call still without one.
@@ -74,8 +88,13 @@ fn close_orphans(out: &mut Vec<Message>, open_calls: &mut Vec<(String, String)>)
             call_id,
             tool_name,
             status: ToolStatus::Error,
-            content: vec![UserContent::Text { text: message.clone() }],
-            error: Some(ToolResultError { code: ToolErrorCode::ToolError, message }),
+            content: vec![UserContent::Text {
+                text: message.clone(),
+            }],
+            error: Some(ToolResultError {
+                code: ToolErrorCode::ToolError,
+                message,
+            }),
             details: None,
         }));
     }
@@ -93,20 +112,37 @@ impl IdMap {
         if let Some(renamed) = self.renamed.get(id) {
             return renamed.clone();
         }
-        let valid = !id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let valid = !id.is_empty()
+            && id.len() <= 64
+            && id
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
         let mut candidate = if valid {
             id.to_owned()
         } else {
             let cleaned: String = id
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
                 .take(56)
                 .collect();
-            if cleaned.is_empty() { "call".to_owned() } else { cleaned }
+            if cleaned.is_empty() {
+                "call".to_owned()
+            } else {
+                cleaned
+            }
         };
         let mut suffix = 1;
         while self.used.contains(&candidate) && !valid {
-            candidate = format!("{}_{suffix}", candidate.trim_end_matches(|c: char| c.is_ascii_digit() || c == '_'));
+            candidate = format!(
+                "{}_{suffix}",
+                candidate.trim_end_matches(|c: char| c.is_ascii_digit() || c == '_')
+            );
             suffix += 1;
         }
         self.used.insert(candidate.clone());
@@ -131,7 +167,11 @@ mod tests {
     }
 
     fn call(id: &str) -> ContentBlock {
-        ContentBlock::ToolCall(ToolCall { id: id.into(), name: "read".into(), arguments: json!({}) })
+        ContentBlock::ToolCall(ToolCall {
+            id: id.into(),
+            name: "read".into(),
+            arguments: json!({}),
+        })
     }
 
     fn result(id: &str) -> Message {
@@ -147,11 +187,19 @@ mod tests {
 
     #[test]
     fn foreign_thinking_becomes_text_and_own_thinking_stays() {
-        let thinking = ContentBlock::Thinking { thinking: "hmm".into(), signature: Some("sig".into()) };
+        let thinking = ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: Some("sig".into()),
+        };
         let history = vec![assistant("a", vec![thinking.clone()])];
         let other = adapt_history(&history, "b");
-        let Message::Assistant(message) = &other[0] else { panic!() };
-        assert_eq!(message.content, vec![ContentBlock::Text { text: "hmm".into() }]);
+        let Message::Assistant(message) = &other[0] else {
+            panic!()
+        };
+        assert_eq!(
+            message.content,
+            vec![ContentBlock::Text { text: "hmm".into() }]
+        );
         assert_eq!(adapt_history(&history, "a"), history);
     }
 
@@ -165,14 +213,26 @@ mod tests {
             Message::User(UserMessage::text("next")),
         ];
         let adapted = adapt_history(&history, "b");
-        let Message::Assistant(message) = &adapted[1] else { panic!() };
+        let Message::Assistant(message) = &adapted[1] else {
+            panic!()
+        };
         let ids: Vec<&str> = message.tool_calls().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["call_1_x", "ok_2"]);
-        let Message::ToolResult(first) = &adapted[2] else { panic!() };
+        let Message::ToolResult(first) = &adapted[2] else {
+            panic!()
+        };
         assert_eq!(first.call_id, "call_1_x");
-        let Message::ToolResult(orphan) = &adapted[3] else { panic!() };
-        assert_eq!((orphan.call_id.as_str(), orphan.status), ("ok_2", ToolStatus::Error));
-        assert!(matches!(adapted[4], Message::User(_)), "the stray result is dropped");
+        let Message::ToolResult(orphan) = &adapted[3] else {
+            panic!()
+        };
+        assert_eq!(
+            (orphan.call_id.as_str(), orphan.status),
+            ("ok_2", ToolStatus::Error)
+        );
+        assert!(
+            matches!(adapted[4], Message::User(_)),
+            "the stray result is dropped"
+        );
         assert_eq!(adapted.len(), 5);
     }
 }

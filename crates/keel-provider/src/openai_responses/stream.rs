@@ -1,0 +1,519 @@
+//! Parsing the Responses SSE stream into provider events.
+//!
+//! Every SSE event's data is a JSON object whose `type` names the event. Output
+//! items (`message`, `reasoning`, `function_call`) arrive one after another,
+//! addressed by `output_index`; text parts of a message are further addressed
+//! by `content_index`. Each (output, part) slot gets the next block index the
+//! first time it is seen, so indices follow the order of appearance.
+//!
+//! The parser tolerates servers that skip the incremental events: an item
+//! that arrives whole in `response.output_item.done` is emitted as a complete
+//! start / delta / end triple. Blocks still open at the terminal event are
+//! closed before `usage` and `done`, so the grammar always holds.
+
+use std::collections::HashMap;
+
+use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
+use serde_json::Value;
+
+use crate::errors::classify_stream_error;
+use crate::http::WireFormat;
+
+/// Where a block lives in the response: its output item, and for message text
+/// its content part.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Slot {
+    output: u64,
+    part: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Text,
+    Thinking,
+    ToolCall,
+}
+
+/// One block seen so far.
+#[derive(Debug)]
+struct Block {
+    index: usize,
+    kind: Kind,
+    /// Whether any delta was emitted for it.
+    has_delta: bool,
+    /// The last reasoning summary / content part a delta came from.
+    last_part: Option<u64>,
+    ended: bool,
+}
+
+/// The Responses API stream parser: one per request.
+#[derive(Debug, Default)]
+pub struct ResponsesFormat {
+    started: bool,
+    blocks: HashMap<Slot, Block>,
+    next_index: usize,
+    saw_tool_call: bool,
+}
+
+impl ResponsesFormat {
+    /// A parser for one new response stream.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl WireFormat for ResponsesFormat {
+    fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<ProviderEvent>, ProviderError> {
+        let data = data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(Vec::new());
+        }
+        let value: Value = serde_json::from_str(data).map_err(|error| {
+            protocol(format!(
+                "malformed JSON in a Responses stream event: {error}"
+            ))
+        })?;
+        let kind = value.get("type").and_then(Value::as_str).unwrap_or(event);
+        let mut out = Vec::new();
+        self.dispatch(kind, &value, &mut out)?;
+        Ok(out)
+    }
+}
+
+impl ResponsesFormat {
+    fn dispatch(
+        &mut self,
+        kind: &str,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        match kind {
+            "response.created" => {
+                let model = value.pointer("/response/model").and_then(Value::as_str);
+                self.start(model, out);
+            }
+            "response.output_item.added" => self.item_added(value, out)?,
+            "response.output_text.delta" | "response.refusal.delta" => {
+                self.text_delta(value, out)?
+            }
+            "response.output_text.done" | "response.refusal.done" => self.text_done(value, out)?,
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                self.thinking_delta(value, out)?
+            }
+            "response.function_call_arguments.delta" => self.arguments_delta(value, out)?,
+            "response.output_item.done" => self.item_done(value, out)?,
+            "response.completed" => self.finish(value, None, out),
+            "response.incomplete" => self.finish(value, Some(StopReason::Length), out),
+            "response.failed" => return Err(failed(value)),
+            "error" => return Err(stream_error(value)),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Emits `start` once, before anything else.
+    fn start(&mut self, model: Option<&str>, out: &mut Vec<ProviderEvent>) {
+        if !self.started {
+            self.started = true;
+            out.push(ProviderEvent::Start {
+                model: model.map(str::to_owned),
+            });
+        }
+    }
+
+    /// Opens a block at `slot`; returns its index.
+    fn open(&mut self, slot: Slot, kind: Kind, out: &mut Vec<ProviderEvent>) -> usize {
+        self.start(None, out);
+        let index = self.next_index;
+        self.next_index += 1;
+        self.blocks.insert(
+            slot,
+            Block {
+                index,
+                kind,
+                has_delta: false,
+                last_part: None,
+                ended: false,
+            },
+        );
+        index
+    }
+
+    fn open_tool_call(&mut self, slot: Slot, item: &Value, out: &mut Vec<ProviderEvent>) {
+        let index = self.open(slot, Kind::ToolCall, out);
+        self.saw_tool_call = true;
+        out.push(ProviderEvent::ToolCallStart {
+            index,
+            id: str_field(item, "call_id").to_owned(),
+            name: str_field(item, "name").to_owned(),
+        });
+    }
+
+    fn open_thinking(&mut self, slot: Slot, out: &mut Vec<ProviderEvent>) {
+        let index = self.open(slot, Kind::Thinking, out);
+        out.push(ProviderEvent::ThinkingStart { index });
+    }
+
+    fn open_text(&mut self, slot: Slot, out: &mut Vec<ProviderEvent>) {
+        let index = self.open(slot, Kind::Text, out);
+        out.push(ProviderEvent::TextStart { index });
+    }
+
+    fn item_added(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let slot = item_slot(value)?;
+        let item = value.get("item").unwrap_or(&Value::Null);
+        if self.blocks.contains_key(&slot) {
+            return Err(protocol(format!(
+                "output item {} was added twice",
+                slot.output
+            )));
+        }
+        match str_field(item, "type") {
+            "reasoning" => self.open_thinking(slot, out),
+            "function_call" => self.open_tool_call(slot, item, out),
+            _ => self.start(None, out),
+        }
+        Ok(())
+    }
+
+    /// The open block at `slot` for a delta of `kind`; text and thinking
+    /// blocks are opened on their first delta when no item announced them.
+    fn delta_block(
+        &mut self,
+        slot: Slot,
+        kind: Kind,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<&mut Block, ProviderError> {
+        if !self.blocks.contains_key(&slot) {
+            match kind {
+                Kind::Text => self.open_text(slot, out),
+                Kind::Thinking => self.open_thinking(slot, out),
+                Kind::ToolCall => {
+                    return Err(protocol(format!(
+                        "function call arguments for output item {} before the item",
+                        slot.output
+                    )));
+                }
+            }
+        }
+        let block = self
+            .blocks
+            .get_mut(&slot)
+            .ok_or_else(|| protocol("a content block vanished"))?;
+        if block.kind != kind || block.ended {
+            return Err(protocol(format!(
+                "unexpected delta for output item {}",
+                slot.output
+            )));
+        }
+        Ok(block)
+    }
+
+    fn text_delta(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let slot = part_slot(value)?;
+        self.plain_delta(slot, Kind::Text, str_field(value, "delta"), out)
+    }
+
+    fn arguments_delta(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let slot = item_slot(value)?;
+        self.plain_delta(slot, Kind::ToolCall, str_field(value, "delta"), out)
+    }
+
+    /// A text or argument delta: appended as is.
+    fn plain_delta(
+        &mut self,
+        slot: Slot,
+        kind: Kind,
+        delta: &str,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let block = self.delta_block(slot, kind, out)?;
+        if !delta.is_empty() {
+            block.has_delta = true;
+            out.push(delta_event(kind, block.index, delta.to_owned()));
+        }
+        Ok(())
+    }
+
+    fn thinking_delta(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let slot = item_slot(value)?;
+        let part = value
+            .get("summary_index")
+            .or_else(|| value.get("content_index"))
+            .and_then(Value::as_u64);
+        let delta = str_field(value, "delta");
+        let block = self.delta_block(slot, Kind::Thinking, out)?;
+        if delta.is_empty() {
+            return Ok(());
+        }
+        // Summary parts are separate paragraphs of one thinking block.
+        if block.has_delta && part.is_some() && block.last_part != part {
+            out.push(delta_event(Kind::Thinking, block.index, "\n\n".to_owned()));
+        }
+        block.has_delta = true;
+        block.last_part = part;
+        out.push(delta_event(Kind::Thinking, block.index, delta.to_owned()));
+        Ok(())
+    }
+
+    fn text_done(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let slot = part_slot(value)?;
+        let text = value
+            .get("text")
+            .or_else(|| value.get("refusal"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        self.finish_text(slot, text, out);
+        Ok(())
+    }
+
+    /// Ends the text block at `slot`; a part that had no deltas is emitted
+    /// whole from its final `text`.
+    fn finish_text(&mut self, slot: Slot, text: &str, out: &mut Vec<ProviderEvent>) {
+        if !self.blocks.contains_key(&slot) {
+            if text.is_empty() {
+                return;
+            }
+            self.open_text(slot, out);
+        }
+        self.end_block(slot, Some(text), None, out);
+    }
+
+    fn item_done(
+        &mut self,
+        value: &Value,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        let slot = item_slot(value)?;
+        let item = value.get("item").unwrap_or(&Value::Null);
+        match str_field(item, "type") {
+            "message" => self.message_done(slot.output, item, out),
+            "reasoning" => {
+                if !self.blocks.contains_key(&slot) {
+                    self.open_thinking(slot, out);
+                }
+                let signature = item.get("encrypted_content").and_then(Value::as_str);
+                self.end_block(slot, Some(&reasoning_text(item)), signature, out);
+            }
+            "function_call" => {
+                if !self.blocks.contains_key(&slot) {
+                    self.open_tool_call(slot, item, out);
+                }
+                self.end_block(slot, Some(str_field(item, "arguments")), None, out);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn message_done(&mut self, output: u64, item: &Value, out: &mut Vec<ProviderEvent>) {
+        let parts = item.get("content").and_then(Value::as_array);
+        for (part, content) in parts.into_iter().flatten().enumerate() {
+            let text = match str_field(content, "type") {
+                "output_text" => str_field(content, "text"),
+                "refusal" => str_field(content, "refusal"),
+                _ => continue,
+            };
+            let slot = Slot {
+                output,
+                part: Some(part as u64),
+            };
+            self.finish_text(slot, text, out);
+        }
+    }
+
+    /// Emits the end of the block at `slot` once; `whole` is the block's full
+    /// content, emitted as one delta when no delta was streamed.
+    fn end_block(
+        &mut self,
+        slot: Slot,
+        whole: Option<&str>,
+        signature: Option<&str>,
+        out: &mut Vec<ProviderEvent>,
+    ) {
+        let Some(block) = self.blocks.get_mut(&slot) else {
+            return;
+        };
+        if block.ended {
+            return;
+        }
+        block.ended = true;
+        let index = block.index;
+        let missing = whole.filter(|whole| !block.has_delta && !whole.is_empty());
+        if let Some(delta) = missing {
+            out.push(delta_event(block.kind, index, delta.to_owned()));
+        }
+        out.push(end_event(block.kind, index, signature));
+    }
+
+    /// `usage` and `done` (after closing any block left open).
+    fn finish(&mut self, value: &Value, forced: Option<StopReason>, out: &mut Vec<ProviderEvent>) {
+        self.start(None, out);
+        let mut open: Vec<&mut Block> = self.blocks.values_mut().filter(|b| !b.ended).collect();
+        open.sort_by_key(|block| block.index);
+        for block in open {
+            block.ended = true;
+            out.push(end_event(block.kind, block.index, None));
+        }
+        let response = value.get("response").unwrap_or(&Value::Null);
+        if let Some(usage) = usage(response) {
+            out.push(ProviderEvent::Usage { usage });
+        }
+        let stop_reason = forced.unwrap_or_else(|| self.stop_reason(response));
+        out.push(ProviderEvent::Done { stop_reason });
+    }
+
+    fn stop_reason(&self, response: &Value) -> StopReason {
+        let incomplete = response
+            .pointer("/incomplete_details/reason")
+            .and_then(Value::as_str);
+        if self.saw_tool_call {
+            StopReason::ToolUse
+        } else if incomplete == Some("max_output_tokens") {
+            StopReason::Length
+        } else {
+            StopReason::Stop
+        }
+    }
+}
+
+fn delta_event(kind: Kind, index: usize, delta: String) -> ProviderEvent {
+    match kind {
+        Kind::Text => ProviderEvent::TextDelta { index, delta },
+        Kind::Thinking => ProviderEvent::ThinkingDelta { index, delta },
+        Kind::ToolCall => ProviderEvent::ToolCallDelta { index, delta },
+    }
+}
+
+fn end_event(kind: Kind, index: usize, signature: Option<&str>) -> ProviderEvent {
+    match kind {
+        Kind::Text => ProviderEvent::TextEnd { index },
+        Kind::Thinking => ProviderEvent::ThinkingEnd {
+            index,
+            signature: signature.map(str::to_owned),
+        },
+        Kind::ToolCall => ProviderEvent::ToolCallEnd { index },
+    }
+}
+
+/// The summary (or, failing that, the raw reasoning) text of a finished
+/// reasoning item, for servers that did not stream it.
+fn reasoning_text(item: &Value) -> String {
+    let texts = |field: &str| -> Vec<&str> {
+        item.get(field)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect()
+    };
+    let summary = texts("summary");
+    if summary.is_empty() {
+        texts("content").join("\n\n")
+    } else {
+        summary.join("\n\n")
+    }
+}
+
+/// Token usage from a final response object, when it has any.
+fn usage(response: &Value) -> Option<Usage> {
+    let usage = response.get("usage").filter(|usage| usage.is_object())?;
+    let number = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+    let input = number("/input_tokens");
+    let cached = number("/input_tokens_details/cached_tokens");
+    Some(Usage {
+        input_tokens: input.saturating_sub(cached),
+        output_tokens: number("/output_tokens"),
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
+    })
+}
+
+/// The error of a `response.failed` event.
+fn failed(value: &Value) -> ProviderError {
+    let error = value.pointer("/response/error").unwrap_or(&Value::Null);
+    let code = first_str(error, &["code", "type"]).unwrap_or("response_failed");
+    let message = first_str(error, &["message"]).unwrap_or("the response failed");
+    classify_stream_error(code, message)
+}
+
+/// The error of an `error` event: fields at the top level or under `error`.
+fn stream_error(value: &Value) -> ProviderError {
+    let nested = value.get("error").unwrap_or(&Value::Null);
+    let code = first_str(value, &["code"])
+        .or_else(|| first_str(nested, &["code", "type"]))
+        .unwrap_or("error");
+    let message = first_str(value, &["message"])
+        .or_else(|| first_str(nested, &["message"]))
+        .unwrap_or("the provider reported an error");
+    classify_stream_error(code, message)
+}
+
+/// The first of `fields` that holds a non-empty string.
+fn first_str<'a>(value: &'a Value, fields: &[&str]) -> Option<&'a str> {
+    fields.iter().find_map(|field| {
+        value
+            .get(*field)
+            .and_then(Value::as_str)
+            .filter(|text| !text.is_empty())
+    })
+}
+
+fn str_field<'a>(value: &'a Value, field: &str) -> &'a str {
+    value.get(field).and_then(Value::as_str).unwrap_or_default()
+}
+
+/// The slot of an output item (`output_index`).
+fn item_slot(value: &Value) -> Result<Slot, ProviderError> {
+    Ok(Slot {
+        output: output_index(value)?,
+        part: None,
+    })
+}
+
+/// The slot of a message content part (`output_index`, `content_index`).
+fn part_slot(value: &Value) -> Result<Slot, ProviderError> {
+    Ok(Slot {
+        output: output_index(value)?,
+        part: Some(
+            value
+                .get("content_index")
+                .and_then(Value::as_u64)
+                .unwrap_or(0),
+        ),
+    })
+}
+
+fn output_index(value: &Value) -> Result<u64, ProviderError> {
+    value
+        .get("output_index")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            let kind = str_field(value, "type");
+            protocol(format!("a {kind} event without an output_index"))
+        })
+}
+
+fn protocol(message: impl Into<String>) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Protocol, message)
+}

@@ -1,0 +1,983 @@
+//! The Anthropic Messages adapter against a local server speaking its wire
+//! format: request bodies and headers, stream parsing, errors, timeouts and
+//! cancellation, and robustness to any re-chunking of the byte stream.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use futures::StreamExt;
+use keel_protocol::{
+    AssistantMessage, ContentBlock, ImageContent, Message, ProviderError, ProviderErrorKind,
+    ProviderEvent, StopReason, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage,
+    ToolSpec, ToolStatus, Usage, UserContent, UserMessage,
+};
+use keel_provider::anthropic::{
+    Anthropic, AnthropicFormat, AnthropicOptions, REDACTED_THINKING_PREFIX,
+};
+use keel_provider::http::{HttpTimeouts, replay};
+use keel_provider::testing::{RecordedRequest, Reply, TestServer};
+use keel_provider::{Endpoint, ModelRequest, Provider};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+// ---------------------------------------------------------------------------
+// Transcript builders
+
+fn event(name: &str, data: Value) -> String {
+    format!("event: {name}\ndata: {data}\n\n")
+}
+
+fn message_start(usage: Value) -> String {
+    event(
+        "message_start",
+        json!({"type": "message_start", "message": {
+            "id": "msg_01", "type": "message", "role": "assistant", "content": [],
+            "model": "claude-sonnet-4-5", "stop_reason": null, "stop_sequence": null,
+            "usage": usage,
+        }}),
+    )
+}
+
+fn block_start(index: usize, block: Value) -> String {
+    event(
+        "content_block_start",
+        json!({"type": "content_block_start", "index": index, "content_block": block}),
+    )
+}
+
+fn delta(index: usize, delta: Value) -> String {
+    event(
+        "content_block_delta",
+        json!({"type": "content_block_delta", "index": index, "delta": delta}),
+    )
+}
+
+fn text_delta(index: usize, text: &str) -> String {
+    delta(index, json!({"type": "text_delta", "text": text}))
+}
+
+fn json_delta(index: usize, partial: &str) -> String {
+    delta(
+        index,
+        json!({"type": "input_json_delta", "partial_json": partial}),
+    )
+}
+
+fn block_stop(index: usize) -> String {
+    event(
+        "content_block_stop",
+        json!({"type": "content_block_stop", "index": index}),
+    )
+}
+
+fn message_delta(stop_reason: &str, output_tokens: u64) -> String {
+    event(
+        "message_delta",
+        json!({"type": "message_delta",
+               "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+               "usage": {"output_tokens": output_tokens}}),
+    )
+}
+
+fn message_stop() -> String {
+    event("message_stop", json!({"type": "message_stop"}))
+}
+
+fn ping() -> String {
+    event("ping", json!({"type": "ping"}))
+}
+
+fn small_usage() -> Value {
+    json!({"input_tokens": 10, "output_tokens": 1})
+}
+
+/// A plain text answer: "Hello, world".
+fn text_transcript() -> String {
+    [
+        message_start(small_usage()),
+        block_start(0, json!({"type": "text", "text": ""})),
+        ping(),
+        text_delta(0, "Hello"),
+        text_delta(0, ", world"),
+        block_stop(0),
+        message_delta("end_turn", 5),
+        message_stop(),
+    ]
+    .concat()
+}
+
+// ---------------------------------------------------------------------------
+// Harness
+
+fn provider(server: &TestServer, options: AnthropicOptions) -> Anthropic {
+    let endpoint = Endpoint::new("anthropic", server.url(), Some("sk-ant-test".into()));
+    Anthropic::new(endpoint, options)
+}
+
+fn request(messages: Vec<Message>) -> ModelRequest {
+    ModelRequest {
+        model: "claude-sonnet-4-5".into(),
+        system_prompt: String::new(),
+        messages,
+        tools: Vec::new(),
+        max_output_tokens: None,
+    }
+}
+
+fn ask(text: &str) -> ModelRequest {
+    request(vec![Message::User(UserMessage::text(text))])
+}
+
+async fn collect(provider: &Anthropic, request: ModelRequest) -> Vec<ProviderEvent> {
+    let stream = provider.stream(request, CancellationToken::new());
+    tokio::time::timeout(Duration::from_secs(20), stream.collect::<Vec<_>>())
+        .await
+        .expect("the stream ends")
+}
+
+/// Serves `reply` to one request (default options) and returns its events
+/// and the recorded request, whose path and headers are already checked.
+async fn exchange(reply: Reply, request: ModelRequest) -> (Vec<ProviderEvent>, RecordedRequest) {
+    let server = TestServer::start(vec![reply]).await.unwrap();
+    let events = collect(&provider(&server, AnthropicOptions::default()), request).await;
+    let recorded = only_request(&server);
+    (events, recorded)
+}
+
+fn only_request(server: &TestServer) -> RecordedRequest {
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1, "exactly one request");
+    let request = requests.into_iter().next().unwrap();
+    assert_request_basics(&request);
+    request
+}
+
+fn assert_request_basics(request: &RecordedRequest) {
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.path, "/v1/messages");
+    assert_eq!(request.header("x-api-key"), Some("sk-ant-test"));
+    assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
+    assert_eq!(request.header("content-type"), Some("application/json"));
+    assert_eq!(request.json()["stream"], json!(true));
+}
+
+fn last_error(events: &[ProviderEvent]) -> ProviderError {
+    match events.last() {
+        Some(ProviderEvent::Error { error }) => error.clone(),
+        other => panic!("expected a final error, got {other:?} in {events:?}"),
+    }
+}
+
+async fn error_for(reply: Reply) -> ProviderError {
+    let (events, _) = exchange(reply, ask("hi")).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    last_error(&events)
+}
+
+/// Builds the assistant message a kernel would accumulate from `events`.
+fn accumulate(events: &[ProviderEvent]) -> AssistantMessage {
+    let mut message = AssistantMessage::default();
+    let mut blocks: BTreeMap<usize, ContentBlock> = BTreeMap::new();
+    let mut arguments: BTreeMap<usize, String> = BTreeMap::new();
+    for event in events {
+        match event {
+            ProviderEvent::Start { model } => message.model = model.clone(),
+            ProviderEvent::TextStart { index } => {
+                blocks.insert(
+                    *index,
+                    ContentBlock::Text {
+                        text: String::new(),
+                    },
+                );
+            }
+            ProviderEvent::TextDelta { index, delta } => {
+                if let Some(ContentBlock::Text { text }) = blocks.get_mut(index) {
+                    text.push_str(delta);
+                }
+            }
+            ProviderEvent::ThinkingStart { index } => {
+                let block = ContentBlock::Thinking {
+                    thinking: String::new(),
+                    signature: None,
+                };
+                blocks.insert(*index, block);
+            }
+            ProviderEvent::ThinkingDelta { index, delta } => {
+                if let Some(ContentBlock::Thinking { thinking, .. }) = blocks.get_mut(index) {
+                    thinking.push_str(delta);
+                }
+            }
+            ProviderEvent::ThinkingEnd { index, signature } => {
+                if let Some(ContentBlock::Thinking {
+                    signature: slot, ..
+                }) = blocks.get_mut(index)
+                {
+                    *slot = signature.clone();
+                }
+            }
+            ProviderEvent::ToolCallStart { index, id, name } => {
+                let call = ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: Value::Null,
+                };
+                blocks.insert(*index, ContentBlock::ToolCall(call));
+                arguments.insert(*index, String::new());
+            }
+            ProviderEvent::ToolCallDelta { index, delta } => {
+                arguments.get_mut(index).unwrap().push_str(delta);
+            }
+            ProviderEvent::ToolCallEnd { index } => {
+                let text = &arguments[index];
+                if let Some(ContentBlock::ToolCall(call)) = blocks.get_mut(index) {
+                    call.arguments =
+                        serde_json::from_str(text).unwrap_or(Value::String(text.clone()));
+                }
+            }
+            ProviderEvent::TextEnd { .. } => {}
+            ProviderEvent::Usage { usage } => message.usage = *usage,
+            ProviderEvent::Done { stop_reason } => message.stop_reason = *stop_reason,
+            ProviderEvent::Error { error } => panic!("unexpected error {error:?}"),
+        }
+    }
+    message.content = blocks.into_values().collect();
+    message
+}
+
+// ---------------------------------------------------------------------------
+// Streaming
+
+#[tokio::test]
+async fn streams_text_and_sends_a_minimal_body() {
+    let server = TestServer::start(vec![Reply::sse(&text_transcript())])
+        .await
+        .unwrap();
+    let options = AnthropicOptions {
+        cache: false,
+        ..AnthropicOptions::default()
+    };
+    let anthropic = provider(&server, options);
+    assert_eq!(anthropic.name(), "anthropic");
+    let mut request = ask("Hi");
+    request.system_prompt = "Be brief.".into();
+    request.max_output_tokens = Some(1000);
+    let events = collect(&anthropic, request).await;
+    assert_eq!(
+        events,
+        vec![
+            ProviderEvent::Start {
+                model: Some("claude-sonnet-4-5".into())
+            },
+            ProviderEvent::TextStart { index: 0 },
+            ProviderEvent::TextDelta {
+                index: 0,
+                delta: "Hello".into()
+            },
+            ProviderEvent::TextDelta {
+                index: 0,
+                delta: ", world".into()
+            },
+            ProviderEvent::TextEnd { index: 0 },
+            ProviderEvent::Usage {
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    ..Usage::default()
+                }
+            },
+            ProviderEvent::Done {
+                stop_reason: StopReason::Stop
+            },
+        ]
+    );
+    let recorded = only_request(&server);
+    assert_eq!(
+        recorded.json(),
+        json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 1000,
+            "stream": true,
+            "system": [{"type": "text", "text": "Be brief."}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
+        })
+    );
+}
+
+#[tokio::test]
+async fn thinking_signature_is_sent_back_unchanged() {
+    let signature_a = "EqQBCkgIARABGAIiQL+";
+    let signature_b = "zW2x/9==";
+    let transcript = [
+        message_start(small_usage()),
+        block_start(
+            0,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ),
+        delta(
+            0,
+            json!({"type": "thinking_delta", "thinking": "Let me think… "}),
+        ),
+        delta(
+            0,
+            json!({"type": "thinking_delta", "thinking": "about 日本"}),
+        ),
+        delta(
+            0,
+            json!({"type": "signature_delta", "signature": signature_a}),
+        ),
+        delta(
+            0,
+            json!({"type": "signature_delta", "signature": signature_b}),
+        ),
+        block_stop(0),
+        block_start(1, json!({"type": "text", "text": ""})),
+        text_delta(1, "Answer"),
+        block_stop(1),
+        message_delta("end_turn", 30),
+        message_stop(),
+    ]
+    .concat();
+    let server = TestServer::start(vec![
+        Reply::sse(&transcript),
+        Reply::sse(&text_transcript()),
+    ])
+    .await
+    .unwrap();
+    let anthropic = provider(&server, AnthropicOptions::default());
+    let question = Message::User(UserMessage::text("Why?"));
+    let events = collect(&anthropic, request(vec![question.clone()])).await;
+    let signature = format!("{signature_a}{signature_b}");
+    assert!(events.contains(&ProviderEvent::ThinkingEnd {
+        index: 0,
+        signature: Some(signature.clone())
+    }));
+    let answer = accumulate(&events);
+    assert_eq!(answer.stop_reason, StopReason::Stop);
+
+    let follow_up = vec![
+        question,
+        Message::Assistant(answer),
+        Message::User(UserMessage::text("And then?")),
+    ];
+    let events = collect(&anthropic, request(follow_up)).await;
+    assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    requests.iter().for_each(assert_request_basics);
+    assert_eq!(
+        requests[1].json()["messages"][1],
+        json!({"role": "assistant", "content": [
+            {"type": "thinking", "thinking": "Let me think… about 日本", "signature": signature},
+            {"type": "text", "text": "Answer"},
+        ]})
+    );
+}
+
+#[tokio::test]
+async fn parallel_tool_calls_survive_awkward_splits() {
+    // Fragments end inside a `\"` escape and inside a `\u00e9` escape.
+    let first = r#"{"path":"src/日本.rs","note":"say \"hi\"\n"}"#;
+    let first_parts = [
+        r#"{"path":"src/日"#,
+        r#"本.rs","note":"say \"#,
+        r#""hi\"\n"}"#,
+    ];
+    let second = r#"{"text":"caf\u00e9 ✓"}"#;
+    let second_parts = [r#"{"text":"caf\u00"#, r#"e9 ✓"}"#];
+    assert_eq!(first_parts.concat(), first);
+    assert_eq!(second_parts.concat(), second);
+    let mut transcript = vec![
+        message_start(small_usage()),
+        block_start(0, json!({"type": "text", "text": ""})),
+        text_delta(0, "Reading."),
+        block_stop(0),
+        block_start(
+            1,
+            json!({"type": "tool_use", "id": "toolu_01", "name": "read", "input": {}}),
+        ),
+    ];
+    transcript.extend(first_parts.iter().map(|part| json_delta(1, part)));
+    transcript.push(block_stop(1));
+    transcript.push(block_start(
+        2,
+        json!({"type": "tool_use", "id": "toolu_02", "name": "echo", "input": {}}),
+    ));
+    transcript.extend(second_parts.iter().map(|part| json_delta(2, part)));
+    transcript.extend([block_stop(2), message_delta("tool_use", 80), message_stop()]);
+    let bytes = transcript.concat().into_bytes();
+
+    // Cut the bytes in the middle of the three-byte `日` and of `✓`.
+    let cut_a = find(&bytes, "日".as_bytes()) + 1;
+    let cut_b = find(&bytes, "✓".as_bytes()) + 2;
+    let pause = Duration::from_millis(40);
+    let chunks = vec![
+        (Duration::ZERO, bytes[..cut_a].to_vec()),
+        (pause, bytes[cut_a..cut_b].to_vec()),
+        (pause, bytes[cut_b..].to_vec()),
+    ];
+    let (events, _) = exchange(Reply::Sse { chunks }, ask("read")).await;
+
+    let message = accumulate(&events);
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    let calls: Vec<(&str, &str, &Value)> = message
+        .tool_calls()
+        .map(|call| (call.id.as_str(), call.name.as_str(), &call.arguments))
+        .collect();
+    let first_value: Value = serde_json::from_str(first).unwrap();
+    let second_value = json!({"text": "café ✓"});
+    assert_eq!(
+        calls,
+        vec![
+            ("toolu_01", "read", &first_value),
+            ("toolu_02", "echo", &second_value)
+        ]
+    );
+    assert_eq!(first_value["note"], json!("say \"hi\"\n"));
+    assert!(events.contains(&ProviderEvent::ToolCallEnd { index: 1 }));
+    assert!(events.contains(&ProviderEvent::ToolCallEnd { index: 2 }));
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> usize {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+        .unwrap()
+}
+
+#[tokio::test]
+async fn usage_reports_cache_reads_and_writes() {
+    let usage = json!({
+        "input_tokens": 12, "output_tokens": 1,
+        "cache_creation_input_tokens": 300, "cache_read_input_tokens": 1500,
+    });
+    let transcript = [
+        message_start(usage),
+        block_start(0, json!({"type": "text", "text": ""})),
+        text_delta(0, "ok"),
+        block_stop(0),
+        message_delta("max_tokens", 42),
+        message_stop(),
+    ]
+    .concat();
+    let (events, _) = exchange(Reply::sse(&transcript), ask("hi")).await;
+    let tail = &events[events.len() - 2..];
+    assert_eq!(
+        tail,
+        [
+            ProviderEvent::Usage {
+                usage: Usage {
+                    input_tokens: 12,
+                    output_tokens: 42,
+                    cache_read_tokens: 1500,
+                    cache_write_tokens: 300,
+                }
+            },
+            ProviderEvent::Done {
+                stop_reason: StopReason::Length
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn message_stop_ends_the_stream_while_the_connection_stays_open() {
+    let after = [
+        block_start(1, json!({"type": "text", "text": ""})),
+        text_delta(1, "never seen"),
+    ]
+    .concat();
+    let chunks = vec![
+        (Duration::ZERO, text_transcript().into_bytes()),
+        (Duration::from_secs(60), after.into_bytes()),
+    ];
+    let started = std::time::Instant::now();
+    let (events, _) = exchange(Reply::Sse { chunks }, ask("hi")).await;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        events.last(),
+        Some(&ProviderEvent::Done {
+            stop_reason: StopReason::Stop
+        })
+    );
+    assert!(!events.contains(&ProviderEvent::TextStart { index: 1 }));
+}
+
+// ---------------------------------------------------------------------------
+// The request body
+
+fn image() -> ImageContent {
+    ImageContent {
+        mime_type: "image/png".into(),
+        data: "iVBORw0KGgo=".into(),
+    }
+}
+
+fn tool_result(call_id: &str, status: ToolStatus, content: Vec<UserContent>) -> Message {
+    let error = (status != ToolStatus::Success).then(|| ToolResultError {
+        code: ToolErrorCode::InvalidArguments,
+        message: "invalid arguments".into(),
+    });
+    Message::ToolResult(ToolResultMessage {
+        call_id: call_id.into(),
+        tool_name: "read".into(),
+        status,
+        content,
+        error,
+        details: Some(json!({"not": "sent"})),
+    })
+}
+
+fn representative_request() -> ModelRequest {
+    let text = |text: &str| UserContent::Text { text: text.into() };
+    let call = |id: &str, arguments: Value| {
+        ContentBlock::ToolCall(ToolCall {
+            id: id.into(),
+            name: "read".into(),
+            arguments,
+        })
+    };
+    let assistant = |model: &str, content: Vec<ContentBlock>, stop_reason| {
+        Message::Assistant(AssistantMessage {
+            content,
+            stop_reason,
+            usage: Usage::default(),
+            model: Some(model.into()),
+        })
+    };
+    let messages = vec![
+        Message::User(UserMessage {
+            content: vec![text("Look at this"), UserContent::Image(image())],
+        }),
+        assistant(
+            "claude-sonnet-4-5",
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "I should read both files".into(),
+                    signature: Some("sig-abc".into()),
+                },
+                ContentBlock::Thinking {
+                    thinking: String::new(),
+                    signature: Some(format!("{REDACTED_THINKING_PREFIX}ENCRYPTED")),
+                },
+                ContentBlock::Text {
+                    text: "Reading them.".into(),
+                },
+                call("toolu_1", json!({"path": "a.rs"})),
+                call("toolu_2", Value::String("{\"path\": broken".into())),
+            ],
+            StopReason::ToolUse,
+        ),
+        tool_result(
+            "toolu_1",
+            ToolStatus::Success,
+            vec![text("fn main() {}"), UserContent::Image(image())],
+        ),
+        tool_result(
+            "toolu_2",
+            ToolStatus::Error,
+            vec![text("invalid arguments")],
+        ),
+        Message::User(UserMessage::text("Now fix it")),
+        assistant(
+            "other-model",
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "foreign reasoning".into(),
+                    signature: None,
+                },
+                ContentBlock::Text {
+                    text: "Done.".into(),
+                },
+            ],
+            StopReason::Stop,
+        ),
+        Message::User(UserMessage::text("Thanks")),
+    ];
+    let tool = |name: &str, description: &str| ToolSpec {
+        name: name.into(),
+        description: description.into(),
+        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    };
+    ModelRequest {
+        model: "claude-sonnet-4-5".into(),
+        system_prompt: "You are Keel.".into(),
+        messages,
+        tools: vec![tool("read", "Read a file"), tool("write", "Write a file")],
+        max_output_tokens: None,
+    }
+}
+
+#[tokio::test]
+async fn the_request_body_maps_every_kind_of_message() {
+    let server = TestServer::start(vec![Reply::sse(&text_transcript())])
+        .await
+        .unwrap();
+    let options = AnthropicOptions {
+        thinking_budget: Some(4096),
+        ..AnthropicOptions::default()
+    };
+    let events = collect(&provider(&server, options), representative_request()).await;
+    assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));
+    let cached = json!({"type": "ephemeral"});
+    let image = json!({"type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="}});
+    let schema = json!({"type": "object", "properties": {"path": {"type": "string"}}});
+    let expected = json!({
+        "model": "claude-sonnet-4-5",
+        "max_tokens": 8192,
+        "stream": true,
+        "system": [{"type": "text", "text": "You are Keel.", "cache_control": cached}],
+        "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "Look at this"}, image]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "I should read both files", "signature": "sig-abc"},
+                {"type": "redacted_thinking", "data": "ENCRYPTED"},
+                {"type": "text", "text": "Reading them."},
+                {"type": "tool_use", "id": "toolu_1", "name": "read", "input": {"path": "a.rs"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "read", "input": {}},
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": false,
+                 "content": [{"type": "text", "text": "fn main() {}"}, image]},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "is_error": true,
+                 "content": [{"type": "text", "text": "invalid arguments"}]},
+                {"type": "text", "text": "Now fix it"},
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "foreign reasoning"},
+                {"type": "text", "text": "Done."},
+            ]},
+            {"role": "user", "content": [
+                {"type": "text", "text": "Thanks", "cache_control": cached},
+            ]},
+        ],
+        "tools": [
+            {"name": "read", "description": "Read a file", "input_schema": schema},
+            {"name": "write", "description": "Write a file", "input_schema": schema,
+             "cache_control": cached},
+        ],
+        "thinking": {"type": "enabled", "budget_tokens": 4096},
+    });
+    assert_eq!(only_request(&server).json(), expected);
+}
+
+#[tokio::test]
+async fn redacted_thinking_round_trips() {
+    let transcript = [
+        message_start(small_usage()),
+        block_start(
+            0,
+            json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va=="}),
+        ),
+        block_stop(0),
+        block_start(1, json!({"type": "text", "text": "Hi"})),
+        block_stop(1),
+        message_delta("end_turn", 3),
+        message_stop(),
+    ]
+    .concat();
+    let (events, _) = exchange(Reply::sse(&transcript), ask("hi")).await;
+    let message = accumulate(&events);
+    let signature = format!("{REDACTED_THINKING_PREFIX}EmwKAhgBEgy3va==");
+    assert_eq!(
+        message.content,
+        vec![
+            ContentBlock::Thinking {
+                thinking: String::new(),
+                signature: Some(signature)
+            },
+            ContentBlock::Text { text: "Hi".into() },
+        ]
+    );
+    let follow_up = request(vec![
+        Message::User(UserMessage::text("hi")),
+        Message::Assistant(message),
+        Message::User(UserMessage::text("more")),
+    ]);
+    let (_, recorded) = exchange(Reply::sse(&text_transcript()), follow_up).await;
+    assert_eq!(
+        recorded.json()["messages"][1]["content"][0],
+        json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va=="})
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Errors
+
+#[tokio::test]
+async fn status_401_is_auth() {
+    let body =
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+    let error = error_for(Reply::error(401, body)).await;
+    assert_eq!(error.kind, ProviderErrorKind::Auth);
+    assert!(error.message.contains("invalid x-api-key"), "{error:?}");
+    assert!(!error.message.contains("sk-ant-test"));
+}
+
+#[tokio::test]
+async fn prompt_too_long_is_context_overflow() {
+    let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}"#;
+    let error = error_for(Reply::error(400, body)).await;
+    assert_eq!(error.kind, ProviderErrorKind::ContextOverflow);
+}
+
+#[tokio::test]
+async fn status_429_is_rate_limited_with_retry_after() {
+    let reply = Reply::Status {
+        status: 429,
+        headers: vec![("retry-after".into(), "7".into())],
+        body: r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#
+            .into(),
+    };
+    let error = error_for(reply).await;
+    assert_eq!(error.kind, ProviderErrorKind::RateLimited);
+    assert_eq!(error.retry_after_ms, Some(7000));
+}
+
+#[tokio::test]
+async fn status_500_is_server_error() {
+    let body = r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#;
+    let error = error_for(Reply::error(500, body)).await;
+    assert_eq!(error.kind, ProviderErrorKind::ServerError);
+}
+
+#[tokio::test]
+async fn status_529_is_overloaded() {
+    let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+    let error = error_for(Reply::error(529, body)).await;
+    assert_eq!(error.kind, ProviderErrorKind::Overloaded);
+    assert!(error.is_retryable());
+}
+
+#[tokio::test]
+async fn an_error_event_in_the_stream_is_classified() {
+    let transcript = [
+        message_start(small_usage()),
+        block_start(0, json!({"type": "text", "text": ""})),
+        text_delta(0, "partial"),
+        event(
+            "error",
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ),
+        message_stop(),
+    ]
+    .concat();
+    let (events, _) = exchange(Reply::sse(&transcript), ask("hi")).await;
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::Overloaded);
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, ProviderEvent::Done { .. }))
+    );
+}
+
+#[tokio::test]
+async fn a_stream_cut_midway_is_dropped() {
+    let whole = text_transcript();
+    let cut = &whole[..whole.find("content_block_stop").unwrap() + 5];
+    let (events, _) = exchange(Reply::sse(cut), ask("hi")).await;
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::StreamDropped);
+    assert!(events.contains(&ProviderEvent::TextDelta {
+        index: 0,
+        delta: ", world".into()
+    }));
+}
+
+#[tokio::test]
+async fn an_idle_stream_times_out() {
+    let chunks = vec![
+        (Duration::ZERO, message_start(small_usage()).into_bytes()),
+        (Duration::from_secs(30), text_transcript().into_bytes()),
+    ];
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
+    let timeouts = HttpTimeouts {
+        first_byte: Duration::from_secs(5),
+        idle: Duration::from_millis(300),
+    };
+    let endpoint = Endpoint::new("anthropic", server.url(), Some("sk-ant-test".into()))
+        .with_timeouts(timeouts);
+    let anthropic = Anthropic::new(endpoint, AnthropicOptions::default());
+    let events = collect(&anthropic, ask("hi")).await;
+    assert!(matches!(events.first(), Some(ProviderEvent::Start { .. })));
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::Timeout);
+    only_request(&server);
+}
+
+#[tokio::test]
+async fn cancellation_ends_the_stream_promptly() {
+    let head = [
+        message_start(small_usage()),
+        block_start(0, json!({"type": "text", "text": ""})),
+        text_delta(0, "Hello"),
+    ]
+    .concat();
+    let chunks = vec![
+        (Duration::ZERO, head.into_bytes()),
+        (Duration::from_secs(60), text_transcript().into_bytes()),
+    ];
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
+    let anthropic = provider(&server, AnthropicOptions::default());
+    let cancel = CancellationToken::new();
+    let mut stream = anthropic.stream(ask("hi"), cancel.clone());
+    let run = async {
+        let mut events = Vec::new();
+        while let Some(event) = stream.next().await {
+            if matches!(event, ProviderEvent::TextDelta { .. }) {
+                cancel.cancel();
+            }
+            events.push(event);
+        }
+        events
+    };
+    let events = tokio::time::timeout(Duration::from_secs(10), run)
+        .await
+        .unwrap();
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::Cancelled);
+    only_request(&server);
+}
+
+// ---------------------------------------------------------------------------
+// The parser alone
+
+fn replay_now(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(replay(chunks, AnthropicFormat::new()))
+}
+
+#[test]
+fn malformed_data_is_a_protocol_error() {
+    let cases = [
+        format!(
+            "{}event: content_block_delta\ndata: {{\"type\":\n\n",
+            message_start(small_usage())
+        ),
+        format!(
+            "{}{}",
+            message_start(small_usage()),
+            text_delta(3, "no such block")
+        ),
+        format!(
+            "{}{}{}",
+            message_start(small_usage()),
+            block_start(
+                0,
+                json!({"type": "tool_use", "id": "t", "name": "read", "input": {}})
+            ),
+            text_delta(0, "wrong kind"),
+        ),
+        format!(
+            "{}{}",
+            message_start(small_usage()),
+            block_start(0, json!({"type": "tool_use"}))
+        ),
+    ];
+    for case in cases {
+        let events = replay_now(vec![case.clone().into_bytes()]);
+        assert_eq!(
+            last_error(&events).kind,
+            ProviderErrorKind::Protocol,
+            "{case}"
+        );
+    }
+}
+
+#[test]
+fn unknown_events_and_blocks_are_ignored() {
+    let transcript = [
+        message_start(small_usage()),
+        event("future_event", json!({"type": "future_event", "x": 1})),
+        block_start(
+            0,
+            json!({"type": "server_tool_use", "id": "srv", "name": "web_search"}),
+        ),
+        json_delta(0, "{\"query\":"),
+        block_stop(0),
+        block_start(1, json!({"type": "text", "text": ""})),
+        delta(1, json!({"type": "citations_delta", "citation": {}})),
+        text_delta(1, "ok"),
+        block_stop(1),
+        message_delta("pause_turn", 2),
+        message_stop(),
+    ]
+    .concat();
+    let events = replay_now(vec![transcript.into_bytes()]);
+    let message = accumulate(&events);
+    assert_eq!(
+        message.content,
+        vec![ContentBlock::Text { text: "ok".into() }]
+    );
+    assert_eq!(message.stop_reason, StopReason::Stop);
+}
+
+/// A transcript touching every mapped event, with multi-byte characters.
+fn full_transcript() -> Vec<u8> {
+    [
+        message_start(json!({"input_tokens": 5, "cache_read_input_tokens": 7, "output_tokens": 1})),
+        ping(),
+        block_start(
+            0,
+            json!({"type": "thinking", "thinking": "", "signature": ""}),
+        ),
+        delta(
+            0,
+            json!({"type": "thinking_delta", "thinking": "Ünïcödé 思考"}),
+        ),
+        delta(
+            0,
+            json!({"type": "signature_delta", "signature": "c2lnbmF0dXJl"}),
+        ),
+        block_stop(0),
+        block_start(1, json!({"type": "text", "text": ""})),
+        text_delta(1, "Grüße, 世界 🌍"),
+        block_stop(1),
+        block_start(
+            2,
+            json!({"type": "tool_use", "id": "toolu_9", "name": "write", "input": {}}),
+        ),
+        json_delta(2, r#"{"text":"a\"b\\"#),
+        json_delta(2, r#"c 🌍"}"#),
+        block_stop(2),
+        message_delta("tool_use", 20),
+        message_stop(),
+    ]
+    .concat()
+    .into_bytes()
+}
+
+#[test]
+fn the_full_transcript_parses() {
+    let events = replay_now(vec![full_transcript()]);
+    let message = accumulate(&events);
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    assert_eq!(message.usage.cache_read_tokens, 7);
+    let arguments = &message.tool_calls().next().unwrap().arguments;
+    assert_eq!(arguments, &json!({"text": "a\"b\\c 🌍"}));
+}
+
+proptest! {
+    #[test]
+    fn any_rechunking_yields_the_same_events(cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..24)) {
+        let bytes = full_transcript();
+        let whole = replay_now(vec![bytes.clone()]);
+        let mut points: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len())).collect();
+        points.sort_unstable();
+        points.dedup();
+        let mut chunks = Vec::new();
+        let mut from = 0;
+        for point in points {
+            chunks.push(bytes[from..point].to_vec());
+            from = point;
+        }
+        chunks.push(bytes[from..].to_vec());
+        prop_assert_eq!(replay_now(chunks), whole);
+    }
+}

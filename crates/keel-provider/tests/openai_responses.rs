@@ -1,0 +1,985 @@
+//! The OpenAI Responses adapter against a local server that speaks the API:
+//! the exact request it sends, the events it makes of what the server
+//! streams, and how it fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use keel_protocol::{
+    AssistantMessage, ContentBlock, ImageContent, Message, ProviderErrorKind, ProviderEvent,
+    StopReason, ToolCall, ToolResultMessage, ToolSpec, ToolStatus, Usage, UserContent, UserMessage,
+};
+use keel_provider::http::{HttpTimeouts, replay};
+use keel_provider::openai_responses::{OpenAiResponses, ResponsesFormat, ResponsesOptions};
+use keel_provider::testing::{RecordedRequest, Reply, TestServer};
+use keel_provider::{Endpoint, ModelRequest, Provider};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+const ENCRYPTED: &str = "gAAAAABpSi4X1CPuupBD-encrypted-reasoning_blob==";
+
+// ---------------------------------------------------------------- helpers
+
+/// One SSE event as OpenAI sends it: `event:` line, then the JSON `data:`.
+fn event(data: Value) -> String {
+    let kind = data["type"].as_str().unwrap_or_default().to_owned();
+    format!("event: {kind}\ndata: {data}\n\n")
+}
+
+fn transcript(events: Vec<Value>) -> String {
+    events.into_iter().map(event).collect()
+}
+
+fn created(model: &str) -> Value {
+    json!({"type": "response.created", "sequence_number": 0,
+           "response": {"id": "resp_1", "object": "response", "status": "in_progress", "model": model, "output": []}})
+}
+
+fn completed(usage: Value) -> Value {
+    json!({"type": "response.completed",
+           "response": {"id": "resp_1", "status": "completed", "model": "gpt-5-2025-08-07", "usage": usage}})
+}
+
+fn usage(input: u64, cached: u64, output: u64) -> Value {
+    json!({"input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+           "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+           "total_tokens": input + output})
+}
+
+fn message_added(output: u64) -> Value {
+    json!({"type": "response.output_item.added", "output_index": output,
+           "item": {"id": "msg_1", "type": "message", "status": "in_progress", "role": "assistant", "content": []}})
+}
+
+fn text_delta(output: u64, delta: &str) -> Value {
+    json!({"type": "response.output_text.delta", "item_id": "msg_1", "output_index": output,
+           "content_index": 0, "delta": delta})
+}
+
+fn text_done(output: u64, text: &str) -> Value {
+    json!({"type": "response.output_text.done", "item_id": "msg_1", "output_index": output,
+           "content_index": 0, "text": text})
+}
+
+fn message_done(output: u64, text: &str) -> Value {
+    json!({"type": "response.output_item.done", "output_index": output,
+           "item": {"id": "msg_1", "type": "message", "status": "completed", "role": "assistant",
+                    "content": [{"type": "output_text", "text": text, "annotations": []}]}})
+}
+
+fn call_added(output: u64, call_id: &str, name: &str) -> Value {
+    json!({"type": "response.output_item.added", "output_index": output,
+           "item": {"id": format!("fc_{output}"), "type": "function_call", "status": "in_progress",
+                    "call_id": call_id, "name": name, "arguments": ""}})
+}
+
+fn arguments_delta(output: u64, delta: &str) -> Value {
+    json!({"type": "response.function_call_arguments.delta", "item_id": format!("fc_{output}"),
+           "output_index": output, "delta": delta})
+}
+
+fn call_done(output: u64, call_id: &str, name: &str, arguments: &str) -> Value {
+    json!({"type": "response.output_item.done", "output_index": output,
+           "item": {"id": format!("fc_{output}"), "type": "function_call", "status": "completed",
+                    "call_id": call_id, "name": name, "arguments": arguments}})
+}
+
+fn text_stream(text_parts: &[&str]) -> String {
+    let full: String = text_parts.concat();
+    let mut events = vec![created("gpt-5-2025-08-07"), message_added(0)];
+    events.extend(text_parts.iter().map(|part| text_delta(0, part)));
+    events.extend([
+        text_done(0, &full),
+        message_done(0, &full),
+        completed(usage(10, 0, 5)),
+    ]);
+    transcript(events)
+}
+
+fn endpoint(server: &TestServer) -> Endpoint {
+    Endpoint::new("openai", server.url(), Some("sk-test".into()))
+}
+
+fn provider(server: &TestServer) -> OpenAiResponses {
+    OpenAiResponses::new(endpoint(server), ResponsesOptions::default())
+}
+
+fn request(messages: Vec<Message>) -> ModelRequest {
+    ModelRequest {
+        model: "gpt-5".into(),
+        system_prompt: String::new(),
+        messages,
+        tools: Vec::new(),
+        max_output_tokens: None,
+    }
+}
+
+fn hello() -> ModelRequest {
+    request(vec![Message::User(UserMessage::text("hello"))])
+}
+
+async fn collect(provider: &OpenAiResponses, request: ModelRequest) -> Vec<ProviderEvent> {
+    provider
+        .stream(request, CancellationToken::new())
+        .collect()
+        .await
+}
+
+/// Every request goes to `/responses` with the key as a bearer token.
+fn assert_sent(request: &RecordedRequest) {
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.path, "/responses");
+    assert_eq!(request.header("authorization"), Some("Bearer sk-test"));
+    let body = request.json();
+    assert_eq!(body["stream"], json!(true));
+    assert_eq!(body["store"], json!(false));
+}
+
+fn last_error(events: &[ProviderEvent]) -> keel_protocol::ProviderError {
+    match events.last() {
+        Some(ProviderEvent::Error { error }) => error.clone(),
+        other => panic!("expected an error event last, got {other:?}"),
+    }
+}
+
+/// Builds the assistant message a kernel would build from `events`.
+fn assemble(events: &[ProviderEvent]) -> AssistantMessage {
+    let mut message = AssistantMessage::default();
+    let mut arguments: Vec<(usize, String)> = Vec::new();
+    let mut position = std::collections::HashMap::new();
+    for event in events {
+        match event {
+            ProviderEvent::Start { model } => message.model.clone_from(model),
+            ProviderEvent::TextStart { index } => {
+                position.insert(*index, message.content.len());
+                message.content.push(ContentBlock::Text {
+                    text: String::new(),
+                });
+            }
+            ProviderEvent::ThinkingStart { index } => {
+                position.insert(*index, message.content.len());
+                message.content.push(ContentBlock::Thinking {
+                    thinking: String::new(),
+                    signature: None,
+                });
+            }
+            ProviderEvent::ToolCallStart { index, id, name } => {
+                position.insert(*index, message.content.len());
+                arguments.push((message.content.len(), String::new()));
+                message.content.push(ContentBlock::ToolCall(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    arguments: Value::Null,
+                }));
+            }
+            ProviderEvent::TextDelta { index, delta } => {
+                if let ContentBlock::Text { text } = &mut message.content[position[index]] {
+                    text.push_str(delta);
+                }
+            }
+            ProviderEvent::ThinkingDelta { index, delta } => {
+                if let ContentBlock::Thinking { thinking, .. } =
+                    &mut message.content[position[index]]
+                {
+                    thinking.push_str(delta);
+                }
+            }
+            ProviderEvent::ThinkingEnd { index, signature } => {
+                if let ContentBlock::Thinking {
+                    signature: kept, ..
+                } = &mut message.content[position[index]]
+                {
+                    kept.clone_from(signature);
+                }
+            }
+            ProviderEvent::ToolCallDelta { index, delta } => {
+                let at = position[index];
+                let entry = arguments.iter_mut().find(|(p, _)| *p == at).unwrap();
+                entry.1.push_str(delta);
+            }
+            ProviderEvent::Usage { usage } => message.usage = *usage,
+            ProviderEvent::Done { stop_reason } => message.stop_reason = *stop_reason,
+            _ => {}
+        }
+    }
+    for (at, text) in arguments {
+        if let ContentBlock::ToolCall(call) = &mut message.content[at] {
+            call.arguments = serde_json::from_str(&text).unwrap();
+        }
+    }
+    message
+}
+
+fn tool_result(call_id: &str, content: Vec<UserContent>) -> Message {
+    Message::ToolResult(ToolResultMessage {
+        call_id: call_id.into(),
+        tool_name: "read".into(),
+        status: ToolStatus::Success,
+        content,
+        error: None,
+        details: None,
+    })
+}
+
+fn text(text: &str) -> UserContent {
+    UserContent::Text { text: text.into() }
+}
+
+fn image(data: &str) -> UserContent {
+    UserContent::Image(ImageContent {
+        mime_type: "image/png".into(),
+        data: data.into(),
+    })
+}
+
+// ------------------------------------------------------------------ tests
+
+#[tokio::test]
+async fn streamed_text_becomes_one_text_block() {
+    let server = TestServer::start(vec![Reply::sse(&text_stream(&["Hel", "lo, ", "wörld"]))])
+        .await
+        .unwrap();
+    let events = collect(&provider(&server), hello()).await;
+    assert_eq!(
+        events,
+        vec![
+            ProviderEvent::Start {
+                model: Some("gpt-5-2025-08-07".into())
+            },
+            ProviderEvent::TextStart { index: 0 },
+            ProviderEvent::TextDelta {
+                index: 0,
+                delta: "Hel".into()
+            },
+            ProviderEvent::TextDelta {
+                index: 0,
+                delta: "lo, ".into()
+            },
+            ProviderEvent::TextDelta {
+                index: 0,
+                delta: "wörld".into()
+            },
+            ProviderEvent::TextEnd { index: 0 },
+            ProviderEvent::Usage {
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    ..Usage::default()
+                }
+            },
+            ProviderEvent::Done {
+                stop_reason: StopReason::Stop
+            },
+        ]
+    );
+    let requests = server.requests();
+    assert_eq!(requests.len(), 1);
+    assert_sent(&requests[0]);
+}
+
+#[tokio::test]
+async fn the_whole_context_is_mapped_onto_input_items() {
+    let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
+        .await
+        .unwrap();
+    let options = ResponsesOptions {
+        reasoning_effort: Some("medium".into()),
+    };
+    let provider = OpenAiResponses::new(endpoint(&server), options);
+    let assistant = AssistantMessage {
+        content: vec![
+            ContentBlock::Thinking {
+                thinking: "plan".into(),
+                signature: Some(ENCRYPTED.into()),
+            },
+            ContentBlock::Text {
+                text: "Let me look.".into(),
+            },
+            ContentBlock::ToolCall(ToolCall {
+                id: "call_1".into(),
+                name: "read".into(),
+                arguments: json!({"path": "a.txt"}),
+            }),
+            // Unsigned reasoning and another provider's signature are dropped.
+            ContentBlock::Thinking {
+                thinking: "unsigned".into(),
+                signature: None,
+            },
+            ContentBlock::Thinking {
+                thinking: "from Claude".into(),
+                signature: Some("EqQBCkgIARABGAIiQL".into()),
+            },
+            ContentBlock::ToolCall(ToolCall {
+                id: "call_2".into(),
+                name: "bash".into(),
+                arguments: Value::String("{not json".into()),
+            }),
+        ],
+        stop_reason: StopReason::ToolUse,
+        usage: Usage::default(),
+        model: Some("gpt-5-2025-08-07".into()),
+    };
+    let request = ModelRequest {
+        model: "gpt-5".into(),
+        system_prompt: "You are Keel.".into(),
+        messages: vec![
+            Message::User(UserMessage {
+                content: vec![text("Describe this"), image("aGVsbG8=")],
+            }),
+            Message::Assistant(assistant),
+            tool_result("call_1", vec![text("contents"), image("aW1n")]),
+            tool_result("call_2", vec![text("invalid arguments")]),
+            Message::User(UserMessage::text("thanks")),
+        ],
+        tools: vec![ToolSpec {
+            name: "read".into(),
+            description: "Read a file".into(),
+            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        }],
+        max_output_tokens: Some(4096),
+    };
+    let events = collect(&provider, request).await;
+    assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));
+    let requests = server.requests();
+    assert_sent(&requests[0]);
+    assert_eq!(
+        requests[0].json(),
+        json!({
+            "model": "gpt-5",
+            "instructions": "You are Keel.",
+            "input": [
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "Describe this"},
+                    {"type": "input_image", "image_url": "data:image/png;base64,aGVsbG8="},
+                ]},
+                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}],
+                 "encrypted_content": ENCRYPTED},
+                {"type": "message", "role": "assistant", "content": [
+                    {"type": "output_text", "text": "Let me look."},
+                ]},
+                {"type": "function_call", "call_id": "call_1", "name": "read",
+                 "arguments": "{\"path\":\"a.txt\"}"},
+                {"type": "function_call", "call_id": "call_2", "name": "bash",
+                 "arguments": "{not json"},
+                {"type": "function_call_output", "call_id": "call_1", "output": "contents"},
+                {"type": "function_call_output", "call_id": "call_2", "output": "invalid arguments"},
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_image", "image_url": "data:image/png;base64,aW1n"},
+                ]},
+                {"type": "message", "role": "user", "content": [
+                    {"type": "input_text", "text": "thanks"},
+                ]},
+            ],
+            "tools": [{
+                "type": "function",
+                "name": "read",
+                "description": "Read a file",
+                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+                "strict": false,
+            }],
+            "max_output_tokens": 4096,
+            "reasoning": {"effort": "medium", "summary": "auto"},
+            "include": ["reasoning.encrypted_content"],
+            "stream": true,
+            "store": false,
+        })
+    );
+}
+
+#[tokio::test]
+async fn a_minimal_request_omits_what_is_unset() {
+    let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
+        .await
+        .unwrap();
+    collect(&provider(&server), hello()).await;
+    let body = server.requests()[0].json();
+    assert_eq!(
+        body,
+        json!({
+            "model": "gpt-5",
+            "input": [{"type": "message", "role": "user",
+                       "content": [{"type": "input_text", "text": "hello"}]}],
+            "stream": true,
+            "store": false,
+        })
+    );
+}
+
+fn reasoning_stream() -> String {
+    transcript(vec![
+        created("o4-mini-2025-04-16"),
+        json!({"type": "response.in_progress", "response": {"id": "resp_1"}}),
+        json!({"type": "response.output_item.added", "output_index": 0,
+               "item": {"id": "rs_1", "type": "reasoning", "summary": []}}),
+        json!({"type": "response.reasoning_summary_part.added", "item_id": "rs_1", "output_index": 0,
+               "summary_index": 0, "part": {"type": "summary_text", "text": ""}}),
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0,
+               "summary_index": 0, "delta": "**Planning**"}),
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0,
+               "summary_index": 0, "delta": " the answer"}),
+        json!({"type": "response.reasoning_summary_text.delta", "item_id": "rs_1", "output_index": 0,
+               "summary_index": 1, "delta": "Then check"}),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": {"id": "rs_1", "type": "reasoning", "encrypted_content": ENCRYPTED,
+                        "summary": [{"type": "summary_text", "text": "**Planning** the answer"},
+                                    {"type": "summary_text", "text": "Then check"}]}}),
+        message_added(1),
+        json!({"type": "response.content_part.added", "item_id": "msg_1", "output_index": 1,
+               "content_index": 0, "part": {"type": "output_text", "text": ""}}),
+        text_delta(1, "42"),
+        text_done(1, "42"),
+        message_done(1, "42"),
+        completed(usage(30, 0, 80)),
+    ])
+}
+
+#[tokio::test]
+async fn reasoning_keeps_its_encrypted_content_and_goes_back_on_the_next_request() {
+    let server = TestServer::start(vec![
+        Reply::sse(&reasoning_stream()),
+        Reply::sse(&text_stream(&["fine"])),
+    ])
+    .await
+    .unwrap();
+    let options = ResponsesOptions {
+        reasoning_effort: Some("high".into()),
+    };
+    let provider = OpenAiResponses::new(endpoint(&server), options);
+    let question = Message::User(UserMessage::text("What is 6 x 7?"));
+    let events = collect(&provider, request(vec![question.clone()])).await;
+    assert_eq!(
+        events,
+        vec![
+            ProviderEvent::Start {
+                model: Some("o4-mini-2025-04-16".into())
+            },
+            ProviderEvent::ThinkingStart { index: 0 },
+            ProviderEvent::ThinkingDelta {
+                index: 0,
+                delta: "**Planning**".into()
+            },
+            ProviderEvent::ThinkingDelta {
+                index: 0,
+                delta: " the answer".into()
+            },
+            ProviderEvent::ThinkingDelta {
+                index: 0,
+                delta: "\n\n".into()
+            },
+            ProviderEvent::ThinkingDelta {
+                index: 0,
+                delta: "Then check".into()
+            },
+            ProviderEvent::ThinkingEnd {
+                index: 0,
+                signature: Some(ENCRYPTED.into())
+            },
+            ProviderEvent::TextStart { index: 1 },
+            ProviderEvent::TextDelta {
+                index: 1,
+                delta: "42".into()
+            },
+            ProviderEvent::TextEnd { index: 1 },
+            ProviderEvent::Usage {
+                usage: Usage {
+                    input_tokens: 30,
+                    output_tokens: 80,
+                    ..Usage::default()
+                }
+            },
+            ProviderEvent::Done {
+                stop_reason: StopReason::Stop
+            },
+        ]
+    );
+
+    let answer = assemble(&events);
+    let follow_up = request(vec![
+        question,
+        Message::Assistant(answer),
+        Message::User(UserMessage::text("Sure?")),
+    ]);
+    collect(&provider, follow_up).await;
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    assert_sent(&requests[0]);
+    assert_sent(&requests[1]);
+    let first = requests[0].json();
+    assert_eq!(
+        first["reasoning"],
+        json!({"effort": "high", "summary": "auto"})
+    );
+    assert_eq!(first["include"], json!(["reasoning.encrypted_content"]));
+    let input = requests[1].json()["input"].clone();
+    assert_eq!(
+        input[1],
+        json!({"type": "reasoning",
+               "summary": [{"type": "summary_text", "text": "**Planning** the answer\n\nThen check"}],
+               "encrypted_content": ENCRYPTED})
+    );
+    assert_eq!(
+        input[2],
+        json!({"type": "message", "role": "assistant",
+               "content": [{"type": "output_text", "text": "42"}]})
+    );
+    assert_eq!(input.as_array().unwrap().len(), 4);
+}
+
+/// Two parallel calls; the first one's arguments are split inside a JSON
+/// escape (`\n`, `\"`, `\u00e9`), the second one's hold multi-byte text.
+fn parallel_calls_stream() -> String {
+    transcript(vec![
+        created("gpt-5-2025-08-07"),
+        call_added(0, "call_a", "write"),
+        arguments_delta(0, r#"{"path":"notes.txt","text":"line1\"#),
+        arguments_delta(0, r#"nline2 \"quoted\" caf\u00"#),
+        arguments_delta(0, r#"e9"}"#),
+        call_done(
+            0,
+            "call_a",
+            "write",
+            r#"{"path":"notes.txt","text":"line1\nline2 \"quoted\" caf\u00e9"}"#,
+        ),
+        call_added(1, "call_b", "read"),
+        arguments_delta(1, r#"{"path":"crab 🦀 é"#),
+        arguments_delta(1, r#".rs"}"#),
+        call_done(1, "call_b", "read", r#"{"path":"crab 🦀 é.rs"}"#),
+        completed(usage(100, 0, 40)),
+    ])
+}
+
+/// A byte offset `into` bytes inside the first `character` of `text`.
+fn cut_inside(text: &str, character: char, into: usize) -> usize {
+    let at = text.find(character).unwrap() + into;
+    assert!(
+        !text.is_char_boundary(at),
+        "the cut must split the character"
+    );
+    at
+}
+
+#[tokio::test]
+async fn parallel_calls_survive_awkward_splits() {
+    let stream = parallel_calls_stream();
+    let bytes = stream.as_bytes();
+    let crab = cut_inside(&stream, '🦀', 2);
+    let accent = crab + stream[crab + 2..].find('é').unwrap() + 2 + 1;
+    assert!(!stream.is_char_boundary(accent), "the cut must split 'é'");
+    let chunks = vec![
+        (Duration::ZERO, bytes[..crab].to_vec()),
+        (Duration::from_millis(50), bytes[crab..accent].to_vec()),
+        (Duration::from_millis(50), bytes[accent..].to_vec()),
+    ];
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
+    let events = collect(&provider(&server), hello()).await;
+    let message = assemble(&events);
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    let calls: Vec<_> = message.tool_calls().cloned().collect();
+    assert_eq!(
+        calls,
+        vec![
+            ToolCall {
+                id: "call_a".into(),
+                name: "write".into(),
+                arguments: json!({"path": "notes.txt", "text": "line1\nline2 \"quoted\" café"}),
+            },
+            ToolCall {
+                id: "call_b".into(),
+                name: "read".into(),
+                arguments: json!({"path": "crab 🦀 é.rs"}),
+            },
+        ]
+    );
+    let starts: Vec<_> = events
+        .iter()
+        .filter_map(|event| match event {
+            ProviderEvent::ToolCallStart { index, .. } => Some(*index),
+            ProviderEvent::ToolCallEnd { index } => Some(100 + *index),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(starts, vec![0, 100, 1, 101]);
+    assert_sent(&server.requests()[0]);
+}
+
+#[tokio::test]
+async fn usage_counts_cached_input_separately() {
+    let stream = transcript(vec![
+        created("gpt-5-2025-08-07"),
+        message_added(0),
+        text_delta(0, "hi"),
+        text_done(0, "hi"),
+        message_done(0, "hi"),
+        completed(usage(1200, 1000, 50)),
+    ]);
+    let server = TestServer::start(vec![Reply::sse(&stream)]).await.unwrap();
+    let events = collect(&provider(&server), hello()).await;
+    let n = events.len();
+    assert_eq!(
+        events[n - 2..],
+        [
+            ProviderEvent::Usage {
+                usage: Usage {
+                    input_tokens: 200,
+                    output_tokens: 50,
+                    cache_read_tokens: 1000,
+                    cache_write_tokens: 0,
+                }
+            },
+            ProviderEvent::Done {
+                stop_reason: StopReason::Stop
+            },
+        ]
+    );
+    assert_sent(&server.requests()[0]);
+}
+
+#[tokio::test]
+async fn the_end_says_why_the_model_stopped() {
+    let incomplete = |event_type: &str| {
+        transcript(vec![
+            created("gpt-5"),
+            message_added(0),
+            text_delta(0, "cut sh"),
+            json!({"type": event_type,
+                   "response": {"id": "resp_1", "status": "incomplete",
+                                "incomplete_details": {"reason": "max_output_tokens"},
+                                "usage": usage(10, 0, 16)}}),
+        ])
+    };
+    let server = TestServer::start(vec![
+        Reply::sse(&incomplete("response.incomplete")),
+        Reply::sse(&incomplete("response.completed")),
+    ])
+    .await
+    .unwrap();
+    let provider = provider(&server);
+    for _ in 0..2 {
+        let events = collect(&provider, hello()).await;
+        let n = events.len();
+        assert_eq!(
+            events[n - 3..],
+            [
+                // The open text block is closed before the end.
+                ProviderEvent::TextEnd { index: 0 },
+                ProviderEvent::Usage {
+                    usage: Usage {
+                        input_tokens: 10,
+                        output_tokens: 16,
+                        ..Usage::default()
+                    }
+                },
+                ProviderEvent::Done {
+                    stop_reason: StopReason::Length
+                },
+            ]
+        );
+    }
+    for request in server.requests() {
+        assert_sent(&request);
+    }
+}
+
+#[tokio::test]
+async fn error_statuses_are_classified() {
+    let overflow = r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#;
+    let server = TestServer::start(vec![
+        Reply::error(
+            401,
+            r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
+        ),
+        Reply::error(400, overflow),
+        Reply::Status {
+            status: 429,
+            headers: vec![("retry-after".into(), "3".into())],
+            body: r#"{"error":{"message":"Rate limit reached for gpt-5","type":"requests","code":"rate_limit_exceeded"}}"#.into(),
+        },
+        Reply::error(
+            500,
+            r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}"#,
+        ),
+        Reply::error(
+            503,
+            r#"{"error":{"message":"The server is overloaded, please try again later.","type":"server_error","code":"server_is_overloaded"}}"#,
+        ),
+    ])
+    .await
+    .unwrap();
+    let provider = provider(&server);
+    let expected = [
+        (ProviderErrorKind::Auth, None),
+        (ProviderErrorKind::ContextOverflow, None),
+        (ProviderErrorKind::RateLimited, Some(3000)),
+        (ProviderErrorKind::ServerError, None),
+        (ProviderErrorKind::Overloaded, None),
+    ];
+    for (kind, retry_after_ms) in expected {
+        let events = collect(&provider, hello()).await;
+        assert_eq!(events.len(), 1, "{events:?}");
+        let error = last_error(&events);
+        assert_eq!((error.kind, error.retry_after_ms), (kind, retry_after_ms));
+    }
+    let requests = server.requests();
+    assert_eq!(requests.len(), 5);
+    for request in &requests {
+        assert_sent(request);
+    }
+}
+
+#[tokio::test]
+async fn errors_inside_the_stream_are_classified() {
+    let failed = |code: &str, message: &str| {
+        transcript(vec![
+            created("gpt-5"),
+            message_added(0),
+            text_delta(0, "partial"),
+            json!({"type": "response.failed",
+                   "response": {"id": "resp_1", "status": "failed",
+                                "error": {"code": code, "message": message}}}),
+        ])
+    };
+    let server = TestServer::start(vec![
+        Reply::sse(&failed(
+            "server_error",
+            "The model produced invalid content.",
+        )),
+        Reply::sse(&failed(
+            "context_length_exceeded",
+            "Your input exceeds the context window of this model.",
+        )),
+        Reply::sse(&transcript(vec![
+            created("gpt-5"),
+            json!({"type": "error", "code": "rate_limit_exceeded",
+                   "message": "Rate limit reached", "param": null, "sequence_number": 2}),
+        ])),
+    ])
+    .await
+    .unwrap();
+    let provider = provider(&server);
+    let first = collect(&provider, hello()).await;
+    assert_eq!(
+        first[..3],
+        [
+            ProviderEvent::Start {
+                model: Some("gpt-5".into())
+            },
+            ProviderEvent::TextStart { index: 0 },
+            ProviderEvent::TextDelta {
+                index: 0,
+                delta: "partial".into()
+            },
+        ]
+    );
+    let error = last_error(&first);
+    assert_eq!(error.kind, ProviderErrorKind::ServerError);
+    assert!(
+        error
+            .message
+            .contains("The model produced invalid content.")
+    );
+    let overflow = last_error(&collect(&provider, hello()).await);
+    assert_eq!(overflow.kind, ProviderErrorKind::ContextOverflow);
+    let rate = last_error(&collect(&provider, hello()).await);
+    assert_eq!(rate.kind, ProviderErrorKind::RateLimited);
+    for request in server.requests() {
+        assert_sent(&request);
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_midway_is_dropped() {
+    let full = text_stream(&["one ", "two ", "three"]);
+    let cut = &full[..full.find("event: response.output_text.done").unwrap()];
+    let server = TestServer::start(vec![Reply::sse(cut)]).await.unwrap();
+    let events = collect(&provider(&server), hello()).await;
+    assert!(
+        events.len() > 1,
+        "some events came before the cut: {events:?}"
+    );
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::StreamDropped);
+    assert_sent(&server.requests()[0]);
+}
+
+#[tokio::test]
+async fn malformed_json_is_a_protocol_error() {
+    let stream = format!(
+        "{}event: response.output_text.delta\ndata: {{\"type\": \"response.output_text.delta\", \"delta\": \n\n",
+        event(created("gpt-5"))
+    );
+    let server = TestServer::start(vec![Reply::sse(&stream)]).await.unwrap();
+    let events = collect(&provider(&server), hello()).await;
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
+    assert_sent(&server.requests()[0]);
+}
+
+#[tokio::test]
+async fn an_idle_stream_times_out() {
+    let stream = text_stream(&["slow"]);
+    let split = stream.find("event: response.output_item.added").unwrap();
+    let chunks = vec![
+        (Duration::ZERO, stream.as_bytes()[..split].to_vec()),
+        (Duration::from_secs(5), stream.as_bytes()[split..].to_vec()),
+    ];
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
+    let timeouts = HttpTimeouts {
+        first_byte: Duration::from_secs(5),
+        idle: Duration::from_millis(200),
+    };
+    let provider = OpenAiResponses::new(
+        endpoint(&server).with_timeouts(timeouts),
+        ResponsesOptions::default(),
+    );
+    let started = std::time::Instant::now();
+    let events = collect(&provider, hello()).await;
+    assert!(started.elapsed() < Duration::from_secs(4));
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::Timeout);
+    assert_sent(&server.requests()[0]);
+}
+
+#[tokio::test]
+async fn cancellation_ends_the_stream() {
+    let stream = text_stream(&["first", "never"]);
+    let split = stream.find("never").unwrap();
+    let split = stream[..split].rfind("event:").unwrap();
+    let chunks = vec![
+        (Duration::ZERO, stream.as_bytes()[..split].to_vec()),
+        (Duration::from_secs(30), stream.as_bytes()[split..].to_vec()),
+    ];
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let mut events = provider(&server).stream(hello(), cancel.clone());
+    let mut seen = Vec::new();
+    while let Some(event) = events.next().await {
+        let got_text = matches!(event, ProviderEvent::TextDelta { .. });
+        seen.push(event);
+        if got_text {
+            break;
+        }
+    }
+    cancel.cancel();
+    let rest: Vec<_> = tokio::time::timeout(Duration::from_secs(2), events.collect::<Vec<_>>())
+        .await
+        .expect("the stream ends promptly once cancelled");
+    assert_eq!(rest.len(), 1, "{rest:?}");
+    assert_eq!(last_error(&rest).kind, ProviderErrorKind::Cancelled);
+    assert_sent(&server.requests()[0]);
+}
+
+#[test]
+fn items_that_arrive_whole_are_emitted_whole() {
+    // Some Responses-compatible servers skip the incremental events.
+    let stream = transcript(vec![
+        created("local-model"),
+        json!({"type": "response.some_future_event", "output_index": 9}),
+        json!({"type": "response.output_item.done", "output_index": 0,
+               "item": {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}],
+                        "encrypted_content": ENCRYPTED}}),
+        message_done(1, "answer"),
+        call_done(2, "call_1", "read", r#"{"path":"a"}"#),
+        completed(Value::Null),
+    ]);
+    let events = replay_chunks(vec![stream.into_bytes()]);
+    assert_eq!(
+        events,
+        vec![
+            ProviderEvent::Start {
+                model: Some("local-model".into())
+            },
+            ProviderEvent::ThinkingStart { index: 0 },
+            ProviderEvent::ThinkingDelta {
+                index: 0,
+                delta: "think".into()
+            },
+            ProviderEvent::ThinkingEnd {
+                index: 0,
+                signature: Some(ENCRYPTED.into())
+            },
+            ProviderEvent::TextStart { index: 1 },
+            ProviderEvent::TextDelta {
+                index: 1,
+                delta: "answer".into()
+            },
+            ProviderEvent::TextEnd { index: 1 },
+            ProviderEvent::ToolCallStart {
+                index: 2,
+                id: "call_1".into(),
+                name: "read".into()
+            },
+            ProviderEvent::ToolCallDelta {
+                index: 2,
+                delta: r#"{"path":"a"}"#.into()
+            },
+            ProviderEvent::ToolCallEnd { index: 2 },
+            ProviderEvent::Done {
+                stop_reason: StopReason::ToolUse
+            },
+        ]
+    );
+}
+
+#[test]
+fn arguments_for_an_unknown_call_are_a_protocol_error() {
+    let stream = transcript(vec![created("gpt-5"), arguments_delta(0, "{}")]);
+    let events = replay_chunks(vec![stream.into_bytes()]);
+    assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
+}
+
+// -------------------------------------------------------------- property
+
+/// A transcript with reasoning, multi-byte text and two calls.
+fn fixed_transcript() -> String {
+    let mut text = reasoning_stream();
+    text = text.replace(&event(completed(usage(30, 0, 80))), "");
+    let calls = parallel_calls_stream();
+    let start = calls.find("event: response.output_item.added").unwrap();
+    let calls = calls[start..]
+        .replace("\"output_index\":0", "\"output_index\":2")
+        .replace("\"output_index\":1", "\"output_index\":3");
+    text + &calls
+}
+
+fn replay_chunks(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
+    tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(replay(chunks, ResponsesFormat::new()))
+}
+
+#[test]
+fn the_fixed_transcript_parses_to_a_complete_message() {
+    let events = replay_chunks(vec![fixed_transcript().into_bytes()]);
+    let message = assemble(&events);
+    assert_eq!(message.stop_reason, StopReason::ToolUse);
+    assert_eq!(message.content.len(), 4, "{:?}", message.content);
+    assert_eq!(message.tool_calls().count(), 2);
+    assert_eq!(message.text(), "42");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn any_rechunking_yields_the_same_events(cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12)) {
+        let bytes = fixed_transcript().into_bytes();
+        let whole = replay_chunks(vec![bytes.clone()]);
+        let mut points: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
+        points.sort_unstable();
+        let mut chunks = Vec::new();
+        let mut from = 0;
+        for point in points {
+            chunks.push(bytes[from..point].to_vec());
+            from = point;
+        }
+        chunks.push(bytes[from..].to_vec());
+        prop_assert_eq!(replay_chunks(chunks), whole);
+    }
+}
