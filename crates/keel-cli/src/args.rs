@@ -84,9 +84,17 @@ pub enum SessionCommand {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The provider to use.
+    /// The provider: `scripted` (needs --script) or one from the configuration
+    /// (`keel models` lists them: deepseek, anthropic, openai, openrouter,
+    /// openai-compatible, …).
     #[arg(long, default_value = "scripted")]
     pub provider: String,
+    /// The API base URL, overriding the configured one (e.g. a local server).
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
     /// The script file for the scripted provider.
     #[arg(long)]
     pub script: Option<PathBuf>,

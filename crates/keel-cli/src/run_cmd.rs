@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use keel_kernel::{AgentKernel, AgentRun, RunSpec};
 use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
-use keel_provider::{Script, ScriptedProvider};
+use keel_provider::config::{Config, ConfigError};
+use keel_provider::connect::connect;
+use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::{JsonlStore, SessionStore};
 use keel_tools::Workspace;
 use keel_tools::builtin::{BashOptions, all_tools, default_tools};
@@ -71,23 +73,7 @@ async fn continued_session(
 }
 
 fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, StartupError> {
-    if args.provider != "scripted" {
-        return Err(StartupError::new(
-            "unknown_provider",
-            format!(
-                "provider `{}` is not available in this build; available: scripted",
-                args.provider
-            ),
-        ));
-    }
-    let path = args.script.as_ref().ok_or_else(|| {
-        StartupError::new(
-            "script_required",
-            "the scripted provider needs --script FILE",
-        )
-    })?;
-    let script = Script::from_file(path)
-        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+    let (provider, model) = provider(args)?;
     let root = match &args.workspace {
         Some(root) => root.clone(),
         None => std::env::current_dir()
@@ -96,16 +82,43 @@ fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, S
     let workspace =
         Workspace::new(&root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
     let mut builder = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(script)))
+        .provider(provider)
         .workspace(workspace)
         .store(store)
         .tools(chosen_tools(args.tools.as_deref())?);
-    if let Some(model) = &args.model {
-        builder = builder.model(model.clone());
+    if let Some(model) = model {
+        builder = builder.model(model);
     }
     builder
         .build()
         .map_err(|error| StartupError::new(error.code(), error.to_string()))
+}
+
+/// The provider and model for the run: the scripted provider with its
+/// script, or a configured provider (whose key must be in its variable).
+fn provider(args: &RunArgs) -> Result<(Arc<dyn Provider>, Option<String>), StartupError> {
+    if args.provider == "scripted" {
+        let path = args.script.as_ref().ok_or_else(|| {
+            StartupError::new(
+                "script_required",
+                "the scripted provider needs --script FILE",
+            )
+        })?;
+        let script = Script::from_file(path)
+            .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
+        return Ok((Arc::new(ScriptedProvider::new(script)), args.model.clone()));
+    }
+    let config_error = |error: ConfigError| StartupError::new(error.code(), error.to_string());
+    let config = Config::load(args.config.as_deref()).map_err(config_error)?;
+    let resolved = config
+        .resolve(
+            &args.provider,
+            args.model.as_deref(),
+            args.base_url.as_deref(),
+            &|variable| std::env::var(variable).ok(),
+        )
+        .map_err(config_error)?;
+    Ok((connect(&resolved), Some(resolved.model)))
 }
 
 /// The built-in tools named by `--tools`, in the order given.

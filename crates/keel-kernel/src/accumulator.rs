@@ -27,6 +27,7 @@ pub(crate) struct Accumulator {
     by_index: HashMap<usize, usize>,
     usage: Usage,
     model: Option<String>,
+    provider: Option<String>,
 }
 
 enum Partial {
@@ -43,6 +44,14 @@ enum Partial {
 }
 
 impl Accumulator {
+    /// An accumulator for a response from `provider`.
+    pub(crate) fn for_provider(provider: &str) -> Self {
+        Self {
+            provider: Some(provider.to_owned()),
+            ..Self::default()
+        }
+    }
+
     /// Applies one event; returns the outcome when the stream is finished.
     pub(crate) fn apply(
         &mut self,
@@ -148,6 +157,7 @@ impl Accumulator {
             stop_reason,
             usage: self.usage,
             model: self.model.take(),
+            provider: self.provider.take(),
         }
     }
 }

@@ -276,7 +276,7 @@ impl<'a> TurnLoop<'a> {
             .parts
             .provider
             .stream(request, self.shared.cancel.child_token());
-        let mut accumulator = Accumulator::default();
+        let mut accumulator = Accumulator::for_provider(self.parts.provider.name());
         let mut started = false;
         let result = async {
             while let Some(event) = stream.next().await {
@@ -338,7 +338,11 @@ impl<'a> TurnLoop<'a> {
         Ok(ModelRequest {
             model: self.parts.model.clone(),
             system_prompt: self.parts.system_prompt.clone(),
-            messages: context::project(&branch),
+            messages: keel_provider::transform::adapt_history(
+                &context::project(&branch),
+                self.parts.provider.name(),
+                &self.parts.model,
+            ),
             tools: self.parts.tools.specs(),
             max_output_tokens: self.parts.max_output_tokens,
         })

@@ -84,6 +84,9 @@ pub struct AssistantMessage {
     /// The model that answered, when the provider said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// The provider that answered (its configured name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
 }
 
 impl AssistantMessage {
@@ -200,4 +203,7 @@ pub struct Usage {
     /// Input tokens written to the provider's cache.
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// What the request cost in USD, when the model's prices are configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
 }

@@ -485,6 +485,7 @@ mod tests {
             output_tokens: 100_000,
             cache_read_tokens: 1_000_000,
             cache_write_tokens: 0,
+            cost_usd: None,
         };
         let cost = info.cost(&usage).unwrap();
         assert!((cost - (3.0 + 1.5 + 0.3)).abs() < 1e-9, "{cost}");

@@ -12,6 +12,7 @@
 
 pub mod anthropic;
 pub mod config;
+pub mod connect;
 pub mod endpoint;
 pub mod errors;
 pub mod http;

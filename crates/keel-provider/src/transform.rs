@@ -16,8 +16,12 @@ use keel_protocol::{
     ToolStatus, UserContent,
 };
 
-/// The history adapted for `target_model`.
-pub fn adapt_history(messages: &[Message], target_model: &str) -> Vec<Message> {
+/// The history adapted for `target_model` of `target_provider`.
+pub fn adapt_history(
+    messages: &[Message],
+    target_provider: &str,
+    target_model: &str,
+) -> Vec<Message> {
     let mut ids = IdMap::default();
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
     let mut open_calls: Vec<(String, String)> = Vec::new();
@@ -25,7 +29,8 @@ pub fn adapt_history(messages: &[Message], target_model: &str) -> Vec<Message> {
         match message {
             Message::Assistant(assistant) => {
                 close_orphans(&mut out, &mut open_calls);
-                let adapted = adapt_assistant(assistant, target_model, &mut ids);
+                let same = same_source(assistant, target_provider, target_model);
+                let adapted = adapt_assistant(assistant, same, &mut ids);
                 open_calls = adapted
                     .tool_calls()
                     .map(|call| (call.id.clone(), call.name.clone()))
@@ -52,12 +57,26 @@ pub fn adapt_history(messages: &[Message], target_model: &str) -> Vec<Message> {
     out
 }
 
+/// Whether `assistant` was written by the target provider and model. A
+/// provider may answer with a dated name (`gpt-5-2025-08-07` for `gpt-5`),
+/// so the answered name only has to start with the requested one.
+fn same_source(assistant: &AssistantMessage, target_provider: &str, target_model: &str) -> bool {
+    let provider_matches = assistant
+        .provider
+        .as_deref()
+        .is_none_or(|provider| provider == target_provider);
+    let model_matches = assistant
+        .model
+        .as_deref()
+        .is_some_and(|model| model.starts_with(target_model));
+    provider_matches && model_matches
+}
+
 fn adapt_assistant(
     assistant: &AssistantMessage,
-    target_model: &str,
+    same_model: bool,
     ids: &mut IdMap,
 ) -> AssistantMessage {
-    let same_model = assistant.model.as_deref() == Some(target_model);
     let content = assistant
         .content
         .iter()
@@ -163,6 +182,7 @@ mod tests {
             stop_reason: StopReason::ToolUse,
             usage: Usage::default(),
             model: Some(model.into()),
+            provider: None,
         })
     }
 
@@ -192,7 +212,7 @@ mod tests {
             signature: Some("sig".into()),
         };
         let history = vec![assistant("a", vec![thinking.clone()])];
-        let other = adapt_history(&history, "b");
+        let other = adapt_history(&history, "p", "b");
         let Message::Assistant(message) = &other[0] else {
             panic!()
         };
@@ -200,7 +220,7 @@ mod tests {
             message.content,
             vec![ContentBlock::Text { text: "hmm".into() }]
         );
-        assert_eq!(adapt_history(&history, "a"), history);
+        assert_eq!(adapt_history(&history, "p", "a"), history);
     }
 
     #[test]
@@ -212,7 +232,7 @@ mod tests {
             result("stray"),
             Message::User(UserMessage::text("next")),
         ];
-        let adapted = adapt_history(&history, "b");
+        let adapted = adapt_history(&history, "p", "b");
         let Message::Assistant(message) = &adapted[1] else {
             panic!()
         };

@@ -473,6 +473,7 @@ async fn usage_reports_cache_reads_and_writes() {
                     output_tokens: 42,
                     cache_read_tokens: 1500,
                     cache_write_tokens: 300,
+                    cost_usd: None,
                 }
             },
             ProviderEvent::Done {
@@ -545,6 +546,7 @@ fn representative_request() -> ModelRequest {
             stop_reason,
             usage: Usage::default(),
             model: Some(model.into()),
+            provider: None,
         })
     };
     let messages = vec![

@@ -269,7 +269,8 @@ async fn deepseek_reasoning_becomes_thinking_and_is_never_sent_back() {
                     input_tokens: 4,
                     output_tokens: 30,
                     cache_read_tokens: 8,
-                    cache_write_tokens: 0
+                    cache_write_tokens: 0,
+                    cost_usd: None
                 }
             },
             ProviderEvent::Done {
@@ -412,7 +413,8 @@ async fn usage_splits_cached_tokens_out_of_the_prompt() {
                     input_tokens: 86,
                     output_tokens: 300,
                     cache_read_tokens: 1920,
-                    cache_write_tokens: 0
+                    cache_write_tokens: 0,
+                    cost_usd: None
                 }
             },
             ProviderEvent::Done {

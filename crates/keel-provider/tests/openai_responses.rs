@@ -321,6 +321,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
         stop_reason: StopReason::ToolUse,
         usage: Usage::default(),
         model: Some("gpt-5-2025-08-07".into()),
+        provider: None,
     };
     let request = ModelRequest {
         model: "gpt-5".into(),
@@ -629,6 +630,7 @@ async fn usage_counts_cached_input_separately() {
                     output_tokens: 50,
                     cache_read_tokens: 1000,
                     cache_write_tokens: 0,
+                    cost_usd: None,
                 }
             },
             ProviderEvent::Done {

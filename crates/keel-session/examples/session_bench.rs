@@ -260,6 +260,7 @@ impl Chain {
                 stop_reason: StopReason::ToolUse,
                 usage,
                 model: Some("claude-sonnet-4-5".into()),
+                provider: Some("anthropic".into()),
             }),
         })
     }
@@ -275,6 +276,7 @@ impl Chain {
                 stop_reason: StopReason::Stop,
                 usage,
                 model: Some("claude-sonnet-4-5".into()),
+                provider: Some("anthropic".into()),
             }),
         })
     }
@@ -286,6 +288,7 @@ impl Chain {
             output_tokens: self.rng.range(20, 1_500) as u64,
             cache_read_tokens: self.rng.range(0, 120_000) as u64,
             cache_write_tokens: self.rng.range(0, 8_000) as u64,
+            cost_usd: None,
         }
     }
 
@@ -475,6 +478,7 @@ fn small_entry(chain: &mut Chain) -> Entry {
             stop_reason: StopReason::Stop,
             usage: Usage::default(),
             model: None,
+            provider: None,
         }),
     })
 }

@@ -446,6 +446,7 @@ fn usage(response: &Value) -> Option<Usage> {
         output_tokens: number("/output_tokens"),
         cache_read_tokens: cached,
         cache_write_tokens: 0,
+        cost_usd: None,
     })
 }
 
