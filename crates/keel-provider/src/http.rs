@@ -9,7 +9,8 @@
 
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
+use std::collections::VecDeque;
+
 use futures::StreamExt;
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent};
 use tokio::sync::mpsc;
@@ -17,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::ProviderStream;
 use crate::errors::{classify_status, retry_after};
+use crate::sse::{SseDecoder, SseEvent};
 
 /// Time limits for one streamed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,27 +100,41 @@ async fn run<F: WireFormat>(
         };
         return Err(classify_status(status, &body, delay));
     }
-    let mut events = response.bytes_stream().eventsource();
+    let mut body = response.bytes_stream();
+    let mut decoder = SseDecoder::default();
+    let mut pending: VecDeque<SseEvent> = VecDeque::new();
     loop {
-        let next = tokio::select! {
-            () = cancel.cancelled() => return Err(cancelled()),
-            next = tokio::time::timeout(timeouts.idle, events.next()) => next,
-        };
-        let produced = match next {
-            Err(_) => {
-                return Err(ProviderError::new(
-                    ProviderErrorKind::Timeout,
-                    format!("the stream was idle for {} s", timeouts.idle.as_secs()),
-                ));
+        let mut ended = false;
+        let produced = match pending.pop_front() {
+            Some(event) => format.on_event(&event.event, &event.data)?,
+            None => {
+                let next = tokio::select! {
+                    () = cancel.cancelled() => return Err(cancelled()),
+                    next = tokio::time::timeout(timeouts.idle, body.next()) => next,
+                };
+                match next {
+                    Err(_) => {
+                        return Err(ProviderError::new(
+                            ProviderErrorKind::Timeout,
+                            format!("the stream was idle for {} s", timeouts.idle.as_secs()),
+                        ));
+                    }
+                    Ok(Some(Ok(bytes))) => {
+                        decoder.push(&bytes, &mut pending);
+                        continue;
+                    }
+                    Ok(Some(Err(error))) => {
+                        return Err(ProviderError::new(
+                            ProviderErrorKind::StreamDropped,
+                            format!("the stream broke: {error}"),
+                        ));
+                    }
+                    Ok(None) => {
+                        ended = true;
+                        format.on_end()?
+                    }
+                }
             }
-            Ok(None) => format.on_end()?,
-            Ok(Some(Err(error))) => {
-                return Err(ProviderError::new(
-                    ProviderErrorKind::StreamDropped,
-                    format!("the stream broke: {error}"),
-                ));
-            }
-            Ok(Some(Ok(event))) => format.on_event(&event.event, &event.data)?,
         };
         let mut finished = false;
         for event in produced {
@@ -133,7 +149,17 @@ async fn run<F: WireFormat>(
         if finished {
             return Ok(());
         }
+        if ended {
+            return Err(dropped());
+        }
     }
+}
+
+fn dropped() -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::StreamDropped,
+        "the stream ended before the response was complete",
+    )
 }
 
 fn cancelled() -> ProviderError {
@@ -153,17 +179,18 @@ fn transport_error(error: &reqwest::Error) -> ProviderError {
 /// Feeds a whole SSE transcript (bytes as the server sent them, in `chunks`)
 /// through `format`; for tests, fuzzing and benchmarks of parsers.
 pub async fn replay<F: WireFormat>(chunks: Vec<Vec<u8>>, mut format: F) -> Vec<ProviderEvent> {
-    let stream = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
-    let mut events = stream.eventsource();
+    let mut decoder = SseDecoder::default();
+    let mut events: VecDeque<SseEvent> = VecDeque::new();
+    for chunk in &chunks {
+        decoder.push(chunk, &mut events);
+    }
     let mut out = Vec::new();
     loop {
-        let produced = match events.next().await {
+        let next = events.pop_front();
+        let ended = next.is_none();
+        let produced = match next {
             None => format.on_end(),
-            Some(Err(error)) => Err(ProviderError::new(
-                ProviderErrorKind::StreamDropped,
-                error.to_string(),
-            )),
-            Some(Ok(event)) => format.on_event(&event.event, &event.data),
+            Some(event) => format.on_event(&event.event, &event.data),
         };
         match produced {
             Ok(produced) => {
@@ -175,6 +202,10 @@ pub async fn replay<F: WireFormat>(chunks: Vec<Vec<u8>>, mut format: F) -> Vec<P
                 });
                 out.extend(produced);
                 if finished {
+                    return out;
+                }
+                if ended {
+                    out.push(ProviderEvent::Error { error: dropped() });
                     return out;
                 }
             }

@@ -19,6 +19,7 @@ pub mod http;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod scripted;
+pub mod sse;
 pub mod testing;
 pub mod transform;
 
