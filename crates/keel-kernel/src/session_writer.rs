@@ -33,11 +33,6 @@ impl SessionWriter {
         })
     }
 
-    /// The entries from the root to the current leaf.
-    pub(crate) async fn branch(&self) -> Result<Vec<Entry>, SessionError> {
-        self.store.active_branch(&self.session_id).await
-    }
-
     /// The part of the branch a model request needs (from the latest checkpoint).
     pub(crate) async fn context_branch(&self) -> Result<Vec<Entry>, SessionError> {
         self.store.context_branch(&self.session_id).await

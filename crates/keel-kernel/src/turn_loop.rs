@@ -118,8 +118,9 @@ impl<'a> TurnLoop<'a> {
     }
 
     /// Announces a resumed session and records the configuration if it changed.
+    /// Reads only the context branch, so resuming a long session stays cheap.
     async fn record_configuration(&self) -> Result<(), Stop> {
-        let branch = self.writer.branch().await?;
+        let branch = self.writer.context_branch().await?;
         if !branch.is_empty() {
             self.shared.emitter.emit(RunEventKind::SessionResumed {
                 leaf_id: branch.last().map(|entry| entry.id.clone()),

@@ -219,7 +219,8 @@ pub enum RunEventKind {
     SessionResumed {
         /// The leaf the run continues from.
         leaf_id: Option<String>,
-        /// Entries on the active branch.
+        /// Entries the run's context starts from: the active branch from its
+        /// latest checkpoint (the whole branch when there is none).
         branch_length: usize,
     },
     /// Compaction began.
