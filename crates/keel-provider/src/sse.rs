@@ -32,36 +32,34 @@ pub struct SseDecoder {
 impl SseDecoder {
     /// Feeds bytes; complete events are appended to `out`.
     pub fn push(&mut self, bytes: &[u8], out: &mut impl Extend<SseEvent>) {
-        let mut bytes = bytes;
-        if self.after_cr && bytes.first() == Some(&b'\n') {
-            bytes = bytes.get(1..).unwrap_or_default();
+        let mut rest = bytes;
+        if self.after_cr && rest.first() == Some(&b'\n') {
+            rest = rest.get(1..).unwrap_or_default();
         }
         self.after_cr = false;
-        let mut start = 0;
-        let mut position = 0;
-        while position < bytes.len() {
-            let byte = bytes[position];
-            if byte == b'\n' || byte == b'\r' {
-                let line_end = position;
-                if byte == b'\r' {
-                    match bytes.get(position + 1) {
-                        Some(b'\n') => position += 1,
-                        Some(_) => {}
-                        None => self.after_cr = true,
-                    }
+        while let Some(end) = find_line_end(rest) {
+            let line = rest.get(..end).unwrap_or_default();
+            let mut next = end + 1;
+            if rest.get(end) == Some(&b'\r') {
+                match rest.get(next) {
+                    Some(b'\n') => next += 1,
+                    Some(_) => {}
+                    None => self.after_cr = true,
                 }
-                if self.buffer.is_empty() {
-                    self.line(&bytes[start..line_end], out);
-                } else {
-                    self.buffer.extend_from_slice(&bytes[start..line_end]);
-                    let line = std::mem::take(&mut self.buffer);
-                    self.line(&line, out);
-                }
-                start = position + 1;
             }
-            position += 1;
+            if self.buffer.is_empty() {
+                self.line(line, out);
+            } else {
+                // The line began in an earlier chunk; the buffer is reused.
+                let mut whole = std::mem::take(&mut self.buffer);
+                whole.extend_from_slice(line);
+                self.line(&whole, out);
+                whole.clear();
+                self.buffer = whole;
+            }
+            rest = rest.get(next..).unwrap_or_default();
         }
-        self.buffer.extend_from_slice(&bytes[start..]);
+        self.buffer.extend_from_slice(rest);
     }
 
     fn line(&mut self, line: &[u8], out: &mut impl Extend<SseEvent>) {
@@ -80,12 +78,15 @@ impl SseDecoder {
             None => (line, &b""[..]),
         };
         match field {
-            b"event" => self.event = String::from_utf8_lossy(value).into_owned(),
+            b"event" => {
+                self.event.clear();
+                push_lossy(&mut self.event, value);
+            }
             b"data" => {
                 if self.has_data {
                     self.data.push('\n');
                 }
-                self.data.push_str(&String::from_utf8_lossy(value));
+                push_lossy(&mut self.data, value);
                 self.has_data = true;
             }
             _ => {}
@@ -102,6 +103,202 @@ impl SseDecoder {
                 event
             };
             out.extend(std::iter::once(SseEvent { event, data }));
+        }
+    }
+}
+
+/// Appends `bytes` as text, invalid UTF-8 replaced (valid text, the usual
+/// case, takes the fast check).
+fn push_lossy(target: &mut String, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => target.push_str(text),
+        Err(_) => target.push_str(&String::from_utf8_lossy(bytes)),
+    }
+}
+
+/// The position of the first `\n` or `\r` in `bytes`, eight bytes at a time.
+fn find_line_end(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const LF: u64 = u64::from_ne_bytes([b'\n'; 8]);
+    const CR: u64 = u64::from_ne_bytes([b'\r'; 8]);
+    let mut words = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for word in &mut words {
+        let mut array = [0; 8];
+        array.copy_from_slice(word);
+        let word = u64::from_le_bytes(array);
+        // A byte of `lf` (`cr`) is zero where the word holds `\n` (`\r`).
+        // The zero-byte test flags every such byte; it may also flag a
+        // byte above a true one (a borrow), so only the lowest flag counts.
+        let (lf, cr) = (word ^ LF, word ^ CR);
+        let found = ((lf.wrapping_sub(ONES) & !lf) | (cr.wrapping_sub(ONES) & !cr)) & HIGHS;
+        if found != 0 {
+            return Some(offset + (found.trailing_zeros() / 8) as usize);
+        }
+        offset += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&byte| byte == b'\n' || byte == b'\r')
+        .map(|position| offset + position)
+}
+
+/// Typed decoding of event `data`, for parsers' hot paths: JSON strings
+/// borrowed where they have no escapes, and objects read field by field.
+///
+/// Whatever these types accept, a `serde_json::Value` accepts too: ignored
+/// values are checked exactly as a `Value` would check them (number range,
+/// nesting depth, escapes), so a typed path never takes in data that the
+/// generic path would reject.
+pub(crate) mod json {
+    use std::borrow::Cow;
+
+    use serde::de::{Deserialize, Deserializer, Error, MapAccess, SeqAccess, Visitor};
+
+    /// A JSON string: borrowed from the data when it has no escapes, owned
+    /// otherwise.
+    #[derive(Debug)]
+    pub(crate) struct JsonStr<'a>(pub(crate) Cow<'a, str>);
+
+    impl JsonStr<'_> {
+        /// The text.
+        pub(crate) fn as_str(&self) -> &str {
+            &self.0
+        }
+    }
+
+    impl<'de: 'a, 'a> Deserialize<'de> for JsonStr<'a> {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct StrVisitor;
+
+            impl<'de> Visitor<'de> for StrVisitor {
+                type Value = JsonStr<'de>;
+
+                fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    formatter.write_str("a string")
+                }
+
+                fn visit_borrowed_str<E: Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                    Ok(JsonStr(Cow::Borrowed(text)))
+                }
+
+                fn visit_str<E: Error>(self, text: &str) -> Result<Self::Value, E> {
+                    Ok(JsonStr(Cow::Owned(text.to_owned())))
+                }
+
+                fn visit_string<E: Error>(self, text: String) -> Result<Self::Value, E> {
+                    Ok(JsonStr(Cow::Owned(text)))
+                }
+            }
+
+            deserializer.deserialize_str(StrVisitor)
+        }
+    }
+
+    /// Any JSON value, checked as a `serde_json::Value` would be and
+    /// dropped. (`serde::de::IgnoredAny` is more lenient: it skips numbers
+    /// without parsing them, and nesting without a depth limit.)
+    pub(crate) struct Skip;
+
+    impl<'de> Deserialize<'de> for Skip {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            deserializer.deserialize_any(SkipVisitor)
+        }
+    }
+
+    struct SkipVisitor;
+
+    impl<'de> Visitor<'de> for SkipVisitor {
+        type Value = Skip;
+
+        fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            formatter.write_str("any valid JSON value")
+        }
+
+        fn visit_bool<E: Error>(self, _: bool) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_i64<E: Error>(self, _: i64) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_u64<E: Error>(self, _: u64) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_f64<E: Error>(self, _: f64) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_str<E: Error>(self, _: &str) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_unit<E: Error>(self) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_none<E: Error>(self) -> Result<Skip, E> {
+            Ok(Skip)
+        }
+
+        fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<Skip, A::Error> {
+            while items.next_element::<Skip>()?.is_some() {}
+            Ok(Skip)
+        }
+
+        fn visit_map<A: MapAccess<'de>>(self, mut entries: A) -> Result<Skip, A::Error> {
+            while entries.next_key::<JsonStr<'de>>()?.is_some() {
+                entries.next_value::<Skip>()?;
+            }
+            Ok(Skip)
+        }
+    }
+
+    /// Reads a JSON object's entries: `field` reads the value of each key it
+    /// knows (with [`Fields::read`]) and returns `true`; other values are
+    /// checked and dropped.
+    pub(crate) fn read_object<'de, A: MapAccess<'de>>(
+        mut entries: A,
+        mut field: impl FnMut(&str, &mut Fields<'_, A>) -> Result<bool, A::Error>,
+    ) -> Result<(), A::Error> {
+        let mut seen = 0_u32;
+        while let Some(key) = entries.next_key::<JsonStr<'de>>()? {
+            let mut fields = Fields {
+                entries: &mut entries,
+                seen: &mut seen,
+            };
+            if !field(key.as_str(), &mut fields)? {
+                entries.next_value::<Skip>()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Access to the value of the current entry, for [`read_object`].
+    pub(crate) struct Fields<'m, A> {
+        entries: &'m mut A,
+        seen: &'m mut u32,
+    }
+
+    impl<'de, A: MapAccess<'de>> Fields<'_, A> {
+        /// The value of field number `number` (below 32) called `name`; a
+        /// field that appears twice is an error (a `Value` would keep the
+        /// last, so the caller's generic path must decide).
+        pub(crate) fn read<T: Deserialize<'de>>(
+            &mut self,
+            number: u32,
+            name: &'static str,
+        ) -> Result<T, A::Error> {
+            let bit = 1_u32 << (number % 32);
+            if *self.seen & bit != 0 {
+                return Err(A::Error::duplicate_field(name));
+            }
+            *self.seen |= bit;
+            self.entries.next_value()
         }
     }
 }
@@ -138,6 +335,84 @@ mod tests {
                 event("message", "cr")
             ]
         );
+    }
+
+    #[test]
+    fn line_ends_are_found_in_every_position() {
+        for length in 0..40 {
+            for at in 0..length {
+                for end in [b'\n', b'\r'] {
+                    // `end ^ 1` is where the zero-byte test could misfire.
+                    let mut bytes = vec![end ^ 1; length];
+                    bytes[at] = end;
+                    assert_eq!(find_line_end(&bytes), Some(at), "{bytes:?}");
+                }
+            }
+            assert_eq!(find_line_end(&vec![b'\n' ^ 1; length]), None);
+            assert_eq!(find_line_end(&vec![b'\r' ^ 1; length]), None);
+        }
+    }
+
+    #[test]
+    fn typed_fields_accept_only_what_a_value_accepts() {
+        use super::json::{JsonStr, Skip, read_object};
+        use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+
+        struct One<'a>(Option<JsonStr<'a>>);
+
+        impl<'de: 'a, 'a> Deserialize<'de> for One<'a> {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct OneVisitor;
+                impl<'de> Visitor<'de> for OneVisitor {
+                    type Value = One<'de>;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str("an object")
+                    }
+                    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<One<'de>, A::Error> {
+                        let mut one = One(None);
+                        read_object(map, |key, fields| {
+                            if key == "a" {
+                                one.0 = fields.read(0, "a")?;
+                                return Ok(true);
+                            }
+                            Ok(false)
+                        })?;
+                        Ok(one)
+                    }
+                }
+                deserializer.deserialize_map(OneVisitor)
+            }
+        }
+
+        fn parse(text: &str) -> Result<Option<JsonStr<'_>>, serde_json::Error> {
+            serde_json::from_str::<One<'_>>(text).map(|one| one.0)
+        }
+        let value_ok = |text: &str| serde_json::from_str::<serde_json::Value>(text).is_ok();
+        let borrowed = parse(r#"{"a":"plain","b":[1,{"c":null}]}"#);
+        assert!(matches!(
+            borrowed,
+            Ok(Some(JsonStr(std::borrow::Cow::Borrowed("plain"))))
+        ));
+        let escaped = parse(r#"{"a":"line\nbreak"}"#);
+        assert!(
+            matches!(escaped, Ok(Some(JsonStr(std::borrow::Cow::Owned(text)))) if text == "line\nbreak")
+        );
+        let deep = format!(r#"{{"b":{}{}}}"#, "[".repeat(200), "]".repeat(200));
+        for text in [
+            r#"{"a":"x","a":"y"}"#,
+            r#"["x"]"#,
+            r#"{"b":1e400}"#,
+            r#"{"b":"\ud800"}"#,
+            deep.as_str(),
+        ] {
+            assert!(parse(text).is_err(), "{text}");
+            // Duplicates and arrays are fine for a `Value`, but the generic
+            // path must decide what they mean.
+            if !text.contains(r#""a":"x","a""#) && !text.starts_with('[') {
+                assert!(!value_ok(text), "{text}");
+            }
+        }
+        assert!(serde_json::from_str::<Skip>(r#"{"k":[1,-2,3.5,true,null,"s"]}"#).is_ok());
     }
 
     #[test]

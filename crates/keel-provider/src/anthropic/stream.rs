@@ -11,11 +11,13 @@
 use std::collections::HashMap;
 
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::REDACTED_THINKING_PREFIX;
 use crate::errors::classify_stream_error;
 use crate::http::WireFormat;
+use crate::sse::json::{JsonStr, read_object};
 
 /// The state of one content block, by index.
 #[derive(Debug)]
@@ -32,11 +34,52 @@ enum Block {
     Closed,
 }
 
+/// The content blocks by index. Deltas come in runs for one block, so the
+/// last block looked up is remembered and a run costs no hashing.
+#[derive(Debug, Default)]
+struct Blocks {
+    list: Vec<Block>,
+    by_index: HashMap<usize, usize>,
+    recent: Option<(usize, usize)>,
+}
+
+impl Blocks {
+    fn contains(&self, index: usize) -> bool {
+        self.by_index.contains_key(&index)
+    }
+
+    fn insert(&mut self, index: usize, block: Block) {
+        match self.by_index.get(&index).copied() {
+            Some(position) => {
+                if let Some(old) = self.list.get_mut(position) {
+                    *old = block;
+                }
+            }
+            None => {
+                self.by_index.insert(index, self.list.len());
+                self.list.push(block);
+            }
+        }
+    }
+
+    fn get_mut(&mut self, index: usize) -> Option<&mut Block> {
+        let position = match self.recent {
+            Some((recent, position)) if recent == index => position,
+            _ => {
+                let position = *self.by_index.get(&index)?;
+                self.recent = Some((index, position));
+                position
+            }
+        };
+        self.list.get_mut(position)
+    }
+}
+
 /// The Messages API stream parser; one per response.
 #[derive(Debug, Default)]
 pub struct AnthropicFormat {
     started: bool,
-    blocks: HashMap<usize, Block>,
+    blocks: Blocks,
     usage: Usage,
     stop_reason: StopReason,
 }
@@ -73,7 +116,7 @@ impl AnthropicFormat {
         let block = value
             .get("content_block")
             .ok_or_else(|| protocol("content_block_start without a content_block"))?;
-        if self.blocks.contains_key(&index) {
+        if self.blocks.contains(index) {
             return Err(protocol(format!("content block {index} started twice")));
         }
         let mut out = self.start(None);
@@ -88,28 +131,39 @@ impl AnthropicFormat {
         let delta = value
             .get("delta")
             .ok_or_else(|| protocol("content_block_delta without a delta"))?;
-        let block = self.blocks.get_mut(&index).ok_or_else(|| {
+        let delta_type = str_field(delta, "type").unwrap_or_default();
+        self.apply_delta(index, delta_type, |name| string_field(delta, name))
+    }
+
+    /// A `content_block_delta` of `delta_type` for block `index`; `field`
+    /// reads one of the delta's string fields.
+    fn apply_delta(
+        &mut self,
+        index: usize,
+        delta_type: &str,
+        field: impl FnOnce(&'static str) -> Result<String, ProviderError>,
+    ) -> Result<Vec<ProviderEvent>, ProviderError> {
+        let block = self.blocks.get_mut(index).ok_or_else(|| {
             protocol(format!(
                 "a delta for content block {index}, which never started"
             ))
         })?;
-        let delta_type = str_field(delta, "type").unwrap_or_default();
         let event = match (block, delta_type) {
             (Block::Text, "text_delta") => ProviderEvent::TextDelta {
                 index,
-                delta: string_field(delta, "text")?,
+                delta: field("text")?,
             },
             (Block::Thinking { .. }, "thinking_delta") => ProviderEvent::ThinkingDelta {
                 index,
-                delta: string_field(delta, "thinking")?,
+                delta: field("thinking")?,
             },
             (Block::Thinking { signature }, "signature_delta") => {
-                signature.push_str(&string_field(delta, "signature")?);
+                signature.push_str(&field("signature")?);
                 return Ok(Vec::new());
             }
             (Block::ToolUse, "input_json_delta") => ProviderEvent::ToolCallDelta {
                 index,
-                delta: string_field(delta, "partial_json")?,
+                delta: field("partial_json")?,
             },
             (Block::Other, _) => return Ok(Vec::new()),
             (block, "text_delta" | "thinking_delta" | "signature_delta" | "input_json_delta") => {
@@ -120,12 +174,48 @@ impl AnthropicFormat {
             // Deltas this adapter does not map (e.g. citations).
             _ => return Ok(Vec::new()),
         };
-        Ok(non_empty(event).into_iter().collect())
+        Ok(non_empty(event).map_or_else(Vec::new, |event| vec![event]))
+    }
+
+    /// The hot path: a `content_block_delta` decoded into typed, borrowed
+    /// fields. `None` when `data` is anything else, or anything the generic
+    /// path would treat differently (missing or odd fields, duplicate keys,
+    /// malformed JSON): that path then decides, errors included.
+    fn fast_delta(
+        &mut self,
+        event: &str,
+        data: &str,
+    ) -> Option<Result<Vec<ProviderEvent>, ProviderError>> {
+        let wire: WireDeltaEvent<'_> = serde_json::from_str(data).ok()?;
+        if wire.kind.as_ref().map_or(event, JsonStr::as_str) != "content_block_delta" {
+            return None;
+        }
+        let index = usize::try_from(wire.index?).ok()?;
+        let WireDelta {
+            kind,
+            text,
+            thinking,
+            signature,
+            partial_json,
+        } = wire.delta?;
+        let delta_type = kind.as_ref().map_or("", JsonStr::as_str);
+        Some(self.apply_delta(index, delta_type, |name| {
+            let value = match name {
+                "text" => text,
+                "thinking" => thinking,
+                "signature" => signature,
+                "partial_json" => partial_json,
+                _ => None,
+            };
+            value
+                .map(|value| value.0.into_owned())
+                .ok_or_else(|| missing_field(name))
+        }))
     }
 
     fn block_stop(&mut self, value: &Value) -> Result<Vec<ProviderEvent>, ProviderError> {
         let index = index(value)?;
-        let block = match self.blocks.get_mut(&index) {
+        let block = match self.blocks.get_mut(index) {
             Some(block) => std::mem::replace(block, Block::Closed),
             None => {
                 return Err(protocol(format!(
@@ -191,6 +281,12 @@ impl WireFormat for AnthropicFormat {
     fn on_event(&mut self, event: &str, data: &str) -> Result<Vec<ProviderEvent>, ProviderError> {
         if event == "ping" {
             return Ok(Vec::new());
+        }
+        // Servers name every event; `message` is the SSE default name.
+        if matches!(event, "content_block_delta" | "message")
+            && let Some(produced) = self.fast_delta(event, data)
+        {
+            return produced;
         }
         let value: Value = serde_json::from_str(data)
             .map_err(|error| protocol(format!("malformed `{event}` event data: {error}")))?;
@@ -317,9 +413,150 @@ fn str_field<'a>(value: &'a Value, name: &str) -> Option<&'a str> {
 fn string_field(value: &Value, name: &str) -> Result<String, ProviderError> {
     str_field(value, name)
         .map(str::to_owned)
-        .ok_or_else(|| protocol(format!("missing string field `{name}`")))
+        .ok_or_else(|| missing_field(name))
+}
+
+fn missing_field(name: &str) -> ProviderError {
+    protocol(format!("missing string field `{name}`"))
 }
 
 fn protocol(message: impl Into<String>) -> ProviderError {
     ProviderError::new(ProviderErrorKind::Protocol, message)
+}
+
+/// A `content_block_delta` event's data, for the typed hot path. Every field
+/// is optional so that an unusual event falls back to the generic path
+/// instead of failing here.
+#[derive(Default)]
+struct WireDeltaEvent<'a> {
+    kind: Option<JsonStr<'a>>,
+    index: Option<u64>,
+    delta: Option<WireDelta<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireDeltaEvent<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EventVisitor;
+
+        impl<'de> Visitor<'de> for EventVisitor {
+            type Value = WireDeltaEvent<'de>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a content_block_delta object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
+                let mut wire = WireDeltaEvent::default();
+                read_object(entries, |key, fields| {
+                    match key {
+                        "type" => wire.kind = fields.read(0, "type")?,
+                        "index" => wire.index = fields.read(1, "index")?,
+                        "delta" => wire.delta = fields.read(2, "delta")?,
+                        _ => return Ok(false),
+                    }
+                    Ok(true)
+                })?;
+                Ok(wire)
+            }
+        }
+
+        deserializer.deserialize_map(EventVisitor)
+    }
+}
+
+/// The `delta` of a `content_block_delta`.
+#[derive(Default)]
+struct WireDelta<'a> {
+    kind: Option<JsonStr<'a>>,
+    text: Option<JsonStr<'a>>,
+    thinking: Option<JsonStr<'a>>,
+    signature: Option<JsonStr<'a>>,
+    partial_json: Option<JsonStr<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireDelta<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DeltaVisitor;
+
+        impl<'de> Visitor<'de> for DeltaVisitor {
+            type Value = WireDelta<'de>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a delta object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
+                let mut wire = WireDelta::default();
+                read_object(entries, |key, fields| {
+                    match key {
+                        "type" => wire.kind = fields.read(0, "type")?,
+                        "text" => wire.text = fields.read(1, "text")?,
+                        "thinking" => wire.thinking = fields.read(2, "thinking")?,
+                        "signature" => wire.signature = fields.read(3, "signature")?,
+                        "partial_json" => wire.partial_json = fields.read(4, "partial_json")?,
+                        _ => return Ok(false),
+                    }
+                    Ok(true)
+                })?;
+                Ok(wire)
+            }
+        }
+
+        deserializer.deserialize_map(DeltaVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opened() -> AnthropicFormat {
+        let mut format = AnthropicFormat::new();
+        let start =
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#;
+        assert!(format.on_event("content_block_start", start).is_ok());
+        format
+    }
+
+    #[test]
+    fn the_typed_path_matches_the_generic_one() {
+        let text = |delta: &str| ProviderEvent::TextDelta {
+            index: 0,
+            delta: delta.into(),
+        };
+        let cases = [
+            (
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"a\"b"}}"#,
+                Ok(vec![text("a\"b")]),
+            ),
+            // No `type`: the event name decides.
+            (
+                r#"{"index":0,"delta":{"type":"text_delta","text":"x","extra":[1]}}"#,
+                Ok(vec![text("x")]),
+            ),
+            // Duplicate keys: the last one wins, as in a `Value`.
+            (
+                r#"{"type":"content_block_delta","index":7,"index":0,"delta":{"type":"text_delta","text":"y"}}"#,
+                Ok(vec![text("y")]),
+            ),
+            (
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta"}}"#,
+                Err(missing_field("text")),
+            ),
+            (
+                r#"["content_block_delta",0,{"type":"text_delta","text":"x"}]"#,
+                Err(protocol("a content block event without a valid index")),
+            ),
+        ];
+        for (data, expected) in cases {
+            assert_eq!(
+                opened().on_event("content_block_delta", data),
+                expected,
+                "{data}"
+            );
+        }
+        let out_of_range = r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"},"n":1e400}"#;
+        let error = opened().on_event("content_block_delta", out_of_range);
+        assert!(matches!(error, Err(error) if error.kind == ProviderErrorKind::Protocol));
+    }
 }

@@ -10,11 +10,13 @@
 //! just before `done`.
 
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
-use serde::Deserialize;
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
 use crate::errors::classify_stream_error;
 use crate::http::WireFormat;
+use crate::sse::json::JsonStr;
 
 /// How much of a malformed chunk an error message quotes.
 const QUOTED_CHARS: usize = 200;
@@ -89,16 +91,19 @@ impl ChatFormat {
         self
     }
 
-    fn on_chunk(&mut self, chunk: Chunk) -> Result<Vec<ProviderEvent>, ProviderError> {
+    fn on_chunk(&mut self, chunk: Chunk<'_>) -> Result<Vec<ProviderEvent>, ProviderError> {
         if let Some(error) = chunk.error {
             return Err(stream_error(&error));
         }
         let mut events = Vec::new();
-        self.ensure_started(chunk.model, &mut events);
+        if !self.started {
+            let model = chunk.model.map(|model| model.0.into_owned());
+            self.ensure_started(model, &mut events);
+        }
         if let Some(usage) = chunk.usage {
             self.usage = Some(usage.normalised());
         }
-        let Some(choice) = chunk.choices.and_then(|choices| choices.into_iter().next()) else {
+        let Some(choice) = chunk.choices.and_then(|choices| choices.0) else {
             return Ok(events);
         };
         if let Some(delta) = choice.delta {
@@ -338,7 +343,7 @@ impl WireFormat for ChatFormat {
         if data == "[DONE]" {
             return Ok(self.finish());
         }
-        match serde_json::from_str::<Chunk>(data) {
+        match serde_json::from_str::<Chunk<'_>>(data) {
             Ok(chunk) => self.on_chunk(chunk),
             Err(_) if event == "error" => Err(classify_stream_error("error", data)),
             Err(error) => Err(ProviderError::new(
@@ -383,16 +388,104 @@ fn stream_error(error: &Value) -> ProviderError {
 
 /// Text from a delta field: a string, or the text parts of an array (some
 /// servers send content parts); `None` when there is no text.
-fn text_of(value: Option<Value>) -> Option<String> {
-    let text = match value? {
-        Value::String(text) => text,
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect(),
-        _ => return None,
-    };
-    (!text.is_empty()).then_some(text)
+fn text_of(value: Option<Text>) -> Option<String> {
+    value?.0.filter(|text| !text.is_empty())
+}
+
+/// A delta field that carries text, read leniently: a string, or an array
+/// whose parts' `text` strings are joined; anything else is no text. It
+/// accepts exactly the JSON a `serde_json::Value` would.
+#[derive(Debug)]
+struct Text(Option<String>);
+
+impl<'de> Deserialize<'de> for Text {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(TextVisitor)
+    }
+}
+
+struct TextVisitor;
+
+impl<'de> Visitor<'de> for TextVisitor {
+    type Value = Text;
+
+    fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("any valid JSON value")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<Text, E> {
+        Ok(Text(Some(text.to_owned())))
+    }
+
+    fn visit_string<E: de::Error>(self, text: String) -> Result<Text, E> {
+        Ok(Text(Some(text)))
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut parts: A) -> Result<Text, A::Error> {
+        let mut text = String::new();
+        while let Some(part) = parts.next_element::<Value>()? {
+            if let Some(part) = part.get("text").and_then(Value::as_str) {
+                text.push_str(part);
+            }
+        }
+        Ok(Text(Some(text)))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Text, A::Error> {
+        Value::deserialize(de::value::MapAccessDeserializer::new(map))?;
+        Ok(Text(None))
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Text, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Text, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Text, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Text, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Text, E> {
+        Ok(Text(None))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<Text, E> {
+        Ok(Text(None))
+    }
+}
+
+/// The first element of an array; the others are checked the same way and
+/// dropped, without collecting them.
+#[derive(Debug)]
+struct First<T>(Option<T>);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct FirstVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for FirstVisitor<T> {
+            type Value = First<T>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a sequence")
+            }
+
+            fn visit_seq<A: SeqAccess<'de>>(self, mut items: A) -> Result<First<T>, A::Error> {
+                let first = items.next_element()?;
+                while items.next_element::<T>()?.is_some() {}
+                Ok(First(first))
+            }
+        }
+
+        deserializer.deserialize_seq(FirstVisitor(std::marker::PhantomData))
+    }
 }
 
 fn quote(data: &str) -> String {
@@ -404,11 +497,11 @@ fn quote(data: &str) -> String {
 
 /// One streamed chunk; unknown fields are ignored.
 #[derive(Debug, Deserialize)]
-struct Chunk {
+struct Chunk<'a> {
+    #[serde(borrow, default)]
+    model: Option<JsonStr<'a>>,
     #[serde(default)]
-    model: Option<String>,
-    #[serde(default)]
-    choices: Option<Vec<Choice>>,
+    choices: Option<First<Choice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -427,11 +520,11 @@ struct Choice {
 #[derive(Debug, Deserialize)]
 struct Delta {
     #[serde(default)]
-    content: Option<Value>,
+    content: Option<Text>,
     #[serde(default)]
-    reasoning_content: Option<Value>,
+    reasoning_content: Option<Text>,
     #[serde(default)]
-    reasoning: Option<Value>,
+    reasoning: Option<Text>,
     #[serde(default)]
     tool_calls: Option<Vec<ToolCallDelta>>,
 }

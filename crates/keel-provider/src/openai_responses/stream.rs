@@ -11,13 +11,16 @@
 //! start / delta / end triple. Blocks still open at the terminal event are
 //! closed before `usage` and `done`, so the grammar always holds.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use crate::errors::classify_stream_error;
 use crate::http::WireFormat;
+use crate::sse::json::{JsonStr, read_object};
 
 /// Where a block lives in the response: its output item, and for message text
 /// its content part.
@@ -46,11 +49,56 @@ struct Block {
     ended: bool,
 }
 
+/// The blocks seen so far, by slot. Deltas come in runs for one slot, so the
+/// last slot looked up is remembered and a run costs no hashing.
+#[derive(Debug, Default)]
+struct Blocks {
+    list: Vec<Block>,
+    by_slot: HashMap<Slot, usize>,
+    recent: Option<(Slot, usize)>,
+}
+
+impl Blocks {
+    fn contains(&self, slot: Slot) -> bool {
+        self.by_slot.contains_key(&slot)
+    }
+
+    fn insert(&mut self, slot: Slot, block: Block) {
+        match self.by_slot.get(&slot).copied() {
+            Some(position) => {
+                if let Some(old) = self.list.get_mut(position) {
+                    *old = block;
+                }
+            }
+            None => {
+                self.by_slot.insert(slot, self.list.len());
+                self.list.push(block);
+            }
+        }
+    }
+
+    fn get_mut(&mut self, slot: Slot) -> Option<&mut Block> {
+        let position = match self.recent {
+            Some((recent, position)) if recent == slot => position,
+            _ => {
+                let position = *self.by_slot.get(&slot)?;
+                self.recent = Some((slot, position));
+                position
+            }
+        };
+        self.list.get_mut(position)
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Block> {
+        self.list.iter_mut()
+    }
+}
+
 /// The Responses API stream parser: one per request.
 #[derive(Debug, Default)]
 pub struct ResponsesFormat {
     started: bool,
-    blocks: HashMap<Slot, Block>,
+    blocks: Blocks,
     next_index: usize,
     saw_tool_call: bool,
 }
@@ -68,6 +116,11 @@ impl WireFormat for ResponsesFormat {
         if data.is_empty() || data == "[DONE]" {
             return Ok(Vec::new());
         }
+        if is_delta_event(event)
+            && let Some(produced) = self.fast_delta(event, data)
+        {
+            return produced;
+        }
         let value: Value = serde_json::from_str(data).map_err(|error| {
             protocol(format!(
                 "malformed JSON in a Responses stream event: {error}"
@@ -81,6 +134,40 @@ impl WireFormat for ResponsesFormat {
 }
 
 impl ResponsesFormat {
+    /// The hot path: a text, reasoning or argument delta decoded into typed,
+    /// borrowed fields. `None` when `data` is any other event, or anything
+    /// the generic path would treat differently (missing or odd fields,
+    /// duplicate keys, malformed JSON): that path then decides, errors
+    /// included.
+    fn fast_delta(
+        &mut self,
+        event: &str,
+        data: &str,
+    ) -> Option<Result<Vec<ProviderEvent>, ProviderError>> {
+        let wire: WireDelta<'_> = serde_json::from_str(data).ok()?;
+        let kind = wire.kind.as_ref().map_or(event, JsonStr::as_str);
+        let output = wire.output_index?;
+        let delta = wire.delta.map_or(Cow::Borrowed(""), |delta| delta.0);
+        let mut out = Vec::with_capacity(1);
+        let done = match kind {
+            "response.function_call_arguments.delta" => {
+                let slot = Slot { output, part: None };
+                self.plain_delta(slot, Kind::ToolCall, delta, &mut out)
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                let slot = Slot { output, part: None };
+                let part = wire.summary_index.unwrap_or(wire.content_index);
+                self.thinking_delta_at(slot, part, delta, &mut out)
+            }
+            "response.output_text.delta" | "response.refusal.delta" => {
+                let part = Some(wire.content_index.unwrap_or(0));
+                self.plain_delta(Slot { output, part }, Kind::Text, delta, &mut out)
+            }
+            _ => return None,
+        };
+        Some(done.map(|()| out))
+    }
+
     fn dispatch(
         &mut self,
         kind: &str,
@@ -166,7 +253,7 @@ impl ResponsesFormat {
     ) -> Result<(), ProviderError> {
         let slot = item_slot(value)?;
         let item = value.get("item").unwrap_or(&Value::Null);
-        if self.blocks.contains_key(&slot) {
+        if self.blocks.contains(slot) {
             return Err(protocol(format!(
                 "output item {} was added twice",
                 slot.output
@@ -180,37 +267,39 @@ impl ResponsesFormat {
         Ok(())
     }
 
-    /// The open block at `slot` for a delta of `kind`; text and thinking
-    /// blocks are opened on their first delta when no item announced them.
+    /// Applies a delta of `kind` to the open block at `slot`; text and
+    /// thinking blocks are opened on their first delta when no item
+    /// announced them.
     fn delta_block(
         &mut self,
         slot: Slot,
         kind: Kind,
         out: &mut Vec<ProviderEvent>,
-    ) -> Result<&mut Block, ProviderError> {
-        if !self.blocks.contains_key(&slot) {
-            match kind {
-                Kind::Text => self.open_text(slot, out),
-                Kind::Thinking => self.open_thinking(slot, out),
-                Kind::ToolCall => {
-                    return Err(protocol(format!(
-                        "function call arguments for output item {} before the item",
-                        slot.output
-                    )));
-                }
+        apply: impl FnOnce(&mut Block, &mut Vec<ProviderEvent>),
+    ) -> Result<(), ProviderError> {
+        // One lookup for the usual case, a block that is already open.
+        if let Some(block) = self.blocks.get_mut(slot) {
+            check_delta(block, slot, kind)?;
+            apply(block, out);
+            return Ok(());
+        }
+        match kind {
+            Kind::Text => self.open_text(slot, out),
+            Kind::Thinking => self.open_thinking(slot, out),
+            Kind::ToolCall => {
+                return Err(protocol(format!(
+                    "function call arguments for output item {} before the item",
+                    slot.output
+                )));
             }
         }
         let block = self
             .blocks
-            .get_mut(&slot)
+            .get_mut(slot)
             .ok_or_else(|| protocol("a content block vanished"))?;
-        if block.kind != kind || block.ended {
-            return Err(protocol(format!(
-                "unexpected delta for output item {}",
-                slot.output
-            )));
-        }
-        Ok(block)
+        check_delta(block, slot, kind)?;
+        apply(block, out);
+        Ok(())
     }
 
     fn text_delta(
@@ -219,7 +308,7 @@ impl ResponsesFormat {
         out: &mut Vec<ProviderEvent>,
     ) -> Result<(), ProviderError> {
         let slot = part_slot(value)?;
-        self.plain_delta(slot, Kind::Text, str_field(value, "delta"), out)
+        self.plain_delta(slot, Kind::Text, str_field(value, "delta").into(), out)
     }
 
     fn arguments_delta(
@@ -228,7 +317,7 @@ impl ResponsesFormat {
         out: &mut Vec<ProviderEvent>,
     ) -> Result<(), ProviderError> {
         let slot = item_slot(value)?;
-        self.plain_delta(slot, Kind::ToolCall, str_field(value, "delta"), out)
+        self.plain_delta(slot, Kind::ToolCall, str_field(value, "delta").into(), out)
     }
 
     /// A text or argument delta: appended as is.
@@ -236,15 +325,15 @@ impl ResponsesFormat {
         &mut self,
         slot: Slot,
         kind: Kind,
-        delta: &str,
+        delta: Cow<'_, str>,
         out: &mut Vec<ProviderEvent>,
     ) -> Result<(), ProviderError> {
-        let block = self.delta_block(slot, kind, out)?;
-        if !delta.is_empty() {
-            block.has_delta = true;
-            out.push(delta_event(kind, block.index, delta.to_owned()));
-        }
-        Ok(())
+        self.delta_block(slot, kind, out, |block, out| {
+            if !delta.is_empty() {
+                block.has_delta = true;
+                out.push(delta_event(kind, block.index, delta.into_owned()));
+            }
+        })
     }
 
     fn thinking_delta(
@@ -258,18 +347,29 @@ impl ResponsesFormat {
             .or_else(|| value.get("content_index"))
             .and_then(Value::as_u64);
         let delta = str_field(value, "delta");
-        let block = self.delta_block(slot, Kind::Thinking, out)?;
-        if delta.is_empty() {
-            return Ok(());
-        }
-        // Summary parts are separate paragraphs of one thinking block.
-        if block.has_delta && part.is_some() && block.last_part != part {
-            out.push(delta_event(Kind::Thinking, block.index, "\n\n".to_owned()));
-        }
-        block.has_delta = true;
-        block.last_part = part;
-        out.push(delta_event(Kind::Thinking, block.index, delta.to_owned()));
-        Ok(())
+        self.thinking_delta_at(slot, part, delta.into(), out)
+    }
+
+    /// A reasoning delta from content or summary part `part`.
+    fn thinking_delta_at(
+        &mut self,
+        slot: Slot,
+        part: Option<u64>,
+        delta: Cow<'_, str>,
+        out: &mut Vec<ProviderEvent>,
+    ) -> Result<(), ProviderError> {
+        self.delta_block(slot, Kind::Thinking, out, |block, out| {
+            if delta.is_empty() {
+                return;
+            }
+            // Summary parts are separate paragraphs of one thinking block.
+            if block.has_delta && part.is_some() && block.last_part != part {
+                out.push(delta_event(Kind::Thinking, block.index, "\n\n".to_owned()));
+            }
+            block.has_delta = true;
+            block.last_part = part;
+            out.push(delta_event(Kind::Thinking, block.index, delta.into_owned()));
+        })
     }
 
     fn text_done(
@@ -290,7 +390,7 @@ impl ResponsesFormat {
     /// Ends the text block at `slot`; a part that had no deltas is emitted
     /// whole from its final `text`.
     fn finish_text(&mut self, slot: Slot, text: &str, out: &mut Vec<ProviderEvent>) {
-        if !self.blocks.contains_key(&slot) {
+        if !self.blocks.contains(slot) {
             if text.is_empty() {
                 return;
             }
@@ -309,14 +409,14 @@ impl ResponsesFormat {
         match str_field(item, "type") {
             "message" => self.message_done(slot.output, item, out),
             "reasoning" => {
-                if !self.blocks.contains_key(&slot) {
+                if !self.blocks.contains(slot) {
                     self.open_thinking(slot, out);
                 }
                 let signature = item.get("encrypted_content").and_then(Value::as_str);
                 self.end_block(slot, Some(&reasoning_text(item)), signature, out);
             }
             "function_call" => {
-                if !self.blocks.contains_key(&slot) {
+                if !self.blocks.contains(slot) {
                     self.open_tool_call(slot, item, out);
                 }
                 self.end_block(slot, Some(str_field(item, "arguments")), None, out);
@@ -351,7 +451,7 @@ impl ResponsesFormat {
         signature: Option<&str>,
         out: &mut Vec<ProviderEvent>,
     ) {
-        let Some(block) = self.blocks.get_mut(&slot) else {
+        let Some(block) = self.blocks.get_mut(slot) else {
             return;
         };
         if block.ended {
@@ -369,7 +469,7 @@ impl ResponsesFormat {
     /// `usage` and `done` (after closing any block left open).
     fn finish(&mut self, value: &Value, forced: Option<StopReason>, out: &mut Vec<ProviderEvent>) {
         self.start(None, out);
-        let mut open: Vec<&mut Block> = self.blocks.values_mut().filter(|b| !b.ended).collect();
+        let mut open: Vec<&mut Block> = self.blocks.iter_mut().filter(|b| !b.ended).collect();
         open.sort_by_key(|block| block.index);
         for block in open {
             block.ended = true;
@@ -395,6 +495,17 @@ impl ResponsesFormat {
             StopReason::Stop
         }
     }
+}
+
+/// Whether a delta of `kind` may go to `block`.
+fn check_delta(block: &Block, slot: Slot, kind: Kind) -> Result<(), ProviderError> {
+    if block.kind != kind || block.ended {
+        return Err(protocol(format!(
+            "unexpected delta for output item {}",
+            slot.output
+        )));
+    }
+    Ok(())
 }
 
 fn delta_event(kind: Kind, index: usize, delta: String) -> ProviderEvent {
@@ -517,4 +628,133 @@ fn output_index(value: &Value) -> Result<u64, ProviderError> {
 
 fn protocol(message: impl Into<String>) -> ProviderError {
     ProviderError::new(ProviderErrorKind::Protocol, message)
+}
+
+/// Whether an event (by SSE name or `type`) may be a delta for the typed hot
+/// path; `message` is the SSE default name, for servers that send none.
+fn is_delta_event(event: &str) -> bool {
+    matches!(
+        event,
+        "response.output_text.delta"
+            | "response.refusal.delta"
+            | "response.function_call_arguments.delta"
+            | "response.reasoning_summary_text.delta"
+            | "response.reasoning_text.delta"
+            | "message"
+    )
+}
+
+/// A delta event's data, for the typed hot path. Every field is optional so
+/// that an unusual event falls back to the generic path instead of failing
+/// here.
+#[derive(Default)]
+struct WireDelta<'a> {
+    kind: Option<JsonStr<'a>>,
+    output_index: Option<u64>,
+    content_index: Option<u64>,
+    /// Outer `None` when absent, inner `None` when `null`.
+    summary_index: Option<Option<u64>>,
+    delta: Option<JsonStr<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireDelta<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DeltaVisitor;
+
+        impl<'de> Visitor<'de> for DeltaVisitor {
+            type Value = WireDelta<'de>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a delta event object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
+                let mut wire = WireDelta::default();
+                read_object(entries, |key, fields| {
+                    match key {
+                        "type" => wire.kind = fields.read(0, "type")?,
+                        "output_index" => wire.output_index = fields.read(1, "output_index")?,
+                        "content_index" => wire.content_index = fields.read(2, "content_index")?,
+                        "summary_index" => {
+                            wire.summary_index = Some(fields.read(3, "summary_index")?);
+                        }
+                        "delta" => wire.delta = fields.read(4, "delta")?,
+                        _ => return Ok(false),
+                    }
+                    Ok(true)
+                })?;
+                Ok(wire)
+            }
+        }
+
+        deserializer.deserialize_map(DeltaVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EVENT: &str = "response.output_text.delta";
+
+    #[test]
+    fn the_typed_path_matches_the_generic_one() {
+        let opened = [
+            ProviderEvent::Start { model: None },
+            ProviderEvent::TextStart { index: 0 },
+        ];
+        let text = |delta: &str| ProviderEvent::TextDelta {
+            index: 0,
+            delta: delta.into(),
+        };
+        let cases = [
+            (
+                r#"{"type":"response.output_text.delta","item_id":"m","output_index":0,"content_index":0,"delta":"a\nb"}"#,
+                Ok(vec![opened[0].clone(), opened[1].clone(), text("a\nb")]),
+            ),
+            // Duplicate keys: the last one wins, as in a `Value`.
+            (
+                r#"{"type":"response.output_text.delta","output_index":3,"output_index":0,"delta":"x"}"#,
+                Ok(vec![opened[0].clone(), opened[1].clone(), text("x")]),
+            ),
+            (
+                r#"{"type":"response.output_text.delta","delta":"x"}"#,
+                Err(protocol(
+                    "a response.output_text.delta event without an output_index",
+                )),
+            ),
+        ];
+        for (data, expected) in cases {
+            assert_eq!(
+                ResponsesFormat::new().on_event(EVENT, data),
+                expected,
+                "{data}"
+            );
+        }
+        for data in [
+            r#"["response.output_text.delta",0,0,"x"]"#,
+            r#"{"type":"response.output_text.delta","output_index":0,"delta":"x","n":1e400}"#,
+        ] {
+            let error = ResponsesFormat::new().on_event(EVENT, data);
+            assert!(matches!(error, Err(error) if error.kind == ProviderErrorKind::Protocol));
+        }
+    }
+
+    #[test]
+    fn a_null_summary_index_is_not_a_content_index() {
+        let mut format = ResponsesFormat::new();
+        let delta = |summary: &str, content: u64| {
+            format!(
+                r#"{{"type":"response.reasoning_summary_text.delta","output_index":0,{summary}"content_index":{content},"delta":"t"}}"#
+            )
+        };
+        let first = format
+            .on_event("message", &delta("", 0))
+            .map(|out| out.len());
+        assert_eq!(first, Ok(3));
+        // `summary_index: null` means no part, so no paragraph break.
+        let second = format.on_event("message", &delta(r#""summary_index":null,"#, 1));
+        let second = second.map(|out| out.len());
+        assert_eq!(second, Ok(1));
+    }
 }
