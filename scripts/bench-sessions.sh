@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmarks the JSONL session store and prints markdown tables
-# (method and recorded numbers: docs/benchmarks-sessions.md).
+# (method and recorded numbers: docs/benchmarks.md, "Sessions").
 #
 #   1. open: a linear session of LARGE_BYTES (default 100 MiB, ~32k entries,
 #      checkpoints every ~2,000 entries) is written through the store; then a
