@@ -4,6 +4,11 @@
 //! serialises appends so that each group's first entry names the previous
 //! group's last entry as its parent, and reports every stored entry as a
 //! `session_entry` event only after the store acknowledged it.
+//!
+//! The writer also keeps the run's context branch in memory: it is read from
+//! the store once, when the run opens the session, and extended with every
+//! acknowledged append, so building a request never re-reads the session.
+//! This holds because a run is its session's only writer while it runs.
 
 use std::sync::Arc;
 
@@ -17,7 +22,8 @@ use crate::run::new_id;
 pub(crate) struct SessionWriter {
     store: Arc<dyn SessionStore>,
     session_id: String,
-    leaf: Mutex<Option<String>>,
+    /// The leaf and the context branch that ends at it.
+    state: Mutex<(Option<String>, Vec<Entry>)>,
 }
 
 impl SessionWriter {
@@ -26,16 +32,17 @@ impl SessionWriter {
         session_id: String,
     ) -> Result<Self, SessionError> {
         let leaf = store.leaf(&session_id).await?;
+        let context = store.context_branch(&session_id).await?;
         Ok(Self {
             store,
             session_id,
-            leaf: Mutex::new(leaf),
+            state: Mutex::new((leaf, context)),
         })
     }
 
     /// The part of the branch a model request needs (from the latest checkpoint).
-    pub(crate) async fn context_branch(&self) -> Result<Vec<Entry>, SessionError> {
-        self.store.context_branch(&self.session_id).await
+    pub(crate) async fn context_branch(&self) -> Vec<Entry> {
+        self.state.lock().await.1.clone()
     }
 
     /// Appends `payloads` atomically as a chain below the current leaf.
@@ -44,8 +51,8 @@ impl SessionWriter {
         emitter: &Emitter,
         payloads: Vec<EntryPayload>,
     ) -> Result<Vec<Entry>, SessionError> {
-        let mut leaf = self.leaf.lock().await;
-        let mut parent = leaf.clone();
+        let mut state = self.state.lock().await;
+        let mut parent = state.0.clone();
         let timestamp = now_ms();
         let entries: Vec<Entry> = payloads
             .into_iter()
@@ -60,7 +67,14 @@ impl SessionWriter {
             })
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
-        *leaf = parent;
+        state.0 = parent;
+        state.1.extend(entries.iter().cloned());
+        if entries
+            .iter()
+            .any(|entry| matches!(entry.payload, EntryPayload::Checkpoint { .. }))
+        {
+            state.1 = keel_session::from_latest_checkpoint(std::mem::take(&mut state.1));
+        }
         for entry in &entries {
             emitter.emit(RunEventKind::SessionEntry {
                 entry_id: entry.id.clone(),

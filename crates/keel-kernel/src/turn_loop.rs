@@ -120,7 +120,7 @@ impl<'a> TurnLoop<'a> {
     /// Announces a resumed session and records the configuration if it changed.
     /// Reads only the context branch, so resuming a long session stays cheap.
     async fn record_configuration(&self) -> Result<(), Stop> {
-        let branch = self.writer.context_branch().await?;
+        let branch = self.writer.context_branch().await;
         if !branch.is_empty() {
             self.shared.emitter.emit(RunEventKind::SessionResumed {
                 leaf_id: branch.last().map(|entry| entry.id.clone()),
@@ -335,7 +335,7 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn request(&self) -> Result<ModelRequest, Stop> {
-        let branch = self.writer.context_branch().await?;
+        let branch = self.writer.context_branch().await;
         Ok(ModelRequest {
             model: self.parts.model.clone(),
             system_prompt: self.parts.system_prompt.clone(),
