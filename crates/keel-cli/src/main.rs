@@ -38,7 +38,7 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run_cmd::run(args).await,
+            Command::Run(args) => run_cmd::run(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
             Command::Models { config } => models_cmd::run(config),

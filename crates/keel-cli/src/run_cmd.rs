@@ -89,6 +89,9 @@ fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, S
     if let Some(model) = model {
         builder = builder.model(model);
     }
+    if let Some(prompt) = &args.system_prompt {
+        builder = builder.system_prompt(prompt.clone());
+    }
     builder
         .build()
         .map_err(|error| StartupError::new(error.code(), error.to_string()))
