@@ -11,6 +11,7 @@
 //! status classification) with one [`http::WireFormat`] parser per API.
 
 pub mod anthropic;
+mod blocks;
 pub mod config;
 pub mod connect;
 pub mod endpoint;

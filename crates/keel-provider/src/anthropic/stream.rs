@@ -8,8 +8,6 @@
 //! `thinking_end`. Usage arrives in `message_start` and `message_delta` and
 //! is reported once, just before `done`, at `message_stop`.
 
-use std::collections::HashMap;
-
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
@@ -34,46 +32,7 @@ enum Block {
     Closed,
 }
 
-/// The content blocks by index. Deltas come in runs for one block, so the
-/// last block looked up is remembered and a run costs no hashing.
-#[derive(Debug, Default)]
-struct Blocks {
-    list: Vec<Block>,
-    by_index: HashMap<usize, usize>,
-    recent: Option<(usize, usize)>,
-}
-
-impl Blocks {
-    fn contains(&self, index: usize) -> bool {
-        self.by_index.contains_key(&index)
-    }
-
-    fn insert(&mut self, index: usize, block: Block) {
-        match self.by_index.get(&index).copied() {
-            Some(position) => {
-                if let Some(old) = self.list.get_mut(position) {
-                    *old = block;
-                }
-            }
-            None => {
-                self.by_index.insert(index, self.list.len());
-                self.list.push(block);
-            }
-        }
-    }
-
-    fn get_mut(&mut self, index: usize) -> Option<&mut Block> {
-        let position = match self.recent {
-            Some((recent, position)) if recent == index => position,
-            _ => {
-                let position = *self.by_index.get(&index)?;
-                self.recent = Some((index, position));
-                position
-            }
-        };
-        self.list.get_mut(position)
-    }
-}
+type Blocks = crate::blocks::Blocks<usize, Block>;
 
 /// The Messages API stream parser; one per response.
 #[derive(Debug, Default)]

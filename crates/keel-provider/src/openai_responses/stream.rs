@@ -12,7 +12,6 @@
 //! closed before `usage` and `done`, so the grammar always holds.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
 
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
 use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
@@ -49,50 +48,7 @@ struct Block {
     ended: bool,
 }
 
-/// The blocks seen so far, by slot. Deltas come in runs for one slot, so the
-/// last slot looked up is remembered and a run costs no hashing.
-#[derive(Debug, Default)]
-struct Blocks {
-    list: Vec<Block>,
-    by_slot: HashMap<Slot, usize>,
-    recent: Option<(Slot, usize)>,
-}
-
-impl Blocks {
-    fn contains(&self, slot: Slot) -> bool {
-        self.by_slot.contains_key(&slot)
-    }
-
-    fn insert(&mut self, slot: Slot, block: Block) {
-        match self.by_slot.get(&slot).copied() {
-            Some(position) => {
-                if let Some(old) = self.list.get_mut(position) {
-                    *old = block;
-                }
-            }
-            None => {
-                self.by_slot.insert(slot, self.list.len());
-                self.list.push(block);
-            }
-        }
-    }
-
-    fn get_mut(&mut self, slot: Slot) -> Option<&mut Block> {
-        let position = match self.recent {
-            Some((recent, position)) if recent == slot => position,
-            _ => {
-                let position = *self.by_slot.get(&slot)?;
-                self.recent = Some((slot, position));
-                position
-            }
-        };
-        self.list.get_mut(position)
-    }
-
-    fn iter_mut(&mut self) -> impl Iterator<Item = &mut Block> {
-        self.list.iter_mut()
-    }
-}
+type Blocks = crate::blocks::Blocks<Slot, Block>;
 
 /// The Responses API stream parser: one per request.
 #[derive(Debug, Default)]
