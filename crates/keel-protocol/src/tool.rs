@@ -79,6 +79,8 @@ pub enum ToolErrorCode {
     Cancelled,
     /// The permission policy or the host refused the call.
     PermissionDenied,
+    /// The OS sandbox the call needs cannot be enforced here; nothing ran.
+    SandboxUnavailable,
     /// An I/O error.
     Io,
     /// Any other tool failure.
@@ -102,6 +104,7 @@ impl ToolErrorCode {
             Self::Timeout => "timeout",
             Self::Cancelled => "cancelled",
             Self::PermissionDenied => "permission_denied",
+            Self::SandboxUnavailable => "sandbox_unavailable",
             Self::Io => "io",
             Self::ToolError => "tool_error",
         }

@@ -14,6 +14,7 @@ pub mod changes;
 pub mod env;
 pub mod outputs;
 pub mod registry;
+pub mod sandbox;
 pub mod scheduler;
 pub mod tool;
 pub mod truncate;

@@ -11,6 +11,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::sandbox::Sandbox;
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The future a tool's execution returns.
@@ -53,6 +54,8 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where streamed output goes.
     pub progress: ProgressSink,
+    /// The OS sandbox processes of this call run in (only `bash` spawns any).
+    pub sandbox: Sandbox,
 }
 
 /// Sends streamed tool output to the kernel; dropping output is harmless.

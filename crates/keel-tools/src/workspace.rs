@@ -56,6 +56,14 @@ pub enum WorkspaceError {
         /// The path as given.
         path: String,
     },
+    /// A file with several hard links, one of which may lie outside.
+    #[error("`{path}` has {links} hard links; another of its names may be outside the workspace")]
+    HardLinked {
+        /// The path as given.
+        path: String,
+        /// Its number of hard links.
+        links: u64,
+    },
     /// A path that cannot be used at all.
     #[error("Invalid path `{path}`: {reason}")]
     InvalidPath {
@@ -152,7 +160,26 @@ impl Workspace {
                 path: path.to_owned(),
             });
         }
+        if rest.is_empty() {
+            check_single_link(path, &real)?;
+        }
         Ok(rest.iter().rev().fold(real, |acc, part| acc.join(part)))
+    }
+}
+
+/// Refuses a regular file with more than one hard link: another of its
+/// names may lie outside the workspace, and reading or writing it here
+/// would read or write that file too.
+fn check_single_link(path: &str, real: &Path) -> Result<(), WorkspaceError> {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(real) {
+        Ok(metadata) if metadata.is_file() && metadata.nlink() > 1 => {
+            Err(WorkspaceError::HardLinked {
+                path: path.to_owned(),
+                links: metadata.nlink(),
+            })
+        }
+        _ => Ok(()),
     }
 }
 

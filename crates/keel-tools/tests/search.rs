@@ -42,6 +42,7 @@ async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutp
         workspace: Arc::new(Workspace::new(root).unwrap()),
         cancel: CancellationToken::new(),
         progress: ProgressSink::discard(),
+        sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
     };
     tool.execute(arguments, context).await
 }

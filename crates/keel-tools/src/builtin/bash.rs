@@ -29,6 +29,7 @@ use super::output::{Collected, Collector};
 use super::parse_arguments;
 use super::process::{GroupKiller, Pipes};
 use crate::env::scrubbed_env;
+use crate::sandbox::{Confinement, confine};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -118,7 +119,11 @@ impl Tool for BashTool {
             let timeout = arguments
                 .timeout
                 .map_or(self.options.default_timeout, Duration::from_secs);
-            let mut child = self.spawn(&arguments.command, context.workspace.root())?;
+            let root = context.workspace.root();
+            let confinement = confine(&context.sandbox, root).map_err(|error| {
+                ToolError::new(ToolErrorCode::SandboxUnavailable, error.to_string())
+            })?;
+            let mut child = self.spawn(&arguments.command, root, &confinement)?;
             let mut group = GroupKiller::of(&child);
             let mut pipes = Pipes {
                 stdout: child.stdout.take(),
@@ -150,9 +155,15 @@ impl Tool for BashTool {
 }
 
 impl BashTool {
-    fn spawn(&self, command: &str, root: &Path) -> Result<Child, ToolError> {
+    fn spawn(
+        &self,
+        command: &str,
+        root: &Path,
+        confinement: &Confinement,
+    ) -> Result<Child, ToolError> {
         let shell = &self.options.shell;
-        Command::new(shell)
+        let mut spawner = Command::new(shell);
+        spawner
             .arg("-c")
             .arg(command)
             .current_dir(root)
@@ -162,14 +173,14 @@ impl BashTool {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .process_group(0)
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|error| {
-                ToolError::new(
-                    ToolErrorCode::Io,
-                    format!("Failed to start shell `{}`: {error}", shell.display()),
-                )
-            })
+            .kill_on_drop(true);
+        confinement.apply(spawner.as_std_mut());
+        spawner.spawn().map_err(|error| {
+            ToolError::new(
+                ToolErrorCode::Io,
+                format!("Failed to start shell `{}`: {error}", shell.display()),
+            )
+        })
     }
 }
 

@@ -243,6 +243,7 @@ mod test_support {
             workspace: Arc::new(Workspace::new(dir.path()).unwrap()),
             cancel: CancellationToken::new(),
             progress: ProgressSink::discard(),
+            sandbox: crate::sandbox::Sandbox::new(crate::sandbox::SandboxLevel::WorkspaceWrite),
         };
         (dir, context)
     }

@@ -67,7 +67,10 @@ impl Pipes {
                 return None;
             }
             let (stdout, stderr) = (&mut self.stdout, &mut self.stderr);
+            // Biased: when both pipes hold data, the order they were written
+            // in is unknown; stdout first keeps a command's output stable.
             tokio::select! {
+                biased;
                 chunk = read_chunk(stdout), if stdout.is_some() => match chunk {
                     Some(bytes) => return Some((Stream::Stdout, bytes)),
                     None => *stdout = None,

@@ -1,0 +1,112 @@
+//! The Landlock ruleset of one sandboxed command.
+//!
+//! The ruleset *handles* every filesystem right of ABI 4 and, unless the
+//! level allows the network, TCP bind and connect: whatever it does not grant
+//! below is denied. Grants: read and execute on the configured readable
+//! locations; read (and, from workspace-write on, every write right) on the
+//! workspace; everything on the private temp dir; writing the harmless
+//! device files. Rights of newer ABIs (device ioctls, signal and abstract
+//! socket scoping) are added where the kernel has them.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use landlock::{
+    ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
+};
+
+use super::{Sandbox, SandboxError};
+
+/// Device files any command may write (and use ioctls on).
+const WRITABLE_DEVICES: &[&str] = &[
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/ptmx",
+    "/dev/pts",
+];
+
+/// Builds the ruleset and returns its file descriptor.
+pub(super) fn build(
+    sandbox: &Sandbox,
+    workspace: &Path,
+    temp: &Path,
+) -> Result<OwnedFd, SandboxError> {
+    let required = ABI::V4;
+    let read = AccessFs::from_read(required);
+    let everything = AccessFs::from_all(ABI::V5);
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::from_all(required))
+        .map_err(landlock_error)?;
+    if !sandbox.level.network() {
+        ruleset = ruleset
+            .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
+            .map_err(landlock_error)?;
+    }
+    let mut created = ruleset
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(AccessFs::IoctlDev)
+        .and_then(|ruleset| ruleset.scope(Scope::Signal | Scope::AbstractUnixSocket))
+        .and_then(Ruleset::create)
+        .map_err(landlock_error)?;
+    for path in &sandbox.config.readable {
+        created = grant(created, path, read)?;
+    }
+    let workspace_access = if sandbox.level.writes_workspace() {
+        everything
+    } else {
+        read
+    };
+    created = grant(created, workspace, workspace_access)?;
+    if sandbox.level.writes_workspace() {
+        for path in &sandbox.config.writable {
+            created = grant(created, path, everything)?;
+        }
+    }
+    created = grant(created, temp, everything)?;
+    for device in WRITABLE_DEVICES {
+        created = grant(
+            created,
+            Path::new(device),
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
+        )?;
+    }
+    Option::<OwnedFd>::from(created).ok_or_else(|| SandboxError::Unavailable {
+        reason: "Landlock created no ruleset".into(),
+    })
+}
+
+/// Grants `access` beneath `path`; a path that does not exist is skipped
+/// (a grant can only widen, so skipping one never loosens the sandbox).
+fn grant(
+    created: RulesetCreated,
+    path: &Path,
+    access: BitFlags<AccessFs>,
+) -> Result<RulesetCreated, SandboxError> {
+    let fd = match PathFd::new(path) {
+        Ok(fd) => fd,
+        Err(error) => {
+            tracing::debug!(path = %path.display(), %error, "sandbox grant skipped");
+            return Ok(created);
+        }
+    };
+    let access = if path.is_dir() {
+        access
+    } else {
+        access & AccessFs::from_file(ABI::V5)
+    };
+    created
+        .add_rule(PathBeneath::new(fd, access))
+        .map_err(landlock_error)
+}
+
+fn landlock_error(error: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Unavailable {
+        reason: format!("Landlock refused the ruleset: {error}"),
+    }
+}

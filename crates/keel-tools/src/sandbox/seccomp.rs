@@ -1,0 +1,72 @@
+//! The seccomp filter of sandboxed commands.
+//!
+//! Landlock confines paths and TCP ports; this filter closes what Landlock
+//! does not see: sockets of any family but Unix (UDP, raw, netlink — DNS
+//! included), ptrace and reading or writing other processes' memory,
+//! io_uring (whose operations bypass the system-call filter), and the
+//! kernel keyrings. Denied calls fail with EPERM instead of killing the
+//! process, so programs report a clear error.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+use super::SandboxError;
+
+/// System calls denied whatever their arguments.
+const ALWAYS_DENIED: &[libc::c_long] = &[
+    libc::SYS_ptrace,
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    libc::SYS_add_key,
+    libc::SYS_request_key,
+    libc::SYS_keyctl,
+];
+
+/// Compiles the filter for this machine's architecture.
+pub(super) fn filter(network: bool) -> Result<BpfProgram, SandboxError> {
+    let arch =
+        TargetArch::try_from(std::env::consts::ARCH).map_err(|_| SandboxError::Unavailable {
+            reason: format!(
+                "no seccomp filter is built for the {} architecture",
+                std::env::consts::ARCH
+            ),
+        })?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALWAYS_DENIED
+        .iter()
+        .map(|&call| (call, Vec::new()))
+        .collect();
+    if !network {
+        let not_unix = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+            let family = SeccompCondition::new(
+                0,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Ne,
+                libc::AF_UNIX as u64,
+            )?;
+            Ok(vec![SeccompRule::new(vec![family])?])
+        };
+        rules.insert(libc::SYS_socket, not_unix().map_err(compile_error)?);
+        rules.insert(libc::SYS_socketpair, not_unix().map_err(compile_error)?);
+    }
+    let filter = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .map_err(compile_error)?;
+    filter.try_into().map_err(compile_error)
+}
+
+fn compile_error(error: impl std::fmt::Display) -> SandboxError {
+    SandboxError::Unavailable {
+        reason: format!("the seccomp filter could not be compiled: {error}"),
+    }
+}
