@@ -30,6 +30,12 @@ pub enum Command {
     Session(SessionCommand),
     /// Print the JSON Schemas of the wire format.
     Schema(SchemaArgs),
+    /// Report what the OS sandbox can enforce on this machine.
+    Doctor {
+        /// One JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Where sessions are stored.
@@ -107,6 +113,16 @@ pub struct RunArgs {
     /// The permission mode, fixed for the run.
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
     pub mode: Mode,
+    /// Who enforces the OS sandbox of commands: `os` (Keel, with Landlock
+    /// and seccomp; fails closed where they are missing) or `external` (the
+    /// host already runs Keel inside an isolating container).
+    #[arg(long, value_enum, default_value_t = SandboxArg::Os)]
+    pub sandbox: SandboxArg,
+    /// Another directory sandboxed commands may read (repeatable), besides
+    /// the workspace, system locations and the usual toolchain directories
+    /// under $HOME (`keel doctor` lists what the sandbox enforces).
+    #[arg(long, value_name = "DIR")]
+    pub sandbox_read: Vec<PathBuf>,
     /// Fail the run after this many turns.
     #[arg(long)]
     pub max_turns: Option<u32>,
@@ -128,6 +144,21 @@ pub struct RunArgs {
     pub store: StoreArgs,
     /// The prompt.
     pub prompt: String,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum SandboxArg {
+    Os,
+    External,
+}
+
+impl From<SandboxArg> for keel_tools::sandbox::SandboxMode {
+    fn from(sandbox: SandboxArg) -> Self {
+        match sandbox {
+            SandboxArg::Os => Self::Os,
+            SandboxArg::External => Self::External,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -157,6 +188,9 @@ pub struct DemoArgs {
     /// The case of the scenario (default: its first case).
     #[arg(long)]
     pub case: Option<String>,
+    /// The permission mode (the `permissions` scenario only).
+    #[arg(long, value_enum, default_value_t = Mode::Auto)]
+    pub mode: Mode,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -165,6 +199,7 @@ pub enum DemoName {
     ToolLoop,
     RunControl,
     SessionTree,
+    Permissions,
 }
 
 #[derive(Debug, Args)]

@@ -131,6 +131,7 @@ fn cases(name: DemoName) -> &'static [&'static str] {
             "retry-failure",
         ],
         DemoName::SessionTree => &["success", "invalid-entry"],
+        DemoName::Permissions => &["standard", "cancel", "host-disconnect", "resume"],
     }
 }
 
@@ -151,8 +152,15 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         std::fs::write(directory.path().join(path), content)
             .map_err(|error| StartupError::new("workspace", error.to_string()))?;
     }
-    if let DemoName::SessionTree = args.name {
-        return crate::demo_session::run(case_name, directory.path()).await;
+    match args.name {
+        DemoName::SessionTree => {
+            return crate::demo_session::run(case_name, directory.path()).await;
+        }
+        DemoName::Permissions => {
+            let mode = PermissionMode::from(args.mode);
+            return crate::demo_permissions::run(case_name, mode, directory.path()).await;
+        }
+        _ => {}
     }
     let case = case(args.name, case_name)
         .ok_or_else(|| StartupError::new("unknown_case", format!("unknown case `{case_name}`")))?;
@@ -229,7 +237,7 @@ impl Reactor {
                 self.steered = true;
                 let _ = handle.steer("Focus on the README, not the scripts.");
             }
-            (RunEventKind::PermissionResolved { .. }, HostBehaviour::CancelDuringTool) => {
+            (RunEventKind::ToolExecutionStart { .. }, HostBehaviour::CancelDuringTool) => {
                 let _ = handle.follow_up("Then run the check.");
                 let run = Arc::clone(shared);
                 tokio::spawn(async move {

@@ -7,7 +7,9 @@
 
 mod args;
 mod demo;
+mod demo_permissions;
 mod demo_session;
+mod doctor;
 mod host;
 mod models_cmd;
 mod output;
@@ -43,6 +45,7 @@ fn main() -> ExitCode {
             Command::Session(command) => session_cmd::run(command).await,
             Command::Models { config } => models_cmd::run(config),
             Command::Schema(args) => startup::print_schema(args),
+            Command::Doctor { json } => doctor::run(json),
         }
     });
     match outcome {

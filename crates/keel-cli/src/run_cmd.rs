@@ -17,6 +17,7 @@ use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::{JsonlStore, SessionStore};
 use keel_tools::Workspace;
 use keel_tools::builtin::{BashOptions, all_tools, default_tools};
+use keel_tools::sandbox::SandboxConfig;
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use crate::args::RunArgs;
@@ -81,8 +82,14 @@ fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, S
     };
     let workspace =
         Workspace::new(&root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    let mut sandbox = SandboxConfig {
+        mode: args.sandbox.into(),
+        ..SandboxConfig::default()
+    };
+    sandbox.readable.extend(args.sandbox_read.iter().cloned());
     let mut builder = AgentKernel::builder()
         .provider(provider)
+        .sandbox(sandbox)
         .workspace(workspace)
         .store(store)
         .tools(chosen_tools(args.tools.as_deref())?);

@@ -6,9 +6,10 @@ use keel_protocol::PermissionMode;
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
 use keel_tools::changes::Baseline;
+use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
-use crate::policy::{InterimPolicy, PermissionPolicy};
+use crate::policy::{MatrixPolicy, PermissionPolicy};
 use crate::retry::RetryPolicy;
 use crate::run::AgentRun;
 
@@ -28,6 +29,7 @@ pub(crate) struct KernelParts {
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) workspace: Arc<Workspace>,
     pub(crate) policy: Arc<dyn PermissionPolicy>,
+    pub(crate) sandbox: Arc<SandboxConfig>,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_output_tokens: Option<u32>,
 }
@@ -140,6 +142,7 @@ pub struct AgentKernelBuilder {
     store: Option<Arc<dyn SessionStore>>,
     workspace: Option<Workspace>,
     policy: Option<Arc<dyn PermissionPolicy>>,
+    sandbox: SandboxConfig,
     retry: RetryPolicy,
     max_output_tokens: Option<u32>,
 }
@@ -187,9 +190,16 @@ impl AgentKernelBuilder {
         self
     }
 
-    /// The permission policy (default: [`InterimPolicy`]).
+    /// The permission policy (default: [`MatrixPolicy`], SPEC §7).
     pub fn policy(mut self, policy: Arc<dyn PermissionPolicy>) -> Self {
         self.policy = Some(policy);
+        self
+    }
+
+    /// The OS sandbox settings for commands (default: enforced by Keel with
+    /// Landlock and seccomp, system and toolchain locations readable).
+    pub fn sandbox(mut self, sandbox: SandboxConfig) -> Self {
+        self.sandbox = sandbox;
         self
     }
 
@@ -224,7 +234,8 @@ impl AgentKernelBuilder {
             tools,
             store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
             workspace,
-            policy: self.policy.unwrap_or_else(|| Arc::new(InterimPolicy)),
+            policy: self.policy.unwrap_or_else(|| Arc::new(MatrixPolicy)),
+            sandbox: Arc::new(self.sandbox),
             retry: self.retry,
             max_output_tokens: self.max_output_tokens,
         };

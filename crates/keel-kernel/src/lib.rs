@@ -25,6 +25,6 @@ mod tools;
 mod turn_loop;
 
 pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError, RunSpec};
-pub use policy::{InterimPolicy, PermissionPolicy, PolicyDecision};
+pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use retry::RetryPolicy;
 pub use run::{AgentRun, ControlError, EventStream};

@@ -1,18 +1,20 @@
 //! The permission seam: mode × Operation Intent → allow, deny or ask.
 //!
-//! The host fixes the mode; the policy only maps. [`InterimPolicy`] is the
-//! SPEC §7 matrix without the OS sandbox: since nothing can yet confine a
-//! shell command, shell in `plan` and `auto` goes to the host instead of being
-//! allowed sandboxed. Nothing is ever allowed silently that the matrix does
-//! not allow.
+//! The host fixes the mode for the run; the policy only maps. [`MatrixPolicy`]
+//! is SPEC §7's matrix. An allowed call also gets the OS sandbox level its
+//! processes run at, so that what the policy allows the operating system
+//! enforces: shell in `plan` runs read-only, in `auto` workspace-write, and
+//! only `full` runs unsandboxed. Nothing is ever allowed that the matrix
+//! does not allow; what cannot be classified is never treated as safe.
 
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
+use keel_tools::sandbox::SandboxLevel;
 
 /// What the policy says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PolicyDecision {
-    /// Run it.
-    Allow,
+    /// Run it, with its processes confined at this level.
+    Allow(SandboxLevel),
     /// Refuse it, with the reason shown to the model.
     Deny(String),
     /// Ask the host, with the reason shown to the host.
@@ -28,88 +30,95 @@ pub trait PermissionPolicy: Send + Sync {
         tool_name: &str,
         intent: &OperationIntent,
     ) -> PolicyDecision;
+
+    /// The sandbox level of a call the host approved after an `Ask`.
+    fn approved_level(&self, mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
+        approved_level(mode, intent)
+    }
 }
 
-/// The policy until the OS sandbox exists: SPEC §7 with shell routed to the host.
+/// SPEC §7's permission matrix.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct InterimPolicy;
+pub struct MatrixPolicy;
 
-impl PermissionPolicy for InterimPolicy {
+impl PermissionPolicy for MatrixPolicy {
     fn evaluate(
         &self,
         mode: PermissionMode,
         tool_name: &str,
         intent: &OperationIntent,
     ) -> PolicyDecision {
+        use IntentKind::{Read, Shell, Write};
+        use PermissionMode::{Ask, Auto, Full, Plan};
         let inside = intent.scope == IntentScope::Workspace;
         match (mode, intent.kind) {
-            (PermissionMode::Full, _) => PolicyDecision::Allow,
-            (_, IntentKind::Read) if inside => PolicyDecision::Allow,
-            (PermissionMode::Auto, IntentKind::Write) if inside => PolicyDecision::Allow,
-            (PermissionMode::Plan, _) => PolicyDecision::Deny(format!(
-                "`{tool_name}` is not allowed in plan mode: only reads inside the workspace are"
+            (Full, _) => PolicyDecision::Allow(SandboxLevel::Unsandboxed),
+            (Plan, Read | Shell) if inside => PolicyDecision::Allow(SandboxLevel::ReadOnly),
+            (Ask | Auto, Read) if inside => PolicyDecision::Allow(SandboxLevel::WorkspaceWrite),
+            (Auto, Write | Shell) if inside => PolicyDecision::Allow(SandboxLevel::WorkspaceWrite),
+            (Plan, kind) => PolicyDecision::Deny(format!(
+                "`{tool_name}` {} {}, which plan mode does not allow",
+                what(kind),
+                where_(intent.scope)
             )),
-            (_, kind) => PolicyDecision::Ask(ask_reason(tool_name, kind, intent.scope)),
+            (Ask | Auto, kind) => PolicyDecision::Ask(ask_reason(mode, tool_name, kind, intent)),
         }
     }
 }
 
-fn ask_reason(tool_name: &str, kind: IntentKind, scope: IntentScope) -> String {
-    let what = match kind {
+/// The level of a host-approved call: the least that lets it do what its
+/// intent says — network only for network commands, and no OS sandbox only
+/// when it acts outside the workspace (the host approved exactly that).
+fn approved_level(mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
+    match (mode, intent.kind, intent.scope) {
+        (PermissionMode::Full, _, _) => SandboxLevel::Unsandboxed,
+        (_, IntentKind::Network, IntentScope::Workspace) => SandboxLevel::WorkspaceWriteNetwork,
+        (_, IntentKind::Read | IntentKind::Write | IntentKind::Shell, IntentScope::Workspace) => {
+            SandboxLevel::WorkspaceWrite
+        }
+        _ => SandboxLevel::Unsandboxed,
+    }
+}
+
+fn ask_reason(
+    mode: PermissionMode,
+    tool_name: &str,
+    kind: IntentKind,
+    intent: &OperationIntent,
+) -> String {
+    let level = approved_level(mode, intent);
+    let consequence = match (kind, level) {
+        (
+            IntentKind::Shell | IntentKind::Network | IntentKind::Unknown,
+            SandboxLevel::Unsandboxed,
+        ) => "; if approved, it runs without the OS sandbox",
+        (_, SandboxLevel::WorkspaceWriteNetwork) => {
+            "; if approved, it runs sandboxed with network access"
+        }
+        _ => "",
+    };
+    format!(
+        "`{tool_name}` {} {}{consequence}",
+        what(kind),
+        where_(intent.scope)
+    )
+}
+
+fn what(kind: IntentKind) -> &'static str {
+    match kind {
         IntentKind::Read => "reads",
         IntentKind::Write => "writes",
         IntentKind::Shell => "runs a shell command",
         IntentKind::Network => "reaches the network",
         IntentKind::Custom => "is an extension tool",
         IntentKind::Unknown => "does something that could not be classified",
-    };
-    let where_ = match scope {
+    }
+}
+
+fn where_(scope: IntentScope) -> &'static str {
+    match scope {
         IntentScope::Workspace => "inside the workspace",
         IntentScope::Outside => "outside the workspace",
         IntentScope::Unknown => "in a scope that could not be determined",
-    };
-    format!("`{tool_name}` {what} {where_}")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn decide(mode: PermissionMode, kind: IntentKind, scope: IntentScope) -> &'static str {
-        match InterimPolicy.evaluate(mode, "t", &OperationIntent::new(kind, scope)) {
-            PolicyDecision::Allow => "allow",
-            PolicyDecision::Deny(_) => "deny",
-            PolicyDecision::Ask(_) => "ask",
-        }
-    }
-
-    #[test]
-    fn follows_the_matrix_without_a_sandbox() {
-        use IntentKind::{Custom, Network, Read, Shell, Write};
-        use IntentScope::{Outside, Workspace};
-        let rows = [
-            ((Read, Workspace), ["allow", "allow", "allow", "allow"]),
-            ((Write, Workspace), ["deny", "ask", "allow", "allow"]),
-            (
-                (Shell, IntentScope::Unknown),
-                ["deny", "ask", "ask", "allow"],
-            ),
-            ((Read, Outside), ["deny", "ask", "ask", "allow"]),
-            ((Network, Outside), ["deny", "ask", "ask", "allow"]),
-            (
-                (Custom, IntentScope::Unknown),
-                ["deny", "ask", "ask", "allow"],
-            ),
-        ];
-        let modes = [
-            PermissionMode::Plan,
-            PermissionMode::Ask,
-            PermissionMode::Auto,
-            PermissionMode::Full,
-        ];
-        for ((kind, scope), expected) in rows {
-            let got = modes.map(|mode| decide(mode, kind, scope));
-            assert_eq!(got, expected, "{kind:?} {scope:?}");
-        }
     }
 }

@@ -8,6 +8,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -72,6 +73,9 @@ pub(crate) struct RunShared {
     pub(crate) cancel: CancellationToken,
     control: Mutex<Control>,
     permissions: Mutex<HashMap<String, oneshot::Sender<PermissionResolution>>>,
+    /// False once the host dropped the event stream: nobody can answer a
+    /// permission request any more, so every request is denied.
+    host_listening: AtomicBool,
     result: watch::Sender<Option<RunResult>>,
 }
 
@@ -102,6 +106,7 @@ impl AgentRun {
                 accepting: true,
             }),
             permissions: Mutex::new(HashMap::new()),
+            host_listening: AtomicBool::new(true),
             result: result_sender,
         });
         let supervised = Arc::clone(&shared);
@@ -143,7 +148,10 @@ impl AgentRun {
             .lock()
             .map_err(|_| ControlError::EventStreamTaken)?;
         slot.take()
-            .map(|receiver| EventStream { receiver })
+            .map(|receiver| EventStream {
+                receiver,
+                shared: Arc::clone(&self.shared),
+            })
             .ok_or(ControlError::EventStreamTaken)
     }
 
@@ -277,6 +285,17 @@ impl RunShared {
         receiver
     }
 
+    /// Whether the host still consumes events (and so can answer requests).
+    pub(crate) fn host_listening(&self) -> bool {
+        self.host_listening.load(Ordering::SeqCst)
+    }
+
+    /// The host dropped the event stream: deny what is pending, and all later requests.
+    fn host_left(&self) {
+        self.host_listening.store(false, Ordering::SeqCst);
+        self.permissions().clear();
+    }
+
     /// Forgets a pending request (answered, cancelled or abandoned).
     pub(crate) fn forget_permission(&self, request_id: &str) {
         self.permissions().remove(request_id);
@@ -355,8 +374,18 @@ impl RunShared {
 }
 
 /// The run's events, in `seq` order; ends after the terminal event.
+///
+/// Dropping it tells the run that its host stopped listening: pending and
+/// later permission requests are denied, since nobody can answer them.
 pub struct EventStream {
     receiver: mpsc::UnboundedReceiver<RunEvent>,
+    shared: Arc<RunShared>,
+}
+
+impl Drop for EventStream {
+    fn drop(&mut self) {
+        self.shared.host_left();
+    }
 }
 
 impl EventStream {

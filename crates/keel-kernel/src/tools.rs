@@ -1,19 +1,31 @@
 //! Runs one batch of tool calls through the fixed pipeline.
 //!
-//! For each call: `tool_execution_start` → look up and validate → classify the
-//! Operation Intent → policy → host approval when the policy asks → record the
-//! decision → execute with streamed progress → `tool_execution_end`. Failures
-//! at any step become error ToolResults; only a session store failure aborts
-//! the batch, because then nothing more can be recorded truthfully.
+//! Before anything runs, every call is looked up, validated, classified into
+//! its Operation Intent and put to the policy; the policy's decisions are
+//! recorded as one group, so a batch costs one durable append however many
+//! calls it has. Then, per call: `tool_execution_start` → host approval when
+//! the policy asked (that decision recorded on its own) → execute with
+//! streamed progress, inside the OS sandbox level the decision carries →
+//! `tool_execution_end`.
+//!
+//! Classifying a batch up front is sound because an intent only chooses
+//! between allow, deny and ask: every tool re-resolves its paths inside the
+//! workspace when it executes, and every process runs in the sandbox, so a
+//! call that an earlier call of the batch changed the meaning of still
+//! cannot act beyond what its decision allowed. Failures at any step become
+//! error ToolResults; only a session store failure aborts the batch, because
+//! then nothing more can be recorded truthfully.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EntryPayload, OperationIntent, PermissionDecision, PermissionMode,
-    PermissionResolution, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
+    BatchMode, DecisionSource, EntryPayload, IntentKind, OperationIntent, PermissionDecision,
+    PermissionMode, PermissionResolution, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
     ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
+use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
 use keel_tools::{PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
 use serde_json::Value;
@@ -34,6 +46,20 @@ pub(crate) struct ToolRunner<'a> {
     pub(crate) requests: &'a AtomicU64,
 }
 
+/// What the policy made of one call before the batch runs.
+enum Verdict {
+    /// It must not run: the error becomes its result.
+    Refused(ToolError),
+    /// It runs, its processes confined at this level.
+    Run(PreparedCall, SandboxLevel),
+    /// The host decides.
+    Ask {
+        prepared: PreparedCall,
+        intent: OperationIntent,
+        reason: String,
+    },
+}
+
 impl ToolRunner<'_> {
     /// Runs the batch and returns the results in call order.
     pub(crate) async fn run_batch(
@@ -41,19 +67,115 @@ impl ToolRunner<'_> {
         calls: &[ToolCall],
     ) -> Result<Vec<ToolResultMessage>, SessionError> {
         let mode = self.parts.tools.batch_mode(calls);
-        let outcome = scheduler::run_batch(calls.len(), mode, |index| async move {
-            match calls.get(index) {
-                Some(call) => self.run_one(call, mode).await,
-                None => Err(SessionError::Io("tool batch index out of range".into())),
+        let verdicts = self.decide_batch(calls).await?;
+        let verdicts: Vec<Mutex<Option<Verdict>>> =
+            verdicts.into_iter().map(|v| Mutex::new(Some(v))).collect();
+        let outcome = scheduler::run_batch(calls.len(), mode, |index| {
+            let verdict = verdicts
+                .get(index)
+                .and_then(|slot| slot.lock().ok()?.take());
+            async move {
+                match (calls.get(index), verdict) {
+                    (Some(call), Some(verdict)) => self.run_one(call, verdict, mode).await,
+                    _ => Err(SessionError::Io("tool batch index out of range".into())),
+                }
             }
         })
         .await;
         outcome.results.into_iter().collect()
     }
 
+    /// Puts every call of the batch to the policy and records its decisions
+    /// as one group.
+    async fn decide_batch(&self, calls: &[ToolCall]) -> Result<Vec<Verdict>, SessionError> {
+        let mut decisions = Vec::new();
+        let verdicts = calls
+            .iter()
+            .map(|call| {
+                let (verdict, decision) = self.decide(call);
+                decisions
+                    .extend(decision.map(|decision| EntryPayload::PermissionDecision { decision }));
+                verdict
+            })
+            .collect();
+        if !decisions.is_empty() {
+            self.writer.append(&self.shared.emitter, decisions).await?;
+        }
+        Ok(verdicts)
+    }
+
+    /// The policy's verdict on one call, and the decision to record if the
+    /// policy (not the host) decided.
+    fn decide(&self, call: &ToolCall) -> (Verdict, Option<PermissionDecision>) {
+        if self.shared.cancel.is_cancelled() {
+            let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
+            return (Verdict::Refused(error), None);
+        }
+        let prepared = match self.parts.tools.prepare(call) {
+            Ok(prepared) => prepared,
+            Err(error) => return (Verdict::Refused(error), None),
+        };
+        let intent = prepared
+            .tool
+            .intent(&prepared.arguments, &self.parts.workspace);
+        let policy = self.parts.policy.evaluate(self.mode, &call.name, &intent);
+        let record = |resolution, reason: String| {
+            Some(self.decision(
+                call,
+                &prepared.arguments,
+                intent.clone(),
+                resolution,
+                DecisionSource::Policy,
+                reason,
+            ))
+        };
+        match policy {
+            PolicyDecision::Allow(level) => {
+                let reason = allowed_reason(self.mode, &intent, level);
+                let decision = record(PermissionResolution::Approved, reason);
+                (Verdict::Run(prepared, level), decision)
+            }
+            PolicyDecision::Deny(reason) => {
+                let error = denied(format!("Permission denied: {reason}"));
+                let decision = record(PermissionResolution::Denied, reason);
+                (Verdict::Refused(error), decision)
+            }
+            PolicyDecision::Ask(reason) => (
+                Verdict::Ask {
+                    prepared,
+                    intent,
+                    reason,
+                },
+                None,
+            ),
+        }
+    }
+
+    fn decision(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        intent: OperationIntent,
+        resolution: PermissionResolution,
+        source: DecisionSource,
+        reason: String,
+    ) -> PermissionDecision {
+        PermissionDecision {
+            call_id: call.id.clone(),
+            tool_name: call.name.clone(),
+            mode: self.mode,
+            resolution,
+            source,
+            arguments_sha256: sha256_hex(arguments),
+            intent,
+            reason,
+        }
+    }
+
     async fn run_one(
         &self,
         call: &ToolCall,
+        verdict: Verdict,
         batch_mode: BatchMode,
     ) -> Result<ToolResultMessage, SessionError> {
         let span = tracing::info_span!(
@@ -70,7 +192,7 @@ impl ToolRunner<'_> {
                 arguments: call.arguments.clone(),
                 batch_mode,
             });
-            let result = self.prepare_and_execute(call).await?;
+            let result = to_result(call, self.settle(call, verdict).await?);
             self.shared.emitter.emit(RunEventKind::ToolExecutionEnd {
                 result: result.clone(),
             });
@@ -80,60 +202,45 @@ impl ToolRunner<'_> {
         .await
     }
 
-    async fn prepare_and_execute(
+    /// Asks the host when the policy asked, then executes what may run.
+    async fn settle(
         &self,
         call: &ToolCall,
-    ) -> Result<ToolResultMessage, SessionError> {
+        verdict: Verdict,
+    ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
+        let (prepared, level) = match verdict {
+            Verdict::Refused(error) => return Ok(Err(error)),
+            Verdict::Run(prepared, level) => (prepared, level),
+            Verdict::Ask {
+                prepared,
+                intent,
+                reason,
+            } => match self
+                .authorize_by_host(call, &prepared.arguments, intent, reason)
+                .await?
+            {
+                Ok(level) => (prepared, level),
+                Err(error) => return Ok(Err(error)),
+            },
+        };
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
-            return Ok(to_result(call, Err(error)));
+            return Ok(Err(error));
         }
-        let prepared = match self.parts.tools.prepare(call) {
-            Ok(prepared) => prepared,
-            Err(error) => return Ok(to_result(call, Err(error))),
-        };
-        let intent = prepared
-            .tool
-            .intent(&prepared.arguments, &self.parts.workspace);
-        if let Some(denial) = self.authorize(call, &prepared.arguments, intent).await? {
-            return Ok(to_result(call, Err(denial)));
-        }
-        Ok(to_result(call, self.execute(call, prepared).await))
+        Ok(self.execute(call, prepared, level).await)
     }
 
-    /// Decides whether the call may run; `Some(error)` when it may not.
-    async fn authorize(
+    /// Asks the host and records its decision; the level to run at, or why not.
+    async fn authorize_by_host(
         &self,
         call: &ToolCall,
         arguments: &Value,
         intent: OperationIntent,
-    ) -> Result<Option<ToolError>, SessionError> {
-        let (resolution, source, reason) =
-            match self.parts.policy.evaluate(self.mode, &call.name, &intent) {
-                PolicyDecision::Allow => (
-                    PermissionResolution::Approved,
-                    DecisionSource::Policy,
-                    format!("allowed in {} mode", self.mode.as_str()),
-                ),
-                PolicyDecision::Deny(reason) => {
-                    (PermissionResolution::Denied, DecisionSource::Policy, reason)
-                }
-                PolicyDecision::Ask(reason) => {
-                    let (resolution, source) =
-                        self.ask_host(call, arguments, &intent, &reason).await;
-                    (resolution, source, reason)
-                }
-            };
-        let decision = PermissionDecision {
-            call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            mode: self.mode,
-            resolution,
-            source,
-            arguments_sha256: sha256_hex(arguments),
-            intent,
-            reason: reason.clone(),
-        };
+        reason: String,
+    ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
+        let (resolution, source) = self.ask_host(call, arguments, &intent, &reason).await;
+        let level = self.parts.policy.approved_level(self.mode, &intent);
+        let decision = self.decision(call, arguments, intent, resolution, source, reason);
         self.writer
             .append(
                 &self.shared.emitter,
@@ -141,17 +248,21 @@ impl ToolRunner<'_> {
             )
             .await?;
         Ok(match (resolution, source) {
-            (PermissionResolution::Approved, _) => None,
-            (PermissionResolution::Denied, DecisionSource::Policy) => {
-                Some(denied(format!("Permission denied: {reason}")))
+            (PermissionResolution::Approved, _) => Ok(level),
+            (PermissionResolution::Denied, DecisionSource::Kernel)
+                if self.shared.cancel.is_cancelled() =>
+            {
+                Err(ToolError::new(
+                    ToolErrorCode::Cancelled,
+                    "Not run: the run was cancelled while waiting for permission",
+                ))
             }
-            (PermissionResolution::Denied, DecisionSource::Host) => {
-                Some(denied("Permission denied by the host".into()))
-            }
-            (PermissionResolution::Denied, DecisionSource::Kernel) => Some(ToolError::new(
-                ToolErrorCode::Cancelled,
-                "Not run: the run was cancelled while waiting for permission",
+            (PermissionResolution::Denied, DecisionSource::Kernel) => Err(denied(
+                "Permission denied: the host stopped listening, so nobody could approve it".into(),
             )),
+            (PermissionResolution::Denied, _) => {
+                Err(denied("Permission denied by the host".into()))
+            }
         })
     }
 
@@ -174,12 +285,17 @@ impl ToolRunner<'_> {
             intent: intent.clone(),
             reason: reason.to_owned(),
         });
-        let (resolution, source) = tokio::select! {
-            answer = answer => match answer {
-                Ok(resolution) => (resolution, DecisionSource::Host),
-                Err(_) => (PermissionResolution::Denied, DecisionSource::Kernel),
-            },
-            () = self.shared.cancel.cancelled() => (PermissionResolution::Denied, DecisionSource::Kernel),
+        let kernel_denies = (PermissionResolution::Denied, DecisionSource::Kernel);
+        let (resolution, source) = if self.shared.host_listening() {
+            tokio::select! {
+                answer = answer => match answer {
+                    Ok(resolution) => (resolution, DecisionSource::Host),
+                    Err(_) => kernel_denies,
+                },
+                () = self.shared.cancel.cancelled() => kernel_denies,
+            }
+        } else {
+            kernel_denies
         };
         self.shared.forget_permission(&request_id);
         self.shared.emitter.emit(RunEventKind::PermissionResolved {
@@ -195,13 +311,23 @@ impl ToolRunner<'_> {
         &self,
         call: &ToolCall,
         prepared: PreparedCall,
+        level: SandboxLevel,
     ) -> Result<ToolOutput, ToolError> {
+        let sandbox = Sandbox {
+            level,
+            config: self.parts.sandbox.clone(),
+        };
         let (sender, mut progress) = mpsc::unbounded_channel();
         let context = ToolContext {
             call_id: call.id.clone(),
-            workspace: self.parts.workspace.clone(),
+            workspace: if level == SandboxLevel::Unsandboxed {
+                Arc::new(self.parts.workspace.allowing_outside())
+            } else {
+                self.parts.workspace.clone()
+            },
             cancel: self.shared.cancel.child_token(),
             progress: ProgressSink::new(call.id.clone(), sender),
+            sandbox: sandbox.clone(),
         };
         let execution = prepared.tool.execute(prepared.arguments, context);
         tokio::pin!(execution);
@@ -220,6 +346,17 @@ impl ToolRunner<'_> {
                 .emit(RunEventKind::ToolExecutionUpdate { call_id, progress });
         }
         outcome
+    }
+}
+
+/// The recorded reason of a policy allow, naming the sandbox of commands.
+fn allowed_reason(mode: PermissionMode, intent: &OperationIntent, level: SandboxLevel) -> String {
+    let mode = mode.as_str();
+    match intent.kind {
+        IntentKind::Shell | IntentKind::Network | IntentKind::Unknown => {
+            format!("allowed in {mode} mode (sandbox: {})", level.as_str())
+        }
+        _ => format!("allowed in {mode} mode"),
     }
 }
 

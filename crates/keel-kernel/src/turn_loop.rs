@@ -17,6 +17,7 @@ use keel_protocol::{
 };
 use keel_provider::ModelRequest;
 use keel_session::SessionError;
+use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
@@ -102,6 +103,12 @@ impl<'a> TurnLoop<'a> {
             model: parts.model.clone(),
             mode: spec.mode,
         });
+        if let Some(message) = unsandboxed_warning(spec.mode, parts.sandbox.mode) {
+            shared.emitter.emit(RunEventKind::Warning {
+                code: "unsandboxed".into(),
+                message,
+            });
+        }
         let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
         let run = Self {
             parts,
@@ -380,4 +387,21 @@ fn provider_failure(error: ProviderError, attempts: u32) -> RunError {
         error.message
     };
     RunError::new(ErrorSource::Provider, error.kind.code(), message)
+}
+
+/// The warning a run owes its host when commands will not run in Keel's sandbox.
+fn unsandboxed_warning(mode: PermissionMode, sandbox: SandboxMode) -> Option<String> {
+    match (mode, sandbox) {
+        (PermissionMode::Full, _) => Some(
+            "full mode: every tool call is allowed without asking and commands run without \
+             the OS sandbox, with all of this user's authority"
+                .into(),
+        ),
+        (_, SandboxMode::External) => Some(
+            "the host declared an external sandbox: Keel applies no OS restrictions to \
+             commands and relies on the host's isolation"
+                .into(),
+        ),
+        _ => None,
+    }
 }

@@ -79,6 +79,14 @@ pub enum RunEventKind {
         /// Permission mode fixed for the run.
         mode: PermissionMode,
     },
+    /// Something the host should show its user before the run goes on,
+    /// e.g. that commands run without the OS sandbox.
+    Warning {
+        /// A stable snake_case code, e.g. `unsandboxed`.
+        code: String,
+        /// The warning, in words.
+        message: String,
+    },
     /// A turn began (1-based).
     TurnStart {
         /// Turn number within the run.
@@ -252,6 +260,7 @@ impl RunEventKind {
     pub fn type_name(&self) -> &'static str {
         match self {
             Self::RunStarted { .. } => "run_started",
+            Self::Warning { .. } => "warning",
             Self::TurnStart { .. } => "turn_start",
             Self::TurnEnd { .. } => "turn_end",
             Self::RunSettled { .. } => "run_settled",

@@ -25,6 +25,8 @@ use keel_protocol::IntentScope;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Workspace {
     root: PathBuf,
+    /// Whether paths outside the root resolve too (a decision allowed it).
+    outside_allowed: bool,
 }
 
 /// Why a path could not be used.
@@ -89,7 +91,20 @@ impl Workspace {
         if !root.is_dir() {
             return Err(WorkspaceError::NotADirectory { path: shown });
         }
-        Ok(Workspace { root })
+        Ok(Workspace {
+            root,
+            outside_allowed: false,
+        })
+    }
+
+    /// The same workspace for one call whose permission decision allowed
+    /// access outside it (`full`, or a host approving exactly that): paths
+    /// outside the root resolve instead of being refused.
+    pub fn allowing_outside(&self) -> Workspace {
+        Workspace {
+            root: self.root.clone(),
+            outside_allowed: true,
+        }
     }
 
     /// The canonical root directory.
@@ -99,6 +114,25 @@ impl Workspace {
 
     /// Resolves a model-supplied path to an absolute path inside the workspace.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, WorkspaceError> {
+        match self.resolve_inside(path) {
+            Err(
+                WorkspaceError::Outside { .. }
+                | WorkspaceError::Escapes { .. }
+                | WorkspaceError::HardLinked { .. },
+            ) if self.outside_allowed => self.resolve_anywhere(path),
+            resolved => resolved,
+        }
+    }
+
+    /// Resolves a path that was allowed to lie outside the root.
+    fn resolve_anywhere(&self, path: &str) -> Result<PathBuf, WorkspaceError> {
+        let normalized = normalize(&self.root.join(path));
+        let (existing, rest) = split_existing(path, &normalized)?;
+        let real = std::fs::canonicalize(&existing).map_err(|error| io_error(path, &error))?;
+        Ok(rest.iter().rev().fold(real, |acc, part| acc.join(part)))
+    }
+
+    fn resolve_inside(&self, path: &str) -> Result<PathBuf, WorkspaceError> {
         check_syntax(path)?;
         let given = Path::new(path);
         let joined = if given.is_absolute() {

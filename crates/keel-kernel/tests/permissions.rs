@@ -1,0 +1,303 @@
+//! SPEC §7 through `AgentKernel`: every (mode × intent) cell of the matrix,
+//! the sandbox level an allowed call runs at, host decisions bound to the
+//! exact call, recorded decisions, and runs that must never come back in
+//! `full` unless the host says so again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use keel_kernel::{AgentKernel, RunSpec};
+use keel_protocol::{
+    DecisionSource, EntryPayload, ExecutionMode, IntentKind, IntentScope, OperationIntent,
+    PermissionMode, PermissionResolution, RunEventKind, ToolStatus,
+};
+use keel_provider::{Script, ScriptedProvider};
+use keel_session::{MemoryStore, SessionStore};
+use keel_tools::builtin::{BashOptions, default_tools};
+use keel_tools::{Tool, ToolContext, ToolFuture, ToolOutput, Workspace};
+use serde_json::{Value, json};
+
+/// A tool whose intent is whatever its arguments say; it reports the
+/// sandbox level it was given.
+struct Probe;
+
+impl Tool for Probe {
+    fn name(&self) -> &str {
+        "probe"
+    }
+    fn description(&self) -> &str {
+        "Claims the intent it is told to."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"kind": {"type": "string"}, "scope": {"type": "string"}}, "required": ["kind", "scope"]})
+    }
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Parallel
+    }
+    fn intent(&self, arguments: &Value, _workspace: &Workspace) -> OperationIntent {
+        serde_json::from_value(arguments.clone()).unwrap()
+    }
+    fn execute(&self, _arguments: Value, context: ToolContext) -> ToolFuture<'_> {
+        Box::pin(async move { Ok(ToolOutput::text(context.sandbox.level.as_str())) })
+    }
+}
+
+/// What happened to one call: `allow:<level>`, `deny` or `ask`.
+async fn outcome(mode: PermissionMode, kind: IntentKind, scope: IntentScope) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let arguments = json!({"kind": kind, "scope": scope});
+    let script = json!({"turns": [
+        {"content": [{"type": "tool_call", "name": "probe", "arguments": arguments}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let kernel = AgentKernel::builder()
+        .provider(Arc::new(ScriptedProvider::new(
+            Script::from_json(&script.to_string()).unwrap(),
+        )))
+        .workspace(Workspace::new(dir.path()).unwrap())
+        .tool(Arc::new(Probe))
+        .build()
+        .unwrap();
+    let run = kernel
+        .create_run(RunSpec {
+            prompt: "go".into(),
+            mode,
+            ..RunSpec::default()
+        })
+        .await
+        .unwrap();
+    let mut events = run.events().unwrap();
+    let mut asked = false;
+    let mut result = None;
+    while let Some(event) = events.next().await {
+        match event.kind {
+            RunEventKind::PermissionRequested { request_id, .. } => {
+                asked = true;
+                run.resolve_permission(&request_id, PermissionResolution::Denied)
+                    .unwrap();
+            }
+            RunEventKind::ToolExecutionEnd { result: r } => result = Some(r),
+            _ => {}
+        }
+    }
+    let result = result.unwrap();
+    match (asked, result.status) {
+        (true, _) => "ask".into(),
+        (false, ToolStatus::Success) => format!("allow:{}", text(&result.content)),
+        (false, _) => "deny".into(),
+    }
+}
+
+fn text(content: &[keel_protocol::UserContent]) -> String {
+    content
+        .iter()
+        .map(|block| match block {
+            keel_protocol::UserContent::Text { text } => text.clone(),
+            keel_protocol::UserContent::Image(_) => String::new(),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn every_cell_of_the_matrix() {
+    use IntentKind::{Custom, Network, Read, Shell, Unknown, Write};
+    use IntentScope::{Outside, Workspace as Inside};
+    let rw = "allow:workspace_write";
+    let full = "allow:unsandboxed";
+    // Rows of SPEC §7; columns plan, ask, auto, full.
+    let rows: &[((IntentKind, IntentScope), [&str; 4])] = &[
+        ((Read, Inside), ["allow:read_only", rw, rw, full]),
+        ((Write, Inside), ["deny", "ask", rw, full]),
+        ((Shell, Inside), ["allow:read_only", "ask", rw, full]),
+        ((Read, Outside), ["deny", "ask", "ask", full]),
+        ((Write, Outside), ["deny", "ask", "ask", full]),
+        ((Shell, Outside), ["deny", "ask", "ask", full]),
+        ((Shell, IntentScope::Unknown), ["deny", "ask", "ask", full]),
+        ((Network, Inside), ["deny", "ask", "ask", full]),
+        ((Network, Outside), ["deny", "ask", "ask", full]),
+        ((Custom, IntentScope::Unknown), ["deny", "ask", "ask", full]),
+        (
+            (Unknown, IntentScope::Unknown),
+            ["deny", "ask", "ask", full],
+        ),
+    ];
+    let modes = [
+        PermissionMode::Plan,
+        PermissionMode::Ask,
+        PermissionMode::Auto,
+        PermissionMode::Full,
+    ];
+    let mut cells = 0;
+    for ((kind, scope), expected) in rows {
+        for (mode, want) in modes.iter().zip(expected) {
+            let got = outcome(*mode, *kind, *scope).await;
+            assert_eq!(&got, want, "{mode:?} × {kind:?}@{scope:?}");
+            cells += 1;
+        }
+    }
+    assert_eq!(cells, 44);
+}
+
+/// A host approval runs the call at the least level its intent needs.
+#[tokio::test]
+async fn approved_calls_run_at_the_level_their_intent_needs() {
+    for (kind, scope, level) in [
+        (IntentKind::Shell, IntentScope::Workspace, "workspace_write"),
+        (
+            IntentKind::Network,
+            IntentScope::Workspace,
+            "workspace_write_network",
+        ),
+        (IntentKind::Shell, IntentScope::Outside, "unsandboxed"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let script = json!({"turns": [
+            {"content": [{"type": "tool_call", "name": "probe", "arguments": {"kind": kind, "scope": scope}}]},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]});
+        let kernel = AgentKernel::builder()
+            .provider(Arc::new(ScriptedProvider::new(
+                Script::from_json(&script.to_string()).unwrap(),
+            )))
+            .workspace(Workspace::new(dir.path()).unwrap())
+            .tool(Arc::new(Probe))
+            .build()
+            .unwrap();
+        let run = kernel
+            .create_run(RunSpec {
+                prompt: "go".into(),
+                mode: PermissionMode::Ask,
+                ..RunSpec::default()
+            })
+            .await
+            .unwrap();
+        let mut events = run.events().unwrap();
+        let mut ran = None;
+        while let Some(event) = events.next().await {
+            match event.kind {
+                RunEventKind::PermissionRequested { request_id, .. } => {
+                    assert!(
+                        run.resolve_permission("perm-999-0000", PermissionResolution::Approved)
+                            .is_err()
+                    );
+                    run.resolve_permission(&request_id, PermissionResolution::Approved)
+                        .unwrap();
+                    assert!(
+                        run.resolve_permission(&request_id, PermissionResolution::Approved)
+                            .is_err(),
+                        "an id answers once"
+                    );
+                }
+                RunEventKind::ToolExecutionEnd { result } => ran = Some(text(&result.content)),
+                _ => {}
+            }
+        }
+        assert_eq!(ran.as_deref(), Some(level), "{kind:?}@{scope:?}");
+    }
+}
+
+/// Runs `bash` in the given session and mode; returns (run_started mode,
+/// the decision's sandbox reason, the session id).
+async fn bash_run(
+    kernel: &AgentKernel,
+    session_id: Option<String>,
+    mode: Option<PermissionMode>,
+) -> (PermissionMode, String) {
+    let mut spec = RunSpec {
+        prompt: "go".into(),
+        session_id,
+        ..RunSpec::default()
+    };
+    if let Some(mode) = mode {
+        spec.mode = mode;
+    }
+    let run = kernel.create_run(spec).await.unwrap();
+    let mut events = run.events().unwrap();
+    let mut started = None;
+    let mut warned = false;
+    while let Some(event) = events.next().await {
+        match event.kind {
+            RunEventKind::RunStarted { mode, .. } => started = Some(mode),
+            RunEventKind::PermissionRequested { request_id, .. } => {
+                run.resolve_permission(&request_id, PermissionResolution::Denied)
+                    .unwrap();
+            }
+            RunEventKind::Warning { code, .. } => warned |= code == "unsandboxed",
+            _ => {}
+        }
+    }
+    let result = run.result().await;
+    let mode = started.unwrap();
+    assert_eq!(
+        warned,
+        mode == PermissionMode::Full,
+        "full, and only full, warns"
+    );
+    (mode, result.session_id)
+}
+
+#[tokio::test]
+async fn a_continued_session_never_comes_back_in_full_silently() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a\n").unwrap();
+    let call = json!({"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "cat a.txt"}}]});
+    let done = json!({"content": [{"type": "text", "text": "done"}]});
+    let script = json!({"turns": [call, done, call, done, call, done]});
+    let store = Arc::new(MemoryStore::new());
+    let kernel = AgentKernel::builder()
+        .provider(Arc::new(ScriptedProvider::new(
+            Script::from_json(&script.to_string()).unwrap(),
+        )))
+        .workspace(Workspace::new(dir.path()).unwrap())
+        .store(store.clone())
+        .tools(default_tools(BashOptions::default()))
+        .build()
+        .unwrap();
+    let (first, session) = bash_run(&kernel, None, Some(PermissionMode::Full)).await;
+    assert_eq!(first, PermissionMode::Full);
+    let (second, _) = bash_run(&kernel, Some(session.clone()), None).await;
+    assert_eq!(
+        second,
+        PermissionMode::Auto,
+        "the session's earlier full is not inherited"
+    );
+    let (third, _) = bash_run(&kernel, Some(session.clone()), Some(PermissionMode::Full)).await;
+    assert_eq!(
+        third,
+        PermissionMode::Full,
+        "the host may grant full again, explicitly"
+    );
+    let decisions: Vec<_> = store
+        .entries(&session)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter_map(|entry| match entry.payload {
+            EntryPayload::PermissionDecision { decision } => Some(decision),
+            _ => None,
+        })
+        .collect();
+    let modes: Vec<_> = decisions.iter().map(|d| d.mode).collect();
+    assert_eq!(
+        modes,
+        [
+            PermissionMode::Full,
+            PermissionMode::Auto,
+            PermissionMode::Full
+        ]
+    );
+    for decision in &decisions {
+        assert_eq!(decision.source, DecisionSource::Policy);
+        assert_eq!(decision.arguments_sha256.len(), 64);
+        let stored = serde_json::to_string(decision).unwrap();
+        assert!(
+            !stored.contains("cat a.txt"),
+            "decisions hold hashes, not arguments"
+        );
+    }
+    assert!(
+        decisions[1].reason.contains("workspace_write"),
+        "{}",
+        decisions[1].reason
+    );
+}
