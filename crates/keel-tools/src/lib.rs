@@ -15,6 +15,7 @@ pub mod env;
 pub mod outputs;
 pub mod registry;
 pub mod scheduler;
+pub mod shell;
 pub mod tool;
 pub mod truncate;
 pub mod workspace;
