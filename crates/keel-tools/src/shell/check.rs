@@ -10,8 +10,9 @@
 
 use super::ast::{RedirOp, Redirect};
 use super::expand::Field;
+use super::frame::{Dir, Frame};
 use super::resolve::{Place, abbreviate};
-use super::walk::{Dir, Frame, Walker};
+use super::walk::Walker;
 
 /// URL schemes that name something on the network.
 const NETWORK_SCHEMES: [&str; 24] = [

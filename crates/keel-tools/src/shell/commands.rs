@@ -11,8 +11,9 @@
 use std::path::PathBuf;
 
 use super::expand::{Args, Field};
+use super::frame::{Cwds, Dir, Frame, Outcome, Run};
 use super::resolve::{abbreviate, normalize};
-use super::walk::{Cwds, Dir, Frame, Outcome, Run, Walker};
+use super::walk::Walker;
 
 /// Commands that run another command as another user or in another root.
 const PRIVILEGED: [&str; 13] = [
@@ -254,7 +255,7 @@ impl Walker<'_> {
                 Args::Known { zero, .. } => zero.clone(),
                 Args::Unknown => "bash".to_owned(),
             };
-            frame.args = super::walk::bind_args(&zero, rest);
+            frame.args = super::frame::bind_args(&zero, rest);
         }
     }
 

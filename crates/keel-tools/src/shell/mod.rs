@@ -7,9 +7,10 @@
 //! patterns over its text: [`analyze`] parses bash syntax (`lex.rs`,
 //! `word.rs`, `parse.rs`), expands each word as far as it can be known
 //! statically (`expand.rs`), walks the commands in order while tracking
-//! the working directory (`walk.rs`, `commands.rs`, `wrappers.rs`,
-//! `tools.rs`), and places every path a command names against the
-//! workspace root (`check.rs`, `resolve.rs`).
+//! the working directory (`walk.rs`, `frame.rs`), interprets the commands
+//! it knows (`commands.rs`, `wrappers.rs`, `tools.rs`, `packages.rs`), and
+//! places every path a command names against the workspace root
+//! (`check.rs`, `resolve.rs`). `report.rs` merges the findings.
 //!
 //! Invariants:
 //!
@@ -31,7 +32,9 @@ mod ast;
 mod check;
 mod commands;
 mod expand;
+mod frame;
 mod lex;
+mod packages;
 mod parse;
 mod report;
 mod resolve;

@@ -20,7 +20,7 @@
 //! commands and paths; past either the command is unknown.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::rc::Rc;
 
 use super::ast::{
@@ -28,175 +28,14 @@ use super::ast::{
     Part, Pipeline, RedirOp, Redirect, Simple, Word,
 };
 use super::expand::{Args, ExpandEnv, Field, expand_value, expand_word};
+use super::frame::{Cwds, Dir, Frame, Outcome, Reassigned, Run, Stdin, bind_args};
 use super::report::Findings;
 use super::resolve::Roots;
-use super::word::{is_name_char, parse_source};
+use super::word::parse_source;
 use super::{MAX_DEPTH, ShellAnalysis};
 
 /// Most commands and paths one analysis visits.
 const MAX_STEPS: usize = 100_000;
-/// Most working directories tracked at once; more become unknown.
-const MAX_CWDS: usize = 8;
-
-/// A directory the shell may be in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) enum Dir {
-    /// A known directory.
-    At {
-        /// `$PWD`: the path `cd` went through, symlinks kept.
-        logical: PathBuf,
-        /// Where the kernel resolves relative paths from.
-        physical: PathBuf,
-    },
-    /// Somewhere under a home directory.
-    Home,
-    /// Not known.
-    Unknown,
-}
-
-/// The directories the shell may be in.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct Cwds(Vec<Dir>);
-
-impl Cwds {
-    /// Exactly one directory.
-    pub(super) fn one(dir: Dir) -> Cwds {
-        Cwds(vec![dir])
-    }
-
-    /// An unknown directory.
-    pub(super) fn unknown() -> Cwds {
-        Cwds::one(Dir::Unknown)
-    }
-
-    /// The directories of either.
-    pub(super) fn union(&self, other: &Cwds) -> Cwds {
-        let mut dirs = self.0.clone();
-        for dir in &other.0 {
-            if !dirs.contains(dir) {
-                dirs.push(dir.clone());
-            }
-        }
-        if dirs.len() > MAX_CWDS {
-            return Cwds::unknown();
-        }
-        Cwds(dirs)
-    }
-
-    /// These directories plus an unknown one.
-    pub(super) fn with_unknown(&self) -> Cwds {
-        self.union(&Cwds::unknown())
-    }
-
-    /// The directories.
-    pub(super) fn dirs(&self) -> &[Dir] {
-        &self.0
-    }
-
-    /// `$PWD` when there is exactly one known directory.
-    fn pwd(&self) -> Option<&str> {
-        match self.0.as_slice() {
-            [Dir::At { logical, .. }] => logical.to_str(),
-            _ => None,
-        }
-    }
-}
-
-/// The shell state a command runs in.
-#[derive(Debug, Clone)]
-pub(super) struct Frame {
-    /// Where the shell may be.
-    pub(super) cwds: Cwds,
-    /// The positional parameters.
-    pub(super) args: Args,
-    /// The functions defined so far.
-    pub(super) functions: Rc<HashMap<String, Rc<Function>>>,
-    /// Whether standard input may carry data (a pipe, a redirection).
-    pub(super) stdin_open: bool,
-}
-
-/// Where the shell may be after a command, by how the command ended.
-#[derive(Debug, Clone)]
-pub(super) struct Outcome {
-    /// After success.
-    pub(super) ok: Cwds,
-    /// After failure.
-    pub(super) failed: Cwds,
-}
-
-impl Outcome {
-    /// The same directories either way.
-    pub(super) fn same(cwds: Cwds) -> Outcome {
-        Outcome {
-            ok: cwds.clone(),
-            failed: cwds,
-        }
-    }
-}
-
-/// What a command's standard input holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Stdin {
-    /// Nothing (the tool gives commands no input).
-    Closed,
-    /// A file named by a redirection.
-    File,
-    /// Text known statically (a quoted here-document, a here-string).
-    Text(String),
-    /// Something the analysis cannot see (a pipe).
-    Unknown,
-}
-
-/// How a command is being run.
-#[derive(Debug, Clone)]
-pub(super) struct Run {
-    /// Its standard input.
-    pub(super) stdin: Stdin,
-    /// Whether functions are bypassed (`command`, `builtin`).
-    pub(super) skip_functions: bool,
-}
-
-/// Variables the command may set, so their expansions are not trusted.
-#[derive(Debug, Clone, Copy, Default)]
-pub(super) struct Reassigned {
-    /// `PWD`.
-    pub(super) pwd: bool,
-    /// `TMPDIR`.
-    pub(super) tmpdir: bool,
-    /// `IFS`.
-    pub(super) ifs: bool,
-    /// `CDPATH`.
-    pub(super) cdpath: bool,
-    /// Whether the command mentions `cd`, `pushd` or `popd` at all.
-    pub(super) changes_dir: bool,
-}
-
-impl Reassigned {
-    /// Which variables the source mentions other than in `$NAME`/`${NAME`.
-    fn scan(source: &str) -> Reassigned {
-        Reassigned {
-            pwd: mentioned(source, "PWD"),
-            tmpdir: mentioned(source, "TMPDIR"),
-            ifs: mentioned(source, "IFS"),
-            cdpath: mentioned(source, "CDPATH"),
-            changes_dir: ["cd", "pushd", "popd"]
-                .iter()
-                .any(|name| mentioned(source, name)),
-        }
-    }
-}
-
-/// Whether `name` appears in `source` other than right after `$` or `${`.
-fn mentioned(source: &str, name: &str) -> bool {
-    source.match_indices(name).any(|(at, _)| {
-        let before = source.get(..at).unwrap_or_default();
-        let after = source.get(at + name.len()..).unwrap_or_default();
-        let bounded = !before.chars().next_back().is_some_and(is_name_char)
-            && !after.chars().next().is_some_and(is_name_char);
-        bounded && !before.ends_with('$') && !before.ends_with("${")
-    })
-}
-
 /// A function call's memo key.
 type CallKey = (String, Cwds, Args);
 
@@ -584,21 +423,6 @@ impl<'r> Walker<'r> {
             args: &frame.args,
             ifs_changed: self.vars.ifs,
         }
-    }
-}
-
-/// Positional parameters bound from fields: known if every field is.
-pub(super) fn bind_args(zero: &str, fields: &[Field]) -> Args {
-    let rest: Option<Vec<String>> = fields
-        .iter()
-        .map(|field| field.literal().map(str::to_owned))
-        .collect();
-    match rest {
-        Some(rest) => Args::Known {
-            zero: zero.to_owned(),
-            rest,
-        },
-        None => Args::Unknown,
     }
 }
 

@@ -12,7 +12,8 @@
 use std::rc::Rc;
 
 use super::expand::{Args, Field};
-use super::walk::{Cwds, Frame, Outcome, Run, Stdin, Walker, bind_args};
+use super::frame::{Cwds, Frame, Outcome, Run, Stdin, bind_args};
+use super::walk::Walker;
 
 /// A wrapper that runs the command after its options.
 #[derive(Debug)]
