@@ -146,71 +146,99 @@ fn flatten(word: &Word) -> Vec<Atom<'_>> {
 
 /// Performs brace expansion; `false` when it would produce too many words.
 fn brace_expand<'w>(atoms: Vec<Atom<'w>>, out: &mut Vec<Vec<Atom<'w>>>) -> bool {
-    if out.len() >= MAX_FIELDS {
-        return false;
-    }
-    let Some((open, close, alternatives)) = find_brace(&atoms) else {
-        out.push(atoms);
-        return true;
-    };
-    let prefix = atoms.get(..open).unwrap_or_default();
-    let suffix = atoms.get(close + 1..).unwrap_or_default();
-    for alternative in alternatives {
-        let mut combined = prefix.to_vec();
-        combined.extend(alternative);
-        combined.extend_from_slice(suffix);
-        if !brace_expand(combined, out) {
+    let mut work = vec![atoms];
+    while let Some(atoms) = work.pop() {
+        let Some(brace) = find_brace(&atoms) else {
+            out.push(atoms);
+            continue;
+        };
+        let prefix = atoms.get(..brace.open).unwrap_or_default();
+        let suffix = atoms.get(brace.close + 1..).unwrap_or_default();
+        // Pushed in reverse so that words come out in order.
+        for alternative in brace.alternatives.into_iter().rev() {
+            let mut combined = prefix.to_vec();
+            combined.extend(alternative);
+            combined.extend_from_slice(suffix);
+            work.push(combined);
+        }
+        if out.len() + work.len() > MAX_FIELDS {
             return false;
         }
     }
     true
 }
 
-/// The first expandable brace: its bounds and its alternatives.
-#[allow(clippy::type_complexity)]
-fn find_brace<'w>(atoms: &[Atom<'w>]) -> Option<(usize, usize, Vec<Vec<Atom<'w>>>)> {
-    let is = |i: usize, c: char| matches!(atoms.get(i), Some(Atom::Char(x, false)) if *x == c);
-    for open in (0..atoms.len()).filter(|&i| is(i, '{')) {
-        let mut depth = 0usize;
-        let mut commas = Vec::new();
-        let mut close = None;
-        for i in open + 1..atoms.len() {
-            if is(i, '{') {
-                depth += 1;
-            } else if is(i, '}') {
-                if depth == 0 {
-                    close = Some(i);
-                    break;
+/// An expandable brace: its bounds and its alternatives.
+struct Brace<'w> {
+    open: usize,
+    close: usize,
+    alternatives: Vec<Vec<Atom<'w>>>,
+}
+
+/// The leftmost expandable brace (`{a,b}` or `{1..3}`), in one pass.
+fn find_brace<'w>(atoms: &[Atom<'w>]) -> Option<Brace<'w>> {
+    // Open braces with the top-level commas seen inside each.
+    let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
+    let mut best: Option<Brace<'w>> = None;
+    for (index, atom) in atoms.iter().enumerate() {
+        match atom {
+            Atom::Char('{', false) => stack.push((index, Vec::new())),
+            Atom::Char(',', false) => {
+                if let Some((_, commas)) = stack.last_mut() {
+                    commas.push(index);
                 }
-                depth -= 1;
-            } else if is(i, ',') && depth == 0 {
-                commas.push(i);
             }
-        }
-        let Some(close) = close else { continue };
-        if !commas.is_empty() {
-            let mut bounds = vec![open];
-            bounds.extend(&commas);
-            bounds.push(close);
-            let alternatives = bounds
-                .windows(2)
-                .map(|w| match w {
-                    [a, b] => atoms.get(a + 1..*b).unwrap_or_default().to_vec(),
-                    _ => Vec::new(),
-                })
-                .collect();
-            return Some((open, close, alternatives));
-        }
-        let inner = atoms.get(open + 1..close).unwrap_or_default();
-        if let Some(items) = sequence(inner) {
-            let alternatives = items
-                .into_iter()
-                .map(|item| item.chars().map(|c| Atom::Char(c, true)).collect())
-                .collect();
-            return Some((open, close, alternatives));
+            Atom::Char('}', false) => {
+                let Some((open, commas)) = stack.pop() else {
+                    continue;
+                };
+                if best.as_ref().is_some_and(|best| best.open < open) {
+                    continue;
+                }
+                if let Some(alternatives) = brace_alternatives(atoms, open, index, &commas) {
+                    best = Some(Brace {
+                        open,
+                        close: index,
+                        alternatives,
+                    });
+                }
+            }
+            _ => {}
         }
     }
-    None
+    best
+}
+
+/// The alternatives of the brace pair `open..=close`, if it expands.
+fn brace_alternatives<'w>(
+    atoms: &[Atom<'w>],
+    open: usize,
+    close: usize,
+    commas: &[usize],
+) -> Option<Vec<Vec<Atom<'w>>>> {
+    if commas.is_empty() {
+        let inner = atoms.get(open + 1..close)?;
+        // Sequence expressions are short; longer text is not one.
+        let items = sequence(inner).filter(|_| inner.len() <= 48)?;
+        return Some(
+            items
+                .into_iter()
+                .map(|item| item.chars().map(|c| Atom::Char(c, true)).collect())
+                .collect(),
+        );
+    }
+    let mut bounds = vec![open];
+    bounds.extend(commas);
+    bounds.push(close);
+    Some(
+        bounds
+            .windows(2)
+            .map(|pair| match pair {
+                [a, b] => atoms.get(a + 1..*b).unwrap_or_default().to_vec(),
+                _ => Vec::new(),
+            })
+            .collect(),
+    )
 }
 
 /// The items of a `{a..b[..step]}` sequence expression, if `inner` is one.

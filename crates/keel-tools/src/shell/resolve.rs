@@ -172,7 +172,7 @@ impl Roots {
                     ),
                 },
                 None => Place::Inside {
-                    shown: self.show(&lexical),
+                    shown: self.show(&real),
                     exists,
                 },
             },

@@ -296,6 +296,10 @@ impl Walker<'_> {
             "ssh" | "mosh" => "BbcDEeFIiJLlmOopQRSWw",
             "scp" => "cFiJlOoPS",
             "sftp" => "BbcDFiJloPRSs",
+            "ping" | "ping6" => "cfiIlmMpQsStTwW",
+            "dig" => "bcfkpqtxy",
+            "nc" | "ncat" | "netcat" => "eIiOpqsTwWxX",
+            "traceroute" | "tracepath" | "mtr" => "fgimNpqsTwzl",
             _ => "",
         };
         let host = HOST_FIRST

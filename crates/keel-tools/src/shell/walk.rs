@@ -53,7 +53,7 @@ pub(super) struct Walker<'r> {
     /// Commands and paths visited.
     steps: usize,
     /// Function calls walked, with where they leave the shell (`None`: in progress).
-    calls: HashMap<CallKey, Option<Cwds>>,
+    calls: HashMap<CallKey, Option<Outcome>>,
 }
 
 impl<'r> Walker<'r> {
@@ -127,19 +127,22 @@ impl<'r> Walker<'r> {
         }
     }
 
-    /// Walks a list.
-    pub(super) fn walk_list(&mut self, list: &List, frame: &mut Frame) {
+    /// Walks a list; the outcome is that of its last command.
+    pub(super) fn walk_list(&mut self, list: &List, frame: &mut Frame) -> Outcome {
+        let mut last = Outcome::same(frame.cwds.clone());
         for item in &list.items {
-            if item.background {
+            last = if item.background {
                 self.walk_and_or(item, &mut frame.clone());
+                Outcome::same(frame.cwds.clone())
             } else {
-                self.walk_and_or(item, frame);
-            }
+                self.walk_and_or(item, frame)
+            };
         }
+        last
     }
 
     /// Walks an and-or list: `&&` continues from success, `||` from failure.
-    fn walk_and_or(&mut self, and_or: &AndOr, frame: &mut Frame) {
+    fn walk_and_or(&mut self, and_or: &AndOr, frame: &mut Frame) -> Outcome {
         let Outcome { mut ok, mut failed } = self.walk_pipeline(&and_or.first, frame);
         for (connector, pipeline) in &and_or.rest {
             frame.cwds = match connector {
@@ -153,6 +156,7 @@ impl<'r> Walker<'r> {
             };
         }
         frame.cwds = ok.union(&failed);
+        Outcome { ok, failed }
     }
 
     /// Walks a pipeline; only a lone command changes the shell's directory.
@@ -210,10 +214,7 @@ impl<'r> Walker<'r> {
                 self.walk_list(list, &mut frame.clone());
                 Outcome::same(frame.cwds.clone())
             }
-            Compound::Group(list) => {
-                self.walk_list(list, frame);
-                Outcome::same(frame.cwds.clone())
-            }
+            Compound::Group(list) => self.walk_list(list, frame),
             Compound::Arith(parts) => {
                 self.walk_parts(parts, frame);
                 Outcome::same(frame.cwds.clone())
@@ -302,7 +303,7 @@ impl<'r> Walker<'r> {
         let bound = bind_args(&function.name, args);
         let key = (function.name.clone(), frame.cwds.clone(), bound.clone());
         match self.calls.get(&key) {
-            Some(Some(after)) => return Outcome::same(after.clone()),
+            Some(Some(outcome)) => return outcome.clone(),
             Some(None) => return Outcome::same(frame.cwds.with_unknown()),
             None => {}
         }
@@ -312,9 +313,8 @@ impl<'r> Walker<'r> {
             ..frame.clone()
         };
         let outcome = self.walk_command(&function.body, &mut body);
-        let after = outcome.ok.union(&outcome.failed);
-        self.calls.insert(key, Some(after.clone()));
-        Outcome::same(after)
+        self.calls.insert(key, Some(outcome.clone()));
+        outcome
     }
 
     /// Walks a simple command.
