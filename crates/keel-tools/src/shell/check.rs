@@ -281,18 +281,9 @@ impl Walker<'_> {
             self.network_address(url);
             return;
         }
-        if let Some(slash) = prefix.rfind('/').filter(|_| prefix.starts_with('/')) {
-            let dir = prefix.get(..=slash).unwrap_or("/");
-            if let Place::Outside { shown, .. } = self.roots.resolve(dir, &self.roots.root) {
-                self.out.outside(format!(
-                    "`{}…` is under `{shown}`, outside the workspace",
-                    abbreviate(prefix)
-                ));
-                self.out.target(shown);
-                return;
-            }
+        if !self.check_outside_prefix(field) {
+            self.out.unknown_scope(reason);
         }
-        self.out.unknown_scope(reason);
     }
 
     /// Checks a redirection's target.
@@ -381,27 +372,28 @@ impl Walker<'_> {
                 frame,
             );
         } else if field.unknown.is_some() {
-            if field.text.starts_with('/') {
-                self.check_outside_prefix(field);
-            }
+            self.check_outside_prefix(field);
         } else if field.text.starts_with('/') {
             self.check_path(PathWord::new(&field.text), frame);
         }
     }
 
-    /// Records an unknown word as outside when its static directory is.
-    fn check_outside_prefix(&mut self, field: &Field) {
+    /// Records an unknown word as outside when its static prefix is an
+    /// absolute directory outside; whether it did.
+    fn check_outside_prefix(&mut self, field: &Field) -> bool {
         let prefix = field.text.as_str();
-        let Some(slash) = prefix.rfind('/') else {
-            return;
+        let Some(slash) = prefix.rfind('/').filter(|_| prefix.starts_with('/')) else {
+            return false;
         };
         let dir = prefix.get(..=slash).unwrap_or("/");
-        if let Place::Outside { shown, .. } = self.roots.resolve(dir, &self.roots.root) {
-            self.out.outside(format!(
-                "`{}…` is under `{shown}`, outside the workspace",
-                abbreviate(prefix)
-            ));
-            self.out.target(shown);
-        }
+        let Place::Outside { shown, .. } = self.roots.resolve(dir, &self.roots.root) else {
+            return false;
+        };
+        self.out.outside(format!(
+            "`{}…` is under `{shown}`, outside the workspace",
+            abbreviate(prefix)
+        ));
+        self.out.target(shown);
+        true
     }
 }

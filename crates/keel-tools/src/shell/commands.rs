@@ -87,8 +87,9 @@ impl Walker<'_> {
             }
             "eval" => return self.eval(args, frame),
             "command" | "builtin" | "exec" => return self.builtin_wrapper(name, args, frame, run),
-            "source" | "." => self.source(name, args, frame),
+            "source" | "." => self.source(name, args, frame, &run),
             "set" => self.set(args, frame),
+            "let" => self.arithmetic = true,
             "shift" => self.shift(args, frame),
             "trap" => self.trap(args, frame),
             "export" | "declare" | "typeset" | "local" | "readonly" => self.declare(args, frame),
@@ -211,13 +212,18 @@ impl Walker<'_> {
     }
 
     /// `source`/`.`: the file must be static; it is a path like any argument.
-    fn source(&mut self, name: &str, args: &[Field], frame: &Frame) {
-        match args.first() {
-            Some(file) if file.literal().is_none() && !file.home => self.out.unknown_kind(format!(
+    fn source(&mut self, name: &str, args: &[Field], frame: &mut Frame, run: &Run) {
+        let Some(file) = args.first() else {
+            return;
+        };
+        if file.literal().is_none() && !file.home {
+            self.out.unknown_kind(format!(
                 "`{name}` reads a file that cannot be resolved statically"
-            )),
-            _ => self.check_fields(args, frame),
+            ));
+            return;
         }
+        self.check_fields(args, frame);
+        self.script_file(&format!("`{name}`"), file, run, frame);
     }
 
     /// `set`: options, or new positional parameters.
@@ -305,7 +311,9 @@ impl Walker<'_> {
     /// `export`/`declare`/`local`/…: `NAME=value` arguments are assignments.
     fn declare(&mut self, args: &[Field], frame: &Frame) {
         for arg in args {
-            if arg.known().is_some_and(|t| t.starts_with(['-', '+'])) {
+            if let Some(option) = arg.known().filter(|t| t.starts_with(['-', '+'])) {
+                // `declare -i`: assignments are evaluated as arithmetic.
+                self.arithmetic |= option.contains('i');
                 continue;
             }
             let Some((name, value)) = arg.text.split_once('=') else {

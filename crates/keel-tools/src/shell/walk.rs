@@ -25,7 +25,7 @@ use std::rc::Rc;
 
 use super::ast::{
     AndOr, Assign, AssignValue, Command, Compound, CondWord, Connector, Function, HereBody, List,
-    Part, Pipeline, RedirOp, Redirect, Simple, Word,
+    ParamForm, Part, Pipeline, RedirOp, Redirect, Simple, Word,
 };
 use super::expand::{Args, ExpandEnv, Field, expand_value, expand_word};
 use super::frame::{Cwds, Dir, Frame, Outcome, Reassigned, Run, Stdin, bind_args};
@@ -52,6 +52,10 @@ pub(super) struct Walker<'r> {
     depth: usize,
     /// Commands and paths visited.
     steps: usize,
+    /// Whether the command evaluates arithmetic (`$((…))`, `let`, subscripts…).
+    pub(super) arithmetic: bool,
+    /// Whether literal text in the command contains `$(` or a backtick.
+    code_in_text: bool,
     /// Function calls walked, with where they leave the shell (`None`: in progress).
     calls: HashMap<CallKey, Option<Outcome>>,
 }
@@ -65,6 +69,8 @@ impl<'r> Walker<'r> {
             vars: Reassigned::scan(source),
             depth: 0,
             steps: 0,
+            arithmetic: false,
+            code_in_text: false,
             calls: HashMap::new(),
         }
     }
@@ -87,8 +93,22 @@ impl<'r> Walker<'r> {
     }
 
     /// The merged findings.
-    pub(super) fn finish(self) -> ShellAnalysis {
+    ///
+    /// Bash evaluates a variable's value as an expression in arithmetic,
+    /// and runs command substitutions in array subscripts there
+    /// (`x='a[$(cmd)]'; echo $((x))`), so arithmetic together with text
+    /// that holds code is unknown.
+    pub(super) fn finish(mut self) -> ShellAnalysis {
+        if self.arithmetic && self.code_in_text {
+            self.out
+                .unknown_kind("arithmetic may run a command stored as text in a variable");
+        }
         self.out.finish()
+    }
+
+    /// Notes literal text that holds code, for [`Walker::finish`].
+    fn note_text(&mut self, text: &str) {
+        self.code_in_text |= text.contains("$(") || text.contains('`');
     }
 
     /// Counts one step; `false` once the budget is spent.
@@ -216,11 +236,16 @@ impl<'r> Walker<'r> {
             }
             Compound::Group(list) => self.walk_list(list, frame),
             Compound::Arith(parts) => {
+                self.arithmetic = true;
                 self.walk_parts(parts, frame);
                 Outcome::same(frame.cwds.clone())
             }
             Compound::Cond(words) => {
+                const ARITHMETIC: [&str; 6] = ["-eq", "-ne", "-lt", "-le", "-gt", "-ge"];
                 for word in words {
+                    if let CondWord::Operand(word) = word {
+                        self.arithmetic |= word.plain().is_some_and(|w| ARITHMETIC.contains(&w));
+                    }
                     match word {
                         CondWord::Operand(word) => self.walk_argument(word, frame),
                         CondWord::Pattern(word) => self.walk_word(word, frame),
@@ -244,6 +269,7 @@ impl<'r> Walker<'r> {
                 self.walk_loop(&[body], frame)
             }
             Compound::ForArith { header, body } => {
+                self.arithmetic = true;
                 self.walk_parts(header, frame);
                 self.walk_loop(&[body], frame)
             }
@@ -357,6 +383,15 @@ impl<'r> Walker<'r> {
 
     /// Walks the code that runs while a word expands.
     pub(super) fn walk_word(&mut self, word: &Word, frame: &Frame) {
+        let text: String = word
+            .parts
+            .iter()
+            .filter_map(|part| match part {
+                Part::Lit { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect();
+        self.note_text(&text);
         self.walk_parts(&word.parts, frame);
     }
 
@@ -368,8 +403,15 @@ impl<'r> Walker<'r> {
                     let mut inner = frame.clone();
                     self.deeper(|walker| walker.walk_list(list, &mut inner));
                 }
-                Part::Arith(parts) => self.walk_parts(parts, frame),
-                Part::Param(param) => self.walk_parts(&param.nested, frame),
+                Part::Arith(parts) => {
+                    self.arithmetic = true;
+                    self.walk_parts(parts, frame);
+                }
+                Part::Param(param) => {
+                    // Subscripts and offsets are arithmetic.
+                    self.arithmetic |= param.form == ParamForm::Other;
+                    self.walk_parts(&param.nested, frame);
+                }
                 Part::Lit { .. } => {}
             }
         }
@@ -378,10 +420,10 @@ impl<'r> Walker<'r> {
     /// Walks a redirection's code and checks its target.
     fn walk_redirect(&mut self, redirect: &Redirect, frame: &Frame) {
         self.walk_word(&redirect.target, frame);
-        if let Some(HereBody::Expanded(parts)) =
-            redirect.heredoc.as_ref().and_then(|cell| cell.get())
-        {
-            self.walk_parts(parts, frame);
+        match redirect.heredoc.as_ref().and_then(|cell| cell.get()) {
+            Some(HereBody::Expanded(parts)) => self.walk_parts(parts, frame),
+            Some(HereBody::Literal(text)) => self.note_text(text),
+            None => {}
         }
         self.check_redirect(redirect, frame);
     }

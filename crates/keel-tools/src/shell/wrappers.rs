@@ -358,19 +358,42 @@ impl Walker<'_> {
             stdin_open: run.stdin != Stdin::Closed,
             ..frame.clone()
         };
+        let what = format!("`{name}`");
         if command_mode {
             self.shell_string(name, operands, &mut child);
-        } else if !stdin_mode && !operands.is_empty() {
+        } else if let Some(script) = operands.first().filter(|_| !stdin_mode) {
             self.check_fields(operands, frame);
+            self.script_file(&what, script, run, &mut child);
         } else {
             self.check_fields(operands, frame);
-            match &run.stdin {
-                Stdin::Closed | Stdin::File => {}
-                Stdin::Text(text) => self.walk_source(text, &mut child, &format!("`{name}`")),
-                Stdin::Unknown => self.out.unknown_kind(format!(
-                    "`{name}` reads commands from its standard input, which cannot be seen"
-                )),
+            self.script_on_stdin(&what, run, &mut child);
+        }
+    }
+
+    /// A script read from a file: its code is not analyzed, unless the
+    /// "file" is a pipe or standard input, which hide or carry the code.
+    pub(super) fn script_file(&mut self, what: &str, file: &Field, run: &Run, frame: &mut Frame) {
+        match file.literal() {
+            Some("/dev/stdin" | "/dev/fd/0" | "/proc/self/fd/0") => {
+                self.script_on_stdin(what, run, frame);
             }
+            Some(path) if path.starts_with("/dev/") || path.starts_with("/proc/") => {
+                self.out.unknown_kind(format!(
+                    "{what} reads code from `{path}`, which cannot be seen"
+                ));
+            }
+            _ => {}
+        }
+    }
+
+    /// Code read from standard input: walked when it is known text.
+    fn script_on_stdin(&mut self, what: &str, run: &Run, frame: &mut Frame) {
+        match &run.stdin {
+            Stdin::Closed | Stdin::File => {}
+            Stdin::Text(text) => self.walk_source(text, frame, what),
+            Stdin::Unknown => self.out.unknown_kind(format!(
+                "{what} reads commands from its standard input, which cannot be seen"
+            )),
         }
     }
 

@@ -325,6 +325,18 @@ const TABLE: &[(&str, IntentKind, IntentScope)] = &[
     ("/usr/bin/curl x", N, W),
     ("c?t x", U, X),
     ("[ -f README.md ] && echo y", S, W),
+    // Code hidden in places that run it.
+    ("echo $(case x in a) curl x;; esac)", N, X),
+    ("((ls); curl x)", N, W),
+    ("x=$(cat <<EOF\nhi\nEOF\n); echo \"$x\"", S, X),
+    ("echo $(( $(curl -s x) + 1 ))", N, W),
+    (". /dev/stdin <<< 'cat /etc/passwd'", S, O),
+    ("source <(echo 'cat /etc/passwd')", U, X),
+    ("bash /dev/fd/3 3<script", U, X),
+    ("bash <<'EOF'\ncurl x\nEOF", N, W),
+    ("x='a[$(cat /etc/passwd)]'; echo $((x))", U, X),
+    ("x='$(ls)'; echo \"$x\"", S, X),
+    ("for ((i=0; i<3; i++)); do echo $i; done", S, X),
     // Syntax the analyzer refuses.
     ("", U, X),
     ("   \n  ", U, X),
