@@ -15,7 +15,7 @@ use super::resolve::{Place, abbreviate};
 use super::walk::Walker;
 
 /// URL schemes that name something on the network.
-const NETWORK_SCHEMES: [&str; 24] = [
+const NETWORK_SCHEMES: [&str; 26] = [
     "http",
     "https",
     "ftp",
@@ -40,6 +40,8 @@ const NETWORK_SCHEMES: [&str; 24] = [
     "postgresql",
     "mysql",
     "mongodb",
+    "tcp",
+    "udp",
 ];
 
 /// Variables whose value is a command that programs run.

@@ -10,7 +10,7 @@
 
 use super::expand::Field;
 use super::frame::Frame;
-use super::tools::nested_match;
+use super::tools::network_subcommand;
 use super::walk::Walker;
 
 /// A program that reaches the network for some subcommands.
@@ -308,8 +308,8 @@ impl Walker<'_> {
                     .any(|text| matches!(text, "-H" | "--host") || text.starts_with("--host="));
                 let found = candidates.iter().find_map(|&index| {
                     let sub = args.get(index)?.known()?;
-                    reaches_network(spec, sub, args.get(index + 1..).unwrap_or_default())
-                        .then_some(sub)
+                    let operands = args.get(index + 1..).unwrap_or_default();
+                    network_subcommand(spec.network, spec.nested, sub, operands)
                 });
                 let bare = spec.bare && candidates.is_empty();
                 if remote_daemon && spec.names.contains(&"docker") {
@@ -324,11 +324,6 @@ impl Walker<'_> {
         self.check_fields(args, frame);
     }
 }
-/// Whether subcommand `sub` of a package manager reaches the network.
-fn reaches_network(spec: &Subcommands, sub: &str, operands: &[Field]) -> bool {
-    spec.network.contains(&sub) || nested_match(spec.nested, sub, operands)
-}
-
 /// The indexes that may hold the subcommand; `None` when an earlier word is unknown.
 fn subcommand_candidates(spec: &Subcommands, args: &[Field]) -> Option<Vec<usize>> {
     let mut found = Vec::new();

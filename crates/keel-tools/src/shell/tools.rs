@@ -357,10 +357,11 @@ impl Walker<'_> {
         self.check_fields(global, frame);
         if let Some((sub, operands)) = rest.split_first() {
             match sub.known() {
-                Some(sub) if git_reaches_network(sub, operands) => {
-                    self.out.network(format!("`git {sub}` reaches the network"));
+                Some(sub) => {
+                    if let Some(sub) = git_network_subcommand(sub, operands) {
+                        self.out.network(format!("`git {sub}` reaches the network"));
+                    }
                 }
-                Some(_) => {}
                 None => self.out.unknown_kind(
                     "cannot tell what `git` does: the subcommand cannot be resolved statically",
                 ),
@@ -505,8 +506,8 @@ impl Walker<'_> {
     }
 }
 
-/// Whether `git sub operands…` reaches the network.
-fn git_reaches_network(sub: &str, operands: &[Field]) -> bool {
+/// The `git` subcommand, when it reaches the network.
+fn git_network_subcommand(sub: &str, operands: &[Field]) -> Option<String> {
     const NETWORK: [&str; 7] = [
         "clone",
         "fetch",
@@ -522,15 +523,21 @@ fn git_reaches_network(sub: &str, operands: &[Field]) -> bool {
         ("lfs", &["fetch", "pull", "push", "clone"]),
         ("svn", &["clone", "fetch", "dcommit", "rebase", "init"]),
     ];
-    NETWORK.contains(&sub) || nested_match(&NESTED, sub, operands)
+    network_subcommand(&NETWORK, &NESTED, sub, operands)
 }
 
-/// Whether `sub` has nested subcommands and the next operand is a network one.
-pub(super) fn nested_match(nested: &[(&str, &[&str])], sub: &str, operands: &[Field]) -> bool {
-    nested.iter().any(|(name, subs)| {
-        *name == sub
-            && first_operand(operands, "")
-                .and_then(|index| operands.get(index)?.known())
-                .is_some_and(|next| subs.contains(&next))
-    })
+/// The subcommand (with its own, for nested ones like `go mod download`)
+/// when it reaches the network.
+pub(super) fn network_subcommand(
+    network: &[&str],
+    nested: &[(&str, &[&str])],
+    sub: &str,
+    operands: &[Field],
+) -> Option<String> {
+    if network.contains(&sub) {
+        return Some(sub.to_owned());
+    }
+    let (_, subs) = nested.iter().find(|(name, _)| *name == sub)?;
+    let next = operands.get(first_operand(operands, "")?)?.known()?;
+    subs.contains(&next).then(|| format!("{sub} {next}"))
 }

@@ -23,6 +23,7 @@ fn reasons_say_why() {
             "`sudo` runs a command with other privileges or in another root",
         ),
         ("git fetch", "`git fetch` reaches the network"),
+        ("go mod download", "`go mod download` reaches the network"),
         (
             "cat ~/.ssh/id_rsa",
             "`~/.ssh/id_rsa` is in a home directory, outside the workspace",
