@@ -9,6 +9,7 @@
 //! returns an error, which is what makes the parser terminate on any input.
 
 use std::cell::OnceCell;
+use std::collections::HashSet;
 use std::rc::Rc;
 
 use super::MAX_DEPTH;
@@ -134,6 +135,8 @@ pub(super) struct Parser {
     peeked: Option<(Token, usize)>,
     /// Here-documents waiting for the next newline.
     pub(super) pending: Vec<PendingHereDoc>,
+    /// Where `((` turned out not to be arithmetic, so it is not retried.
+    pub(super) not_arith: HashSet<usize>,
 }
 
 impl Parser {
@@ -145,6 +148,7 @@ impl Parser {
             depth,
             peeked: None,
             pending: Vec::new(),
+            not_arith: HashSet::new(),
         }
     }
 
@@ -192,6 +196,24 @@ impl Parser {
     /// Where the lookahead token started, if there is one.
     pub(super) fn peeked_start(&self) -> Option<usize> {
         self.peeked.as_ref().map(|(_, start)| *start)
+    }
+
+    /// Tries arithmetic (`$((` or `((`) whose content starts at `start`;
+    /// on failure rewinds there, and remembers not to try again.
+    pub(super) fn try_arith(&mut self, start: usize) -> Option<Vec<super::ast::Part>> {
+        if self.not_arith.contains(&start) {
+            return None;
+        }
+        let pending = self.pending.len();
+        self.rewind(start);
+        match self.nested(Parser::read_arith_body) {
+            Ok(parts) => Some(parts),
+            Err(_) => {
+                self.not_arith.insert(start);
+                self.pending.truncate(pending);
+                None
+            }
+        }
     }
 
     /// Drops the lookahead and moves the cursor to `pos`.

@@ -191,14 +191,11 @@ impl Parser {
     fn parse_paren(&mut self) -> Result<Compound, ParseError> {
         let start = self.peeked_start().unwrap_or(self.pos);
         if self.chars.get(start + 1) == Some(&'(') {
-            let pending = self.pending.len();
-            self.rewind(start + 2);
-            if let Ok(parts) = self.read_arith_body() {
+            if let Some(parts) = self.try_arith(start + 2) {
                 return Ok(Compound::Arith(parts));
             }
             // Not arithmetic: `( (…) … )`.
             self.rewind(start);
-            self.pending.truncate(pending);
         }
         self.next_token()?;
         let list = self.parse_list()?;

@@ -273,13 +273,10 @@ impl Parser {
     /// Reads `$((…))`, falling back to `$( (…) )` when it is not arithmetic.
     fn read_dollar_arith(&mut self, out: &mut Parts) -> Result<(), ParseError> {
         let start = self.pos;
-        let pending = self.pending.len();
-        self.pos += 3;
-        match self.read_arith_body() {
-            Ok(parts) => out.push(Part::Arith(parts)),
-            Err(_) => {
+        match self.try_arith(start + 3) {
+            Some(parts) => out.push(Part::Arith(parts)),
+            None => {
                 self.rewind(start + 2);
-                self.pending.truncate(pending);
                 out.push(Part::CommandSub(self.read_nested_list("$(")?));
             }
         }
@@ -296,8 +293,17 @@ impl Parser {
         name
     }
 
-    /// Reads `${…}`.
+    /// Reads `${…}`, one nesting level deeper.
     fn read_braced_param(&mut self, out: &mut Parts, in_double: bool) -> Result<(), ParseError> {
+        self.nested(|parser| parser.read_braced_param_here(out, in_double))
+    }
+
+    /// Reads `${…}` at the current level.
+    fn read_braced_param_here(
+        &mut self,
+        out: &mut Parts,
+        in_double: bool,
+    ) -> Result<(), ParseError> {
         self.pos += 2;
         let mut form = ParamForm::Plain;
         if matches!(self.cur(), Some('#' | '!')) && !matches!(self.at(1), Some('}') | None) {

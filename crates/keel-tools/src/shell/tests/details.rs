@@ -115,6 +115,10 @@ fn deep_nesting_is_unknown_not_a_crash() {
         format!("echo {}", "${x:-".repeat(300)),
         format!("{}ls{}", "if true; then ".repeat(200), "; fi".repeat(200)),
         format!("{}x", "`".repeat(100)),
+        format!("echo {}", "$((".repeat(20_000)),
+        format!("echo {}", "${x:-".repeat(20_000)),
+        format!("echo {}1{}", "$(( $((".repeat(12), ") )".repeat(12)),
+        format!("{}ls{}", "(( ".repeat(5_000), " )".repeat(10_000)),
     ];
     for command in cases {
         let analysis = ws.analyze(&command);
@@ -152,6 +156,8 @@ fn large_inputs_take_linear_time() {
         format!("cat {}", "../".repeat(20_000)),
         format!("cat <<EOF\n{}EOF\n", "$(ls)\n".repeat(8_000)),
         "for x in a; do cd sub; ".repeat(1_000) + &"done; ".repeat(1_000),
+        format!("echo {}x{}", "$(( ".repeat(30), " )".repeat(30)),
+        format!("echo {}x{}", "$( (".repeat(30), ") )".repeat(30)),
     ];
     for command in cases {
         let start = Instant::now();
