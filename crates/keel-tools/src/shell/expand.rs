@@ -98,10 +98,12 @@ impl Field {
     }
 }
 
-/// A character with its quoting, or an expansion, after flattening a word.
+/// A character with its quoting, an empty quoted string, or an expansion,
+/// after flattening a word.
 #[derive(Debug, Clone, Copy)]
 enum Atom<'w> {
     Char(char, bool),
+    EmptyQuotes,
     Part(&'w Part),
 }
 
@@ -135,6 +137,7 @@ fn flatten(word: &Word) -> Vec<Atom<'_>> {
     let mut atoms = Vec::new();
     for part in &word.parts {
         match part {
+            Part::Lit { text, quoted: true } if text.is_empty() => atoms.push(Atom::EmptyQuotes),
             Part::Lit { text, quoted } => {
                 atoms.extend(text.chars().map(|c| Atom::Char(c, *quoted)))
             }
@@ -373,9 +376,16 @@ enum Value {
 }
 
 /// Evaluates one brace-expanded word.
+///
+/// Like bash, a word that expands to nothing and had no quotes at all
+/// (`$1` with no arguments) produces no field.
 fn evaluate(atoms: &[Atom<'_>], env: &ExpandEnv<'_>) -> Vec<Field> {
-    let meaningful: Vec<&Atom<'_>> = atoms.iter().collect();
-    if let [Atom::Part(Part::Param(param))] = meaningful.as_slice() {
+    let unquoted_param = match atoms {
+        [Atom::Part(Part::Param(param))] => Some(param),
+        [Atom::EmptyQuotes, Atom::Part(Part::Param(param))] => Some(param),
+        _ => None,
+    };
+    if let Some(param) = unquoted_param {
         match param_value(param, env) {
             Value::Opaque => {
                 return vec![Field {
@@ -394,19 +404,29 @@ fn evaluate(atoms: &[Atom<'_>], env: &ExpandEnv<'_>) -> Vec<Field> {
     }
     let mut builder = Builder::default();
     let rest = tilde(atoms, env, &mut builder);
+    let mut quoted = false;
     for atom in rest {
         match atom {
-            Atom::Char(c, quoted) => builder.push(*c, *quoted),
-            Atom::Part(part) => expand_part(part, env, &mut builder),
+            Atom::Char(c, q) => {
+                builder.push(*c, *q);
+                quoted |= *q;
+            }
+            Atom::EmptyQuotes => quoted = true,
+            Atom::Part(part) => {
+                quoted |= matches!(part, Part::Param(param) if param.quoted);
+                expand_part(part, env, &mut builder);
+            }
         }
     }
-    vec![builder.finish()]
+    let field = builder.finish();
+    let vanishes = field.text.is_empty() && field.unknown.is_none() && !field.home && !quoted;
+    if vanishes { Vec::new() } else { vec![field] }
 }
 
-/// A field from one known parameter value.
+/// A field from one of the words of `$@`.
 fn single_value(value: &str, quoted: bool, env: &ExpandEnv<'_>) -> Field {
     let mut builder = Builder::default();
-    push_value(&mut builder, value, quoted, "`$@`", env);
+    push_value(&mut builder, value, quoted, "$@", env);
     builder.finish()
 }
 
@@ -429,7 +449,7 @@ fn tilde<'a, 'w>(
         .iter()
         .filter_map(|atom| match atom {
             Atom::Char(c, _) => Some(*c),
-            Atom::Part(_) => None,
+            Atom::EmptyQuotes | Atom::Part(_) => None,
         })
         .collect();
     match prefix.as_str() {
