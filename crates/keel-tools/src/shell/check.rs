@@ -11,6 +11,7 @@
 use super::ast::{RedirOp, Redirect};
 use super::expand::Field;
 use super::frame::{Dir, Frame};
+use super::parse::is_name;
 use super::resolve::{Place, abbreviate};
 use super::walk::Walker;
 
@@ -121,6 +122,24 @@ pub(super) fn url_of(text: &str) -> Option<&str> {
                         .any(|known| known.eq_ignore_ascii_case(last))
             })
         })
+}
+
+/// Splits an argument `NAME=value` (also `NAME+=`, `NAME[i]=`, as `export`
+/// and `env` take them) into the name and the value as a field.
+pub(super) fn assignment_arg(arg: &Field) -> Option<(&str, Field)> {
+    let (head, value) = arg.text.split_once('=')?;
+    let name = head.trim_end_matches('+');
+    let name = name.split('[').next().unwrap_or_default();
+    if !is_name(name) {
+        return None;
+    }
+    let value = Field {
+        text: value.to_owned(),
+        home: value.starts_with('~'),
+        glob: None,
+        ..arg.clone()
+    };
+    Some((name, value))
 }
 
 /// The path glued to an option (`--out=/x`, `-I../inc`), if it looks like one.

@@ -8,11 +8,12 @@
 //! other privileges or trace other processes are unknown; wrappers,
 //! shells and network tools are in `wrappers.rs` and `tools.rs`.
 
-use std::path::PathBuf;
+use std::path::Path;
 
+use super::check::assignment_arg;
 use super::expand::{Args, Field};
 use super::frame::{Cwds, Dir, Frame, Outcome, Run};
-use super::resolve::{abbreviate, normalize};
+use super::resolve::{abbreviate, normalize, real_path};
 use super::walk::Walker;
 
 /// Commands that run another command as another user or in another root.
@@ -145,6 +146,11 @@ impl Walker<'_> {
                         .unknown_scope("`cd -` returns to a directory that is not tracked");
                     Cwds::unknown()
                 }
+                Some(text) if name == "pushd" && text.starts_with(['+', '-']) => {
+                    self.out
+                        .unknown_scope("`pushd` rotates to a directory that is not tracked");
+                    Cwds::unknown()
+                }
                 Some(text) if self.cdpath_applies(text) => {
                     self.out.unknown_scope(format!(
                         "`CDPATH` may change where `cd {}` goes",
@@ -169,29 +175,16 @@ impl Walker<'_> {
 
     /// Where `cd text` leaves the shell from each directory in `from`.
     pub(super) fn change_dir(&self, from: &Cwds, text: &str, physical: bool) -> Cwds {
+        let root = Path::new("/");
         let mut after: Option<Cwds> = None;
         for dir in from.dirs() {
             let next = match dir {
+                _ if text.starts_with('/') => enter(root, root, text, physical),
                 Dir::At {
                     logical,
                     physical: real,
-                } => {
-                    let base = if physical { real } else { logical };
-                    let logical = normalize(&base.join(text));
-                    let real = std::fs::canonicalize(&logical)
-                        .unwrap_or_else(|_| normalize(&real.join(text)));
-                    let logical = if physical { real.clone() } else { logical };
-                    Dir::At {
-                        logical,
-                        physical: real,
-                    }
-                }
-                Dir::Home if !text.starts_with('/') => Dir::Home,
-                Dir::Home => Dir::At {
-                    logical: PathBuf::from(text),
-                    physical: std::fs::canonicalize(text).unwrap_or_else(|_| PathBuf::from(text)),
-                },
-                Dir::Unknown => Dir::Unknown,
+                } => enter(logical, real, text, physical),
+                Dir::Home | Dir::Unknown => dir.clone(),
             };
             let next = Cwds::one(next);
             after = Some(after.map_or_else(|| next.clone(), |cwds| cwds.union(&next)));
@@ -314,20 +307,14 @@ impl Walker<'_> {
             if let Some(option) = arg.known().filter(|t| t.starts_with(['-', '+'])) {
                 // `declare -i`: assignments are evaluated as arithmetic.
                 self.arithmetic |= option.contains('i');
-                continue;
+            } else if let Some((name, value)) = assignment_arg(arg) {
+                self.check_value(name, &value, frame);
+            } else if arg.unknown.is_some() && !arg.text.contains('=') {
+                self.out.unknown_kind(format!(
+                    "a declaration sets a variable whose name is not static: {}",
+                    arg.describe()
+                ));
             }
-            let Some((name, value)) = arg.text.split_once('=') else {
-                continue;
-            };
-            let name = name.trim_end_matches('+');
-            let name = name.split('[').next().unwrap_or_default();
-            let value = Field {
-                text: value.to_owned(),
-                home: value.starts_with('~'),
-                glob: None,
-                ..arg.clone()
-            };
-            self.check_value(name, &value, frame);
         }
     }
 
@@ -365,5 +352,20 @@ impl Walker<'_> {
             ..run
         };
         self.run(rest, frame, run)
+    }
+}
+
+/// The directory `cd text` enters from `logical` (`$PWD`) and `real`.
+///
+/// Like bash's default `cd -L`, `..` applies to `$PWD` lexically; `cd -P`
+/// resolves from the real directory. Either way the kernel then resolves
+/// the result physically.
+fn enter(logical: &Path, real: &Path, text: &str, physical: bool) -> Dir {
+    let base = if physical { real } else { logical };
+    let logical = normalize(&base.join(text));
+    let real = real_path(&logical);
+    Dir::At {
+        logical: if physical { real.clone() } else { logical },
+        physical: real,
     }
 }

@@ -207,7 +207,7 @@ impl Roots {
             return place;
         };
         let start = base.join(dir);
-        let start = physical(&start).map(|(real, _)| real).unwrap_or(start);
+        let start = real_path(&start);
         let matches = match expand_glob(start, &rest) {
             Ok(matches) => matches,
             Err(reason) => {
@@ -366,6 +366,12 @@ fn physical(path: &Path) -> Result<(PathBuf, bool), Trouble> {
         }
     }
     Ok((current, exists))
+}
+
+/// The physical location of an absolute path, or its lexical form when it
+/// cannot be resolved.
+pub(super) fn real_path(path: &Path) -> PathBuf {
+    physical(path).map_or_else(|_| normalize(path), |(real, _)| real)
 }
 
 /// The link count of a regular file with more than one link.

@@ -11,6 +11,7 @@
 
 use std::rc::Rc;
 
+use super::check::assignment_arg;
 use super::expand::{Args, Field};
 use super::frame::{Cwds, Frame, Outcome, Run, Stdin, bind_args};
 use super::walk::Walker;
@@ -187,39 +188,31 @@ impl Walker<'_> {
     /// `env [options] [NAME=value…] command`.
     fn env(&mut self, args: &[Field], frame: &Frame, run: Run) {
         let mut child = frame.clone();
+        let Some(mut index) = self.env_options(args, &mut child) else {
+            return self.unknown_command("env", args, frame);
+        };
+        while let Some((name, value)) = args.get(index).and_then(assignment_arg) {
+            self.check_value(name, &value, frame);
+            index += 1;
+        }
+        self.run(args.get(index..).unwrap_or_default(), &mut child, run);
+    }
+
+    /// Handles `env`'s options: the index after them, `None` if one is not static.
+    fn env_options(&mut self, args: &[Field], child: &mut Frame) -> Option<usize> {
         let mut index = 0;
         while let Some(arg) = args.get(index) {
-            let Some(text) = arg.known() else {
-                return self.unknown_command("env", args, frame);
-            };
-            index += 1;
+            let text = arg.known()?;
             if text == "--" {
-                break;
+                return Some(index + 1);
             }
             if text.len() < 2 || !text.starts_with('-') {
-                index -= 1;
-                break;
+                return Some(index);
             }
-            let (option, attached) = match text.strip_prefix("--") {
-                Some(long) => match long.split_once('=') {
-                    Some((key, value)) => (key, Some(value)),
-                    None => (long, None),
-                },
-                None => {
-                    let at = text.find(['u', 'C', 'S', 'a']);
-                    let option = at.and_then(|at| text.get(at..=at)).unwrap_or("");
-                    let rest = at
-                        .and_then(|at| text.get(at + 1..))
-                        .filter(|r| !r.is_empty());
-                    (option, rest)
-                }
-            };
-            if !matches!(
-                option,
-                "u" | "C" | "S" | "a" | "unset" | "chdir" | "split-string" | "argv0"
-            ) {
+            index += 1;
+            let Some((option, attached)) = env_option(text) else {
                 continue;
-            }
+            };
             let value = match attached {
                 Some(value) => Some(Field::plain(value)),
                 None => {
@@ -231,27 +224,11 @@ impl Walker<'_> {
                 "S" | "split-string" => self
                     .out
                     .unknown_kind("`env -S` splits a string into a command, which is not analyzed"),
-                "C" | "chdir" => self.env_chdir(value.as_ref(), &mut child),
+                "C" | "chdir" => self.env_chdir(value.as_ref(), child),
                 _ => {}
             }
         }
-        while let Some(arg) = args.get(index) {
-            let Some((name, value)) = arg.text.split_once('=') else {
-                break;
-            };
-            if !super::parse::is_name(name) {
-                break;
-            }
-            let value = Field {
-                text: value.to_owned(),
-                home: value.starts_with('~'),
-                glob: None,
-                ..arg.clone()
-            };
-            self.check_value(name, &value, frame);
-            index += 1;
-        }
-        self.run(args.get(index..).unwrap_or_default(), &mut child, run);
+        Some(index)
     }
 
     /// `env -C dir`: the command runs in `dir`.
@@ -446,4 +423,24 @@ impl Walker<'_> {
         }
         self.check_fields(args, frame);
     }
+}
+
+/// An `env` option that takes a value, with the value when it is attached.
+fn env_option(text: &str) -> Option<(&str, Option<&str>)> {
+    let (option, attached) = match text.strip_prefix("--") {
+        Some(long) => match long.split_once('=') {
+            Some((key, value)) => (key, Some(value)),
+            None => (long, None),
+        },
+        None => {
+            let at = text.find(['u', 'C', 'S', 'a'])?;
+            let rest = text.get(at + 1..).filter(|rest| !rest.is_empty());
+            (text.get(at..=at)?, rest)
+        }
+    };
+    let takes_value = matches!(
+        option,
+        "u" | "C" | "S" | "a" | "unset" | "chdir" | "split-string" | "argv0"
+    );
+    takes_value.then_some((option, attached))
 }

@@ -310,6 +310,8 @@ const TABLE: &[(&str, IntentKind, IntentScope)] = &[
     ("trap \"$X\" EXIT", U, X),
     ("declare -x FOO=/etc/x", S, O),
     ("export FOO=bar", S, W),
+    ("export \"$X\"", U, X),
+    ("export PATH=\"$PATH:bin\"", S, W),
     ("local x=$(curl x)", N, W),
     ("X=$(cat /etc/passwd)", S, O),
     ("x=(a b /etc/x)", S, O),
