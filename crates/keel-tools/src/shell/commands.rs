@@ -116,21 +116,7 @@ impl Walker<'_> {
     /// `cd` and `pushd`: follow literal directories.
     fn cd(&mut self, name: &str, args: &[Field], frame: &mut Frame) -> Outcome {
         let before = frame.cwds.clone();
-        let mut physical = false;
-        let mut rest = args;
-        while let Some((first, tail)) = rest.split_first() {
-            match first.known() {
-                Some("--") => {
-                    rest = tail;
-                    break;
-                }
-                Some(option) if option.len() > 1 && option.starts_with('-') => {
-                    physical |= option.contains('P');
-                    rest = tail;
-                }
-                _ => break,
-            }
-        }
+        let (rest, physical) = cd_options(args);
         self.check_fields(rest, frame);
         let after = match rest.first() {
             None if name == "pushd" => Cwds::unknown(),
@@ -368,4 +354,21 @@ fn enter(logical: &Path, real: &Path, text: &str, physical: bool) -> Dir {
         logical: if physical { real.clone() } else { logical },
         physical: real,
     }
+}
+
+/// Splits `cd`'s options off: the operands, and whether `-P` was given.
+fn cd_options(args: &[Field]) -> (&[Field], bool) {
+    let mut physical = false;
+    let mut rest = args;
+    while let Some((first, tail)) = rest.split_first() {
+        match first.known() {
+            Some("--") => return (tail, physical),
+            Some(option) if option.len() > 1 && option.starts_with('-') => {
+                physical |= option.contains('P');
+                rest = tail;
+            }
+            _ => break,
+        }
+    }
+    (rest, physical)
 }

@@ -245,6 +245,9 @@ fn brace_alternatives<'w>(
 }
 
 /// The items of a `{a..b[..step]}` sequence expression, if `inner` is one.
+///
+/// A sequence longer than [`MAX_FIELDS`] yields more than that many (empty)
+/// items, which makes the expansion give up.
 fn sequence(inner: &[Atom<'_>]) -> Option<Vec<String>> {
     let text: String = inner
         .iter()
@@ -263,39 +266,46 @@ fn sequence(inner: &[Atom<'_>]) -> Option<Vec<String>> {
         return None;
     }
     let step = step.unsigned_abs().max(1);
-    if let (Ok(a), Ok(b)) = (start.parse::<i64>(), end.parse::<i64>()) {
-        let count = a.abs_diff(b) / step + 1;
-        if count > MAX_FIELDS as u64 {
-            return Some(vec![String::new(); MAX_FIELDS + 1]);
-        }
-        let width = if [start, end]
-            .iter()
-            .any(|s| s.trim_start_matches('-').starts_with('0') && s.len() > 1)
-        {
-            start.len().max(end.len())
-        } else {
-            0
-        };
-        let signed_step = if a <= b { step as i64 } else { -(step as i64) };
-        return Some(
-            (0..count as i64)
-                .map(|i| format!("{:0width$}", a + i * signed_step))
-                .collect(),
-        );
+    numeric_sequence(start, end, step).or_else(|| letter_sequence(start, end, step))
+}
+
+/// `{1..10}`, `{-3..3..2}`, `{01..10}`.
+fn numeric_sequence(start: &str, end: &str, step: u64) -> Option<Vec<String>> {
+    let (a, b) = (start.parse::<i64>().ok()?, end.parse::<i64>().ok()?);
+    let count = a.abs_diff(b) / step + 1;
+    if count > MAX_FIELDS as u64 {
+        return Some(vec![String::new(); MAX_FIELDS + 1]);
     }
+    let padded = [start, end]
+        .iter()
+        .any(|s| s.trim_start_matches('-').starts_with('0') && s.len() > 1);
+    let width = if padded {
+        start.len().max(end.len())
+    } else {
+        0
+    };
+    let step = i64::try_from(step).ok()?;
+    let step = if a <= b { step } else { -step };
+    let count = i64::try_from(count).ok()?;
+    Some(
+        (0..count)
+            .map(|i| format!("{:0width$}", a + i * step))
+            .collect(),
+    )
+}
+
+/// `{a..e}`.
+fn letter_sequence(start: &str, end: &str, step: u64) -> Option<Vec<String>> {
     let (mut a, mut b) = (start.chars(), end.chars());
-    match (a.next(), a.next(), b.next(), b.next()) {
-        (Some(x), None, Some(y), None) if x.is_ascii_alphabetic() && y.is_ascii_alphabetic() => {
-            let (lo, hi) = if x <= y { (x, y) } else { (y, x) };
-            Some(
-                (lo..=hi)
-                    .step_by(usize::try_from(step).ok()?)
-                    .map(String::from)
-                    .collect(),
-            )
-        }
-        _ => None,
+    let (Some(x), None, Some(y), None) = (a.next(), a.next(), b.next(), b.next()) else {
+        return None;
+    };
+    if !x.is_ascii_alphabetic() || !y.is_ascii_alphabetic() {
+        return None;
     }
+    let (lo, hi) = if x <= y { (x, y) } else { (y, x) };
+    let step = usize::try_from(step).ok()?;
+    Some((lo..=hi).step_by(step).map(String::from).collect())
 }
 
 /// Builds one field, character by character.

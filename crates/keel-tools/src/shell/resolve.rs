@@ -190,25 +190,25 @@ impl Roots {
             Some(slash) => head.get(..slash).unwrap_or_default(),
             None => ".",
         };
-        let place = match self.resolve(dir, base) {
-            Place::Outside { shown, .. } => {
-                return Place::Outside {
-                    reason: format!(
-                        "`{}` is under `{shown}`, outside the workspace",
-                        abbreviate(text)
-                    ),
-                    shown,
-                };
-            }
-            place @ Place::Unknown { .. } => return place,
-            place @ Place::Inside { .. } => place,
-        };
-        let Some(rest) = glob_rest(pattern, head.matches('/').count()) else {
-            return place;
-        };
-        let start = base.join(dir);
-        let start = real_path(&start);
-        let matches = match expand_glob(start, &rest) {
+        match self.resolve(dir, base) {
+            Place::Outside { shown, .. } => Place::Outside {
+                reason: format!(
+                    "`{}` is under `{shown}`, outside the workspace",
+                    abbreviate(text)
+                ),
+                shown,
+            },
+            place @ Place::Unknown { .. } => place,
+            place @ Place::Inside { .. } => match glob_rest(pattern, head.matches('/').count()) {
+                Some(rest) => self.resolve_matches(text, &rest, &real_path(&base.join(dir))),
+                None => place,
+            },
+        }
+    }
+
+    /// Where the matches of the pattern `components` under `dir` lie.
+    fn resolve_matches(&self, text: &str, components: &[String], dir: &Path) -> Place {
+        let matches = match expand_glob(dir.to_path_buf(), components) {
             Ok(matches) => matches,
             Err(reason) => {
                 return Place::Unknown {
@@ -221,7 +221,7 @@ impl Roots {
             exists: !matches.is_empty(),
         };
         for path in matches {
-            match self.resolve(&path.to_string_lossy(), base) {
+            match self.resolve(&path.to_string_lossy(), dir) {
                 Place::Inside { .. } => {}
                 Place::Outside { shown, reason } => {
                     return Place::Outside {

@@ -319,15 +319,30 @@ impl Walker<'_> {
 
     /// `git [global options] subcommand …`.
     fn git(&mut self, args: &[Field], frame: &Frame) {
-        let mut index = 0;
         let mut inner = frame.clone();
-        while let Some(arg) = args.get(index) {
-            let Some(text) = arg.known() else {
-                self.out.unknown_kind(
-                    "cannot tell what `git` does: an argument cannot be resolved statically",
-                );
-                break;
-            };
+        let index = self.git_globals(args, &mut inner);
+        let (global, rest) = args.split_at(index.min(args.len()));
+        self.check_fields(global, frame);
+        let Some((sub, operands)) = rest.split_first() else {
+            return;
+        };
+        match sub.known() {
+            Some(sub) => {
+                if let Some(sub) = git_network_subcommand(sub, operands) {
+                    self.out.network(format!("`git {sub}` reaches the network"));
+                }
+            }
+            None => self.out.unknown_kind(
+                "cannot tell what `git` does: the subcommand cannot be resolved statically",
+            ),
+        }
+        self.check_fields(operands, &inner);
+    }
+
+    /// Handles git's global options (`-C` moves `inner`); the index after them.
+    fn git_globals(&mut self, args: &[Field], inner: &mut Frame) -> usize {
+        let mut index = 0;
+        while let Some(text) = args.get(index).and_then(Field::known) {
             match text {
                 "-C" => {
                     if let Some(dir) = args.get(index + 1) {
@@ -344,30 +359,15 @@ impl Walker<'_> {
                 }
                 "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => index += 2,
                 _ if text.starts_with("--config-env=") => {
-                    self.git_config(Some(&Field::plain(
-                        text.trim_start_matches("--config-env="),
-                    )));
+                    let config = Field::plain(text.trim_start_matches("--config-env="));
+                    self.git_config(Some(&config));
                     index += 1;
                 }
                 _ if text.starts_with('-') => index += 1,
                 _ => break,
             }
         }
-        let (global, rest) = args.split_at(index.min(args.len()));
-        self.check_fields(global, frame);
-        if let Some((sub, operands)) = rest.split_first() {
-            match sub.known() {
-                Some(sub) => {
-                    if let Some(sub) = git_network_subcommand(sub, operands) {
-                        self.out.network(format!("`git {sub}` reaches the network"));
-                    }
-                }
-                None => self.out.unknown_kind(
-                    "cannot tell what `git` does: the subcommand cannot be resolved statically",
-                ),
-            }
-            self.check_fields(operands, &inner);
-        }
+        index
     }
 
     /// `git -c key=value`: unknown when git may run the value.
