@@ -272,7 +272,7 @@ fn sequence(inner: &[Atom<'_>]) -> Option<Vec<String>> {
 /// `{1..10}`, `{-3..3..2}`, `{01..10}`.
 fn numeric_sequence(start: &str, end: &str, step: u64) -> Option<Vec<String>> {
     let (a, b) = (start.parse::<i64>().ok()?, end.parse::<i64>().ok()?);
-    let count = a.abs_diff(b) / step + 1;
+    let count = (a.abs_diff(b) / step).saturating_add(1);
     if count > MAX_FIELDS as u64 {
         return Some(vec![String::new(); MAX_FIELDS + 1]);
     }
@@ -284,12 +284,14 @@ fn numeric_sequence(start: &str, end: &str, step: u64) -> Option<Vec<String>> {
     } else {
         0
     };
-    let step = i64::try_from(step).ok()?;
-    let step = if a <= b { step } else { -step };
-    let count = i64::try_from(count).ok()?;
+    let step = if a <= b {
+        i128::from(step)
+    } else {
+        -i128::from(step)
+    };
     Some(
-        (0..count)
-            .map(|i| format!("{:0width$}", a + i * step))
+        (0..i128::from(count))
+            .map(|i| format!("{:0width$}", i128::from(a) + i * step))
             .collect(),
     )
 }
