@@ -109,6 +109,21 @@ const PIECES: &[&str] = &[
     "select ",
     "time ",
     "coproc ",
+    "{-9223372036854775808..",
+    "..9223372036854775807}",
+    "..-1}",
+    "$'\\x",
+    "$'\\u",
+    "$'\\c",
+    "\\0",
+    "${#",
+    "${!",
+    "${x[",
+    "[[ ",
+    " -eq ",
+    "=~ ",
+    "ln -s /etc ",
+    "/proc/self/root",
 ];
 
 /// Checks the invariants every result keeps.
