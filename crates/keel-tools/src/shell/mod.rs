@@ -23,10 +23,16 @@
 //!   than [`MAX_DEPTH`] levels is unknown; the walk and the file-system
 //!   checks have fixed budgets; nothing here can panic on any input.
 //! - **What it does not see.** The contents of scripts and programs that
-//!   run (`bash build.sh`, `python3 -c …`, `make`, git aliases and hooks) are
-//!   out of reach: such commands are plain shell if their arguments are.
-//!   The OS sandbox is what confines them; this analysis decides what to
-//!   ask the user about.
+//!   run (`bash build.sh`, `source x`, `python3 -c …`, `awk`/`sed` programs,
+//!   `make`, git aliases and hooks) are out of reach: such commands are plain
+//!   shell if their arguments are. Nor does it see what the inherited
+//!   environment changes (`BASH_ENV`, `CDPATH`, exported functions), or
+//!   what recursive tools find by walking a directory (`find`, `grep -R`
+//!   following a symlink). The OS sandbox is what confines all of that; this
+//!   analysis decides what to ask the user about.
+//! - **Checked now, run later.** Paths are resolved when the command is
+//!   analyzed; a command that swaps a directory for a symlink between two
+//!   of its own steps is only caught if the symlink's target is itself named.
 
 mod ast;
 mod check;
