@@ -16,6 +16,7 @@ pub mod outputs;
 pub mod registry;
 pub mod sandbox;
 pub mod scheduler;
+pub mod shell;
 pub mod tool;
 pub mod truncate;
 pub mod workspace;

@@ -1,0 +1,95 @@
+//! What the analysis found, merged into one [`ShellAnalysis`].
+//!
+//! Findings only ever make the result less safe: kind goes Shell → Network →
+//! Unknown and scope goes Workspace → Unknown → Outside, whatever order they
+//! arrive in. Targets and reasons are deduplicated and bounded.
+
+use keel_protocol::{IntentKind, IntentScope};
+
+use super::ShellAnalysis;
+
+/// Most targets reported.
+const MAX_TARGETS: usize = 32;
+/// Most reasons reported.
+const MAX_REASONS: usize = 32;
+
+/// The findings so far.
+#[derive(Debug, Default)]
+pub(super) struct Findings {
+    unknown_kind: bool,
+    network: bool,
+    outside: bool,
+    unknown_scope: bool,
+    targets: Vec<String>,
+    reasons: Vec<String>,
+}
+
+impl Findings {
+    /// The command may do something the analysis cannot see.
+    pub(super) fn unknown_kind(&mut self, reason: impl Into<String>) {
+        self.unknown_kind = true;
+        self.reason(reason.into());
+    }
+
+    /// The command reaches the network.
+    pub(super) fn network(&mut self, reason: impl Into<String>) {
+        self.network = true;
+        self.reason(reason.into());
+    }
+
+    /// The command names something outside the workspace.
+    pub(super) fn outside(&mut self, reason: impl Into<String>) {
+        self.outside = true;
+        self.reason(reason.into());
+    }
+
+    /// The command names something the analysis cannot place.
+    pub(super) fn unknown_scope(&mut self, reason: impl Into<String>) {
+        self.unknown_scope = true;
+        self.reason(reason.into());
+    }
+
+    /// A path or network target the command names.
+    pub(super) fn target(&mut self, target: impl Into<String>) {
+        push_bounded(&mut self.targets, target.into(), MAX_TARGETS);
+    }
+
+    /// Records a reason.
+    fn reason(&mut self, reason: String) {
+        push_bounded(&mut self.reasons, reason, MAX_REASONS);
+    }
+
+    /// The merged result.
+    pub(super) fn finish(self) -> ShellAnalysis {
+        let kind = if self.unknown_kind {
+            IntentKind::Unknown
+        } else if self.network {
+            IntentKind::Network
+        } else {
+            IntentKind::Shell
+        };
+        let scope = if kind == IntentKind::Unknown {
+            IntentScope::Unknown
+        } else if self.outside {
+            IntentScope::Outside
+        } else if self.unknown_scope {
+            IntentScope::Unknown
+        } else {
+            IntentScope::Workspace
+        };
+        let plain = kind == IntentKind::Shell && scope == IntentScope::Workspace;
+        ShellAnalysis {
+            kind,
+            scope,
+            targets: self.targets,
+            reasons: if plain { Vec::new() } else { self.reasons },
+        }
+    }
+}
+
+/// Appends `item` unless present or the list is full.
+fn push_bounded(list: &mut Vec<String>, item: String, max: usize) {
+    if list.len() < max && !list.contains(&item) {
+        list.push(item);
+    }
+}
