@@ -11,7 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_kernel::{AgentKernel, AgentRun, RetryPolicy, RunSpec};
-use keel_protocol::{PermissionMode, PermissionResolution, ProviderEvent, RunEvent, RunEventKind};
+use keel_protocol::{
+    IntentKind, IntentScope, PermissionMode, PermissionResolution, ProviderEvent, RunEvent,
+    RunEventKind,
+};
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::MemoryStore;
 use keel_tools::Workspace;
@@ -47,7 +50,7 @@ struct Case {
 
 #[derive(Clone, Copy)]
 enum HostBehaviour {
-    /// Approve shell commands, nothing else.
+    /// Approve what stays inside the workspace, deny the rest.
     Approve,
     /// Steer once, as soon as the model starts streaming.
     SteerWhileStreaming,
@@ -221,9 +224,22 @@ struct Reactor {
 impl Reactor {
     fn react(&mut self, event: &RunEvent, handle: &AgentRun, shared: &Arc<AgentRun>) {
         match (&event.kind, self.behaviour) {
-            (RunEventKind::PermissionRequested { request_id, .. }, _) => {
-                // The demo host approves; a stale id only means the run moved on.
-                let _ = handle.resolve_permission(request_id, PermissionResolution::Approved);
+            (
+                RunEventKind::PermissionRequested {
+                    request_id, intent, ..
+                },
+                _,
+            ) => {
+                // The demo host approves what stays inside the workspace and
+                // denies the rest; a stale id only means the run moved on.
+                let inside =
+                    intent.scope == IntentScope::Workspace && intent.kind != IntentKind::Network;
+                let decision = if inside {
+                    PermissionResolution::Approved
+                } else {
+                    PermissionResolution::Denied
+                };
+                let _ = handle.resolve_permission(request_id, decision);
             }
             (RunEventKind::RunStarted { .. }, HostBehaviour::FollowUpAtStart) => {
                 let _ = handle.follow_up("Now say it in one line.");

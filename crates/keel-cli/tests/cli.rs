@@ -81,15 +81,15 @@ fn a_full_mode_run_reads_edits_and_runs_a_command() {
 #[test]
 fn end_of_input_denies_what_the_policy_asks() {
     let dir = workspace(EDIT_SCRIPT);
-    let output = run_in(dir.path(), &[], "");
+    let output = run_in(dir.path(), &["--mode", "ask"], "");
     assert_eq!(output.code, 0);
     let resolved: Vec<&Value> = output
         .events
         .iter()
         .filter(|e| e["type"] == "permission_resolved")
         .collect();
-    assert_eq!(resolved.len(), 1, "only bash asks in auto mode");
-    assert_eq!(resolved[0]["resolution"], "denied");
+    assert_eq!(resolved.len(), 2, "the edit and bash ask in ask mode");
+    assert!(resolved.iter().all(|r| r["resolution"] == "denied"));
     let bash = output
         .events
         .iter()
@@ -102,7 +102,7 @@ fn end_of_input_denies_what_the_policy_asks() {
 fn a_json_decision_on_stdin_approves_only_its_request() {
     let dir = workspace(EDIT_SCRIPT);
     // First learn the request id the run will issue (it is bound to the call).
-    let probe = run_in(dir.path(), &[], "");
+    let probe = run_in(dir.path(), &["--mode", "ask"], "");
     let requested = probe
         .events
         .iter()
@@ -112,7 +112,7 @@ fn a_json_decision_on_stdin_approves_only_its_request() {
     std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
     let wrong = run_in(
         dir.path(),
-        &[],
+        &["--mode", "ask"],
         "{\"request_id\":\"perm-1-0000\",\"decision\":\"approve\"}\n",
     );
     let resolved = wrong
@@ -126,7 +126,7 @@ fn a_json_decision_on_stdin_approves_only_its_request() {
     );
     std::fs::write(dir.path().join("a.txt"), "hello\n").unwrap();
     let decision = format!("{{\"request_id\":\"{request_id}\",\"decision\":\"approve\"}}\n");
-    let right = run_in(dir.path(), &[], &decision);
+    let right = run_in(dir.path(), &["--mode", "ask"], &decision);
     let resolved = right
         .events
         .iter()

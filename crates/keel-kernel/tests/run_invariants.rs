@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use keel_kernel::{AgentKernel, AgentRun, ControlError, RunSpec};
 use keel_protocol::{
-    EntryPayload, ExecutionMode, Message, PermissionMode, RunEvent, RunEventKind, RunState,
-    ToolErrorCode, ToolStatus,
+    EntryPayload, ExecutionMode, Message, PermissionMode, PermissionResolution, RunEvent,
+    RunEventKind, RunState, ToolErrorCode, ToolStatus,
 };
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
@@ -267,10 +267,19 @@ async fn bad_tool_input_becomes_typed_tool_results() {
         {"expect":{"tool_results":5},"content":[{"type":"text","text":"ok"}]}]}"#;
     let (kernel, _) = kernel(script, dir.path(), vec![]);
     let run = kernel
-        .create_run(spec("go", PermissionMode::Full))
+        .create_run(spec("go", PermissionMode::Auto))
         .await
         .unwrap();
-    let events = collect(&run).await;
+    // The host denies what the policy asks (the write outside the workspace).
+    let mut stream = run.events().unwrap();
+    let mut events = Vec::new();
+    while let Some(event) = stream.next().await {
+        if let RunEventKind::PermissionRequested { request_id, .. } = &event.kind {
+            run.resolve_permission(request_id, PermissionResolution::Denied)
+                .unwrap();
+        }
+        events.push(event);
+    }
     let codes: Vec<Option<ToolErrorCode>> = events
         .iter()
         .filter_map(|e| match &e.kind {
@@ -287,7 +296,7 @@ async fn bad_tool_input_becomes_typed_tool_results() {
             Some(ToolErrorCode::BinaryFile),
             Some(ToolErrorCode::EditAmbiguous),
             Some(ToolErrorCode::EditNotFound),
-            Some(ToolErrorCode::PathOutsideWorkspace),
+            Some(ToolErrorCode::PermissionDenied),
             Some(ToolErrorCode::InvalidArguments),
         ]
     );
@@ -296,6 +305,7 @@ async fn bad_tool_input_becomes_typed_tool_results() {
         "a\na\n",
         "nothing changed"
     );
+    assert!(!std::path::Path::new("/etc/keel-test").exists());
     assert_eq!(run.result().await.state, RunState::Settled);
 }
 
@@ -307,7 +317,7 @@ async fn cancelling_a_long_bash_kills_its_whole_process_group() {
         {"content":[{"type":"text","text":"never"}]}]}"#;
     let (kernel, _) = kernel(script, dir.path(), vec![]);
     let run = kernel
-        .create_run(spec("go", PermissionMode::Full))
+        .create_run(spec("go", PermissionMode::Auto))
         .await
         .unwrap();
     let mut events = run.events().unwrap();

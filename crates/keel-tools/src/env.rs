@@ -5,7 +5,9 @@
 //! kernel's own environment whose names look harmless: any name that contains
 //! (case-insensitively) one of [`SECRET_MARKERS`] is dropped unless the host
 //! named it explicitly in the passthrough list. Variables whose name or value
-//! is not valid UTF-8 are dropped too.
+//! is not valid UTF-8 are dropped too, and so are the variables that make a
+//! shell run code the command text does not show ([`SHELL_STARTUP_VARIABLES`],
+//! exported `BASH_FUNC_*` functions), which the shell analysis could not see.
 
 /// Substrings that mark a variable name as secret (compared uppercased).
 pub const SECRET_MARKERS: &[&str] = &[
@@ -20,6 +22,25 @@ pub const SECRET_MARKERS: &[&str] = &[
     "SESSION",
 ];
 
+/// Variables that make a shell run code or resolve paths that the command
+/// text does not show, so the shell analysis could not see them.
+pub const SHELL_STARTUP_VARIABLES: &[&str] = &[
+    "BASH_ENV",
+    "ENV",
+    "CDPATH",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "GLOBIGNORE",
+    "PROMPT_COMMAND",
+    "PS4",
+];
+
+/// Whether a child must not inherit this variable although it holds no
+/// secret: shell start-up files, options and exported functions.
+fn changes_the_shell(name: &str) -> bool {
+    SHELL_STARTUP_VARIABLES.contains(&name) || name.starts_with("BASH_FUNC_")
+}
+
 /// Whether a variable with this name may hold a secret.
 pub fn is_secret_name(name: &str) -> bool {
     let upper = name.to_uppercase();
@@ -33,6 +54,7 @@ pub fn scrub(
 ) -> Vec<(String, String)> {
     vars.into_iter()
         .filter(|(name, _)| !is_secret_name(name) || passthrough.contains(name))
+        .filter(|(name, _)| !changes_the_shell(name))
         .collect()
 }
 

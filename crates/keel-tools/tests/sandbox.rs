@@ -161,7 +161,7 @@ async fn confined_commands_reach_no_network() {
         format!(
             "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b\"q\", (\"127.0.0.1\", {udp_port}))'"
         ),
-        format!("python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_STREAM)'"),
+        "python3 -c 'import socket; socket.socket(socket.AF_INET6, socket.SOCK_STREAM)'".to_owned(),
         "python3 -c 'import socket; socket.getaddrinfo(\"example.com\", 80)'".to_owned(),
     ];
     for level in CONFINED {

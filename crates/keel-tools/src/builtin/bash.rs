@@ -30,6 +30,10 @@ use super::parse_arguments;
 use super::process::{GroupKiller, Pipes};
 use crate::env::scrubbed_env;
 use crate::sandbox::{Confinement, confine};
+use crate::shell;
+
+/// Where the analysis takes `$TMPDIR` to point (see [`BashTool::intent`]).
+const TMPDIR_STAND_IN: &str = "/keel-private-tmp";
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -109,8 +113,19 @@ impl Tool for BashTool {
         ExecutionMode::Sequential
     }
 
-    fn intent(&self, _arguments: &Value, _workspace: &Workspace) -> OperationIntent {
-        OperationIntent::new(IntentKind::Shell, IntentScope::Unknown)
+    fn intent(&self, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+        let Some(command) = arguments.get("command").and_then(Value::as_str) else {
+            return OperationIntent::new(IntentKind::Unknown, IntentScope::Unknown);
+        };
+        // The private temp dir does not exist yet; any stand-in outside the
+        // workspace lets the analysis tell `$TMPDIR` paths from others, and
+        // the sandbox confines them to the real one.
+        let analysis = shell::analyze(command, workspace.root(), Some(Path::new(TMPDIR_STAND_IN)));
+        OperationIntent {
+            kind: analysis.kind,
+            scope: analysis.scope,
+            targets: analysis.targets,
+        }
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
@@ -551,12 +566,31 @@ mod tests {
     }
 
     #[test]
-    fn intent_is_shell_with_unknown_scope() {
+    fn intent_comes_from_the_shell_analysis() {
         let (_dir, context) = setup();
-        let intent = BashTool::default().intent(&json!({"command": "ls"}), &context.workspace);
+        let intent = |command: &str| {
+            let intent =
+                BashTool::default().intent(&json!({ "command": command }), &context.workspace);
+            (intent.kind, intent.scope)
+        };
+        assert_eq!(intent("ls"), (IntentKind::Shell, IntentScope::Workspace));
         assert_eq!(
-            intent,
-            OperationIntent::new(IntentKind::Shell, IntentScope::Unknown)
+            intent("echo x > $TMPDIR/x"),
+            (IntentKind::Shell, IntentScope::Workspace)
         );
+        assert_eq!(
+            intent("cat /etc/passwd"),
+            (IntentKind::Shell, IntentScope::Outside)
+        );
+        assert_eq!(
+            intent("curl http://x"),
+            (IntentKind::Network, IntentScope::Workspace)
+        );
+        assert_eq!(
+            intent("echo 'x"),
+            (IntentKind::Unknown, IntentScope::Unknown)
+        );
+        let missing = BashTool::default().intent(&json!({}), &context.workspace);
+        assert_eq!(missing.kind, IntentKind::Unknown);
     }
 }
