@@ -117,7 +117,7 @@ check_counter() {
 bench_turns() {
   local sessions="$1"
   local cmd=("$keel" run --provider scripted --script "$work/script.json" --workspace "$work/ws"
-    --session-dir "$sessions" --mode full "count to $turns")
+    --session-dir "$sessions" --mode auto "count to $turns")
   fresh_workspace "$work/ws"
   if ! "${cmd[@]}" >"$work/check.jsonl"; then
     echo "the $turns-turn run failed; last lines:" >&2
@@ -201,5 +201,5 @@ if command -v hyperfine >/dev/null 2>&1; then
   hyperfine -N --warmup 20 --runs "$startup_runs" --style basic "$keel --version" 2>&1 | sed -n '2,3p'
   hyperfine -N --warmup 1 --runs "$turn_runs" --style basic \
     --prepare "bash -c 'rm -rf $work/ws && mkdir -p $work/ws && echo value 0 > $work/ws/counter.txt'" \
-    "$keel run --provider scripted --script $work/script.json --workspace $work/ws --session-dir $work/sessions --mode full count" 2>&1 | sed -n '2,3p'
+    "$keel run --provider scripted --script $work/script.json --workspace $work/ws --session-dir $work/sessions --mode auto count" 2>&1 | sed -n '2,3p'
 fi
