@@ -160,6 +160,7 @@ fn print_human(event: &RunEvent) {
             writeln!(out, "+ queued ({queue:?}): {text}")
         }
         RunEventKind::MessageDropped { text, .. } => writeln!(out, "- dropped: {text}"),
+        RunEventKind::Warning { message, .. } => writeln!(out, "! warning: {message}"),
         _ => Ok(()),
     };
     let _ = out.flush();
