@@ -12,7 +12,7 @@
 
 use std::sync::Arc;
 
-use keel_protocol::{Entry, EntryPayload, RunEventKind};
+use keel_protocol::{Entry, EntryPayload, Message, RunEventKind};
 use keel_session::{SessionError, SessionStore};
 use tokio::sync::Mutex;
 
@@ -43,6 +43,12 @@ impl SessionWriter {
     /// The part of the branch a model request needs (from the latest checkpoint).
     pub(crate) async fn context_branch(&self) -> Vec<Entry> {
         self.state.lock().await.1.clone()
+    }
+
+    /// The messages of the context branch for a request, projected without
+    /// first copying the branch.
+    pub(crate) async fn project_context(&self) -> Vec<Message> {
+        crate::context::project(&self.state.lock().await.1)
     }
 
     /// Appends `payloads` atomically as a chain below the current leaf.

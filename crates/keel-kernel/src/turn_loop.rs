@@ -234,11 +234,17 @@ impl<'a> TurnLoop<'a> {
 
     /// Streams one response, retrying retryable errors, and persists it.
     async fn stream_with_retry(&self) -> Result<AssistantMessage, Stop> {
-        let request = self.request().await?;
+        // A retry rebuilds the request instead of keeping a copy: nothing
+        // is stored between attempts, so it is the same request.
+        let mut first = Some(self.request().await?);
         let max_attempts = self.parts.retry.max_attempts.max(1);
         let mut attempt = 1;
         loop {
-            let error = match self.stream_once(request.clone()).await? {
+            let request = match first.take() {
+                Some(request) => request,
+                None => self.request().await?,
+            };
+            let error = match self.stream_once(request).await? {
                 Ok(message) => return self.persist_assistant(message).await,
                 Err(error) => error,
             };
@@ -342,12 +348,12 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn request(&self) -> Result<ModelRequest, Stop> {
-        let branch = self.writer.context_branch().await;
+        let messages = self.writer.project_context().await;
         Ok(ModelRequest {
             model: self.parts.model.clone(),
             system_prompt: self.parts.system_prompt.clone(),
             messages: keel_provider::transform::adapt_history(
-                &context::project(&branch),
+                messages,
                 self.parts.provider.name(),
                 &self.parts.model,
             ),

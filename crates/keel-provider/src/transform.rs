@@ -18,7 +18,7 @@ use keel_protocol::{
 
 /// The history adapted for `target_model` of `target_provider`.
 pub fn adapt_history(
-    messages: &[Message],
+    messages: Vec<Message>,
     target_provider: &str,
     target_model: &str,
 ) -> Vec<Message> {
@@ -29,7 +29,7 @@ pub fn adapt_history(
         match message {
             Message::Assistant(assistant) => {
                 close_orphans(&mut out, &mut open_calls);
-                let same = same_source(assistant, target_provider, target_model);
+                let same = same_source(&assistant, target_provider, target_model);
                 let adapted = adapt_assistant(assistant, same, &mut ids);
                 open_calls = adapted
                     .tool_calls()
@@ -43,13 +43,13 @@ pub fn adapt_history(
                     open_calls.remove(position);
                     out.push(Message::ToolResult(ToolResultMessage {
                         call_id: id,
-                        ..result.clone()
+                        ..result
                     }));
                 }
             }
-            Message::User(_) => {
+            message @ Message::User(_) => {
                 close_orphans(&mut out, &mut open_calls);
-                out.push(message.clone());
+                out.push(message);
             }
         }
     }
@@ -73,30 +73,24 @@ fn same_source(assistant: &AssistantMessage, target_provider: &str, target_model
 }
 
 fn adapt_assistant(
-    assistant: &AssistantMessage,
+    mut assistant: AssistantMessage,
     same_model: bool,
     ids: &mut IdMap,
 ) -> AssistantMessage {
-    let content = assistant
-        .content
-        .iter()
+    assistant.content = std::mem::take(&mut assistant.content)
+        .into_iter()
         .filter_map(|block| match block {
-            ContentBlock::Thinking { thinking, .. } if !same_model => (!thinking.trim().is_empty())
-                .then(|| ContentBlock::Text {
-                    text: thinking.clone(),
-                }),
-            ContentBlock::ToolCall(call) => {
-                let mut call = call.clone();
+            ContentBlock::Thinking { thinking, .. } if !same_model => {
+                (!thinking.trim().is_empty()).then_some(ContentBlock::Text { text: thinking })
+            }
+            ContentBlock::ToolCall(mut call) => {
                 call.id = ids.get(&call.id);
                 Some(ContentBlock::ToolCall(call))
             }
-            other => Some(other.clone()),
+            other => Some(other),
         })
         .collect();
-    AssistantMessage {
-        content,
-        ..assistant.clone()
-    }
+    assistant
 }
 
 /// Adds an error result for every call still without one.
@@ -212,7 +206,7 @@ mod tests {
             signature: Some("sig".into()),
         };
         let history = vec![assistant("a", vec![thinking.clone()])];
-        let other = adapt_history(&history, "p", "b");
+        let other = adapt_history(history.clone(), "p", "b");
         let Message::Assistant(message) = &other[0] else {
             panic!()
         };
@@ -220,7 +214,7 @@ mod tests {
             message.content,
             vec![ContentBlock::Text { text: "hmm".into() }]
         );
-        assert_eq!(adapt_history(&history, "p", "a"), history);
+        assert_eq!(adapt_history(history.clone(), "p", "a"), history);
     }
 
     #[test]
@@ -232,7 +226,7 @@ mod tests {
             result("stray"),
             Message::User(UserMessage::text("next")),
         ];
-        let adapted = adapt_history(&history, "p", "b");
+        let adapted = adapt_history(history.clone(), "p", "b");
         let Message::Assistant(message) = &adapted[1] else {
             panic!()
         };

@@ -8,6 +8,7 @@
 //! process, so programs report a clear error.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -29,15 +30,28 @@ const ALWAYS_DENIED: &[libc::c_long] = &[
     libc::SYS_keyctl,
 ];
 
-/// Compiles the filter for this machine's architecture.
+/// The filter for this machine's architecture, compiled once per variant.
 pub(super) fn filter(network: bool) -> Result<BpfProgram, SandboxError> {
-    let arch =
-        TargetArch::try_from(std::env::consts::ARCH).map_err(|_| SandboxError::Unavailable {
-            reason: format!(
-                "no seccomp filter is built for the {} architecture",
-                std::env::consts::ARCH
-            ),
-        })?;
+    static WITHOUT_NETWORK: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    static WITH_NETWORK: OnceLock<Result<BpfProgram, String>> = OnceLock::new();
+    let cell = if network {
+        &WITH_NETWORK
+    } else {
+        &WITHOUT_NETWORK
+    };
+    cell.get_or_init(|| compile(network))
+        .clone()
+        .map_err(|reason| SandboxError::Unavailable { reason })
+}
+
+/// Compiles the filter; the error is the reason it cannot be.
+fn compile(network: bool) -> Result<BpfProgram, String> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
+        format!(
+            "no seccomp filter is built for the {} architecture",
+            std::env::consts::ARCH
+        )
+    })?;
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALWAYS_DENIED
         .iter()
         .map(|&call| (call, Vec::new()))
@@ -65,8 +79,6 @@ pub(super) fn filter(network: bool) -> Result<BpfProgram, SandboxError> {
     filter.try_into().map_err(compile_error)
 }
 
-fn compile_error(error: impl std::fmt::Display) -> SandboxError {
-    SandboxError::Unavailable {
-        reason: format!("the seccomp filter could not be compiled: {error}"),
-    }
+fn compile_error(error: impl std::fmt::Display) -> String {
+    format!("the seccomp filter could not be compiled: {error}")
 }
