@@ -24,6 +24,7 @@
 
 mod request;
 mod stream;
+mod wire;
 
 use tokio_util::sync::CancellationToken;
 

@@ -1,0 +1,154 @@
+//! Field access for Responses stream events: the typed hot path for delta
+//! events, and the helpers that read usage, errors and indices from the
+//! generic JSON of every other event. Kept apart from the parser's state
+//! machine in `stream.rs`, which only decides what each event means.
+
+use keel_protocol::{ProviderError, ProviderErrorKind, Usage};
+use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
+use serde_json::Value;
+
+use crate::errors::classify_stream_error;
+use crate::sse::json::{JsonStr, read_object};
+
+/// The summary (or, failing that, the raw reasoning) text of a finished
+/// reasoning item, for servers that did not stream it.
+pub(super) fn reasoning_text(item: &Value) -> String {
+    let texts = |field: &str| -> Vec<&str> {
+        item.get(field)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect()
+    };
+    let summary = texts("summary");
+    if summary.is_empty() {
+        texts("content").join("\n\n")
+    } else {
+        summary.join("\n\n")
+    }
+}
+
+/// Token usage from a final response object, when it has any.
+pub(super) fn usage(response: &Value) -> Option<Usage> {
+    let usage = response.get("usage").filter(|usage| usage.is_object())?;
+    let number = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
+    let input = number("/input_tokens");
+    let cached = number("/input_tokens_details/cached_tokens");
+    Some(Usage {
+        input_tokens: input.saturating_sub(cached),
+        output_tokens: number("/output_tokens"),
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
+        cost_usd: None,
+    })
+}
+
+/// The error of a `response.failed` event.
+pub(super) fn failed(value: &Value) -> ProviderError {
+    let error = value.pointer("/response/error").unwrap_or(&Value::Null);
+    let code = first_str(error, &["code", "type"]).unwrap_or("response_failed");
+    let message = first_str(error, &["message"]).unwrap_or("the response failed");
+    classify_stream_error(code, message)
+}
+
+/// The error of an `error` event: fields at the top level or under `error`.
+pub(super) fn stream_error(value: &Value) -> ProviderError {
+    let nested = value.get("error").unwrap_or(&Value::Null);
+    let code = first_str(value, &["code"])
+        .or_else(|| first_str(nested, &["code", "type"]))
+        .unwrap_or("error");
+    let message = first_str(value, &["message"])
+        .or_else(|| first_str(nested, &["message"]))
+        .unwrap_or("the provider reported an error");
+    classify_stream_error(code, message)
+}
+
+/// The first of `fields` that holds a non-empty string.
+pub(super) fn first_str<'a>(value: &'a Value, fields: &[&str]) -> Option<&'a str> {
+    fields.iter().find_map(|field| {
+        value
+            .get(*field)
+            .and_then(Value::as_str)
+            .filter(|text| !text.is_empty())
+    })
+}
+
+pub(super) fn str_field<'a>(value: &'a Value, field: &str) -> &'a str {
+    value.get(field).and_then(Value::as_str).unwrap_or_default()
+}
+
+pub(super) fn output_index(value: &Value) -> Result<u64, ProviderError> {
+    value
+        .get("output_index")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| {
+            let kind = str_field(value, "type");
+            protocol(format!("a {kind} event without an output_index"))
+        })
+}
+
+pub(super) fn protocol(message: impl Into<String>) -> ProviderError {
+    ProviderError::new(ProviderErrorKind::Protocol, message)
+}
+
+/// Whether an event (by SSE name or `type`) may be a delta for the typed hot
+/// path; `message` is the SSE default name, for servers that send none.
+pub(super) fn is_delta_event(event: &str) -> bool {
+    matches!(
+        event,
+        "response.output_text.delta"
+            | "response.refusal.delta"
+            | "response.function_call_arguments.delta"
+            | "response.reasoning_summary_text.delta"
+            | "response.reasoning_text.delta"
+            | "message"
+    )
+}
+
+/// A delta event's data, for the typed hot path. Every field is optional so
+/// that an unusual event falls back to the generic path instead of failing
+/// here.
+#[derive(Default)]
+pub(super) struct WireDelta<'a> {
+    pub(super) kind: Option<JsonStr<'a>>,
+    pub(super) output_index: Option<u64>,
+    pub(super) content_index: Option<u64>,
+    /// Outer `None` when absent, inner `None` when `null`.
+    pub(super) summary_index: Option<Option<u64>>,
+    pub(super) delta: Option<JsonStr<'a>>,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for WireDelta<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DeltaVisitor;
+
+        impl<'de> Visitor<'de> for DeltaVisitor {
+            type Value = WireDelta<'de>;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str("a delta event object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
+                let mut wire = WireDelta::default();
+                read_object(entries, |key, fields| {
+                    match key {
+                        "type" => wire.kind = fields.read(0, "type")?,
+                        "output_index" => wire.output_index = fields.read(1, "output_index")?,
+                        "content_index" => wire.content_index = fields.read(2, "content_index")?,
+                        "summary_index" => {
+                            wire.summary_index = Some(fields.read(3, "summary_index")?);
+                        }
+                        "delta" => wire.delta = fields.read(4, "delta")?,
+                        _ => return Ok(false),
+                    }
+                    Ok(true)
+                })?;
+                Ok(wire)
+            }
+        }
+
+        deserializer.deserialize_map(DeltaVisitor)
+    }
+}
