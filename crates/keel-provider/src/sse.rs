@@ -258,6 +258,82 @@ pub(crate) mod json {
         }
     }
 
+    /// A struct read from a JSON object by [`read_object`]: the typed hot
+    /// path of an event's data. Starts from `Default`; [`TypedObject::field`]
+    /// fills what it knows.
+    pub(crate) trait TypedObject<'de>: Default {
+        /// What the visitor expects, for error messages.
+        const EXPECTING: &'static str;
+
+        /// Reads the value of `key` into `self` and returns `true`, or
+        /// returns `false` for a key it does not know.
+        fn field<A: MapAccess<'de>>(
+            &mut self,
+            key: &str,
+            fields: &mut Fields<'_, A>,
+        ) -> Result<bool, A::Error>;
+    }
+
+    /// Implements `Deserialize` (through [`TypedObject`]) for a struct with
+    /// one lifetime whose fields are read from JSON keys: `NUMBER: "key" =>
+    /// field`, numbers distinct and below 32 (they catch repeated keys);
+    /// `=> field (Some)` wraps the value, to tell `null` from absent.
+    macro_rules! typed_object {
+        ($name:ident, $expecting:literal, {
+            $($number:literal : $key:literal => $field:ident $(($wrap:path))?),* $(,)?
+        }) => {
+            impl<'de: 'a, 'a> serde::de::Deserialize<'de> for $name<'a> {
+                fn deserialize<D: serde::de::Deserializer<'de>>(
+                    deserializer: D,
+                ) -> Result<Self, D::Error> {
+                    $crate::sse::json::deserialize_object::<D, $name<'de>>(deserializer)
+                }
+            }
+
+            impl<'de> $crate::sse::json::TypedObject<'de> for $name<'de> {
+                const EXPECTING: &'static str = $expecting;
+
+                fn field<A: serde::de::MapAccess<'de>>(
+                    &mut self,
+                    key: &str,
+                    fields: &mut $crate::sse::json::Fields<'_, A>,
+                ) -> Result<bool, A::Error> {
+                    match key {
+                        $($key => self.$field = $($wrap)?(fields.read($number, $key)?),)*
+                        _ => return Ok(false),
+                    }
+                    Ok(true)
+                }
+            }
+        };
+    }
+    pub(crate) use typed_object;
+
+    /// Deserializes a [`TypedObject`] from a JSON object.
+    pub(crate) fn deserialize_object<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+    where
+        D: Deserializer<'de>,
+        T: TypedObject<'de>,
+    {
+        struct ObjectVisitor<T>(std::marker::PhantomData<T>);
+
+        impl<'de, T: TypedObject<'de>> Visitor<'de> for ObjectVisitor<T> {
+            type Value = T;
+
+            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                formatter.write_str(T::EXPECTING)
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<T, A::Error> {
+                let mut object = T::default();
+                read_object(entries, |key, fields| object.field(key, fields))?;
+                Ok(object)
+            }
+        }
+
+        deserializer.deserialize_map(ObjectVisitor(std::marker::PhantomData))
+    }
+
     /// Reads a JSON object's entries: `field` reads the value of each key it
     /// knows (with [`Fields::read`]) and returns `true`; other values are
     /// checked and dropped.

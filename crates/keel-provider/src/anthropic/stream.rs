@@ -9,13 +9,12 @@
 //! is reported once, just before `done`, at `message_stop`.
 
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use super::REDACTED_THINKING_PREFIX;
 use crate::errors::classify_stream_error;
 use crate::http::WireFormat;
-use crate::sse::json::{JsonStr, read_object};
+use crate::sse::json::{JsonStr, typed_object};
 
 /// The state of one content block, by index.
 #[derive(Debug)]
@@ -393,35 +392,11 @@ struct WireDeltaEvent<'a> {
     delta: Option<WireDelta<'a>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for WireDeltaEvent<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct EventVisitor;
-
-        impl<'de> Visitor<'de> for EventVisitor {
-            type Value = WireDeltaEvent<'de>;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                formatter.write_str("a content_block_delta object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
-                let mut wire = WireDeltaEvent::default();
-                read_object(entries, |key, fields| {
-                    match key {
-                        "type" => wire.kind = fields.read(0, "type")?,
-                        "index" => wire.index = fields.read(1, "index")?,
-                        "delta" => wire.delta = fields.read(2, "delta")?,
-                        _ => return Ok(false),
-                    }
-                    Ok(true)
-                })?;
-                Ok(wire)
-            }
-        }
-
-        deserializer.deserialize_map(EventVisitor)
-    }
-}
+typed_object!(WireDeltaEvent, "a content_block_delta object", {
+    0: "type" => kind,
+    1: "index" => index,
+    2: "delta" => delta,
+});
 
 /// The `delta` of a `content_block_delta`.
 #[derive(Default)]
@@ -433,37 +408,13 @@ struct WireDelta<'a> {
     partial_json: Option<JsonStr<'a>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for WireDelta<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DeltaVisitor;
-
-        impl<'de> Visitor<'de> for DeltaVisitor {
-            type Value = WireDelta<'de>;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                formatter.write_str("a delta object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
-                let mut wire = WireDelta::default();
-                read_object(entries, |key, fields| {
-                    match key {
-                        "type" => wire.kind = fields.read(0, "type")?,
-                        "text" => wire.text = fields.read(1, "text")?,
-                        "thinking" => wire.thinking = fields.read(2, "thinking")?,
-                        "signature" => wire.signature = fields.read(3, "signature")?,
-                        "partial_json" => wire.partial_json = fields.read(4, "partial_json")?,
-                        _ => return Ok(false),
-                    }
-                    Ok(true)
-                })?;
-                Ok(wire)
-            }
-        }
-
-        deserializer.deserialize_map(DeltaVisitor)
-    }
-}
+typed_object!(WireDelta, "a delta object", {
+    0: "type" => kind,
+    1: "text" => text,
+    2: "thinking" => thinking,
+    3: "signature" => signature,
+    4: "partial_json" => partial_json,
+});
 
 #[cfg(test)]
 mod tests {

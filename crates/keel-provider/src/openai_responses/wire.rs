@@ -4,11 +4,10 @@
 //! machine in `stream.rs`, which only decides what each event means.
 
 use keel_protocol::{ProviderError, ProviderErrorKind, Usage};
-use serde::de::{Deserialize, Deserializer, MapAccess, Visitor};
 use serde_json::Value;
 
 use crate::errors::classify_stream_error;
-use crate::sse::json::{JsonStr, read_object};
+use crate::sse::json::{JsonStr, typed_object};
 
 /// The summary (or, failing that, the raw reasoning) text of a finished
 /// reasoning item, for servers that did not stream it.
@@ -119,36 +118,10 @@ pub(super) struct WireDelta<'a> {
     pub(super) delta: Option<JsonStr<'a>>,
 }
 
-impl<'de: 'a, 'a> Deserialize<'de> for WireDelta<'a> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct DeltaVisitor;
-
-        impl<'de> Visitor<'de> for DeltaVisitor {
-            type Value = WireDelta<'de>;
-
-            fn expecting(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                formatter.write_str("a delta event object")
-            }
-
-            fn visit_map<A: MapAccess<'de>>(self, entries: A) -> Result<Self::Value, A::Error> {
-                let mut wire = WireDelta::default();
-                read_object(entries, |key, fields| {
-                    match key {
-                        "type" => wire.kind = fields.read(0, "type")?,
-                        "output_index" => wire.output_index = fields.read(1, "output_index")?,
-                        "content_index" => wire.content_index = fields.read(2, "content_index")?,
-                        "summary_index" => {
-                            wire.summary_index = Some(fields.read(3, "summary_index")?);
-                        }
-                        "delta" => wire.delta = fields.read(4, "delta")?,
-                        _ => return Ok(false),
-                    }
-                    Ok(true)
-                })?;
-                Ok(wire)
-            }
-        }
-
-        deserializer.deserialize_map(DeltaVisitor)
-    }
-}
+typed_object!(WireDelta, "a delta event object", {
+    0: "type" => kind,
+    1: "output_index" => output_index,
+    2: "content_index" => content_index,
+    3: "summary_index" => summary_index (Some),
+    4: "delta" => delta,
+});
