@@ -1,0 +1,346 @@
+//! Keel's own snapshot and git-compatible diff, for workspaces outside git;
+//! see the parent module for what it keeps and its limits.
+
+use std::collections::BTreeMap;
+use std::io::Read as _;
+use std::ops::Range;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use similar::{Algorithm, DiffTag};
+
+use super::WorkspaceChanges;
+
+/// Largest file whose starting content Keel keeps in memory.
+const MAX_KEPT_FILE: usize = 1 << 20;
+/// Total starting content Keel keeps in memory.
+const KEPT_BUDGET: usize = 64 << 20;
+/// Largest current file Keel reads whole to write its patch.
+const MAX_PATCH_FILE: usize = 64 << 20;
+/// Context lines around each hunk.
+const CONTEXT: usize = 3;
+/// After this long a line diff settles for a valid but non-minimal result.
+const DIFF_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A file or symlink as Keel remembers it.
+pub(super) struct FileState {
+    mode: u32,
+    len: usize,
+    hash: u64,
+    /// `None` when the content did not fit the memory budget.
+    content: Option<Vec<u8>>,
+}
+
+pub(super) fn capture_files(root: &Path) -> BTreeMap<Vec<u8>, FileState> {
+    let mut files = BTreeMap::new();
+    let mut kept = 0usize;
+    for (rel, path) in walk(root) {
+        let limit = MAX_KEPT_FILE.min(KEPT_BUDGET.saturating_sub(kept));
+        if let Some(state) = read_entry(&path, limit) {
+            kept += state.content.as_ref().map_or(0, Vec::len);
+            files.insert(rel, state);
+        }
+    }
+    files
+}
+
+/// Regular files and symlinks under `root`: (relative path bytes, full path), sorted.
+fn walk(root: &Path) -> Vec<(Vec<u8>, PathBuf)> {
+    let walker = ignore::WalkBuilder::new(root)
+        .hidden(false)
+        .require_git(false)
+        .git_ignore(true)
+        .follow_links(false)
+        .filter_entry(|entry| entry.file_name() != ".git")
+        .build();
+    let mut entries = Vec::new();
+    for entry in walker {
+        let entry = match entry {
+            Ok(entry) => entry,
+            Err(err) => {
+                tracing::warn!(%err, "skipping an unreadable workspace entry");
+                continue;
+            }
+        };
+        let wanted = entry
+            .file_type()
+            .is_some_and(|t| t.is_file() || t.is_symlink());
+        if entry.depth() == 0 || !wanted {
+            continue;
+        }
+        if let Ok(rel) = entry.path().strip_prefix(root) {
+            entries.push((
+                rel.as_os_str().as_bytes().to_vec(),
+                entry.path().to_path_buf(),
+            ));
+        }
+    }
+    entries.sort();
+    entries
+}
+
+/// Reads a regular file or a symlink's target with its git mode; the content
+/// of a file larger than `limit` is only hashed, streaming.
+fn read_entry(path: &Path, limit: usize) -> Option<FileState> {
+    let read = || -> std::io::Result<Option<FileState>> {
+        let meta = std::fs::symlink_metadata(path)?;
+        let (mode, bytes) = if meta.file_type().is_symlink() {
+            (
+                0o120000,
+                std::fs::read_link(path)?.into_os_string().into_vec(),
+            )
+        } else if !meta.is_file() {
+            return Ok(None);
+        } else {
+            let exec = meta.permissions().mode() & 0o111 != 0;
+            let mode = if exec { 0o100755 } else { 0o100644 };
+            if meta.len() > limit as u64 {
+                let (len, hash) = hash_file(path)?;
+                return Ok(Some(FileState {
+                    mode,
+                    len,
+                    hash,
+                    content: None,
+                }));
+            }
+            (mode, std::fs::read(path)?)
+        };
+        let hash = fnv1a(FNV_OFFSET, &bytes);
+        Ok(Some(FileState {
+            mode,
+            len: bytes.len(),
+            hash,
+            content: Some(bytes),
+        }))
+    };
+    read().unwrap_or_else(|err| {
+        tracing::warn!(path = %path.display(), %err, "skipping an unreadable file");
+        None
+    })
+}
+
+fn hash_file(path: &Path) -> std::io::Result<(usize, u64)> {
+    let mut file = std::fs::File::open(path)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let (mut len, mut hash) = (0usize, FNV_OFFSET);
+    loop {
+        let n = file.read(&mut buf)?;
+        let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
+            return Ok((len, hash));
+        };
+        len += n;
+        hash = fnv1a(hash, chunk);
+    }
+}
+
+const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+
+/// Continues an FNV-1a 64 hash over `bytes`.
+fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
+    bytes.iter().fold(hash, |hash, &b| {
+        (hash ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// One side of a file change: its mode and content, if known.
+struct Side<'a> {
+    mode: u32,
+    content: Option<&'a [u8]>,
+}
+
+pub(super) fn files_changes(root: &Path, start: &BTreeMap<Vec<u8>, FileState>) -> WorkspaceChanges {
+    let now: BTreeMap<Vec<u8>, PathBuf> = walk(root).into_iter().collect();
+    let mut paths: Vec<&Vec<u8>> = start.keys().chain(now.keys()).collect();
+    paths.sort();
+    paths.dedup();
+
+    let mut changes = WorkspaceChanges {
+        changed_paths: Vec::new(),
+        patch: String::new(),
+    };
+    for rel in paths {
+        let old = start.get(rel);
+        // Read one current file at a time; only a patch's content is kept.
+        let new = now
+            .get(rel)
+            .and_then(|path| read_entry(path, MAX_PATCH_FILE));
+        if let (Some(o), Some(n)) = (old, &new) {
+            let same = match (&o.content, &n.content) {
+                (Some(a), Some(b)) => a == b,
+                _ => o.len == n.len && o.hash == n.hash,
+            };
+            if o.mode == n.mode && same {
+                continue;
+            }
+        }
+        let old = old.map(|o| Side {
+            mode: o.mode,
+            content: o.content.as_deref(),
+        });
+        let new = new.as_ref().map(|n| Side {
+            mode: n.mode,
+            content: n.content.as_deref(),
+        });
+        changes
+            .changed_paths
+            .push(String::from_utf8_lossy(rel).into_owned());
+        let is_link = |side: &Option<Side>| side.as_ref().is_some_and(|s| s.mode == 0o120000);
+        if old.is_some() && new.is_some() && is_link(&old) != is_link(&new) {
+            // A type change is a deletion plus an addition, as git writes it.
+            push_file_diff(&mut changes.patch, rel, old, None);
+            push_file_diff(&mut changes.patch, rel, None, new);
+        } else {
+            push_file_diff(&mut changes.patch, rel, old, new);
+        }
+    }
+    changes
+}
+
+/// Appends one file's `diff --git` section.
+fn push_file_diff(out: &mut String, rel: &[u8], old: Option<Side>, new: Option<Side>) {
+    let a = quote_path("a/", rel);
+    let b = quote_path("b/", rel);
+    out.push_str(&format!("diff --git {a} {b}\n"));
+    match (&old, &new) {
+        (None, Some(n)) => out.push_str(&format!("new file mode {:o}\n", n.mode)),
+        (Some(o), None) => out.push_str(&format!("deleted file mode {:o}\n", o.mode)),
+        (Some(o), Some(n)) if o.mode != n.mode => {
+            out.push_str(&format!("old mode {:o}\nnew mode {:o}\n", o.mode, n.mode));
+        }
+        _ => {}
+    }
+    let old_content = old.as_ref().map(|o| o.content);
+    let new_content = new.as_ref().map(|n| n.content);
+    let old_label = if old.is_some() {
+        a
+    } else {
+        "/dev/null".to_string()
+    };
+    let new_label = if new.is_some() {
+        b
+    } else {
+        "/dev/null".to_string()
+    };
+    match (as_text(old_content), as_text(new_content)) {
+        (Some(old_text), Some(new_text)) => {
+            if old_text == new_text {
+                return; // a mode change, or an empty file added or deleted
+            }
+            let tab = if rel.contains(&b' ') { "\t" } else { "" };
+            out.push_str(&format!("--- {old_label}{tab}\n+++ {new_label}{tab}\n"));
+            push_hunks(out, old_text, new_text);
+        }
+        _ => out.push_str(&format!(
+            "Binary files {old_label} and {new_label} differ\n"
+        )),
+    }
+}
+
+/// A side's text: empty when absent, `None` when unknown or binary.
+fn as_text(side: Option<Option<&[u8]>>) -> Option<&str> {
+    match side {
+        None => Some(""),
+        Some(None) => None,
+        Some(Some(bytes)) if bytes.contains(&0) => None,
+        Some(Some(bytes)) => std::str::from_utf8(bytes).ok(),
+    }
+}
+
+/// Appends unified hunks turning `old` into `new`, splitting lines at `\n` only.
+fn push_hunks(out: &mut String, old: &str, new: &str) {
+    let old_lines: Vec<&str> = old.split_inclusive('\n').collect();
+    let new_lines: Vec<&str> = new.split_inclusive('\n').collect();
+    let deadline = Some(Instant::now() + DIFF_TIMEOUT);
+    let ops =
+        similar::capture_diff_slices_deadline(Algorithm::Myers, &old_lines, &new_lines, deadline);
+    for group in similar::group_diff_ops(ops, CONTEXT) {
+        let (Some(first), Some(last)) = (group.first(), group.last()) else {
+            continue;
+        };
+        let old_range = first.old_range().start..last.old_range().end;
+        let new_range = first.new_range().start..last.new_range().end;
+        out.push_str(&format!(
+            "@@ -{} +{} @@\n",
+            hunk_range(old_range),
+            hunk_range(new_range)
+        ));
+        for op in &group {
+            let (tag, old_range, new_range) = op.as_tag_tuple();
+            match tag {
+                DiffTag::Equal => push_lines(out, ' ', &old_lines, old_range),
+                DiffTag::Delete => push_lines(out, '-', &old_lines, old_range),
+                DiffTag::Insert => push_lines(out, '+', &new_lines, new_range),
+                DiffTag::Replace => {
+                    push_lines(out, '-', &old_lines, old_range);
+                    push_lines(out, '+', &new_lines, new_range);
+                }
+            }
+        }
+    }
+}
+
+/// Formats a hunk range as git does: 1-based start, count omitted when 1.
+fn hunk_range(range: Range<usize>) -> String {
+    let len = range.len();
+    let start = if len == 0 {
+        range.start
+    } else {
+        range.start + 1
+    };
+    if len == 1 {
+        start.to_string()
+    } else {
+        format!("{start},{len}")
+    }
+}
+
+fn push_lines(out: &mut String, sign: char, lines: &[&str], range: Range<usize>) {
+    for line in lines.get(range).unwrap_or_default() {
+        out.push(sign);
+        out.push_str(line);
+        if !line.ends_with('\n') {
+            out.push_str("\n\\ No newline at end of file\n");
+        }
+    }
+}
+
+/// Prefixes a path, C-quoting it as git does when it has special bytes.
+fn quote_path(prefix: &str, rel: &[u8]) -> String {
+    let special = |b: u8| b < 0x20 || b == 0x7f || b == b'"' || b == b'\\';
+    let utf8 = std::str::from_utf8(rel);
+    match utf8 {
+        Ok(plain) if !rel.iter().any(|&b| special(b)) => return format!("{prefix}{plain}"),
+        _ => {}
+    }
+    let mut quoted = format!("\"{prefix}");
+    for &b in rel {
+        match b {
+            b'"' => quoted.push_str("\\\""),
+            b'\\' => quoted.push_str("\\\\"),
+            b'\t' => quoted.push_str("\\t"),
+            b'\n' => quoted.push_str("\\n"),
+            b'\r' => quoted.push_str("\\r"),
+            0x20..=0x7e => quoted.push(char::from(b)),
+            _ => quoted.push_str(&format!("\\{b:03o}")),
+        }
+    }
+    quoted.push('"');
+    quoted
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting_escapes_special_bytes() {
+        assert_eq!(
+            quote_path("a/", b"plain/p\xc3\xa9.txt"),
+            "a/plain/p\u{e9}.txt"
+        );
+        assert_eq!(quote_path("b/", b"tab\there"), "\"b/tab\\there\"");
+        assert_eq!(quote_path("a/", b"bad\xff"), "\"a/bad\\377\"");
+    }
+}
