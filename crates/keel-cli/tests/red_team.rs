@@ -234,6 +234,18 @@ const ATTACKS: &[Attack] = &[
         NoFile("{base}/other-project/escape.txt"),
     ),
     attack(
+        "write through a hard link",
+        "write",
+        r#"{"path": "hard.txt", "content": "PWNED"}"#,
+        SecretIntact,
+    ),
+    attack(
+        "write through /proc/self/root",
+        "write",
+        r#"{"path": "/proc/self/root{base}/escape.txt", "content": "x"}"#,
+        NoFile("{base}/escape.txt"),
+    ),
+    attack(
         "edit through a hard link",
         "edit",
         r#"{"path": "hard.txt", "edits": [{"old_text": "SECRET", "new_text": "PWNED"}]}"#,
@@ -262,6 +274,12 @@ const ATTACKS: &[Attack] = &[
         "bash: tee outside",
         "bash",
         r#"{"command": "echo x | tee {base}/escape.txt"}"#,
+        NoFile("{base}/escape.txt"),
+    ),
+    attack(
+        "bash: write through /proc/self/root",
+        "bash",
+        r#"{"command": "echo x > /proc/self/root{base}/escape.txt"}"#,
         NoFile("{base}/escape.txt"),
     ),
     attack(
