@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use keel_kernel::{AgentKernel, AgentRun, RetryPolicy, RunSpec};
 use keel_protocol::{
-    IntentKind, IntentScope, PermissionMode, PermissionResolution, ProviderEvent, RunEvent,
-    RunEventKind,
+    IntentKind, IntentScope, OperationIntent, PermissionMode, PermissionResolution, ProviderEvent,
+    RunEvent, RunEventKind,
 };
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::MemoryStore;
@@ -215,6 +215,16 @@ fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, Star
         .map_err(|error| StartupError::new(error.code(), error.to_string()))
 }
 
+/// The demo hosts' answer to a permission request: approve what stays
+/// inside the workspace without the network, deny the rest.
+pub(crate) fn approve_inside(intent: &OperationIntent) -> PermissionResolution {
+    if intent.scope == IntentScope::Workspace && intent.kind != IntentKind::Network {
+        PermissionResolution::Approved
+    } else {
+        PermissionResolution::Denied
+    }
+}
+
 /// The demo host's reactions to events.
 struct Reactor {
     behaviour: HostBehaviour,
@@ -230,16 +240,8 @@ impl Reactor {
                 },
                 _,
             ) => {
-                // The demo host approves what stays inside the workspace and
-                // denies the rest; a stale id only means the run moved on.
-                let inside =
-                    intent.scope == IntentScope::Workspace && intent.kind != IntentKind::Network;
-                let decision = if inside {
-                    PermissionResolution::Approved
-                } else {
-                    PermissionResolution::Denied
-                };
-                let _ = handle.resolve_permission(request_id, decision);
+                // A stale id only means the run moved on.
+                let _ = handle.resolve_permission(request_id, approve_inside(intent));
             }
             (RunEventKind::RunStarted { .. }, HostBehaviour::FollowUpAtStart) => {
                 let _ = handle.follow_up("Now say it in one line.");

@@ -21,16 +21,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use keel_kernel::{AgentKernel, AgentRun, RunSpec};
-use keel_protocol::{
-    EntryPayload, IntentKind, IntentScope, PermissionMode, PermissionResolution, RunEvent,
-    RunEventKind, RunResult,
-};
+use keel_protocol::{EntryPayload, PermissionMode, RunEvent, RunEventKind, RunResult};
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
 use keel_tools::Workspace;
 use keel_tools::builtin::{BashOptions, default_tools};
 use serde_json::json;
 
+use crate::demo::approve_inside;
 use crate::host;
 use crate::output::{Output, say};
 use crate::startup::StartupError;
@@ -139,15 +137,8 @@ fn answer(host_kind: Host, event: &RunEvent, run: &AgentRun) {
     match host_kind {
         Host::CancelWhenAsked => run.cancel(),
         Host::ApproveInside => {
-            let inside =
-                intent.scope == IntentScope::Workspace && intent.kind != IntentKind::Network;
-            let decision = if inside {
-                PermissionResolution::Approved
-            } else {
-                PermissionResolution::Denied
-            };
             // A stale id only means the run moved on.
-            let _ = run.resolve_permission(request_id, decision);
+            let _ = run.resolve_permission(request_id, approve_inside(intent));
         }
     }
 }

@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use keel_kernel::{AgentKernel, RunSpec};
+use keel_kernel::{AgentKernel, AgentRun, RunSpec};
 use keel_protocol::{
     DecisionSource, EntryPayload, ExecutionMode, IntentKind, IntentScope, OperationIntent,
     PermissionMode, PermissionResolution, RunEventKind, ToolStatus,
@@ -43,29 +43,38 @@ impl Tool for Probe {
 }
 
 /// What happened to one call: `allow:<level>`, `deny` or `ask`.
-async fn outcome(mode: PermissionMode, kind: IntentKind, scope: IntentScope) -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let arguments = json!({"kind": kind, "scope": scope});
+/// A run in `mode` whose model calls `probe` once with this intent.
+async fn probe_run(
+    dir: &std::path::Path,
+    mode: PermissionMode,
+    kind: IntentKind,
+    scope: IntentScope,
+) -> AgentRun {
     let script = json!({"turns": [
-        {"content": [{"type": "tool_call", "name": "probe", "arguments": arguments}]},
+        {"content": [{"type": "tool_call", "name": "probe", "arguments": {"kind": kind, "scope": scope}}]},
         {"content": [{"type": "text", "text": "done"}]}
     ]});
     let kernel = AgentKernel::builder()
         .provider(Arc::new(ScriptedProvider::new(
             Script::from_json(&script.to_string()).unwrap(),
         )))
-        .workspace(Workspace::new(dir.path()).unwrap())
+        .workspace(Workspace::new(dir).unwrap())
         .tool(Arc::new(Probe))
         .build()
         .unwrap();
-    let run = kernel
+    kernel
         .create_run(RunSpec {
             prompt: "go".into(),
             mode,
             ..RunSpec::default()
         })
         .await
-        .unwrap();
+        .unwrap()
+}
+
+async fn outcome(mode: PermissionMode, kind: IntentKind, scope: IntentScope) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let run = probe_run(dir.path(), mode, kind, scope).await;
     let mut events = run.events().unwrap();
     let mut asked = false;
     let mut result = None;
@@ -151,26 +160,7 @@ async fn approved_calls_run_at_the_level_their_intent_needs() {
         (IntentKind::Shell, IntentScope::Outside, "unsandboxed"),
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let script = json!({"turns": [
-            {"content": [{"type": "tool_call", "name": "probe", "arguments": {"kind": kind, "scope": scope}}]},
-            {"content": [{"type": "text", "text": "done"}]}
-        ]});
-        let kernel = AgentKernel::builder()
-            .provider(Arc::new(ScriptedProvider::new(
-                Script::from_json(&script.to_string()).unwrap(),
-            )))
-            .workspace(Workspace::new(dir.path()).unwrap())
-            .tool(Arc::new(Probe))
-            .build()
-            .unwrap();
-        let run = kernel
-            .create_run(RunSpec {
-                prompt: "go".into(),
-                mode: PermissionMode::Ask,
-                ..RunSpec::default()
-            })
-            .await
-            .unwrap();
+        let run = probe_run(dir.path(), PermissionMode::Ask, kind, scope).await;
         let mut events = run.events().unwrap();
         let mut ran = None;
         while let Some(event) = events.next().await {
