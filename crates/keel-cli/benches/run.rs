@@ -164,40 +164,35 @@ async fn play(script: Script, directory: &Fixture, store: Store) -> Vec<RunEvent
     events
 }
 
+/// Plays `script` in a fresh workspace on `store`, once per sample.
+fn bench_play(bencher: Bencher, script: Script, store: Store) {
+    bencher
+        .with_inputs(|| (script.clone(), workspace()))
+        .bench_local_values(|(script, directory)| {
+            let events = RUNTIME.block_on(play(script, &directory, store));
+            (events, directory)
+        });
+}
+
 /// N read + edit turns plus a final text turn, end to end in process.
 #[divan::bench(args = [1, 10, 50], sample_count = 20, max_time = 2)]
 fn scripted_run(bencher: Bencher, turns: usize) {
     let script = counter_script(turns);
-    bencher
-        .with_inputs(|| (script.clone(), workspace()))
-        .bench_local_values(|(script, directory)| {
-            let events = RUNTIME.block_on(play(script, &directory, Store::Memory));
-            (events, directory)
-        });
+    bench_play(bencher, script, Store::Memory);
 }
 
 /// The 10-turn run on the JSONL store: every append is fsynced.
 #[divan::bench(sample_count = 10, max_time = 3)]
 fn scripted_run_jsonl(bencher: Bencher) {
     let script = counter_script(10);
-    bencher
-        .with_inputs(|| (script.clone(), workspace()))
-        .bench_local_values(|(script, directory)| {
-            let events = RUNTIME.block_on(play(script, &directory, Store::Jsonl));
-            (events, directory)
-        });
+    bench_play(bencher, script, Store::Jsonl);
 }
 
 /// One turn streaming 64 KiB of text as 8192 deltas.
 #[divan::bench(sample_count = 20, max_time = 2)]
 fn streamed_text(bencher: Bencher) {
     let script = text_script(64 * 1024);
-    bencher
-        .with_inputs(|| (script.clone(), workspace()))
-        .bench_local_values(|(script, directory)| {
-            let events = RUNTIME.block_on(play(script, &directory, Store::Memory));
-            (events, directory)
-        });
+    bench_play(bencher, script, Store::Memory);
 }
 
 /// The events of one 10-turn run, recorded once for the serialization benches.
