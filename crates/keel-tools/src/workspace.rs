@@ -205,16 +205,20 @@ impl Workspace {
 /// names may lie outside the workspace, and reading or writing it here
 /// would read or write that file too.
 fn check_single_link(path: &str, real: &Path) -> Result<(), WorkspaceError> {
-    use std::os::unix::fs::MetadataExt;
-    match std::fs::metadata(real) {
-        Ok(metadata) if metadata.is_file() && metadata.nlink() > 1 => {
-            Err(WorkspaceError::HardLinked {
-                path: path.to_owned(),
-                links: metadata.nlink(),
-            })
-        }
-        _ => Ok(()),
+    match hard_links(real) {
+        Some(links) => Err(WorkspaceError::HardLinked {
+            path: path.to_owned(),
+            links,
+        }),
+        None => Ok(()),
     }
+}
+
+/// The link count of a regular file with more than one link.
+pub(crate) fn hard_links(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    (meta.is_file() && meta.nlink() > 1).then(|| meta.nlink())
 }
 
 /// Refuses empty paths and paths containing NUL.
@@ -233,15 +237,15 @@ fn check_syntax(path: &str) -> Result<(), WorkspaceError> {
 }
 
 /// Lexically removes `.` and `..` from an absolute path.
-fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::new();
+pub(crate) fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
     for component in path.components() {
         match component {
-            Component::CurDir => {}
             Component::ParentDir => {
                 out.pop();
             }
-            other => out.push(other.as_os_str()),
+            Component::Normal(name) => out.push(name),
+            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
         }
     }
     out

@@ -13,8 +13,9 @@ use std::path::Path;
 use super::check::assignment_arg;
 use super::expand::{Args, Field};
 use super::frame::{Cwds, Dir, Frame, Outcome, Run};
-use super::resolve::{abbreviate, normalize, real_path};
+use super::resolve::{abbreviate, real_path};
 use super::walk::Walker;
+use crate::workspace::normalize;
 
 /// Commands that run another command as another user or in another root.
 const PRIVILEGED: [&str; 13] = [

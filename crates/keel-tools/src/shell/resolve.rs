@@ -21,10 +21,11 @@
 
 use std::fs;
 use std::io;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
 use globset::GlobBuilder;
+
+use crate::workspace::{hard_links, normalize};
 
 /// Paths longer than this are not inspected.
 const MAX_PATH_BYTES: usize = 4096;
@@ -374,33 +375,12 @@ pub(super) fn real_path(path: &Path) -> PathBuf {
     physical(path).map_or_else(|_| normalize(path), |(real, _)| real)
 }
 
-/// The link count of a regular file with more than one link.
-fn hard_links(path: &Path) -> Option<u64> {
-    let meta = fs::metadata(path).ok()?;
-    (meta.is_file() && meta.nlink() > 1).then(|| meta.nlink())
-}
-
 /// Whether an error means the path does not exist.
 fn is_missing(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
     )
-}
-
-/// Lexically removes `.` and `..` from an absolute path.
-pub(super) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for component in path.components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(name) => out.push(name),
-            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
-        }
-    }
-    out
 }
 
 /// Whether a normalized path is a harmless device file.
