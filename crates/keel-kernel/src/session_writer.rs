@@ -19,6 +19,13 @@ use tokio::sync::Mutex;
 use crate::emitter::{Emitter, now_ms};
 use crate::run::new_id;
 
+/// See [`SessionWriter::context_summary`].
+pub(crate) struct ContextSummary {
+    pub(crate) leaf_id: Option<String>,
+    pub(crate) length: usize,
+    pub(crate) configuration: Option<EntryPayload>,
+}
+
 pub(crate) struct SessionWriter {
     store: Arc<dyn SessionStore>,
     session_id: String,
@@ -40,9 +47,16 @@ impl SessionWriter {
         })
     }
 
-    /// The part of the branch a model request needs (from the latest checkpoint).
-    pub(crate) async fn context_branch(&self) -> Vec<Entry> {
-        self.state.lock().await.1.clone()
+    /// What a resumed run needs of the context branch (the part a model
+    /// request needs, from the latest checkpoint): its last entry's id, its
+    /// length and its latest configuration — without copying the branch.
+    pub(crate) async fn context_summary(&self) -> ContextSummary {
+        let state = self.state.lock().await;
+        ContextSummary {
+            leaf_id: state.1.last().map(|entry| entry.id.clone()),
+            length: state.1.len(),
+            configuration: crate::context::last_configuration(&state.1).cloned(),
+        }
     }
 
     /// The messages of the context branch for a request, projected without

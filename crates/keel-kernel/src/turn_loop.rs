@@ -21,7 +21,6 @@ use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
-use crate::context;
 use crate::kernel::{KernelParts, RunSpec};
 use crate::run::{Outcome, RunShared};
 use crate::session_writer::SessionWriter;
@@ -127,11 +126,11 @@ impl<'a> TurnLoop<'a> {
     /// Announces a resumed session and records the configuration if it changed.
     /// Reads only the context branch, so resuming a long session stays cheap.
     async fn record_configuration(&self) -> Result<(), Stop> {
-        let branch = self.writer.context_branch().await;
-        if !branch.is_empty() {
+        let branch = self.writer.context_summary().await;
+        if branch.length > 0 {
             self.shared.emitter.emit(RunEventKind::SessionResumed {
-                leaf_id: branch.last().map(|entry| entry.id.clone()),
-                branch_length: branch.len(),
+                leaf_id: branch.leaf_id,
+                branch_length: branch.length,
             });
         }
         let configuration = EntryPayload::Configuration {
@@ -140,7 +139,7 @@ impl<'a> TurnLoop<'a> {
             mode: self.mode,
             tools: self.parts.tools.names(),
         };
-        if context::last_configuration(&branch) != Some(&configuration) {
+        if branch.configuration.as_ref() != Some(&configuration) {
             self.writer
                 .append(&self.shared.emitter, vec![configuration])
                 .await?;
