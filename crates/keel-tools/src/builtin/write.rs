@@ -3,11 +3,14 @@
 //! Parent directories are created as needed. The path is resolved through the
 //! workspace first, so a write can never land outside it (symlinks included).
 
+use std::sync::OnceLock;
+
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{io_error, parse_arguments, path_intent};
+use super::{arguments_schema, io_error, parse_arguments, path_intent};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -15,10 +18,13 @@ use crate::workspace::Workspace;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of a `write` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WriteArguments {
+    /// Path of the file, relative to the workspace root.
     path: String,
+    /// The complete new content of the file.
     content: String,
 }
 
@@ -33,15 +39,10 @@ impl Tool for WriteTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path of the file, relative to the workspace root."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<WriteArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {
