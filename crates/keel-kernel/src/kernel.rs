@@ -2,13 +2,13 @@
 
 use std::sync::Arc;
 
-use keel_protocol::PermissionMode;
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
 use keel_tools::changes::Baseline;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
+use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
 use crate::retry::RetryPolicy;
 use crate::run::AgentRun;
@@ -19,32 +19,6 @@ use crate::run::AgentRun;
 #[derive(Clone)]
 pub struct AgentKernel {
     pub(crate) inner: Arc<KernelParts>,
-}
-
-pub(crate) struct KernelParts {
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) model: String,
-    pub(crate) system_prompt: String,
-    pub(crate) tools: ToolRegistry,
-    pub(crate) store: Arc<dyn SessionStore>,
-    pub(crate) workspace: Arc<Workspace>,
-    pub(crate) policy: Arc<dyn PermissionPolicy>,
-    pub(crate) sandbox: Arc<SandboxConfig>,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) max_output_tokens: Option<u32>,
-}
-
-/// What the host asks for when it starts a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunSpec {
-    /// The user's prompt.
-    pub prompt: String,
-    /// Continue this session on its active leaf; a new session when `None`.
-    pub session_id: Option<String>,
-    /// The permission mode, fixed for the run.
-    pub mode: PermissionMode,
-    /// Fail the run after this many turns (no limit when `None`).
-    pub max_turns: Option<u32>,
 }
 
 /// Why a kernel could not be built or a run could not start.

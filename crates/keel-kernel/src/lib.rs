@@ -12,19 +12,29 @@
 //! model in call order; every permission decision is recorded; every fact is
 //! in the session before it is reported.
 
+// Layers, lowest first; a module uses only modules above it in this list.
+// Ids and the clock; pure data and rules.
 mod accumulator;
 mod context;
-mod emitter;
-mod kernel;
+mod ids;
 mod permission;
 pub mod policy;
 mod retry;
-mod run;
+// The parts of a run, and the state its handle, loop and supervisor share.
+mod emitter;
+mod parts;
+mod shared;
+// The session writer, then the tool pipeline, then the turn loop.
 mod session_writer;
 mod tools;
 mod turn_loop;
+// The host's handle and supervisor, then the builder.
+mod kernel;
+mod run;
 
-pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError, RunSpec};
+pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError};
+pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use retry::RetryPolicy;
-pub use run::{AgentRun, ControlError, EventStream};
+pub use run::{AgentRun, EventStream};
+pub use shared::ControlError;
