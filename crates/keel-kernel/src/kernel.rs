@@ -1,4 +1,7 @@
-//! `AgentKernel`: the assembled runtime that creates runs.
+//! `AgentKernel`: the assembled runtime that creates runs, and its builder.
+//!
+//! The top layer of the crate: it depends on the run handle (`run`) and the
+//! run parts (`parts`), and nothing in the crate depends on it.
 
 use std::sync::Arc;
 
@@ -68,6 +71,14 @@ impl AgentKernel {
 
     /// Starts a run. Must be called inside a Tokio runtime; the run proceeds
     /// in the background whether or not the host consumes its events.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not fully cancel safe: dropping the future before it returns starts no
+    /// run and leaves the workspace untouched, but a new session that was
+    /// already created stays in the store (with no entries beyond its
+    /// header). The run is spawned only in the last, synchronous step, so it
+    /// either starts and is returned, or does not start at all.
     pub async fn create_run(&self, spec: RunSpec) -> Result<AgentRun, KernelError> {
         if spec.prompt.trim().is_empty() {
             return Err(KernelError::EmptyPrompt);
