@@ -2,8 +2,8 @@
 //!
 //! Everything a host, a provider, a tool or a session store exchanges with the
 //! kernel is defined here: messages and content blocks, usage, provider events,
-//! run events, session entries, tool specs and results, permission types and
-//! typed errors. The crate does no I/O and needs no async runtime, so that every
+//! run events, session entries, tool specs and results, permission and sandbox
+//! types and typed errors. The crate does no I/O and needs no async runtime, so that every
 //! other crate (and every host) can depend on it cheaply.
 //!
 //! The JSON produced by these types is Keel's public wire format: every enum is
@@ -17,6 +17,7 @@ pub mod message;
 pub mod permission;
 pub mod provider_event;
 pub mod run;
+pub mod sandbox;
 pub mod schema;
 pub mod session;
 pub mod tool;
@@ -34,6 +35,7 @@ pub use permission::{
 };
 pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};
+pub use sandbox::{SandboxLevel, SandboxMode};
 pub use session::{Entry, EntryPayload};
 pub use tool::{ExecutionMode, ToolErrorCode, ToolResultError, ToolSpec, ToolStatus};
 

@@ -3,23 +3,36 @@
 //! This crate defines the [`Tool`] trait, validates arguments against each
 //! tool's JSON Schema ([`ToolRegistry`]), schedules a batch of calls
 //! ([`scheduler`]), roots every path in a [`Workspace`], and provides the
-//! built-in coding tools `read`, `write`, `edit` and `bash`.
+//! built-in coding tools `read`, `write`, `edit` and `bash` (and `grep`,
+//! `find`, `ls`).
+//!
+//! It is also a facade over two engine crates, re-exported under their old
+//! paths so that users of the crate need to know only this one:
+//!
+//! - [`sandbox`] is `keel-sandbox`: the OS sandbox (Landlock, seccomp, the
+//!   private temp dir, the machine probe); [`env`] is its scrubbed child
+//!   environment;
+//! - [`shell`] is `keel-shell`: the static analysis of a `bash` command into
+//!   an Operation Intent.
 //!
 //! Tools never see the permission policy: the kernel classifies and decides
 //! before it calls [`Tool::execute`]. A tool only has to do what it is asked,
-//! report failures as typed [`ToolError`]s and honour cancellation.
+//! report failures as typed [`ToolError`]s and honour cancellation. This
+//! crate holds no `unsafe` code: whatever a child process needs between fork
+//! and exec is done by [`sandbox::Confinement::apply`].
 
 pub mod builtin;
 pub mod changes;
-pub mod env;
 pub mod outputs;
 pub mod registry;
-pub mod sandbox;
 pub mod scheduler;
-pub mod shell;
 pub mod tool;
 pub mod truncate;
 pub mod workspace;
+
+pub use keel_sandbox as sandbox;
+pub use keel_sandbox::env;
+pub use keel_shell as shell;
 
 pub use registry::{PreparedCall, ToolRegistry};
 pub use tool::{ProgressSink, Tool, ToolContext, ToolError, ToolFuture, ToolOutput};

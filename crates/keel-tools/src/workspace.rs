@@ -15,11 +15,16 @@
 //!
 //! The check is made once, at resolution time; the workspace does not defend
 //! against a concurrent process swapping a directory for a symlink afterwards.
+//!
+//! The lexical normalization and the hard-link check come from
+//! [`keel_shell::paths`]: the shell analysis uses the same two, so a path in
+//! a command and a path in a file tool are placed against the root alike.
 
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use keel_protocol::IntentScope;
+use keel_shell::paths::{hard_links, normalize};
 
 /// A directory that roots every path a tool may touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -214,13 +219,6 @@ fn check_single_link(path: &str, real: &Path) -> Result<(), WorkspaceError> {
     }
 }
 
-/// The link count of a regular file with more than one link.
-pub(crate) fn hard_links(path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
-    (meta.is_file() && meta.nlink() > 1).then(|| meta.nlink())
-}
-
 /// Refuses empty paths and paths containing NUL.
 fn check_syntax(path: &str) -> Result<(), WorkspaceError> {
     let reason = if path.is_empty() {
@@ -234,21 +232,6 @@ fn check_syntax(path: &str) -> Result<(), WorkspaceError> {
         path: path.to_owned(),
         reason: reason.to_owned(),
     })
-}
-
-/// Lexically removes `.` and `..` from an absolute path.
-pub(crate) fn normalize(path: &Path) -> PathBuf {
-    let mut out = PathBuf::from("/");
-    for component in path.components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(name) => out.push(name),
-            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
-        }
-    }
-    out
 }
 
 /// Splits `normalized` into its longest existing ancestor (as seen by

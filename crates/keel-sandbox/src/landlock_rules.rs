@@ -43,7 +43,7 @@ pub(super) fn build(
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(required))
         .map_err(landlock_error)?;
-    if !sandbox.level.network() {
+    if !sandbox.level.allows_network() {
         ruleset = ruleset
             .handle_access(AccessNet::BindTcp | AccessNet::ConnectTcp)
             .map_err(landlock_error)?;

@@ -25,7 +25,7 @@ use std::path::{Component, Path, PathBuf};
 
 use globset::GlobBuilder;
 
-use crate::workspace::{hard_links, normalize};
+use crate::paths::{hard_links, normalize};
 
 /// Paths longer than this are not inspected.
 const MAX_PATH_BYTES: usize = 4096;

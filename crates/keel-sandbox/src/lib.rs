@@ -1,24 +1,42 @@
-//! The OS sandbox for commands the model runs: Landlock and seccomp on Linux.
+//! The OS sandbox for commands the model runs: Landlock and seccomp on
+//! Linux, and the scrubbed environment a child process starts from.
 //!
 //! The permission policy decides *whether* a command runs; the sandbox makes
 //! the operating system enforce *what* it may touch, so that a command the
 //! shell analysis misjudged (a `python3 -c` opening a socket, say) still
 //! cannot read the user's keys, write outside the workspace or reach the
-//! network.
+//! network. [`confine`] prepares the restrictions of one command at a
+//! [`SandboxLevel`]; [`Confinement::apply`] installs them on a
+//! [`std::process::Command`]; [`env`] builds the child's environment;
+//! [`probe`] tells `keel doctor` what this machine can enforce.
+//!
+//! This is an engine crate under `keel-tools`, which re-exports it as
+//! `keel_tools::sandbox`. It knows nothing of tools, the workspace type or
+//! the policy: it takes a level and a root directory.
 //!
 //! Invariants:
+//! - This is the only crate of the workspace that holds `unsafe` code. Each
+//!   block is allowed where it stands (the workspace denies `unsafe_code`)
+//!   and carries a `// SAFETY:` note, which clippy checks; every unsafe
+//!   operation sits behind a safe function.
 //! - Restrictions are applied in the child, between fork and exec, never in
 //!   the kernel process: Landlock binds only the calling thread and its
 //!   future children.
 //! - Everything that allocates or opens files happens in the parent
-//!   ([`confine`]); the child makes only three system calls (no_new_privs,
-//!   `landlock_restrict_self`, `seccomp`), which is safe after `fork`.
+//!   ([`confine`]); the child makes only system calls (no_new_privs,
+//!   dropping capabilities, `landlock_restrict_self`, `seccomp`), which is
+//!   safe after `fork`.
 //! - Fail closed: a level other than [`SandboxLevel::Unsandboxed`] that
 //!   cannot be enforced makes [`confine`] fail, and nothing runs. Only the
 //!   host can choose to run without Keel's sandbox, with
 //!   [`SandboxMode::External`] or by granting `full`.
+//! - A child's environment holds none of the kernel's secrets unless the
+//!   host named them ([`env::scrub`]).
+
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 mod capabilities;
+pub mod env;
 mod landlock_rules;
 pub mod probe;
 mod seccomp;
@@ -32,55 +50,12 @@ use std::sync::Arc;
 
 use seccompiler::BpfProgram;
 
+pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use temp::PrivateTemp;
 
 /// The Landlock ABI the sandbox needs: filesystem rules including truncate
 /// (ABI 3) and TCP bind/connect rules (ABI 4, Linux 6.7).
 pub const REQUIRED_LANDLOCK_ABI: i32 = 4;
-
-/// How much a sandboxed command may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SandboxLevel {
-    /// Read the workspace and system locations; write only the private temp dir; no network.
-    ReadOnly,
-    /// Also write the workspace; no network.
-    WorkspaceWrite,
-    /// Write the workspace and use the network (a host approved a network command).
-    WorkspaceWriteNetwork,
-    /// No OS restrictions (`full`, or a host-approved command outside the workspace).
-    Unsandboxed,
-}
-
-impl SandboxLevel {
-    /// The snake_case name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::ReadOnly => "read_only",
-            Self::WorkspaceWrite => "workspace_write",
-            Self::WorkspaceWriteNetwork => "workspace_write_network",
-            Self::Unsandboxed => "unsandboxed",
-        }
-    }
-
-    fn network(self) -> bool {
-        matches!(self, Self::WorkspaceWriteNetwork | Self::Unsandboxed)
-    }
-
-    fn writes_workspace(self) -> bool {
-        !matches!(self, Self::ReadOnly)
-    }
-}
-
-/// Who enforces the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum SandboxMode {
-    /// Keel, with Landlock and seccomp; fails closed where they are missing.
-    #[default]
-    Os,
-    /// The host declares it already runs Keel inside an isolating container;
-    /// Keel applies no OS restrictions of its own.
-    External,
-}
 
 /// The host's sandbox settings for a kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -197,7 +172,7 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
     probe::require_landlock()?;
     let temp = PrivateTemp::create()?;
     let ruleset = landlock_rules::build(sandbox, workspace, temp.path())?;
-    let filter = seccomp::filter(sandbox.level.network())?;
+    let filter = seccomp::filter(sandbox.level.allows_network())?;
     Ok(Confinement {
         temp: Some(temp),
         restrictions: Some(Arc::new(ChildRestrictions { ruleset, filter })),

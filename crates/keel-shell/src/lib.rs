@@ -2,7 +2,7 @@
 //! as its syntax tells.
 //!
 //! Before the kernel runs `bash -c COMMAND` it classifies the call into an
-//! operation intent (kind × scope) for the permission policy. This module
+//! operation intent (kind × scope) for the permission policy. This crate
 //! produces that classification from a real parse of the command, not from
 //! patterns over its text: [`analyze`] parses bash syntax (`lex.rs`,
 //! `word.rs`, `parse.rs`), expands each word as far as it can be known
@@ -33,6 +33,13 @@
 //! - **Checked now, run later.** Paths are resolved when the command is
 //!   analyzed; a command that swaps a directory for a symlink between two
 //!   of its own steps is only caught if the symlink's target is itself named.
+//! - **Pure analysis.** This is an engine crate under `keel-tools`, which
+//!   re-exports it as `keel_tools::shell`. It runs nothing, spawns nothing
+//!   and writes nothing; the file system is only looked at (metadata, link
+//!   targets, directory listings for globs). It depends on `keel-protocol`
+//!   for the intent words and on nothing of the sandbox, so a crate that
+//!   needs the analysis never builds Landlock or seccomp. [`paths`] holds
+//!   the path helpers the rooted workspace shares with it.
 
 mod ast;
 mod check;
@@ -42,6 +49,7 @@ mod frame;
 mod lex;
 mod packages;
 mod parse;
+pub mod paths;
 mod report;
 mod resolve;
 mod tools;

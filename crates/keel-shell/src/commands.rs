@@ -15,7 +15,7 @@ use super::expand::{Args, Field};
 use super::frame::{Cwds, Dir, Frame, Outcome, Run};
 use super::resolve::{abbreviate, real_path};
 use super::walk::Walker;
-use crate::workspace::normalize;
+use crate::paths::normalize;
 
 /// Commands that run another command as another user or in another root.
 const PRIVILEGED: [&str; 13] = [

@@ -1,0 +1,39 @@
+//! Path helpers shared by the shell analysis and the rooted workspace.
+//!
+//! Both place a path against the workspace root the same way: `..` is
+//! removed lexically, before any symlink is looked at, and a regular file
+//! with several hard links counts as possibly outside (another of its names
+//! may lie anywhere). `keel-tools`' `Workspace` calls these functions, so the
+//! analysis of `cat ../x` and a `read` of `../x` cannot disagree.
+//!
+//! Invariants: [`normalize`] touches no file system and always returns an
+//! absolute path; [`hard_links`] only reads metadata and never fails (a path
+//! it cannot inspect has no extra links as far as it can tell).
+
+use std::path::{Component, Path, PathBuf};
+
+/// Lexically removes `.` and `..` from an absolute path.
+///
+/// A `..` at the root stays at the root; a relative path is treated as if it
+/// started at `/`.
+pub fn normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::from("/");
+    for component in path.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
+        }
+    }
+    out
+}
+
+/// The link count of a regular file with more than one link; `None` for
+/// anything else (a single link, a directory, a path that cannot be read).
+pub fn hard_links(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    (meta.is_file() && meta.nlink() > 1).then(|| meta.nlink())
+}
