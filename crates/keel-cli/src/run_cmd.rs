@@ -18,6 +18,7 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use crate::args::RunArgs;
 use crate::host;
 use crate::output::Output;
+use crate::signals;
 use crate::startup::StartupError;
 
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
@@ -35,16 +36,23 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
     let output = Output::detect();
     let mut answers = Answers::new();
-    let result = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
+    let received = signals::Received::default();
+    let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
         answers.answer(event, run).await;
-    })
-    .await
+    });
+    let result = tokio::select! {
+        result = driven => result,
+        never = signals::cancel_on_signal(&run, &received) => match never {},
+    }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
     output.session(
         &result.session_id,
         &sessions::session_file(&store, &result.session_id),
     );
-    Ok(host::exit_code(&result))
+    Ok(match received.exit_code() {
+        Some(code) => ExitCode::from(code),
+        None => host::exit_code(&result),
+    })
 }
 
 /// The host configuration the arguments describe.
