@@ -26,7 +26,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     let session_id =
         sessions::continued_session(&store, args.session.as_deref(), args.fork.as_deref()).await?;
     let kernel = host_config(&args).kernel(store.clone())?;
-    let spec = RunSpec::new(args.prompt.clone())
+    let prompt = prompt(args.prompt.as_deref())?;
+    let spec = RunSpec::new(prompt)
         .session_opt(session_id)
         .mode(PermissionMode::from(args.mode))
         .max_turns(args.max_turns);
@@ -53,6 +54,56 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         Some(code) => ExitCode::from(code),
         None => host::exit_code(&result),
     })
+}
+
+/// The largest prompt read from a file or standard input.
+const MAX_PROMPT_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The prompt: the argument, a file named `@FILE`, or standard input for `-`
+/// or when no prompt is given and standard input is not a terminal.
+fn prompt(argument: Option<&str>) -> Result<String, StartupError> {
+    let from_stdin = match argument {
+        Some("-") => true,
+        None => !std::io::stdin().is_terminal(),
+        Some(text) => {
+            let Some(path) = text.strip_prefix('@') else {
+                return Ok(text.to_owned());
+            };
+            let file = std::fs::File::open(path).map_err(|error| {
+                StartupError::new(
+                    "prompt_file",
+                    format!("cannot read the prompt file {path}: {error}"),
+                )
+            })?;
+            return read_prompt(file, &format!("the prompt file {path}"));
+        }
+    };
+    if !from_stdin {
+        return Err(StartupError::new(
+            "no_prompt",
+            "no prompt: give it as an argument, as @FILE, or on standard input (`-`)",
+        ));
+    }
+    read_prompt(std::io::stdin().lock(), "standard input")
+}
+
+fn read_prompt(source: impl std::io::Read, what: &str) -> Result<String, StartupError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    source
+        .take(MAX_PROMPT_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|error| {
+            StartupError::new("prompt_file", format!("cannot read {what}: {error}"))
+        })?;
+    if bytes.len() as u64 > MAX_PROMPT_BYTES {
+        return Err(StartupError::new(
+            "prompt_too_large",
+            format!("{what} holds more than {MAX_PROMPT_BYTES} bytes"),
+        ));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| StartupError::new("prompt_not_utf8", format!("{what} is not valid UTF-8")))
 }
 
 /// The host configuration the arguments describe.
