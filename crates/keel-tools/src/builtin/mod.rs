@@ -4,7 +4,7 @@
 //! Every tool resolves paths through the [`Workspace`], so none of them can
 //! touch a file outside it; every failure is a typed [`ToolError`]; every
 //! result fits the limits in [`crate::truncate`]. The helpers here are shared
-//! by the tools: argument parsing and schemas ([`schema`]), path intents and
+//! by the tools: argument parsing and schemas (`schema.rs`), path intents and
 //! reading a text file.
 
 mod bash;
