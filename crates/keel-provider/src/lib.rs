@@ -17,6 +17,7 @@ pub mod connect;
 pub mod endpoint;
 pub mod errors;
 pub mod http;
+mod json;
 pub mod openai_chat;
 pub mod openai_responses;
 pub mod scripted;
