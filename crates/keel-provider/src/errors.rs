@@ -112,6 +112,7 @@ fn cut(text: &str) -> String {
 
 /// Parses a `retry-after` header: seconds, or milliseconds in
 /// `retry-after-ms` when the provider sends that.
+#[cfg(feature = "http")]
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let read = |name: &str| {
         headers
