@@ -25,6 +25,8 @@ pub mod anthropic;
 #[cfg(feature = "http")]
 mod blocks;
 pub mod config;
+#[cfg(all(feature = "test-util", feature = "http"))]
+pub mod conformance;
 #[cfg(feature = "http")]
 pub mod connect;
 #[cfg(feature = "http")]

@@ -4,24 +4,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use keel_protocol::{
-    AssistantMessage, ContentBlock, ImageContent, Message, ProviderError, ProviderErrorKind,
-    ProviderEvent, StopReason, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage,
-    ToolSpec, ToolStatus, Usage, UserContent, UserMessage,
+    AssistantMessage, ContentBlock, ImageContent, Message, ProviderErrorKind, ProviderEvent,
+    StopReason, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage, ToolSpec, ToolStatus,
+    Usage, UserContent, UserMessage,
 };
 use keel_provider::anthropic::{
     Anthropic, AnthropicFormat, AnthropicOptions, REDACTED_THINKING_PREFIX,
 };
-use keel_provider::http::{HttpTimeouts, replay};
-use keel_provider::testing::{RecordedRequest, Reply, TestServer};
+use keel_provider::conformance::{self, WireAdapter};
+use keel_provider::testing::{RecordedRequest, Reply, TestServer, assemble, last_error, rechunk};
 use keel_provider::{Endpoint, ModelRequest, Provider};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 // ---------------------------------------------------------------------------
 // Transcript builders
@@ -132,10 +130,7 @@ fn ask(text: &str) -> ModelRequest {
 }
 
 async fn collect(provider: &Anthropic, request: ModelRequest) -> Vec<ProviderEvent> {
-    let stream = provider.stream(request, CancellationToken::new());
-    tokio::time::timeout(Duration::from_secs(20), stream.collect::<Vec<_>>())
-        .await
-        .expect("the stream ends")
+    keel_provider::testing::collect(provider, request, Duration::from_secs(20)).await
 }
 
 /// Serves `reply` to one request (default options) and returns its events
@@ -156,95 +151,79 @@ fn only_request(server: &TestServer) -> RecordedRequest {
 }
 
 fn assert_request_basics(request: &RecordedRequest) {
+    assert_request_basics_with(request, "sk-ant-test");
+}
+
+fn assert_request_basics_with(request: &RecordedRequest, key: &str) {
     assert_eq!(request.method, "POST");
     assert_eq!(request.path, "/v1/messages");
-    assert_eq!(request.header("x-api-key"), Some("sk-ant-test"));
+    assert_eq!(request.header("x-api-key"), Some(key));
     assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(request.header("content-type"), Some("application/json"));
     assert_eq!(request.json()["stream"], json!(true));
 }
 
-fn last_error(events: &[ProviderEvent]) -> ProviderError {
-    match events.last() {
-        Some(ProviderEvent::Error { error }) => error.clone(),
-        other => panic!("expected a final error, got {other:?} in {events:?}"),
+// ---------------------------------------------------------------------------
+// Conformance
+
+/// The Messages API wire format, for the shared adapter suite.
+struct Messages;
+
+impl WireAdapter for Messages {
+    fn name(&self) -> &str {
+        "anthropic"
+    }
+
+    fn provider(&self, endpoint: Endpoint) -> Arc<dyn Provider> {
+        Arc::new(Anthropic::new(endpoint, AnthropicOptions::default()))
+    }
+
+    fn request(&self) -> ModelRequest {
+        ask("hi")
+    }
+
+    fn check_request(&self, recorded: &RecordedRequest, key: &str) {
+        assert_request_basics_with(recorded, key);
+        assert_eq!(
+            recorded.json()["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}
+            ]}])
+        );
+    }
+
+    fn stream_head(&self, text: &str) -> String {
+        [
+            message_start(small_usage()),
+            block_start(0, json!({"type": "text", "text": ""})),
+            text_delta(0, text),
+        ]
+        .concat()
+    }
+
+    fn text_stream(&self, text: &str) -> String {
+        self.stream_head(text) + &block_stop(0) + &message_delta("end_turn", 5) + &message_stop()
+    }
+
+    fn stream_error(&self, error_type: &str, message: &str) -> String {
+        event(
+            "error",
+            json!({"type": "error", "error": {"type": error_type, "message": message}}),
+        )
+    }
+
+    fn error_body(&self, error_type: &str, message: &str) -> String {
+        json!({"type": "error", "error": {"type": error_type, "message": message}}).to_string()
+    }
+
+    fn overflow_message(&self) -> &str {
+        "prompt is too long: 215000 tokens > 200000 maximum"
     }
 }
 
-async fn error_for(reply: Reply) -> ProviderError {
-    let (events, _) = exchange(reply, ask("hi")).await;
-    assert_eq!(events.len(), 1, "{events:?}");
-    last_error(&events)
-}
-
-/// Builds the assistant message a kernel would accumulate from `events`.
-fn accumulate(events: &[ProviderEvent]) -> AssistantMessage {
-    let mut message = AssistantMessage::default();
-    let mut blocks: BTreeMap<usize, ContentBlock> = BTreeMap::new();
-    let mut arguments: BTreeMap<usize, String> = BTreeMap::new();
-    for event in events {
-        match event {
-            ProviderEvent::Start { model } => message.model = model.clone(),
-            ProviderEvent::TextStart { index } => {
-                blocks.insert(
-                    *index,
-                    ContentBlock::Text {
-                        text: String::new(),
-                    },
-                );
-            }
-            ProviderEvent::TextDelta { index, delta } => {
-                if let Some(ContentBlock::Text { text }) = blocks.get_mut(index) {
-                    text.push_str(delta);
-                }
-            }
-            ProviderEvent::ThinkingStart { index } => {
-                let block = ContentBlock::Thinking {
-                    thinking: String::new(),
-                    signature: None,
-                };
-                blocks.insert(*index, block);
-            }
-            ProviderEvent::ThinkingDelta { index, delta } => {
-                if let Some(ContentBlock::Thinking { thinking, .. }) = blocks.get_mut(index) {
-                    thinking.push_str(delta);
-                }
-            }
-            ProviderEvent::ThinkingEnd { index, signature } => {
-                if let Some(ContentBlock::Thinking {
-                    signature: slot, ..
-                }) = blocks.get_mut(index)
-                {
-                    *slot = signature.clone();
-                }
-            }
-            ProviderEvent::ToolCallStart { index, id, name } => {
-                let call = ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: Value::Null,
-                };
-                blocks.insert(*index, ContentBlock::ToolCall(call));
-                arguments.insert(*index, String::new());
-            }
-            ProviderEvent::ToolCallDelta { index, delta } => {
-                arguments.get_mut(index).unwrap().push_str(delta);
-            }
-            ProviderEvent::ToolCallEnd { index } => {
-                let text = &arguments[index];
-                if let Some(ContentBlock::ToolCall(call)) = blocks.get_mut(index) {
-                    call.arguments =
-                        serde_json::from_str(text).unwrap_or(Value::String(text.clone()));
-                }
-            }
-            ProviderEvent::TextEnd { .. } => {}
-            ProviderEvent::Usage { usage } => message.usage = *usage,
-            ProviderEvent::Done { stop_reason } => message.stop_reason = *stop_reason,
-            ProviderEvent::Error { error } => panic!("unexpected error {error:?}"),
-        }
-    }
-    message.content = blocks.into_values().collect();
-    message
+#[tokio::test]
+async fn the_adapter_passes_the_conformance_suite() {
+    conformance::run_all(&Messages).await;
 }
 
 // ---------------------------------------------------------------------------
@@ -354,7 +333,7 @@ async fn thinking_signature_is_sent_back_unchanged() {
         index: 0,
         signature: Some(signature.clone())
     }));
-    let answer = accumulate(&events);
+    let answer = assemble(&events);
     assert_eq!(answer.stop_reason, StopReason::Stop);
 
     let follow_up = vec![
@@ -420,7 +399,7 @@ async fn parallel_tool_calls_survive_awkward_splits() {
     ];
     let (events, _) = exchange(Reply::Sse { chunks }, ask("read")).await;
 
-    let message = accumulate(&events);
+    let message = assemble(&events);
     assert_eq!(message.stop_reason, StopReason::ToolUse);
     let calls: Vec<(&str, &str, &Value)> = message
         .tool_calls()
@@ -481,29 +460,6 @@ async fn usage_reports_cache_reads_and_writes() {
             },
         ]
     );
-}
-
-#[tokio::test]
-async fn message_stop_ends_the_stream_while_the_connection_stays_open() {
-    let after = [
-        block_start(1, json!({"type": "text", "text": ""})),
-        text_delta(1, "never seen"),
-    ]
-    .concat();
-    let chunks = vec![
-        (Duration::ZERO, text_transcript().into_bytes()),
-        (Duration::from_secs(60), after.into_bytes()),
-    ];
-    let started = std::time::Instant::now();
-    let (events, _) = exchange(Reply::Sse { chunks }, ask("hi")).await;
-    assert!(started.elapsed() < Duration::from_secs(10));
-    assert_eq!(
-        events.last(),
-        Some(&ProviderEvent::Done {
-            stop_reason: StopReason::Stop
-        })
-    );
-    assert!(!events.contains(&ProviderEvent::TextStart { index: 1 }));
 }
 
 // ---------------------------------------------------------------------------
@@ -682,7 +638,7 @@ async fn redacted_thinking_round_trips() {
     ]
     .concat();
     let (events, _) = exchange(Reply::sse(&transcript), ask("hi")).await;
-    let message = accumulate(&events);
+    let message = assemble(&events);
     let signature = format!("{REDACTED_THINKING_PREFIX}EmwKAhgBEgy3va==");
     assert_eq!(
         message.content,
@@ -707,152 +663,10 @@ async fn redacted_thinking_round_trips() {
 }
 
 // ---------------------------------------------------------------------------
-// Errors
-
-#[tokio::test]
-async fn status_401_is_auth() {
-    let body =
-        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
-    let error = error_for(Reply::error(401, body)).await;
-    assert_eq!(error.kind, ProviderErrorKind::Auth);
-    assert!(error.message.contains("invalid x-api-key"), "{error:?}");
-    assert!(!error.message.contains("sk-ant-test"));
-}
-
-#[tokio::test]
-async fn prompt_too_long_is_context_overflow() {
-    let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 215000 tokens > 200000 maximum"}}"#;
-    let error = error_for(Reply::error(400, body)).await;
-    assert_eq!(error.kind, ProviderErrorKind::ContextOverflow);
-}
-
-#[tokio::test]
-async fn status_429_is_rate_limited_with_retry_after() {
-    let reply = Reply::Status {
-        status: 429,
-        headers: vec![("retry-after".into(), "7".into())],
-        body: r#"{"type":"error","error":{"type":"rate_limit_error","message":"slow down"}}"#
-            .into(),
-    };
-    let error = error_for(reply).await;
-    assert_eq!(error.kind, ProviderErrorKind::RateLimited);
-    assert_eq!(error.retry_after_ms, Some(7000));
-}
-
-#[tokio::test]
-async fn status_500_is_server_error() {
-    let body = r#"{"type":"error","error":{"type":"api_error","message":"Internal server error"}}"#;
-    let error = error_for(Reply::error(500, body)).await;
-    assert_eq!(error.kind, ProviderErrorKind::ServerError);
-}
-
-#[tokio::test]
-async fn status_529_is_overloaded() {
-    let body = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
-    let error = error_for(Reply::error(529, body)).await;
-    assert_eq!(error.kind, ProviderErrorKind::Overloaded);
-    assert!(error.is_retryable());
-}
-
-#[tokio::test]
-async fn an_error_event_in_the_stream_is_classified() {
-    let transcript = [
-        message_start(small_usage()),
-        block_start(0, json!({"type": "text", "text": ""})),
-        text_delta(0, "partial"),
-        event(
-            "error",
-            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-        ),
-        message_stop(),
-    ]
-    .concat();
-    let (events, _) = exchange(Reply::sse(&transcript), ask("hi")).await;
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Overloaded);
-    assert!(
-        !events
-            .iter()
-            .any(|e| matches!(e, ProviderEvent::Done { .. }))
-    );
-}
-
-#[tokio::test]
-async fn a_stream_cut_midway_is_dropped() {
-    let whole = text_transcript();
-    let cut = &whole[..whole.find("content_block_stop").unwrap() + 5];
-    let (events, _) = exchange(Reply::sse(cut), ask("hi")).await;
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::StreamDropped);
-    assert!(events.contains(&ProviderEvent::TextDelta {
-        index: 0,
-        delta: ", world".into()
-    }));
-}
-
-#[tokio::test]
-async fn an_idle_stream_times_out() {
-    let chunks = vec![
-        (Duration::ZERO, message_start(small_usage()).into_bytes()),
-        (Duration::from_secs(30), text_transcript().into_bytes()),
-    ];
-    let server = TestServer::start(vec![Reply::Sse { chunks }])
-        .await
-        .unwrap();
-    let timeouts = HttpTimeouts {
-        first_byte: Duration::from_secs(5),
-        idle: Duration::from_millis(300),
-    };
-    let endpoint = Endpoint::new("anthropic", server.url(), Some("sk-ant-test".into()))
-        .with_timeouts(timeouts);
-    let anthropic = Anthropic::new(endpoint, AnthropicOptions::default());
-    let events = collect(&anthropic, ask("hi")).await;
-    assert!(matches!(events.first(), Some(ProviderEvent::Start { .. })));
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Timeout);
-    only_request(&server);
-}
-
-#[tokio::test]
-async fn cancellation_ends_the_stream_promptly() {
-    let head = [
-        message_start(small_usage()),
-        block_start(0, json!({"type": "text", "text": ""})),
-        text_delta(0, "Hello"),
-    ]
-    .concat();
-    let chunks = vec![
-        (Duration::ZERO, head.into_bytes()),
-        (Duration::from_secs(60), text_transcript().into_bytes()),
-    ];
-    let server = TestServer::start(vec![Reply::Sse { chunks }])
-        .await
-        .unwrap();
-    let anthropic = provider(&server, AnthropicOptions::default());
-    let cancel = CancellationToken::new();
-    let mut stream = anthropic.stream(ask("hi"), cancel.clone());
-    let run = async {
-        let mut events = Vec::new();
-        while let Some(event) = stream.next().await {
-            if matches!(event, ProviderEvent::TextDelta { .. }) {
-                cancel.cancel();
-            }
-            events.push(event);
-        }
-        events
-    };
-    let events = tokio::time::timeout(Duration::from_secs(10), run)
-        .await
-        .unwrap();
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Cancelled);
-    only_request(&server);
-}
-
-// ---------------------------------------------------------------------------
 // The parser alone
 
 fn replay_now(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap();
-    runtime.block_on(replay(chunks, AnthropicFormat::new()))
+    keel_provider::testing::replay_now(chunks, AnthropicFormat::new())
 }
 
 #[test]
@@ -912,7 +726,7 @@ fn unknown_events_and_blocks_are_ignored() {
     ]
     .concat();
     let events = replay_now(vec![transcript.into_bytes()]);
-    let message = accumulate(&events);
+    let message = assemble(&events);
     assert_eq!(
         message.content,
         vec![ContentBlock::Text { text: "ok".into() }]
@@ -958,7 +772,7 @@ fn full_transcript() -> Vec<u8> {
 #[test]
 fn the_full_transcript_parses() {
     let events = replay_now(vec![full_transcript()]);
-    let message = accumulate(&events);
+    let message = assemble(&events);
     assert_eq!(message.stop_reason, StopReason::ToolUse);
     assert_eq!(message.usage.cache_read_tokens, 7);
     let arguments = &message.tool_calls().next().unwrap().arguments;
@@ -970,16 +784,7 @@ proptest! {
     fn any_rechunking_yields_the_same_events(cuts in proptest::collection::vec(any::<prop::sample::Index>(), 0..24)) {
         let bytes = full_transcript();
         let whole = replay_now(vec![bytes.clone()]);
-        let mut points: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len())).collect();
-        points.sort_unstable();
-        points.dedup();
-        let mut chunks = Vec::new();
-        let mut from = 0;
-        for point in points {
-            chunks.push(bytes[from..point].to_vec());
-            from = point;
-        }
-        chunks.push(bytes[from..].to_vec());
+        let chunks = rechunk(&bytes, cuts.iter().map(|cut| cut.index(bytes.len())));
         prop_assert_eq!(replay_now(chunks), whole);
     }
 }

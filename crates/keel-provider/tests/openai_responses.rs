@@ -4,20 +4,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, ContentBlock, ImageContent, Message, ProviderErrorKind, ProviderEvent,
     StopReason, ToolCall, ToolResultMessage, ToolSpec, ToolStatus, Usage, UserContent, UserMessage,
 };
-use keel_provider::http::{HttpTimeouts, replay};
+use keel_provider::conformance::{self, WireAdapter};
 use keel_provider::openai_responses::{OpenAiResponses, ResponsesFormat, ResponsesOptions};
-use keel_provider::testing::{RecordedRequest, Reply, TestServer};
+use keel_provider::testing::{RecordedRequest, Reply, TestServer, assemble, last_error, rechunk};
 use keel_provider::{Endpoint, ModelRequest, Provider};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 const ENCRYPTED: &str = "gAAAAABpSi4X1CPuupBD-encrypted-reasoning_blob==";
 
@@ -122,95 +121,22 @@ fn hello() -> ModelRequest {
 }
 
 async fn collect(provider: &OpenAiResponses, request: ModelRequest) -> Vec<ProviderEvent> {
-    provider
-        .stream(request, CancellationToken::new())
-        .collect()
-        .await
+    keel_provider::testing::collect(provider, request, Duration::from_secs(10)).await
 }
 
 /// Every request goes to `/responses` with the key as a bearer token.
 fn assert_sent(request: &RecordedRequest) {
+    assert_sent_with(request, "sk-test");
+}
+
+fn assert_sent_with(request: &RecordedRequest, key: &str) {
     assert_eq!(request.method, "POST");
     assert_eq!(request.path, "/responses");
-    assert_eq!(request.header("authorization"), Some("Bearer sk-test"));
+    let bearer = format!("Bearer {key}");
+    assert_eq!(request.header("authorization"), Some(bearer.as_str()));
     let body = request.json();
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["store"], json!(false));
-}
-
-fn last_error(events: &[ProviderEvent]) -> keel_protocol::ProviderError {
-    match events.last() {
-        Some(ProviderEvent::Error { error }) => error.clone(),
-        other => panic!("expected an error event last, got {other:?}"),
-    }
-}
-
-/// Builds the assistant message a kernel would build from `events`.
-fn assemble(events: &[ProviderEvent]) -> AssistantMessage {
-    let mut message = AssistantMessage::default();
-    let mut arguments: Vec<(usize, String)> = Vec::new();
-    let mut position = std::collections::HashMap::new();
-    for event in events {
-        match event {
-            ProviderEvent::Start { model } => message.model.clone_from(model),
-            ProviderEvent::TextStart { index } => {
-                position.insert(*index, message.content.len());
-                message.content.push(ContentBlock::Text {
-                    text: String::new(),
-                });
-            }
-            ProviderEvent::ThinkingStart { index } => {
-                position.insert(*index, message.content.len());
-                message.content.push(ContentBlock::Thinking {
-                    thinking: String::new(),
-                    signature: None,
-                });
-            }
-            ProviderEvent::ToolCallStart { index, id, name } => {
-                position.insert(*index, message.content.len());
-                arguments.push((message.content.len(), String::new()));
-                message.content.push(ContentBlock::ToolCall(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: Value::Null,
-                }));
-            }
-            ProviderEvent::TextDelta { index, delta } => {
-                if let ContentBlock::Text { text } = &mut message.content[position[index]] {
-                    text.push_str(delta);
-                }
-            }
-            ProviderEvent::ThinkingDelta { index, delta } => {
-                if let ContentBlock::Thinking { thinking, .. } =
-                    &mut message.content[position[index]]
-                {
-                    thinking.push_str(delta);
-                }
-            }
-            ProviderEvent::ThinkingEnd { index, signature } => {
-                if let ContentBlock::Thinking {
-                    signature: kept, ..
-                } = &mut message.content[position[index]]
-                {
-                    kept.clone_from(signature);
-                }
-            }
-            ProviderEvent::ToolCallDelta { index, delta } => {
-                let at = position[index];
-                let entry = arguments.iter_mut().find(|(p, _)| *p == at).unwrap();
-                entry.1.push_str(delta);
-            }
-            ProviderEvent::Usage { usage } => message.usage = *usage,
-            ProviderEvent::Done { stop_reason } => message.stop_reason = *stop_reason,
-            _ => {}
-        }
-    }
-    for (at, text) in arguments {
-        if let ContentBlock::ToolCall(call) = &mut message.content[at] {
-            call.arguments = serde_json::from_str(&text).unwrap();
-        }
-    }
-    message
 }
 
 fn tool_result(call_id: &str, content: Vec<UserContent>) -> Message {
@@ -233,6 +159,69 @@ fn image(data: &str) -> UserContent {
         mime_type: "image/png".into(),
         data: data.into(),
     })
+}
+
+// ------------------------------------------------------------ conformance
+
+/// The Responses wire format, for the shared adapter suite.
+struct Responses;
+
+impl WireAdapter for Responses {
+    fn name(&self) -> &str {
+        "openai_responses"
+    }
+
+    fn provider(&self, endpoint: Endpoint) -> Arc<dyn Provider> {
+        Arc::new(OpenAiResponses::new(endpoint, ResponsesOptions::default()))
+    }
+
+    fn request(&self) -> ModelRequest {
+        hello()
+    }
+
+    fn check_request(&self, recorded: &RecordedRequest, key: &str) {
+        assert_sent_with(recorded, key);
+        assert_eq!(
+            recorded.json()["input"],
+            json!([{"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": "hello"}]}])
+        );
+    }
+
+    fn stream_head(&self, text: &str) -> String {
+        transcript(vec![
+            created("gpt-5"),
+            message_added(0),
+            text_delta(0, text),
+        ])
+    }
+
+    fn text_stream(&self, text: &str) -> String {
+        self.stream_head(text)
+            + &transcript(vec![
+                text_done(0, text),
+                message_done(0, text),
+                completed(usage(10, 0, 5)),
+            ])
+    }
+
+    fn stream_error(&self, error_type: &str, message: &str) -> String {
+        event(json!({"type": "error", "code": error_type, "message": message, "param": null}))
+    }
+
+    fn error_body(&self, error_type: &str, message: &str) -> String {
+        json!({"error": {"message": message, "type": error_type, "param": null, "code": null}})
+            .to_string()
+    }
+
+    fn overflow_message(&self) -> &str {
+        "Your input exceeds the context window of this model. Please adjust your input and try again."
+    }
+}
+
+#[tokio::test]
+async fn the_adapter_passes_the_conformance_suite() {
+    conformance::run_all(&Responses).await;
 }
 
 // ------------------------------------------------------------------ tests
@@ -688,52 +677,6 @@ async fn the_end_says_why_the_model_stopped() {
 }
 
 #[tokio::test]
-async fn error_statuses_are_classified() {
-    let overflow = r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#;
-    let server = TestServer::start(vec![
-        Reply::error(
-            401,
-            r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
-        ),
-        Reply::error(400, overflow),
-        Reply::Status {
-            status: 429,
-            headers: vec![("retry-after".into(), "3".into())],
-            body: r#"{"error":{"message":"Rate limit reached for gpt-5","type":"requests","code":"rate_limit_exceeded"}}"#.into(),
-        },
-        Reply::error(
-            500,
-            r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}"#,
-        ),
-        Reply::error(
-            503,
-            r#"{"error":{"message":"The server is overloaded, please try again later.","type":"server_error","code":"server_is_overloaded"}}"#,
-        ),
-    ])
-    .await
-    .unwrap();
-    let provider = provider(&server);
-    let expected = [
-        (ProviderErrorKind::Auth, None),
-        (ProviderErrorKind::ContextOverflow, None),
-        (ProviderErrorKind::RateLimited, Some(3000)),
-        (ProviderErrorKind::ServerError, None),
-        (ProviderErrorKind::Overloaded, None),
-    ];
-    for (kind, retry_after_ms) in expected {
-        let events = collect(&provider, hello()).await;
-        assert_eq!(events.len(), 1, "{events:?}");
-        let error = last_error(&events);
-        assert_eq!((error.kind, error.retry_after_ms), (kind, retry_after_ms));
-    }
-    let requests = server.requests();
-    assert_eq!(requests.len(), 5);
-    for request in &requests {
-        assert_sent(request);
-    }
-}
-
-#[tokio::test]
 async fn errors_inside_the_stream_are_classified() {
     let failed = |code: &str, message: &str| {
         transcript(vec![
@@ -794,20 +737,6 @@ async fn errors_inside_the_stream_are_classified() {
 }
 
 #[tokio::test]
-async fn a_stream_cut_midway_is_dropped() {
-    let full = text_stream(&["one ", "two ", "three"]);
-    let cut = &full[..full.find("event: response.output_text.done").unwrap()];
-    let server = TestServer::start(vec![Reply::sse(cut)]).await.unwrap();
-    let events = collect(&provider(&server), hello()).await;
-    assert!(
-        events.len() > 1,
-        "some events came before the cut: {events:?}"
-    );
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::StreamDropped);
-    assert_sent(&server.requests()[0]);
-}
-
-#[tokio::test]
 async fn malformed_json_is_a_protocol_error() {
     let stream = format!(
         "{}event: response.output_text.delta\ndata: {{\"type\": \"response.output_text.delta\", \"delta\": \n\n",
@@ -816,63 +745,6 @@ async fn malformed_json_is_a_protocol_error() {
     let server = TestServer::start(vec![Reply::sse(&stream)]).await.unwrap();
     let events = collect(&provider(&server), hello()).await;
     assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
-    assert_sent(&server.requests()[0]);
-}
-
-#[tokio::test]
-async fn an_idle_stream_times_out() {
-    let stream = text_stream(&["slow"]);
-    let split = stream.find("event: response.output_item.added").unwrap();
-    let chunks = vec![
-        (Duration::ZERO, stream.as_bytes()[..split].to_vec()),
-        (Duration::from_secs(5), stream.as_bytes()[split..].to_vec()),
-    ];
-    let server = TestServer::start(vec![Reply::Sse { chunks }])
-        .await
-        .unwrap();
-    let timeouts = HttpTimeouts {
-        first_byte: Duration::from_secs(5),
-        idle: Duration::from_millis(200),
-    };
-    let provider = OpenAiResponses::new(
-        endpoint(&server).with_timeouts(timeouts),
-        ResponsesOptions::default(),
-    );
-    let started = std::time::Instant::now();
-    let events = collect(&provider, hello()).await;
-    assert!(started.elapsed() < Duration::from_secs(4));
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Timeout);
-    assert_sent(&server.requests()[0]);
-}
-
-#[tokio::test]
-async fn cancellation_ends_the_stream() {
-    let stream = text_stream(&["first", "never"]);
-    let split = stream.find("never").unwrap();
-    let split = stream[..split].rfind("event:").unwrap();
-    let chunks = vec![
-        (Duration::ZERO, stream.as_bytes()[..split].to_vec()),
-        (Duration::from_secs(30), stream.as_bytes()[split..].to_vec()),
-    ];
-    let server = TestServer::start(vec![Reply::Sse { chunks }])
-        .await
-        .unwrap();
-    let cancel = CancellationToken::new();
-    let mut events = provider(&server).stream(hello(), cancel.clone());
-    let mut seen = Vec::new();
-    while let Some(event) = events.next().await {
-        let got_text = matches!(event, ProviderEvent::TextDelta { .. });
-        seen.push(event);
-        if got_text {
-            break;
-        }
-    }
-    cancel.cancel();
-    let rest: Vec<_> = tokio::time::timeout(Duration::from_secs(2), events.collect::<Vec<_>>())
-        .await
-        .expect("the stream ends promptly once cancelled");
-    assert_eq!(rest.len(), 1, "{rest:?}");
-    assert_eq!(last_error(&rest).kind, ProviderErrorKind::Cancelled);
     assert_sent(&server.requests()[0]);
 }
 
@@ -938,6 +810,10 @@ fn arguments_for_an_unknown_call_are_a_protocol_error() {
 // -------------------------------------------------------------- property
 
 /// A transcript with reasoning, multi-byte text and two calls.
+fn replay_chunks(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
+    keel_provider::testing::replay_now(chunks, ResponsesFormat::new())
+}
+
 fn fixed_transcript() -> String {
     let mut text = reasoning_stream();
     text = text.replace(&event(completed(usage(30, 0, 80))), "");
@@ -947,13 +823,6 @@ fn fixed_transcript() -> String {
         .replace("\"output_index\":0", "\"output_index\":2")
         .replace("\"output_index\":1", "\"output_index\":3");
     text + &calls
-}
-
-fn replay_chunks(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(replay(chunks, ResponsesFormat::new()))
 }
 
 #[test]
@@ -973,15 +842,7 @@ proptest! {
     fn any_rechunking_yields_the_same_events(cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12)) {
         let bytes = fixed_transcript().into_bytes();
         let whole = replay_chunks(vec![bytes.clone()]);
-        let mut points: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
-        points.sort_unstable();
-        let mut chunks = Vec::new();
-        let mut from = 0;
-        for point in points {
-            chunks.push(bytes[from..point].to_vec());
-            from = point;
-        }
-        chunks.push(bytes[from..].to_vec());
+        let chunks = rechunk(&bytes, cuts.iter().map(|cut| cut.index(bytes.len() + 1)));
         prop_assert_eq!(replay_chunks(chunks), whole);
     }
 }
