@@ -54,6 +54,7 @@ pub fn classify_status(status: u16, body: &str, retry_after: Option<Duration>) -
         kind,
         message: shown,
         retry_after_ms: retry_after.map(|delay| delay.as_millis() as u64),
+        max_retries: None,
     }
 }
 
