@@ -22,6 +22,7 @@
 
 #[cfg(feature = "http")]
 pub mod anthropic;
+pub mod base_url;
 #[cfg(feature = "http")]
 mod blocks;
 pub mod config;
