@@ -5,7 +5,10 @@
 //! adapter's tests (`conformance::run_all(&MyAdapter).await`): how a stream
 //! ends (its terminal event while the connection stays open, a cut, an idle
 //! server, a cancel), how an error inside the stream and each HTTP status
-//! are classified, and that the key never shows in an error. A behaviour
+//! are classified, how a request fails before any stream (an unusable base
+//! URL, a server that never answers, a success that is not an event stream,
+//! a refused connection, a DNS or TLS failure), and that the key never shows
+//! in an error. A behaviour
 //! every adapter owes the kernel belongs here, not in one adapter's tests;
 //! what only one API does (its request body, its event types) stays in that
 //! adapter's test file.
@@ -18,6 +21,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod cases;
+mod transport;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -80,6 +84,12 @@ pub async fn run_all(adapter: &dyn WireAdapter) {
     cases::error_statuses_map_onto_the_taxonomy(adapter).await;
     cases::an_idle_stream_times_out(adapter).await;
     cases::cancelling_mid_stream_ends_promptly(adapter).await;
+    transport::an_unusable_base_url_fails_at_once(adapter).await;
+    transport::a_server_that_never_answers_times_out(adapter).await;
+    transport::a_success_that_is_not_an_event_stream_is_a_protocol_error(adapter).await;
+    transport::a_refused_connection_is_retried_at_most_once(adapter).await;
+    transport::a_tls_failure_is_retried_at_most_once(adapter).await;
+    transport::a_dns_failure_is_retried_at_most_once(adapter).await;
 }
 
 /// The adapter reaching `server` with the suite's key and `timeouts`.
