@@ -41,6 +41,7 @@ mod json;
 pub mod openai_chat;
 #[cfg(feature = "http")]
 pub mod openai_responses;
+pub mod retry;
 pub mod scripted;
 #[cfg(feature = "http")]
 pub mod sse;
