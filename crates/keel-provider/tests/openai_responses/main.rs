@@ -18,6 +18,9 @@ use keel_provider::{Endpoint, ModelRequest, Provider};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
+mod parser;
+mod request;
+
 const ENCRYPTED: &str = "gAAAAABpSi4X1CPuupBD-encrypted-reasoning_blob==";
 
 // ---------------------------------------------------------------- helpers
@@ -139,28 +142,6 @@ fn assert_sent_with(request: &RecordedRequest, key: &str) {
     assert_eq!(body["store"], json!(false));
 }
 
-fn tool_result(call_id: &str, content: Vec<UserContent>) -> Message {
-    Message::ToolResult(ToolResultMessage {
-        call_id: call_id.into(),
-        tool_name: "read".into(),
-        status: ToolStatus::Success,
-        content,
-        error: None,
-        details: None,
-    })
-}
-
-fn text(text: &str) -> UserContent {
-    UserContent::Text { text: text.into() }
-}
-
-fn image(data: &str) -> UserContent {
-    UserContent::Image(ImageContent {
-        mime_type: "image/png".into(),
-        data: data.into(),
-    })
-}
-
 // ------------------------------------------------------------ conformance
 
 /// The Responses wire format, for the shared adapter suite.
@@ -267,135 +248,6 @@ async fn streamed_text_becomes_one_text_block() {
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     assert_sent(&requests[0]);
-}
-
-#[tokio::test]
-async fn the_whole_context_is_mapped_onto_input_items() {
-    let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
-        .await
-        .unwrap();
-    let options = ResponsesOptions {
-        reasoning_effort: Some("medium".into()),
-    };
-    let provider = OpenAiResponses::new(endpoint(&server), options);
-    let assistant = AssistantMessage {
-        content: vec![
-            ContentBlock::Thinking {
-                thinking: "plan".into(),
-                signature: Some(ENCRYPTED.into()),
-            },
-            ContentBlock::Text {
-                text: "Let me look.".into(),
-            },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_1".into(),
-                name: "read".into(),
-                arguments: json!({"path": "a.txt"}),
-            }),
-            // Unsigned reasoning and another provider's signature are dropped.
-            ContentBlock::Thinking {
-                thinking: "unsigned".into(),
-                signature: None,
-            },
-            ContentBlock::Thinking {
-                thinking: "from Claude".into(),
-                signature: Some("EqQBCkgIARABGAIiQL".into()),
-            },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_2".into(),
-                name: "bash".into(),
-                arguments: Value::String("{not json".into()),
-            }),
-        ],
-        stop_reason: StopReason::ToolUse,
-        usage: Usage::default(),
-        model: Some("gpt-5-2025-08-07".into()),
-        provider: None,
-    };
-    let request = ModelRequest {
-        model: "gpt-5".into(),
-        system_prompt: "You are Keel.".into(),
-        messages: vec![
-            Message::User(UserMessage {
-                content: vec![text("Describe this"), image("aGVsbG8=")],
-            }),
-            Message::Assistant(assistant),
-            tool_result("call_1", vec![text("contents"), image("aW1n")]),
-            tool_result("call_2", vec![text("invalid arguments")]),
-            Message::User(UserMessage::text("thanks")),
-        ],
-        tools: vec![ToolSpec {
-            name: "read".into(),
-            description: "Read a file".into(),
-            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        }],
-        max_output_tokens: Some(4096),
-    };
-    let events = collect(&provider, request).await;
-    assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));
-    let requests = server.requests();
-    assert_sent(&requests[0]);
-    assert_eq!(
-        requests[0].json(),
-        json!({
-            "model": "gpt-5",
-            "instructions": "You are Keel.",
-            "input": [
-                {"type": "message", "role": "user", "content": [
-                    {"type": "input_text", "text": "Describe this"},
-                    {"type": "input_image", "image_url": "data:image/png;base64,aGVsbG8="},
-                ]},
-                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}],
-                 "encrypted_content": ENCRYPTED},
-                {"type": "message", "role": "assistant", "content": [
-                    {"type": "output_text", "text": "Let me look."},
-                ]},
-                {"type": "function_call", "call_id": "call_1", "name": "read",
-                 "arguments": "{\"path\":\"a.txt\"}"},
-                {"type": "function_call", "call_id": "call_2", "name": "bash",
-                 "arguments": "{not json"},
-                {"type": "function_call_output", "call_id": "call_1", "output": "contents"},
-                {"type": "function_call_output", "call_id": "call_2", "output": "invalid arguments"},
-                {"type": "message", "role": "user", "content": [
-                    {"type": "input_image", "image_url": "data:image/png;base64,aW1n"},
-                ]},
-                {"type": "message", "role": "user", "content": [
-                    {"type": "input_text", "text": "thanks"},
-                ]},
-            ],
-            "tools": [{
-                "type": "function",
-                "name": "read",
-                "description": "Read a file",
-                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-                "strict": false,
-            }],
-            "max_output_tokens": 4096,
-            "reasoning": {"effort": "medium", "summary": "auto"},
-            "include": ["reasoning.encrypted_content"],
-            "stream": true,
-            "store": false,
-        })
-    );
-}
-
-#[tokio::test]
-async fn a_minimal_request_omits_what_is_unset() {
-    let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
-        .await
-        .unwrap();
-    collect(&provider(&server), hello()).await;
-    let body = server.requests()[0].json();
-    assert_eq!(
-        body,
-        json!({
-            "model": "gpt-5",
-            "input": [{"type": "message", "role": "user",
-                       "content": [{"type": "input_text", "text": "hello"}]}],
-            "stream": true,
-            "store": false,
-        })
-    );
 }
 
 fn reasoning_stream() -> String {
@@ -746,103 +598,4 @@ async fn malformed_json_is_a_protocol_error() {
     let events = collect(&provider(&server), hello()).await;
     assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
     assert_sent(&server.requests()[0]);
-}
-
-#[test]
-fn items_that_arrive_whole_are_emitted_whole() {
-    // Some Responses-compatible servers skip the incremental events.
-    let stream = transcript(vec![
-        created("local-model"),
-        json!({"type": "response.some_future_event", "output_index": 9}),
-        json!({"type": "response.output_item.done", "output_index": 0,
-               "item": {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}],
-                        "encrypted_content": ENCRYPTED}}),
-        message_done(1, "answer"),
-        call_done(2, "call_1", "read", r#"{"path":"a"}"#),
-        completed(Value::Null),
-    ]);
-    let events = replay_chunks(vec![stream.into_bytes()]);
-    assert_eq!(
-        events,
-        vec![
-            ProviderEvent::Start {
-                model: Some("local-model".into())
-            },
-            ProviderEvent::ThinkingStart { index: 0 },
-            ProviderEvent::ThinkingDelta {
-                index: 0,
-                delta: "think".into()
-            },
-            ProviderEvent::ThinkingEnd {
-                index: 0,
-                signature: Some(ENCRYPTED.into())
-            },
-            ProviderEvent::TextStart { index: 1 },
-            ProviderEvent::TextDelta {
-                index: 1,
-                delta: "answer".into()
-            },
-            ProviderEvent::TextEnd { index: 1 },
-            ProviderEvent::ToolCallStart {
-                index: 2,
-                id: "call_1".into(),
-                name: "read".into()
-            },
-            ProviderEvent::ToolCallDelta {
-                index: 2,
-                delta: r#"{"path":"a"}"#.into()
-            },
-            ProviderEvent::ToolCallEnd { index: 2 },
-            ProviderEvent::Done {
-                stop_reason: StopReason::ToolUse
-            },
-        ]
-    );
-}
-
-#[test]
-fn arguments_for_an_unknown_call_are_a_protocol_error() {
-    let stream = transcript(vec![created("gpt-5"), arguments_delta(0, "{}")]);
-    let events = replay_chunks(vec![stream.into_bytes()]);
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
-}
-
-// -------------------------------------------------------------- property
-
-/// A transcript with reasoning, multi-byte text and two calls.
-fn replay_chunks(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
-    keel_provider::testing::replay_now(chunks, ResponsesFormat::new())
-}
-
-fn fixed_transcript() -> String {
-    let mut text = reasoning_stream();
-    text = text.replace(&event(completed(usage(30, 0, 80))), "");
-    let calls = parallel_calls_stream();
-    let start = calls.find("event: response.output_item.added").unwrap();
-    let calls = calls[start..]
-        .replace("\"output_index\":0", "\"output_index\":2")
-        .replace("\"output_index\":1", "\"output_index\":3");
-    text + &calls
-}
-
-#[test]
-fn the_fixed_transcript_parses_to_a_complete_message() {
-    let events = replay_chunks(vec![fixed_transcript().into_bytes()]);
-    let message = assemble(&events);
-    assert_eq!(message.stop_reason, StopReason::ToolUse);
-    assert_eq!(message.content.len(), 4, "{:?}", message.content);
-    assert_eq!(message.tool_calls().count(), 2);
-    assert_eq!(message.text(), "42");
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
-
-    #[test]
-    fn any_rechunking_yields_the_same_events(cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12)) {
-        let bytes = fixed_transcript().into_bytes();
-        let whole = replay_chunks(vec![bytes.clone()]);
-        let chunks = rechunk(&bytes, cuts.iter().map(|cut| cut.index(bytes.len() + 1)));
-        prop_assert_eq!(replay_chunks(chunks), whole);
-    }
 }
