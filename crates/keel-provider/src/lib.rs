@@ -8,15 +8,18 @@
 //!
 //! Adapters: the deterministic [`scripted::ScriptedProvider`], and HTTP
 //! adapters built on `http::drive` (which owns timeouts, cancellation and
-//! status classification) with one `http::WireFormat` parser per API.
+//! status and transport classification) with one `http::WireFormat` parser
+//! per API. How failures are retried — which kinds, how often, within what
+//! total budget — is [`retry`]; a base URL is checked before any request by
+//! [`base_url`].
 //!
 //! Cargo features:
 //! - `http` (default): the HTTP adapters (`openai_chat`, `anthropic`,
 //!   `openai_responses`), their shared `http` driver, SSE decoder and
 //!   `Endpoint`, and `connect`. Without it the crate builds neither reqwest
 //!   nor rustls: a crate that needs only [`Provider`], [`ModelRequest`], the
-//!   scripted provider, the catalog ([`config`]) and [`transform`] turns it
-//!   off.
+//!   scripted provider, the catalog ([`config`]), [`retry`] and
+//!   [`transform`] turns it off.
 //! - `test-util`: `testing` (a local server that speaks like a provider)
 //!   and, with `http`, `conformance` (the checks every HTTP adapter passes).
 

@@ -11,7 +11,7 @@
 //! - a success whose content type is not `text/event-stream` (an HTML page
 //!   from a proxy, a JSON body) is a `protocol` error quoting its first
 //!   bytes;
-//! - transport failures are classified by cause ([`transport`]): a request
+//! - transport failures are classified by cause (`transport.rs`): a request
 //!   that cannot be built is `invalid_request` (never retried), a refused
 //!   connection or a DNS or TLS failure is retried at most once;
 //! - a stream that ends or breaks before the parser saw its terminal event
