@@ -108,6 +108,10 @@ pub struct ProviderError {
     /// Server-requested delay before retrying, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// The most times this failure may be retried, whatever the retry policy
+    /// allows (e.g. 1 for a refused connection or a DNS or TLS failure).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_retries: Option<u32>,
 }
 
 impl ProviderError {
@@ -117,7 +121,14 @@ impl ProviderError {
             kind,
             message: message.into(),
             retry_after_ms: None,
+            max_retries: None,
         }
+    }
+
+    /// The same error, retried at most `retries` times.
+    pub fn with_max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = Some(retries);
+        self
     }
 
     /// Whether the kernel should retry the same request.

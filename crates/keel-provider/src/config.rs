@@ -24,6 +24,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+use crate::base_url::{self, BaseUrlError};
+
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -149,6 +151,17 @@ pub enum ConfigError {
         /// The missing field.
         field: &'static str,
     },
+    /// The base URL cannot be used (checked before anything is sent).
+    #[error("provider `{provider}` has an unusable base URL `{url}`: {problem}")]
+    InvalidBaseUrl {
+        /// The provider.
+        provider: String,
+        /// The base URL as configured or given (cut to 200 characters).
+        url: String,
+        /// What is wrong with it.
+        #[source]
+        problem: BaseUrlError,
+    },
     /// The provider's key variable is unset.
     #[error("provider `{provider}` needs an API key: set the environment variable {variable}")]
     MissingKey {
@@ -167,6 +180,7 @@ impl ConfigError {
             Self::Invalid { .. } => "config_invalid",
             Self::UnknownProvider { .. } => "unknown_provider",
             Self::Incomplete { .. } => "provider_incomplete",
+            Self::InvalidBaseUrl { .. } => "invalid_base_url",
             Self::MissingKey { .. } => "missing_api_key",
         }
     }
@@ -370,7 +384,9 @@ impl Config {
     }
 
     /// Resolves provider `name` with `model` (or its default), `base_url`
-    /// overriding the configured one, and the key read through `env`.
+    /// overriding the configured one, and the key read through `env`. A
+    /// base URL that cannot work is refused here ([`ConfigError::InvalidBaseUrl`]),
+    /// before any request.
     pub fn resolve(
         &self,
         name: &str,
@@ -399,6 +415,11 @@ impl Config {
             .map(str::to_owned)
             .or_else(|| provider.base_url.clone())
             .ok_or_else(|| incomplete("base_url (or --base-url)"))?;
+        base_url::check(&base_url).map_err(|problem| ConfigError::InvalidBaseUrl {
+            provider: name.to_owned(),
+            url: base_url.chars().take(200).collect(),
+            problem,
+        })?;
         let model = model
             .map(str::to_owned)
             .or_else(|| provider.default_model.clone())
@@ -475,6 +496,49 @@ mod tests {
             toml::from_str::<Config>("[providers.x]\nbogus = 1").is_err(),
             "unknown fields are refused"
         );
+    }
+
+    #[test]
+    fn an_unusable_base_url_is_a_startup_error() {
+        let config = Config::builtin();
+        for url in ["not a url", "ftp://files.example.com", "http://"] {
+            let error = config
+                .resolve("openai-compatible", Some("m"), Some(url), &|_| None)
+                .unwrap_err();
+            assert_eq!(error.code(), "invalid_base_url", "{url}");
+            assert!(error.to_string().contains(&format!("`{url}`")), "{error}");
+        }
+        let error = config
+            .resolve("openai-compatible", Some("m"), Some("not a url"), &|_| None)
+            .unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "provider `openai-compatible` has an unusable base URL `not a url`: it is not a URL \
+             (it contains whitespace or a control character); expected e.g. `https://api.example.com/v1`"
+        );
+        let mut bad = Config::default();
+        bad.providers.insert(
+            "local".into(),
+            toml::from_str(
+                "api = \"openai-chat\"\nbase_url = \"localhost:8080\"\ndefault_model = \"m\"",
+            )
+            .unwrap(),
+        );
+        let error = bad.resolve("local", None, None, &|_| None).unwrap_err();
+        assert!(matches!(
+            error,
+            ConfigError::InvalidBaseUrl {
+                problem: BaseUrlError::NotAUrl { .. },
+                ..
+            }
+        ));
+        let fine = config.resolve(
+            "openai-compatible",
+            Some("m"),
+            Some("http://127.0.0.1:8080/v1"),
+            &|_| None,
+        );
+        assert!(fine.is_ok(), "{fine:?}");
     }
 
     #[test]

@@ -3,7 +3,13 @@
 //! The API key lives only here: it is sent in a request header and nowhere
 //! else. `Debug` prints it redacted, so neither logs nor error messages can
 //! show it; it never enters events, sessions or child environments.
+//!
+//! A base URL that cannot work is refused by [`Endpoint::try_new`] with a
+//! typed [`BaseUrlError`]. [`Endpoint::new`] does not check it: requests to
+//! an unusable URL then fail at once with a non-retryable `invalid_request`
+//! error, never a run of retries.
 
+use crate::base_url::{self, BaseUrlError};
 use crate::http::HttpTimeouts;
 
 /// One configured API endpoint.
@@ -20,7 +26,20 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    /// An endpoint; the key may be absent for local servers.
+    /// An endpoint whose base URL was checked ([`base_url::check`]); the
+    /// key may be absent for local servers.
+    pub fn try_new(
+        name: impl Into<String>,
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+    ) -> Result<Self, BaseUrlError> {
+        let base_url = base_url.into();
+        base_url::check(&base_url)?;
+        Ok(Self::new(name, base_url, api_key))
+    }
+
+    /// An endpoint, its base URL unchecked (see [`Endpoint::try_new`]); the
+    /// key may be absent for local servers.
     pub fn new(
         name: impl Into<String>,
         base_url: impl Into<String>,
@@ -39,6 +58,13 @@ impl Endpoint {
     /// The same endpoint with other timeouts.
     pub fn with_timeouts(mut self, timeouts: HttpTimeouts) -> Self {
         self.timeouts = timeouts;
+        self
+    }
+
+    /// The same endpoint sending through `client` (a proxy, other root
+    /// certificates, or a test's DNS resolver).
+    pub fn with_client(mut self, client: reqwest::Client) -> Self {
+        self.client = client;
         self
     }
 

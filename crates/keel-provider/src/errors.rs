@@ -54,6 +54,7 @@ pub fn classify_status(status: u16, body: &str, retry_after: Option<Duration>) -
         kind,
         message: shown,
         retry_after_ms: retry_after.map(|delay| delay.as_millis() as u64),
+        max_retries: None,
     }
 }
 
@@ -110,8 +111,34 @@ fn cut(text: &str) -> String {
     }
 }
 
+/// At most `limit` bytes of `bytes` as text for an error message: invalid
+/// UTF-8 replaced, control characters escaped (`\n`, `\u{1b}`), and `…`
+/// when bytes were left out.
+pub fn preview(bytes: &[u8], limit: usize) -> String {
+    let mut shown = bytes.get(..limit).unwrap_or(bytes);
+    // A character cut at the limit is left out rather than replaced.
+    if let Err(error) = std::str::from_utf8(shown)
+        && error.error_len().is_none()
+    {
+        shown = shown.get(..error.valid_up_to()).unwrap_or_default();
+    }
+    let mut text = String::with_capacity(shown.len() + 8);
+    for c in String::from_utf8_lossy(shown).chars() {
+        if c.is_control() {
+            text.extend(c.escape_default());
+        } else {
+            text.push(c);
+        }
+    }
+    if shown.len() < bytes.len() {
+        text.push('…');
+    }
+    text
+}
+
 /// Parses a `retry-after` header: seconds, or milliseconds in
 /// `retry-after-ms` when the provider sends that.
+#[cfg(feature = "http")]
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     let read = |name: &str| {
         headers
@@ -173,5 +200,19 @@ mod tests {
         }
         let error = classify_status(401, r#"{"error":{"message":"bad key"}}"#, None);
         assert_eq!(error.message, "HTTP 401: bad key");
+    }
+
+    #[test]
+    fn previews_are_bounded_and_escaped() {
+        assert_eq!(
+            preview(b"<html>\r\n\t<b>\x1b[0m", 200),
+            "<html>\\r\\n\\t<b>\\u{1b}[0m"
+        );
+        assert_eq!(preview(b"abcdef", 3), "abc…");
+        assert_eq!(preview(&[b'a', 0xff, b'b'], 10), "a\u{fffd}b");
+        let long = "é".repeat(150);
+        let shown = preview(long.as_bytes(), 200);
+        assert!(shown.ends_with('…'));
+        assert!(shown.len() <= 200 + '…'.len_utf8(), "{}", shown.len());
     }
 }

@@ -7,20 +7,48 @@
 //! into a typed [`keel_protocol::ProviderError`].
 //!
 //! Adapters: the deterministic [`scripted::ScriptedProvider`], and HTTP
-//! adapters built on [`http::drive`] (which owns timeouts, cancellation and
-//! status classification) with one [`http::WireFormat`] parser per API.
+//! adapters built on `http::drive` (which owns timeouts, cancellation and
+//! status and transport classification) with one `http::WireFormat` parser
+//! per API. How failures are retried — which kinds, how often, within what
+//! total budget — is [`retry`]; a base URL is checked before any request by
+//! [`base_url`].
+//!
+//! Cargo features:
+//! - `http` (default): the HTTP adapters (`openai_chat`, `anthropic`,
+//!   `openai_responses`), their shared `http` driver, SSE decoder and
+//!   `Endpoint`, and `connect`. Without it the crate builds neither reqwest
+//!   nor rustls: a crate that needs only [`Provider`], [`ModelRequest`], the
+//!   scripted provider, the catalog ([`config`]), [`retry`] and
+//!   [`transform`] turns it off.
+//! - `test-util`: `testing` (a local server that speaks like a provider)
+//!   and, with `http`, `conformance` (the checks every HTTP adapter passes).
 
+#[cfg(feature = "http")]
 pub mod anthropic;
+pub mod base_url;
+#[cfg(feature = "http")]
 mod blocks;
 pub mod config;
+#[cfg(all(feature = "test-util", feature = "http"))]
+pub mod conformance;
+#[cfg(feature = "http")]
 pub mod connect;
+#[cfg(feature = "http")]
 pub mod endpoint;
 pub mod errors;
+#[cfg(feature = "http")]
 pub mod http;
+#[cfg(feature = "http")]
+mod json;
+#[cfg(feature = "http")]
 pub mod openai_chat;
+#[cfg(feature = "http")]
 pub mod openai_responses;
+pub mod retry;
 pub mod scripted;
+#[cfg(feature = "http")]
 pub mod sse;
+#[cfg(feature = "test-util")]
 pub mod testing;
 pub mod transform;
 
@@ -28,6 +56,7 @@ use futures::stream::BoxStream;
 use keel_protocol::{Message, ProviderEvent, ToolSpec};
 use tokio_util::sync::CancellationToken;
 
+#[cfg(feature = "http")]
 pub use endpoint::Endpoint;
 pub use scripted::{Script, ScriptError, ScriptedProvider};
 

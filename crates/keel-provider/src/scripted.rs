@@ -100,6 +100,10 @@ pub struct ScriptedError {
     /// A retry-after hint in milliseconds.
     #[serde(default)]
     pub retry_after_ms: Option<u64>,
+    /// The most times the failure may be retried (as for a refused
+    /// connection).
+    #[serde(default)]
+    pub max_retries: Option<u32>,
 }
 
 /// What a request must contain; every field set is checked.
@@ -344,6 +348,7 @@ fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<Provid
                 kind: error.kind,
                 message: error.message.clone(),
                 retry_after_ms: error.retry_after_ms,
+                max_retries: error.max_retries,
             },
         });
         return events;

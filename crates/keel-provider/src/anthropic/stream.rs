@@ -8,13 +8,14 @@
 //! `thinking_end`. Usage arrives in `message_start` and `message_delta` and
 //! is reported once, just before `done`, at `message_stop`.
 
-use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent, StopReason, Usage};
+use keel_protocol::{ProviderError, ProviderEvent, StopReason, Usage};
 use serde_json::Value;
 
 use super::REDACTED_THINKING_PREFIX;
 use crate::errors::classify_stream_error;
 use crate::http::WireFormat;
-use crate::sse::json::{JsonStr, typed_object};
+use crate::json::typed::{JsonStr, typed_object};
+use crate::json::{missing_field, protocol, str_field, str_or_empty, string_field, u64_field};
 
 /// The state of one content block, by index.
 #[derive(Debug)]
@@ -63,8 +64,7 @@ impl AnthropicFormat {
             self.read_usage(usage);
         }
         let model = message
-            .and_then(|message| message.get("model"))
-            .and_then(Value::as_str)
+            .and_then(|message| str_field(message, "model"))
             .map(str::to_owned);
         self.start(model)
     }
@@ -89,7 +89,7 @@ impl AnthropicFormat {
         let delta = value
             .get("delta")
             .ok_or_else(|| protocol("content_block_delta without a delta"))?;
-        let delta_type = str_field(delta, "type").unwrap_or_default();
+        let delta_type = str_or_empty(delta, "type");
         self.apply_delta(index, delta_type, |name| string_field(delta, name))
     }
 
@@ -217,7 +217,6 @@ impl AnthropicFormat {
 
     /// Takes every usage figure present; later events override earlier ones.
     fn read_usage(&mut self, usage: &Value) {
-        let read = |name: &str| usage.get(name).and_then(Value::as_u64);
         let fields = [
             ("input_tokens", &mut self.usage.input_tokens),
             ("output_tokens", &mut self.usage.output_tokens),
@@ -228,7 +227,7 @@ impl AnthropicFormat {
             ),
         ];
         for (name, slot) in fields {
-            if let Some(value) = read(name) {
+            if let Some(value) = u64_field(usage, name) {
                 *slot = value;
             }
         }
@@ -267,26 +266,26 @@ impl WireFormat for AnthropicFormat {
 
 /// The state and events for a `content_block_start`'s `content_block`.
 fn open_block(index: usize, block: &Value) -> Result<(Block, Vec<ProviderEvent>), ProviderError> {
-    let opened = match str_field(block, "type").unwrap_or_default() {
+    let opened = match str_or_empty(block, "type") {
         "text" => (
             Block::Text,
             vec![
                 ProviderEvent::TextStart { index },
                 ProviderEvent::TextDelta {
                     index,
-                    delta: str_field(block, "text").unwrap_or_default().to_owned(),
+                    delta: str_or_empty(block, "text").to_owned(),
                 },
             ],
         ),
         "thinking" => (
             Block::Thinking {
-                signature: str_field(block, "signature").unwrap_or_default().to_owned(),
+                signature: str_or_empty(block, "signature").to_owned(),
             },
             vec![
                 ProviderEvent::ThinkingStart { index },
                 ProviderEvent::ThinkingDelta {
                     index,
-                    delta: str_field(block, "thinking").unwrap_or_default().to_owned(),
+                    delta: str_or_empty(block, "thinking").to_owned(),
                 },
             ],
         ),
@@ -357,29 +356,9 @@ fn stream_error(value: &Value) -> ProviderError {
 }
 
 fn index(value: &Value) -> Result<usize, ProviderError> {
-    value
-        .get("index")
-        .and_then(Value::as_u64)
+    u64_field(value, "index")
         .and_then(|index| usize::try_from(index).ok())
         .ok_or_else(|| protocol("a content block event without a valid index"))
-}
-
-fn str_field<'a>(value: &'a Value, name: &str) -> Option<&'a str> {
-    value.get(name).and_then(Value::as_str)
-}
-
-fn string_field(value: &Value, name: &str) -> Result<String, ProviderError> {
-    str_field(value, name)
-        .map(str::to_owned)
-        .ok_or_else(|| missing_field(name))
-}
-
-fn missing_field(name: &str) -> ProviderError {
-    protocol(format!("missing string field `{name}`"))
-}
-
-fn protocol(message: impl Into<String>) -> ProviderError {
-    ProviderError::new(ProviderErrorKind::Protocol, message)
 }
 
 /// A `content_block_delta` event's data, for the typed hot path. Every field
@@ -419,6 +398,7 @@ typed_object!(WireDelta, "a delta object", {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use keel_protocol::ProviderErrorKind;
 
     fn opened() -> AnthropicFormat {
         let mut format = AnthropicFormat::new();

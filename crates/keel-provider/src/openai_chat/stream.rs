@@ -16,10 +16,8 @@ use serde_json::Value;
 
 use crate::errors::classify_stream_error;
 use crate::http::WireFormat;
-use crate::sse::json::JsonStr;
-
-/// How much of a malformed chunk an error message quotes.
-const QUOTED_CHARS: usize = 200;
+use crate::json::typed::JsonStr;
+use crate::json::{quote, scalar_text, str_field};
 
 /// The Chat Completions stream parser, an [`http::WireFormat`](WireFormat).
 ///
@@ -374,15 +372,10 @@ fn stream_error(error: &Value) -> ProviderError {
     if let Some(message) = error.as_str() {
         return classify_stream_error("error", message);
     }
-    let field = |name: &str| match error.get(name) {
-        Some(Value::String(text)) => Some(text.clone()),
-        Some(Value::Number(number)) => Some(number.to_string()),
-        _ => None,
-    };
-    let error_type = field("type")
-        .or_else(|| field("code"))
+    let error_type = scalar_text(error, "type")
+        .or_else(|| scalar_text(error, "code"))
         .unwrap_or_else(|| "error".into());
-    let message = field("message").unwrap_or_else(|| error.to_string());
+    let message = scalar_text(error, "message").unwrap_or_else(|| error.to_string());
     classify_stream_error(&error_type, &message)
 }
 
@@ -424,7 +417,7 @@ impl<'de> Visitor<'de> for TextVisitor {
     fn visit_seq<A: SeqAccess<'de>>(self, mut parts: A) -> Result<Text, A::Error> {
         let mut text = String::new();
         while let Some(part) = parts.next_element::<Value>()? {
-            if let Some(part) = part.get("text").and_then(Value::as_str) {
+            if let Some(part) = str_field(&part, "text") {
                 text.push_str(part);
             }
         }
@@ -485,13 +478,6 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
         }
 
         deserializer.deserialize_seq(FirstVisitor(std::marker::PhantomData))
-    }
-}
-
-fn quote(data: &str) -> String {
-    match data.char_indices().nth(QUOTED_CHARS) {
-        Some((at, _)) => format!("{}…", data.get(..at).unwrap_or_default()),
-        None => data.to_owned(),
     }
 }
 

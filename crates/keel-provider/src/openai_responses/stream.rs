@@ -17,11 +17,11 @@ use keel_protocol::{ProviderError, ProviderEvent, StopReason};
 use serde_json::Value;
 
 use super::wire::{
-    WireDelta, failed, is_delta_event, output_index, protocol, reasoning_text, str_field,
-    stream_error, usage,
+    WireDelta, failed, is_delta_event, output_index, reasoning_text, stream_error, usage,
 };
 use crate::http::WireFormat;
-use crate::sse::json::JsonStr;
+use crate::json::typed::JsonStr;
+use crate::json::{protocol, str_field, str_or_empty, u64_field};
 
 /// Where a block lives in the response: its output item, and for message text
 /// its content part.
@@ -84,7 +84,7 @@ impl WireFormat for ResponsesFormat {
                 "malformed JSON in a Responses stream event: {error}"
             ))
         })?;
-        let kind = value.get("type").and_then(Value::as_str).unwrap_or(event);
+        let kind = str_field(&value, "type").unwrap_or(event);
         let mut out = Vec::new();
         self.dispatch(kind, &value, &mut out)?;
         Ok(out)
@@ -189,8 +189,8 @@ impl ResponsesFormat {
         self.saw_tool_call = true;
         out.push(ProviderEvent::ToolCallStart {
             index,
-            id: str_field(item, "call_id").to_owned(),
-            name: str_field(item, "name").to_owned(),
+            id: str_or_empty(item, "call_id").to_owned(),
+            name: str_or_empty(item, "name").to_owned(),
         });
     }
 
@@ -217,7 +217,7 @@ impl ResponsesFormat {
                 slot.output
             )));
         }
-        match str_field(item, "type") {
+        match str_or_empty(item, "type") {
             "reasoning" => self.open_thinking(slot, out),
             "function_call" => self.open_tool_call(slot, item, out),
             _ => self.start(None, out),
@@ -266,7 +266,7 @@ impl ResponsesFormat {
         out: &mut Vec<ProviderEvent>,
     ) -> Result<(), ProviderError> {
         let slot = part_slot(value)?;
-        self.plain_delta(slot, Kind::Text, str_field(value, "delta").into(), out)
+        self.plain_delta(slot, Kind::Text, str_or_empty(value, "delta").into(), out)
     }
 
     fn arguments_delta(
@@ -275,7 +275,12 @@ impl ResponsesFormat {
         out: &mut Vec<ProviderEvent>,
     ) -> Result<(), ProviderError> {
         let slot = item_slot(value)?;
-        self.plain_delta(slot, Kind::ToolCall, str_field(value, "delta").into(), out)
+        self.plain_delta(
+            slot,
+            Kind::ToolCall,
+            str_or_empty(value, "delta").into(),
+            out,
+        )
     }
 
     /// A text or argument delta: appended as is.
@@ -304,7 +309,7 @@ impl ResponsesFormat {
             .get("summary_index")
             .or_else(|| value.get("content_index"))
             .and_then(Value::as_u64);
-        let delta = str_field(value, "delta");
+        let delta = str_or_empty(value, "delta");
         self.thinking_delta_at(slot, part, delta.into(), out)
     }
 
@@ -364,20 +369,20 @@ impl ResponsesFormat {
     ) -> Result<(), ProviderError> {
         let slot = item_slot(value)?;
         let item = value.get("item").unwrap_or(&Value::Null);
-        match str_field(item, "type") {
+        match str_or_empty(item, "type") {
             "message" => self.message_done(slot.output, item, out),
             "reasoning" => {
                 if !self.blocks.contains(slot) {
                     self.open_thinking(slot, out);
                 }
-                let signature = item.get("encrypted_content").and_then(Value::as_str);
+                let signature = str_field(item, "encrypted_content");
                 self.end_block(slot, Some(&reasoning_text(item)), signature, out);
             }
             "function_call" => {
                 if !self.blocks.contains(slot) {
                     self.open_tool_call(slot, item, out);
                 }
-                self.end_block(slot, Some(str_field(item, "arguments")), None, out);
+                self.end_block(slot, Some(str_or_empty(item, "arguments")), None, out);
             }
             _ => {}
         }
@@ -387,9 +392,9 @@ impl ResponsesFormat {
     fn message_done(&mut self, output: u64, item: &Value, out: &mut Vec<ProviderEvent>) {
         let parts = item.get("content").and_then(Value::as_array);
         for (part, content) in parts.into_iter().flatten().enumerate() {
-            let text = match str_field(content, "type") {
-                "output_text" => str_field(content, "text"),
-                "refusal" => str_field(content, "refusal"),
+            let text = match str_or_empty(content, "type") {
+                "output_text" => str_or_empty(content, "text"),
+                "refusal" => str_or_empty(content, "refusal"),
                 _ => continue,
             };
             let slot = Slot {
@@ -497,12 +502,7 @@ fn item_slot(value: &Value) -> Result<Slot, ProviderError> {
 fn part_slot(value: &Value) -> Result<Slot, ProviderError> {
     Ok(Slot {
         output: output_index(value)?,
-        part: Some(
-            value
-                .get("content_index")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        ),
+        part: Some(u64_field(value, "content_index").unwrap_or(0)),
     })
 }
 

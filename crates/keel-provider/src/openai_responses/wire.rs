@@ -1,13 +1,15 @@
-//! Field access for Responses stream events: the typed hot path for delta
-//! events, and the helpers that read usage, errors and indices from the
-//! generic JSON of every other event. Kept apart from the parser's state
-//! machine in `stream.rs`, which only decides what each event means.
+//! What Responses stream events hold: the typed shape of delta events for
+//! the hot path, and the readers of usage, errors and indices from the
+//! generic JSON of every other event (through the crate's shared field
+//! helpers in [`crate::json`]). Kept apart from the parser's state machine
+//! in `stream.rs`, which only decides what each event means.
 
-use keel_protocol::{ProviderError, ProviderErrorKind, Usage};
+use keel_protocol::{ProviderError, Usage};
 use serde_json::Value;
 
 use crate::errors::classify_stream_error;
-use crate::sse::json::{JsonStr, typed_object};
+use crate::json::typed::{JsonStr, typed_object};
+use crate::json::{first_str, protocol, str_field, str_or_empty, u64_field};
 
 /// The summary (or, failing that, the raw reasoning) text of a finished
 /// reasoning item, for servers that did not stream it.
@@ -17,7 +19,7 @@ pub(super) fn reasoning_text(item: &Value) -> String {
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .filter_map(|part| str_field(part, "text"))
             .collect()
     };
     let summary = texts("summary");
@@ -31,12 +33,14 @@ pub(super) fn reasoning_text(item: &Value) -> String {
 /// Token usage from a final response object, when it has any.
 pub(super) fn usage(response: &Value) -> Option<Usage> {
     let usage = response.get("usage").filter(|usage| usage.is_object())?;
-    let number = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
-    let input = number("/input_tokens");
-    let cached = number("/input_tokens_details/cached_tokens");
+    let input = u64_field(usage, "input_tokens").unwrap_or(0);
+    let cached = usage
+        .get("input_tokens_details")
+        .and_then(|details| u64_field(details, "cached_tokens"))
+        .unwrap_or(0);
     Some(Usage {
         input_tokens: input.saturating_sub(cached),
-        output_tokens: number("/output_tokens"),
+        output_tokens: u64_field(usage, "output_tokens").unwrap_or(0),
         cache_read_tokens: cached,
         cache_write_tokens: 0,
         cost_usd: None,
@@ -63,32 +67,12 @@ pub(super) fn stream_error(value: &Value) -> ProviderError {
     classify_stream_error(code, message)
 }
 
-/// The first of `fields` that holds a non-empty string.
-pub(super) fn first_str<'a>(value: &'a Value, fields: &[&str]) -> Option<&'a str> {
-    fields.iter().find_map(|field| {
-        value
-            .get(*field)
-            .and_then(Value::as_str)
-            .filter(|text| !text.is_empty())
-    })
-}
-
-pub(super) fn str_field<'a>(value: &'a Value, field: &str) -> &'a str {
-    value.get(field).and_then(Value::as_str).unwrap_or_default()
-}
-
+/// The `output_index` every item event carries.
 pub(super) fn output_index(value: &Value) -> Result<u64, ProviderError> {
-    value
-        .get("output_index")
-        .and_then(Value::as_u64)
-        .ok_or_else(|| {
-            let kind = str_field(value, "type");
-            protocol(format!("a {kind} event without an output_index"))
-        })
-}
-
-pub(super) fn protocol(message: impl Into<String>) -> ProviderError {
-    ProviderError::new(ProviderErrorKind::Protocol, message)
+    u64_field(value, "output_index").ok_or_else(|| {
+        let kind = str_or_empty(value, "type");
+        protocol(format!("a {kind} event without an output_index"))
+    })
 }
 
 /// Whether an event (by SSE name or `type`) may be a delta for the typed hot

@@ -1,15 +1,26 @@
 //! Streaming a provider's server-sent events over HTTP, for every adapter.
 //!
-//! [`drive`] sends the request, classifies a non-success response, decodes
-//! the SSE stream and feeds each event to the adapter's [`WireFormat`]
-//! parser, forwarding what it produces. It owns the rules every adapter
-//! shares: cancellation ends the stream with `cancelled`; no event within
-//! the idle timeout ends it with `timeout`; a stream that ends or breaks
-//! before the parser saw its terminal event ends with `stream_dropped`.
+//! [`drive`] sends the request, classifies a non-success response, checks
+//! that a success is an event stream, decodes the SSE stream and feeds each
+//! event to the adapter's [`WireFormat`] parser, forwarding what it
+//! produces. It owns the rules every adapter shares:
+//! - cancellation ends the stream with `cancelled`, and dropping the stream
+//!   abandons the request at once;
+//! - no response headers within the first-byte timeout (60 s by default)
+//!   end it with `timeout`, as does no event within the idle timeout;
+//! - a success whose content type is not `text/event-stream` (an HTML page
+//!   from a proxy, a JSON body) is a `protocol` error quoting its first
+//!   bytes;
+//! - transport failures are classified by cause (`transport.rs`): a request
+//!   that cannot be built is `invalid_request` (never retried), a refused
+//!   connection or a DNS or TLS failure is retried at most once;
+//! - a stream that ends or breaks before the parser saw its terminal event
+//!   ends with `stream_dropped`.
 
-use std::time::Duration;
+mod transport;
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use futures::StreamExt;
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent};
@@ -17,8 +28,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::ProviderStream;
-use crate::errors::{classify_status, retry_after};
+use crate::errors::{classify_status, preview, retry_after};
 use crate::sse::{SseDecoder, SseEvent};
+
+/// The content type every adapter's API promises for a streamed response.
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// How many bytes of an unexpected body an error quotes.
+const PREVIEW_BYTES: usize = 200;
 
 /// Time limits for one streamed request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +49,7 @@ pub struct HttpTimeouts {
 impl Default for HttpTimeouts {
     fn default() -> Self {
         Self {
-            first_byte: Duration::from_secs(120),
+            first_byte: Duration::from_secs(60),
             idle: Duration::from_secs(90),
         }
     }
@@ -85,9 +102,13 @@ async fn run<F: WireFormat>(
 ) -> Result<(), ProviderError> {
     let response = tokio::select! {
         () = cancel.cancelled() => return Err(cancelled()),
+        () = sender.closed() => return Ok(()),
         response = tokio::time::timeout(timeouts.first_byte, request.send()) => match response {
-            Err(_) => return Err(ProviderError::new(ProviderErrorKind::Timeout, format!("no response within {} s", timeouts.first_byte.as_secs()))),
-            Ok(Err(error)) => return Err(transport_error(&error)),
+            Err(_) => return Err(ProviderError::new(
+                ProviderErrorKind::Timeout,
+                format!("no response within {}", shown(timeouts.first_byte)),
+            )),
+            Ok(Err(error)) => return Err(transport::classify(&error)),
             Ok(Ok(response)) => response,
         },
     };
@@ -100,6 +121,31 @@ async fn run<F: WireFormat>(
         };
         return Err(classify_status(status, &body, delay));
     }
+    if let Some(content_type) = unexpected_content_type(&response) {
+        let mut body = response.bytes_stream();
+        let mut head = Vec::new();
+        while head.len() < PREVIEW_BYTES {
+            let next = tokio::select! {
+                () = cancel.cancelled() => return Err(cancelled()),
+                next = tokio::time::timeout(timeouts.idle, body.next()) => next,
+            };
+            match next {
+                Ok(Some(Ok(bytes))) => head.extend_from_slice(&bytes),
+                _ => break,
+            }
+        }
+        let quoted = if head.is_empty() {
+            "an empty body".to_owned()
+        } else {
+            preview(&head, PREVIEW_BYTES)
+        };
+        return Err(ProviderError::new(
+            ProviderErrorKind::Protocol,
+            format!(
+                "the provider answered {status} with content type `{content_type}`, not an event stream: {quoted}"
+            ),
+        ));
+    }
     let mut body = response.bytes_stream();
     let mut decoder = SseDecoder::default();
     let mut pending: VecDeque<SseEvent> = VecDeque::new();
@@ -110,25 +156,21 @@ async fn run<F: WireFormat>(
             None => {
                 let next = tokio::select! {
                     () = cancel.cancelled() => return Err(cancelled()),
+                    () = sender.closed() => return Ok(()),
                     next = tokio::time::timeout(timeouts.idle, body.next()) => next,
                 };
                 match next {
                     Err(_) => {
                         return Err(ProviderError::new(
                             ProviderErrorKind::Timeout,
-                            format!("the stream was idle for {} s", timeouts.idle.as_secs()),
+                            format!("the stream was idle for {}", shown(timeouts.idle)),
                         ));
                     }
                     Ok(Some(Ok(bytes))) => {
                         decoder.push(&bytes, &mut pending);
                         continue;
                     }
-                    Ok(Some(Err(error))) => {
-                        return Err(ProviderError::new(
-                            ProviderErrorKind::StreamDropped,
-                            format!("the stream broke: {error}"),
-                        ));
-                    }
+                    Ok(Some(Err(error))) => return Err(transport::broken_stream(&error)),
                     Ok(None) => {
                         ended = true;
                         format.on_end()?
@@ -166,14 +208,22 @@ fn cancelled() -> ProviderError {
     ProviderError::new(ProviderErrorKind::Cancelled, "request cancelled")
 }
 
-fn transport_error(error: &reqwest::Error) -> ProviderError {
-    let kind = if error.is_timeout() {
-        ProviderErrorKind::Timeout
+/// The response's content type when it is present and not an event stream.
+/// A response without one is read as the stream it should be.
+fn unexpected_content_type(response: &reqwest::Response) -> Option<String> {
+    let value = response.headers().get(reqwest::header::CONTENT_TYPE)?;
+    let text = String::from_utf8_lossy(value.as_bytes());
+    let essence = text.split(';').next().unwrap_or_default().trim();
+    (!essence.eq_ignore_ascii_case(EVENT_STREAM)).then(|| preview(text.as_bytes(), PREVIEW_BYTES))
+}
+
+/// A duration as people read it in an error: `60 s`, `0.3 s`.
+fn shown(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
     } else {
-        ProviderErrorKind::StreamDropped
-    };
-    // reqwest's Display names the URL but never headers, so no key leaks here.
-    ProviderError::new(kind, format!("cannot reach the provider: {error}"))
+        format!("{:.1} s", duration.as_secs_f64())
+    }
 }
 
 /// Feeds a whole SSE transcript (bytes as the server sent them, in `chunks`)

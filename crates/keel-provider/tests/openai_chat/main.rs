@@ -5,19 +5,22 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
+use std::sync::Arc;
+
 use keel_protocol::{
-    AssistantMessage, ContentBlock, ImageContent, Message, ProviderError, ProviderErrorKind,
-    ProviderEvent, StopReason, ToolCall, ToolResultMessage, ToolSpec, ToolStatus, Usage,
-    UserContent, UserMessage,
+    AssistantMessage, ContentBlock, ImageContent, Message, ProviderErrorKind, ProviderEvent,
+    StopReason, ToolCall, ToolResultMessage, ToolSpec, ToolStatus, Usage, UserContent, UserMessage,
 };
-use keel_provider::http::{HttpTimeouts, replay};
+use keel_provider::conformance::{self, WireAdapter};
 use keel_provider::openai_chat::{ChatFormat, ChatOptions, OpenAiChat};
-use keel_provider::testing::{Reply, TestServer};
+use keel_provider::testing::{
+    RecordedRequest, Reply, TestServer, assemble, last_error, rechunk, replay_now,
+};
 use keel_provider::{Endpoint, ModelRequest, Provider};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+
+mod parser;
 
 const MODEL: &str = "deepseek-chat";
 const DONE: &str = "data: [DONE]\n\n";
@@ -72,21 +75,8 @@ fn adapter(server: &TestServer, options: ChatOptions) -> OpenAiChat {
     )
 }
 
-fn adapter_with_idle(server: &TestServer, idle: Duration) -> OpenAiChat {
-    let timeouts = HttpTimeouts {
-        first_byte: Duration::from_secs(5),
-        idle,
-    };
-    let endpoint =
-        Endpoint::new("test", server.url(), Some("sk-test".into())).with_timeouts(timeouts);
-    OpenAiChat::new(endpoint, ChatOptions::default())
-}
-
 async fn collect(provider: &OpenAiChat, request: ModelRequest) -> Vec<ProviderEvent> {
-    let stream = provider.stream(request, CancellationToken::new());
-    tokio::time::timeout(Duration::from_secs(10), stream.collect())
-        .await
-        .expect("the stream ends")
+    keel_provider::testing::collect(provider, request, Duration::from_secs(10)).await
 }
 
 /// Every request went to `/chat/completions` with the key, carrying `bodies`.
@@ -94,69 +84,66 @@ fn assert_sent(server: &TestServer, bodies: &[Value]) {
     let requests = server.requests();
     assert_eq!(requests.len(), bodies.len(), "number of requests");
     for (request, body) in requests.iter().zip(bodies) {
-        assert_eq!(request.method, "POST");
-        assert_eq!(request.path, "/chat/completions");
-        assert_eq!(request.header("authorization"), Some("Bearer sk-test"));
-        assert_eq!(request.header("content-type"), Some("application/json"));
-        assert_eq!(&request.json(), body);
+        assert_sent_with(request, "sk-test", body);
     }
 }
 
-fn final_error(events: &[ProviderEvent]) -> &ProviderError {
-    match events.last() {
-        Some(ProviderEvent::Error { error }) => error,
-        other => panic!("expected an error at the end, got {other:?}"),
+fn assert_sent_with(request: &RecordedRequest, key: &str, body: &Value) {
+    assert_eq!(request.method, "POST");
+    assert_eq!(request.path, "/chat/completions");
+    let bearer = format!("Bearer {key}");
+    assert_eq!(request.header("authorization"), Some(bearer.as_str()));
+    assert_eq!(request.header("content-type"), Some("application/json"));
+    assert_eq!(&request.json(), body);
+}
+
+// ------------------------------------------------------------ conformance
+
+/// The Chat Completions wire format, for the shared adapter suite.
+struct Chat;
+
+impl WireAdapter for Chat {
+    fn name(&self) -> &str {
+        "openai_chat"
+    }
+
+    fn provider(&self, endpoint: Endpoint) -> Arc<dyn Provider> {
+        Arc::new(OpenAiChat::new(endpoint, ChatOptions::default()))
+    }
+
+    fn request(&self) -> ModelRequest {
+        user_request("q")
+    }
+
+    fn check_request(&self, recorded: &RecordedRequest, key: &str) {
+        assert_sent_with(recorded, key, &simple_body("q"));
+    }
+
+    fn stream_head(&self, text: &str) -> String {
+        sse(&[chunk(json!({ "content": text }), None)])
+    }
+
+    fn text_stream(&self, text: &str) -> String {
+        self.stream_head(text) + &sse(&[chunk(json!({}), Some("stop"))]) + DONE
+    }
+
+    fn stream_error(&self, error_type: &str, message: &str) -> String {
+        sse(&[json!({ "error": { "message": message, "type": error_type } })])
+    }
+
+    fn error_body(&self, error_type: &str, message: &str) -> String {
+        json!({ "error": { "message": message, "type": error_type, "param": null, "code": null } })
+            .to_string()
+    }
+
+    fn overflow_message(&self) -> &str {
+        "This model's maximum context length is 65536 tokens. However, you requested 70000 tokens."
     }
 }
 
-/// The assistant message the events describe (what the kernel would build).
-fn message_from(events: &[ProviderEvent]) -> AssistantMessage {
-    let mut message = AssistantMessage::default();
-    let mut arguments: Vec<String> = Vec::new();
-    for event in events {
-        match event {
-            ProviderEvent::ThinkingStart { .. } => message.content.push(ContentBlock::Thinking {
-                thinking: String::new(),
-                signature: None,
-            }),
-            ProviderEvent::TextStart { .. } => message.content.push(ContentBlock::Text {
-                text: String::new(),
-            }),
-            ProviderEvent::ToolCallStart { id, name, .. } => {
-                message.content.push(ContentBlock::ToolCall(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: Value::Null,
-                }));
-                arguments.push(String::new());
-            }
-            ProviderEvent::ThinkingDelta { index, delta }
-            | ProviderEvent::TextDelta { index, delta } => match &mut message.content[*index] {
-                ContentBlock::Thinking { thinking: text, .. } | ContentBlock::Text { text } => {
-                    text.push_str(delta)
-                }
-                ContentBlock::ToolCall(_) => panic!("text delta for a tool call"),
-            },
-            ProviderEvent::ToolCallDelta { index, delta } => {
-                let call = message.content[..*index]
-                    .iter()
-                    .filter(|block| matches!(block, ContentBlock::ToolCall(_)))
-                    .count();
-                arguments[call].push_str(delta);
-            }
-            ProviderEvent::Usage { usage } => message.usage = *usage,
-            ProviderEvent::Done { stop_reason } => message.stop_reason = *stop_reason,
-            _ => {}
-        }
-    }
-    let calls = message.content.iter_mut().filter_map(|block| match block {
-        ContentBlock::ToolCall(call) => Some(call),
-        _ => None,
-    });
-    for (call, text) in calls.zip(arguments) {
-        call.arguments = serde_json::from_str(&text).expect("arguments are JSON");
-    }
-    message
+#[tokio::test]
+async fn the_adapter_passes_the_conformance_suite() {
+    conformance::run_all(&Chat).await;
 }
 
 // ------------------------------------------------------------------ tests
@@ -278,7 +265,7 @@ async fn deepseek_reasoning_becomes_thinking_and_is_never_sent_back() {
             },
         ]
     );
-    let answer = message_from(&events);
+    let answer = assemble(&events);
     assert_eq!(
         answer.content[0],
         ContentBlock::Thinking {
@@ -375,7 +362,7 @@ async fn parallel_tool_calls_survive_awkward_splits() {
             ProviderEvent::ToolCallEnd { index: 1 },
         ]
     );
-    let message = message_from(&events);
+    let message = assemble(&events);
     assert_eq!(message.stop_reason, StopReason::ToolUse);
     let arguments: Vec<&Value> = message.tool_calls().map(|call| &call.arguments).collect();
     assert_eq!(
@@ -426,33 +413,6 @@ async fn usage_splits_cached_tokens_out_of_the_prompt() {
 }
 
 #[tokio::test]
-async fn done_marker_ends_the_stream_without_waiting_for_the_connection() {
-    let head = sse(&[chunk(json!({ "content": "hi" }), Some("stop"))]) + DONE;
-    let reply = Reply::Sse {
-        chunks: vec![
-            (Duration::ZERO, head.into_bytes()),
-            (
-                Duration::from_secs(30),
-                b"data: {\"late\":true}\n\n".to_vec(),
-            ),
-        ],
-    };
-    let server = TestServer::start(vec![reply]).await.unwrap();
-    let provider = adapter(&server, ChatOptions::default());
-    let stream = provider.stream(user_request("hi"), CancellationToken::new());
-    let events: Vec<_> = tokio::time::timeout(Duration::from_secs(2), stream.collect())
-        .await
-        .expect("[DONE] ends the stream at once");
-    assert_eq!(
-        events.last(),
-        Some(&ProviderEvent::Done {
-            stop_reason: StopReason::Stop
-        })
-    );
-    assert_sent(&server, &[simple_body("hi")]);
-}
-
-#[tokio::test]
 async fn a_finished_stream_without_done_marker_still_completes() {
     let body = sse(&[
         chunk(json!({ "content": "hi" }), None),
@@ -474,155 +434,6 @@ async fn a_finished_stream_without_done_marker_still_completes() {
         ]
     );
     assert_sent(&server, &[simple_body("hi")]);
-}
-
-#[tokio::test]
-async fn error_statuses_map_onto_the_taxonomy() {
-    let overflow = r#"{"error":{"message":"This model's maximum context length is 65536 tokens. However, you requested 70000 tokens.","type":"invalid_request_error","param":null,"code":"context_length_exceeded"}}"#;
-    let cases = [
-        (
-            Reply::error(
-                401,
-                r#"{"error":{"message":"Authentication Fails (no such user)","type":"authentication_error"}}"#,
-            ),
-            ProviderErrorKind::Auth,
-            None,
-            "Authentication Fails",
-        ),
-        (
-            Reply::error(400, overflow),
-            ProviderErrorKind::ContextOverflow,
-            None,
-            "maximum context length is 65536",
-        ),
-        (
-            Reply::Status {
-                status: 429,
-                headers: vec![("retry-after".into(), "2".into())],
-                body: r#"{"error":{"message":"Rate limit reached","type":"rate_limit_error"}}"#
-                    .into(),
-            },
-            ProviderErrorKind::RateLimited,
-            Some(2000),
-            "Rate limit reached",
-        ),
-        (
-            Reply::error(500, r#"{"error":{"message":"Internal error"}}"#),
-            ProviderErrorKind::ServerError,
-            None,
-            "HTTP 500: Internal error",
-        ),
-        (
-            Reply::error(
-                529,
-                r#"{"error":{"message":"Overloaded","type":"overloaded_error"}}"#,
-            ),
-            ProviderErrorKind::Overloaded,
-            None,
-            "Overloaded",
-        ),
-        (
-            Reply::error(503, r#"{"error":{"message":"Server is busy"}}"#),
-            ProviderErrorKind::Overloaded,
-            None,
-            "Server is busy",
-        ),
-    ];
-    for (reply, kind, retry_after_ms, message) in cases {
-        let server = TestServer::start(vec![reply]).await.unwrap();
-        let events = collect(&adapter(&server, ChatOptions::default()), user_request("q")).await;
-        assert_eq!(events.len(), 1, "{events:?}");
-        let error = final_error(&events);
-        assert_eq!(error.kind, kind, "{error:?}");
-        assert_eq!(error.retry_after_ms, retry_after_ms, "{error:?}");
-        assert!(error.message.contains(message), "{error:?}");
-        assert!(!error.message.contains("sk-test"));
-        assert_sent(&server, &[simple_body("q")]);
-    }
-}
-
-#[tokio::test]
-async fn an_error_chunk_inside_the_stream_is_classified() {
-    let body = sse(&[
-        chunk(json!({ "content": "par" }), None),
-        json!({ "error": { "message": "The server is overloaded", "type": "overloaded_error" } }),
-    ]);
-    let server = TestServer::start(vec![Reply::sse(&body)]).await.unwrap();
-    let events = collect(&adapter(&server, ChatOptions::default()), user_request("q")).await;
-    let error = final_error(&events);
-    assert_eq!(error.kind, ProviderErrorKind::Overloaded);
-    assert!(error.message.contains("The server is overloaded"));
-    assert_sent(&server, &[simple_body("q")]);
-}
-
-#[tokio::test]
-async fn a_stream_cut_midway_is_dropped() {
-    let mut body = sse(&[chunk(json!({ "content": "The answer is" }), None)]);
-    body.push_str("data: {\"choices\":[{\"delta\":{\"con");
-    let server = TestServer::start(vec![Reply::sse(&body)]).await.unwrap();
-    let events = collect(&adapter(&server, ChatOptions::default()), user_request("q")).await;
-    assert_eq!(
-        events[..3],
-        [
-            ProviderEvent::Start {
-                model: Some(MODEL.into())
-            },
-            ProviderEvent::TextStart { index: 0 },
-            ProviderEvent::TextDelta {
-                index: 0,
-                delta: "The answer is".into()
-            },
-        ]
-    );
-    assert_eq!(events.len(), 4);
-    assert_eq!(final_error(&events).kind, ProviderErrorKind::StreamDropped);
-    assert_sent(&server, &[simple_body("q")]);
-}
-
-#[tokio::test]
-async fn an_idle_stream_times_out() {
-    let first = sse(&[chunk(json!({ "content": "thinking about it" }), None)]);
-    let rest = sse(&[chunk(json!({}), Some("stop"))]) + DONE;
-    let reply = Reply::Sse {
-        chunks: vec![
-            (Duration::ZERO, first.into_bytes()),
-            (Duration::from_secs(5), rest.into_bytes()),
-        ],
-    };
-    let server = TestServer::start(vec![reply]).await.unwrap();
-    let provider = adapter_with_idle(&server, Duration::from_millis(300));
-    let started = std::time::Instant::now();
-    let events = collect(&provider, user_request("q")).await;
-    assert!(started.elapsed() < Duration::from_secs(3));
-    assert_eq!(final_error(&events).kind, ProviderErrorKind::Timeout);
-    assert_sent(&server, &[simple_body("q")]);
-}
-
-#[tokio::test]
-async fn cancelling_mid_stream_ends_promptly() {
-    let first = sse(&[chunk(json!({ "content": "a long answer" }), None)]);
-    let reply = Reply::Sse {
-        chunks: vec![
-            (Duration::ZERO, first.into_bytes()),
-            (Duration::from_secs(30), DONE.as_bytes().to_vec()),
-        ],
-    };
-    let server = TestServer::start(vec![reply]).await.unwrap();
-    let provider = adapter(&server, ChatOptions::default());
-    let cancel = CancellationToken::new();
-    let mut stream = provider.stream(user_request("q"), cancel.clone());
-    for _ in 0..3 {
-        stream.next().await.expect("start, text start, text delta");
-    }
-    let cancelled_at = std::time::Instant::now();
-    cancel.cancel();
-    let rest: Vec<_> = tokio::time::timeout(Duration::from_secs(1), stream.collect())
-        .await
-        .expect("the stream ends promptly");
-    assert!(cancelled_at.elapsed() < Duration::from_secs(1));
-    assert_eq!(rest.len(), 1, "{rest:?}");
-    assert_eq!(final_error(&rest).kind, ProviderErrorKind::Cancelled);
-    assert_sent(&server, &[simple_body("q")]);
 }
 
 #[tokio::test]
@@ -763,163 +574,4 @@ fn options_rename_the_limit_and_send_reasoning_back() {
         body["messages"][2]["reasoning_content"],
         json!("The user wants the code.")
     );
-}
-
-// ------------------------------------------------------- parser (replay)
-
-fn block_on<T>(future: impl std::future::Future<Output = T>) -> T {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(future)
-}
-
-#[test]
-fn malformed_json_is_a_protocol_error() {
-    let text = sse(&[chunk(json!({ "content": "a" }), None)]) + "data: {\"choices\": [\n\n";
-    let events = block_on(replay(vec![text.into_bytes()], ChatFormat::new()));
-    let error = final_error(&events);
-    assert_eq!(error.kind, ProviderErrorKind::Protocol);
-    assert!(error.message.contains("malformed"), "{error:?}");
-}
-
-#[test]
-fn openrouter_reasoning_and_comments_are_understood() {
-    let text = format!(
-        ": OPENROUTER PROCESSING\n\n{}data: \n\n{DONE}",
-        sse(&[
-            chunk(json!({ "reasoning": "hmm", "future_field": [1, 2] }), None),
-            chunk(json!({ "content": "yes" }), Some("stop")),
-        ])
-    );
-    let events = block_on(replay(vec![text.clone().into_bytes()], ChatFormat::new()));
-    assert_eq!(
-        events[1..3],
-        [
-            ProviderEvent::ThinkingStart { index: 0 },
-            ProviderEvent::ThinkingDelta {
-                index: 0,
-                delta: "hmm".into()
-            }
-        ]
-    );
-    let plain = ChatFormat::new().with_reasoning(false);
-    let events = block_on(replay(vec![text.into_bytes()], plain));
-    assert_eq!(events[1], ProviderEvent::TextStart { index: 0 });
-}
-
-/// Text, thinking, two tool calls, usage and `[DONE]`.
-fn transcript() -> Vec<u8> {
-    let tool = |index: u64, first: bool, arguments: &str| {
-        let mut entry = json!({ "index": index, "function": { "arguments": arguments } });
-        if first {
-            entry["id"] = json!(format!("call_{index}"));
-            entry["function"]["name"] = json!("edit");
-        }
-        chunk(json!({ "tool_calls": [entry] }), None)
-    };
-    let text = sse(&[
-        chunk(
-            json!({ "role": "assistant", "reasoning_content": "Plan: é → ü" }),
-            None,
-        ),
-        chunk(json!({ "reasoning_content": " then edit." }), None),
-        chunk(json!({ "content": "Editing 東京 files." }), None),
-        tool(0, true, "{\"old\":\"\\u00e9"),
-        tool(0, false, "\",\"new\":\"ü\"}"),
-        tool(1, true, "{\"old\":\"a\","),
-        tool(1, false, "\"new\":\"b\"}"),
-        chunk(json!({}), Some("tool_calls")),
-        usage_chunk(json!({ "prompt_tokens": 10, "completion_tokens": 5 })),
-    ]) + DONE;
-    text.into_bytes()
-}
-
-fn rechunk(bytes: &[u8], mut cuts: Vec<usize>) -> Vec<Vec<u8>> {
-    cuts.sort_unstable();
-    cuts.dedup();
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    for cut in cuts.into_iter().filter(|&cut| cut > 0 && cut < bytes.len()) {
-        chunks.push(bytes[start..cut].to_vec());
-        start = cut;
-    }
-    chunks.push(bytes[start..].to_vec());
-    chunks
-}
-
-#[test]
-fn the_transcript_parses_into_the_expected_message() {
-    let events = block_on(replay(vec![transcript()], ChatFormat::new()));
-    let message = message_from(&events);
-    assert_eq!(message.stop_reason, StopReason::ToolUse);
-    assert_eq!(message.content.len(), 4);
-    assert_eq!(message.text(), "Editing 東京 files.");
-    let arguments: Vec<&Value> = message.tool_calls().map(|call| &call.arguments).collect();
-    assert_eq!(
-        arguments,
-        [
-            &json!({ "old": "é", "new": "ü" }),
-            &json!({ "old": "a", "new": "b" })
-        ]
-    );
-}
-
-proptest! {
-    #[test]
-    fn any_rechunking_yields_the_same_events(cuts in prop::collection::vec(0usize..4096, 0..24)) {
-        let bytes = transcript();
-        let whole = block_on(replay(vec![bytes.clone()], ChatFormat::new()));
-        let cuts = cuts.into_iter().map(|cut| cut % bytes.len()).collect();
-        let split = block_on(replay(rechunk(&bytes, cuts), ChatFormat::new()));
-        prop_assert_eq!(split, whole);
-    }
-}
-
-#[test]
-fn tool_calls_without_index_are_keyed_by_id() {
-    // Gemini's compatibility layer has sent whole calls without `index`.
-    let call = |id: &str, arguments: &str| {
-        let entry = json!({ "id": id, "type": "function",
-            "function": { "name": "read", "arguments": arguments } });
-        chunk(json!({ "tool_calls": [entry] }), None)
-    };
-    let text = sse(&[
-        call("a", "{\"path\":\"x\"}"),
-        call("b", "{\"path\":\"y\"}"),
-        chunk(json!({}), Some("stop")),
-    ]) + DONE;
-    let events = block_on(replay(vec![text.into_bytes()], ChatFormat::new()));
-    let message = message_from(&events);
-    assert_eq!(message.stop_reason, StopReason::ToolUse);
-    let ids: Vec<&str> = message.tool_calls().map(|call| call.id.as_str()).collect();
-    assert_eq!(ids, ["a", "b"]);
-}
-
-proptest! {
-    #[test]
-    fn arbitrary_bytes_end_in_exactly_one_terminal_event(
-        lines in prop::collection::vec(
-            prop_oneof![
-                Just("data: [DONE]\n\n".to_owned()),
-                Just("data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"stop\"}]}\n\n".to_owned()),
-                Just("data: {\"choices\":[{\"delta\":{\"tool_calls\":[{\"index\":3}]}}]}\n\n".to_owned()),
-                "data: [ -~]{0,40}\n\n",
-                "[ -~]{0,40}",
-            ],
-            0..8,
-        )
-    ) {
-        let events = block_on(replay(vec![lines.concat().into_bytes()], ChatFormat::new()));
-        let terminal = events
-            .iter()
-            .filter(|event| matches!(event, ProviderEvent::Done { .. } | ProviderEvent::Error { .. }))
-            .count();
-        prop_assert_eq!(terminal, 1);
-        let last_is_terminal = matches!(
-            events.last(),
-            Some(ProviderEvent::Done { .. } | ProviderEvent::Error { .. })
-        );
-        prop_assert!(last_is_terminal, "{:?}", events);
-    }
 }

@@ -1,16 +1,20 @@
 //! A local HTTP server that speaks like a provider, for tests.
 //!
-//! It binds 127.0.0.1 only, answers each request with the next scripted
-//! [`Reply`] — an SSE stream sent in timed chunks (optionally cut short), or
-//! a plain error body — and records every request so a test can assert the
+//! It binds 127.0.0.1 only, answers each connection with the next scripted
+//! [`Reply`] — an SSE stream sent in timed chunks (optionally cut short), an
+//! error status, a body of any content type, silence, or raw bytes that are
+//! not HTTP at all — and records every request so a test can assert the
 //! exact body an adapter sent. HTTP/1.1 with `Connection: close`: the body
 //! ends when the server closes the connection, as providers' streams do.
+//! Dropping the server stops it and every connection it still holds.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
 
 /// One scripted response.
 #[derive(Debug, Clone)]
@@ -29,6 +33,21 @@ pub enum Reply {
         /// The body.
         body: String,
     },
+    /// Any status with a body of any content type (e.g. an HTML page with
+    /// status 200, as a captive portal or a misrouted proxy sends).
+    Body {
+        /// The HTTP status.
+        status: u16,
+        /// The `content-type` header.
+        content_type: String,
+        /// The body.
+        body: Vec<u8>,
+    },
+    /// Reads the request, then never answers (until the server is dropped).
+    Silent,
+    /// Writes these bytes as soon as the connection opens, without reading
+    /// a request (e.g. plain HTTP where the client expects TLS), then closes.
+    Raw(Vec<u8>),
 }
 
 impl Reply {
@@ -81,7 +100,8 @@ impl RecordedRequest {
 pub struct TestServer {
     address: std::net::SocketAddr,
     requests: Arc<Mutex<Vec<RecordedRequest>>>,
-    task: tokio::task::JoinHandle<()>,
+    connections: Arc<AtomicUsize>,
+    stop: CancellationToken,
 }
 
 impl TestServer {
@@ -91,29 +111,53 @@ impl TestServer {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let recorded = Arc::clone(&requests);
-        let task = tokio::spawn(async move {
+        let connections = Arc::new(AtomicUsize::new(0));
+        let stop = CancellationToken::new();
+        let (recorded, accepted, stopped) = (
+            Arc::clone(&requests),
+            Arc::clone(&connections),
+            stop.clone(),
+        );
+        tokio::spawn(async move {
             let mut replies = replies.into_iter();
-            while let Ok((socket, _)) = listener.accept().await {
+            loop {
+                let socket = tokio::select! {
+                    () = stopped.cancelled() => return,
+                    accepted = listener.accept() => match accepted {
+                        Ok((socket, _)) => socket,
+                        Err(_) => return,
+                    },
+                };
+                accepted.fetch_add(1, Ordering::SeqCst);
                 let reply = replies
                     .next()
                     .unwrap_or_else(|| Reply::error(500, "no more scripted replies"));
-                let recorded = Arc::clone(&recorded);
+                let (recorded, stopped) = (Arc::clone(&recorded), stopped.clone());
                 tokio::spawn(async move {
-                    let _ = serve(socket, reply, recorded).await;
+                    tokio::select! {
+                        () = stopped.cancelled() => {}
+                        _ = serve(socket, reply, recorded) => {}
+                    }
                 });
             }
         });
         Ok(Self {
             address,
             requests,
-            task,
+            connections,
+            stop,
         })
     }
 
     /// The base URL, e.g. `http://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// How many connections were accepted so far (one per attempt, whether
+    /// or not a request was read on it).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::SeqCst)
     }
 
     /// The requests received so far.
@@ -127,7 +171,7 @@ impl TestServer {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
-        self.task.abort();
+        self.stop.cancel();
     }
 }
 
@@ -136,6 +180,15 @@ async fn serve(
     reply: Reply,
     recorded: Arc<Mutex<Vec<RecordedRequest>>>,
 ) -> std::io::Result<()> {
+    if let Reply::Raw(bytes) = &reply {
+        socket.write_all(bytes).await?;
+        socket.flush().await?;
+        // Let the client's first bytes arrive before closing, so it reads
+        // ours instead of a reset.
+        let mut sink = [0u8; 4096];
+        let _ = tokio::time::timeout(Duration::from_millis(200), socket.read(&mut sink)).await;
+        return socket.shutdown().await;
+    }
     let request = read_request(&mut socket).await?;
     if let Ok(mut requests) = recorded.lock() {
         requests.push(request);
@@ -167,6 +220,20 @@ async fn serve(
             socket.write_all(head.as_bytes()).await?;
             socket.write_all(body.as_bytes()).await?;
         }
+        Reply::Body {
+            status,
+            content_type,
+            body,
+        } => {
+            let head = format!(
+                "HTTP/1.1 {status} Status\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            socket.write_all(head.as_bytes()).await?;
+            socket.write_all(&body).await?;
+        }
+        Reply::Silent => std::future::pending::<()>().await,
+        Reply::Raw(_) => {}
     }
     socket.shutdown().await
 }

@@ -4,20 +4,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, ContentBlock, ImageContent, Message, ProviderErrorKind, ProviderEvent,
     StopReason, ToolCall, ToolResultMessage, ToolSpec, ToolStatus, Usage, UserContent, UserMessage,
 };
-use keel_provider::http::{HttpTimeouts, replay};
+use keel_provider::conformance::{self, WireAdapter};
 use keel_provider::openai_responses::{OpenAiResponses, ResponsesFormat, ResponsesOptions};
-use keel_provider::testing::{RecordedRequest, Reply, TestServer};
+use keel_provider::testing::{RecordedRequest, Reply, TestServer, assemble, last_error, rechunk};
 use keel_provider::{Endpoint, ModelRequest, Provider};
 use proptest::prelude::*;
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
+
+mod parser;
+mod request;
 
 const ENCRYPTED: &str = "gAAAAABpSi4X1CPuupBD-encrypted-reasoning_blob==";
 
@@ -122,117 +124,85 @@ fn hello() -> ModelRequest {
 }
 
 async fn collect(provider: &OpenAiResponses, request: ModelRequest) -> Vec<ProviderEvent> {
-    provider
-        .stream(request, CancellationToken::new())
-        .collect()
-        .await
+    keel_provider::testing::collect(provider, request, Duration::from_secs(10)).await
 }
 
 /// Every request goes to `/responses` with the key as a bearer token.
 fn assert_sent(request: &RecordedRequest) {
+    assert_sent_with(request, "sk-test");
+}
+
+fn assert_sent_with(request: &RecordedRequest, key: &str) {
     assert_eq!(request.method, "POST");
     assert_eq!(request.path, "/responses");
-    assert_eq!(request.header("authorization"), Some("Bearer sk-test"));
+    let bearer = format!("Bearer {key}");
+    assert_eq!(request.header("authorization"), Some(bearer.as_str()));
     let body = request.json();
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["store"], json!(false));
 }
 
-fn last_error(events: &[ProviderEvent]) -> keel_protocol::ProviderError {
-    match events.last() {
-        Some(ProviderEvent::Error { error }) => error.clone(),
-        other => panic!("expected an error event last, got {other:?}"),
+// ------------------------------------------------------------ conformance
+
+/// The Responses wire format, for the shared adapter suite.
+struct Responses;
+
+impl WireAdapter for Responses {
+    fn name(&self) -> &str {
+        "openai_responses"
+    }
+
+    fn provider(&self, endpoint: Endpoint) -> Arc<dyn Provider> {
+        Arc::new(OpenAiResponses::new(endpoint, ResponsesOptions::default()))
+    }
+
+    fn request(&self) -> ModelRequest {
+        hello()
+    }
+
+    fn check_request(&self, recorded: &RecordedRequest, key: &str) {
+        assert_sent_with(recorded, key);
+        assert_eq!(
+            recorded.json()["input"],
+            json!([{"type": "message", "role": "user",
+                    "content": [{"type": "input_text", "text": "hello"}]}])
+        );
+    }
+
+    fn stream_head(&self, text: &str) -> String {
+        transcript(vec![
+            created("gpt-5"),
+            message_added(0),
+            text_delta(0, text),
+        ])
+    }
+
+    fn text_stream(&self, text: &str) -> String {
+        self.stream_head(text)
+            + &transcript(vec![
+                text_done(0, text),
+                message_done(0, text),
+                completed(usage(10, 0, 5)),
+            ])
+    }
+
+    fn stream_error(&self, error_type: &str, message: &str) -> String {
+        event(json!({"type": "error", "code": error_type, "message": message, "param": null}))
+    }
+
+    fn error_body(&self, error_type: &str, message: &str) -> String {
+        json!({"error": {"message": message, "type": error_type, "param": null, "code": null}})
+            .to_string()
+    }
+
+    fn overflow_message(&self) -> &str {
+        "Your input exceeds the context window of this model. Please adjust your input and try again."
     }
 }
 
-/// Builds the assistant message a kernel would build from `events`.
-fn assemble(events: &[ProviderEvent]) -> AssistantMessage {
-    let mut message = AssistantMessage::default();
-    let mut arguments: Vec<(usize, String)> = Vec::new();
-    let mut position = std::collections::HashMap::new();
-    for event in events {
-        match event {
-            ProviderEvent::Start { model } => message.model.clone_from(model),
-            ProviderEvent::TextStart { index } => {
-                position.insert(*index, message.content.len());
-                message.content.push(ContentBlock::Text {
-                    text: String::new(),
-                });
-            }
-            ProviderEvent::ThinkingStart { index } => {
-                position.insert(*index, message.content.len());
-                message.content.push(ContentBlock::Thinking {
-                    thinking: String::new(),
-                    signature: None,
-                });
-            }
-            ProviderEvent::ToolCallStart { index, id, name } => {
-                position.insert(*index, message.content.len());
-                arguments.push((message.content.len(), String::new()));
-                message.content.push(ContentBlock::ToolCall(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    arguments: Value::Null,
-                }));
-            }
-            ProviderEvent::TextDelta { index, delta } => {
-                if let ContentBlock::Text { text } = &mut message.content[position[index]] {
-                    text.push_str(delta);
-                }
-            }
-            ProviderEvent::ThinkingDelta { index, delta } => {
-                if let ContentBlock::Thinking { thinking, .. } =
-                    &mut message.content[position[index]]
-                {
-                    thinking.push_str(delta);
-                }
-            }
-            ProviderEvent::ThinkingEnd { index, signature } => {
-                if let ContentBlock::Thinking {
-                    signature: kept, ..
-                } = &mut message.content[position[index]]
-                {
-                    kept.clone_from(signature);
-                }
-            }
-            ProviderEvent::ToolCallDelta { index, delta } => {
-                let at = position[index];
-                let entry = arguments.iter_mut().find(|(p, _)| *p == at).unwrap();
-                entry.1.push_str(delta);
-            }
-            ProviderEvent::Usage { usage } => message.usage = *usage,
-            ProviderEvent::Done { stop_reason } => message.stop_reason = *stop_reason,
-            _ => {}
-        }
-    }
-    for (at, text) in arguments {
-        if let ContentBlock::ToolCall(call) = &mut message.content[at] {
-            call.arguments = serde_json::from_str(&text).unwrap();
-        }
-    }
-    message
-}
-
-fn tool_result(call_id: &str, content: Vec<UserContent>) -> Message {
-    Message::ToolResult(ToolResultMessage {
-        call_id: call_id.into(),
-        tool_name: "read".into(),
-        status: ToolStatus::Success,
-        content,
-        error: None,
-        details: None,
-    })
-}
-
-fn text(text: &str) -> UserContent {
-    UserContent::Text { text: text.into() }
-}
-
-fn image(data: &str) -> UserContent {
-    UserContent::Image(ImageContent {
-        mime_type: "image/png".into(),
-        data: data.into(),
-    })
+#[tokio::test]
+async fn the_adapter_passes_the_conformance_suite() {
+    conformance::run_all(&Responses).await;
 }
 
 // ------------------------------------------------------------------ tests
@@ -278,135 +248,6 @@ async fn streamed_text_becomes_one_text_block() {
     let requests = server.requests();
     assert_eq!(requests.len(), 1);
     assert_sent(&requests[0]);
-}
-
-#[tokio::test]
-async fn the_whole_context_is_mapped_onto_input_items() {
-    let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
-        .await
-        .unwrap();
-    let options = ResponsesOptions {
-        reasoning_effort: Some("medium".into()),
-    };
-    let provider = OpenAiResponses::new(endpoint(&server), options);
-    let assistant = AssistantMessage {
-        content: vec![
-            ContentBlock::Thinking {
-                thinking: "plan".into(),
-                signature: Some(ENCRYPTED.into()),
-            },
-            ContentBlock::Text {
-                text: "Let me look.".into(),
-            },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_1".into(),
-                name: "read".into(),
-                arguments: json!({"path": "a.txt"}),
-            }),
-            // Unsigned reasoning and another provider's signature are dropped.
-            ContentBlock::Thinking {
-                thinking: "unsigned".into(),
-                signature: None,
-            },
-            ContentBlock::Thinking {
-                thinking: "from Claude".into(),
-                signature: Some("EqQBCkgIARABGAIiQL".into()),
-            },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_2".into(),
-                name: "bash".into(),
-                arguments: Value::String("{not json".into()),
-            }),
-        ],
-        stop_reason: StopReason::ToolUse,
-        usage: Usage::default(),
-        model: Some("gpt-5-2025-08-07".into()),
-        provider: None,
-    };
-    let request = ModelRequest {
-        model: "gpt-5".into(),
-        system_prompt: "You are Keel.".into(),
-        messages: vec![
-            Message::User(UserMessage {
-                content: vec![text("Describe this"), image("aGVsbG8=")],
-            }),
-            Message::Assistant(assistant),
-            tool_result("call_1", vec![text("contents"), image("aW1n")]),
-            tool_result("call_2", vec![text("invalid arguments")]),
-            Message::User(UserMessage::text("thanks")),
-        ],
-        tools: vec![ToolSpec {
-            name: "read".into(),
-            description: "Read a file".into(),
-            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        }],
-        max_output_tokens: Some(4096),
-    };
-    let events = collect(&provider, request).await;
-    assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));
-    let requests = server.requests();
-    assert_sent(&requests[0]);
-    assert_eq!(
-        requests[0].json(),
-        json!({
-            "model": "gpt-5",
-            "instructions": "You are Keel.",
-            "input": [
-                {"type": "message", "role": "user", "content": [
-                    {"type": "input_text", "text": "Describe this"},
-                    {"type": "input_image", "image_url": "data:image/png;base64,aGVsbG8="},
-                ]},
-                {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}],
-                 "encrypted_content": ENCRYPTED},
-                {"type": "message", "role": "assistant", "content": [
-                    {"type": "output_text", "text": "Let me look."},
-                ]},
-                {"type": "function_call", "call_id": "call_1", "name": "read",
-                 "arguments": "{\"path\":\"a.txt\"}"},
-                {"type": "function_call", "call_id": "call_2", "name": "bash",
-                 "arguments": "{not json"},
-                {"type": "function_call_output", "call_id": "call_1", "output": "contents"},
-                {"type": "function_call_output", "call_id": "call_2", "output": "invalid arguments"},
-                {"type": "message", "role": "user", "content": [
-                    {"type": "input_image", "image_url": "data:image/png;base64,aW1n"},
-                ]},
-                {"type": "message", "role": "user", "content": [
-                    {"type": "input_text", "text": "thanks"},
-                ]},
-            ],
-            "tools": [{
-                "type": "function",
-                "name": "read",
-                "description": "Read a file",
-                "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-                "strict": false,
-            }],
-            "max_output_tokens": 4096,
-            "reasoning": {"effort": "medium", "summary": "auto"},
-            "include": ["reasoning.encrypted_content"],
-            "stream": true,
-            "store": false,
-        })
-    );
-}
-
-#[tokio::test]
-async fn a_minimal_request_omits_what_is_unset() {
-    let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
-        .await
-        .unwrap();
-    collect(&provider(&server), hello()).await;
-    let body = server.requests()[0].json();
-    assert_eq!(
-        body,
-        json!({
-            "model": "gpt-5",
-            "input": [{"type": "message", "role": "user",
-                       "content": [{"type": "input_text", "text": "hello"}]}],
-            "stream": true,
-            "store": false,
-        })
-    );
 }
 
 fn reasoning_stream() -> String {
@@ -688,52 +529,6 @@ async fn the_end_says_why_the_model_stopped() {
 }
 
 #[tokio::test]
-async fn error_statuses_are_classified() {
-    let overflow = r#"{"error":{"message":"Your input exceeds the context window of this model. Please adjust your input and try again.","type":"invalid_request_error","param":"input","code":"context_length_exceeded"}}"#;
-    let server = TestServer::start(vec![
-        Reply::error(
-            401,
-            r#"{"error":{"message":"Incorrect API key provided.","type":"invalid_request_error","code":"invalid_api_key"}}"#,
-        ),
-        Reply::error(400, overflow),
-        Reply::Status {
-            status: 429,
-            headers: vec![("retry-after".into(), "3".into())],
-            body: r#"{"error":{"message":"Rate limit reached for gpt-5","type":"requests","code":"rate_limit_exceeded"}}"#.into(),
-        },
-        Reply::error(
-            500,
-            r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error"}}"#,
-        ),
-        Reply::error(
-            503,
-            r#"{"error":{"message":"The server is overloaded, please try again later.","type":"server_error","code":"server_is_overloaded"}}"#,
-        ),
-    ])
-    .await
-    .unwrap();
-    let provider = provider(&server);
-    let expected = [
-        (ProviderErrorKind::Auth, None),
-        (ProviderErrorKind::ContextOverflow, None),
-        (ProviderErrorKind::RateLimited, Some(3000)),
-        (ProviderErrorKind::ServerError, None),
-        (ProviderErrorKind::Overloaded, None),
-    ];
-    for (kind, retry_after_ms) in expected {
-        let events = collect(&provider, hello()).await;
-        assert_eq!(events.len(), 1, "{events:?}");
-        let error = last_error(&events);
-        assert_eq!((error.kind, error.retry_after_ms), (kind, retry_after_ms));
-    }
-    let requests = server.requests();
-    assert_eq!(requests.len(), 5);
-    for request in &requests {
-        assert_sent(request);
-    }
-}
-
-#[tokio::test]
 async fn errors_inside_the_stream_are_classified() {
     let failed = |code: &str, message: &str| {
         transcript(vec![
@@ -794,20 +589,6 @@ async fn errors_inside_the_stream_are_classified() {
 }
 
 #[tokio::test]
-async fn a_stream_cut_midway_is_dropped() {
-    let full = text_stream(&["one ", "two ", "three"]);
-    let cut = &full[..full.find("event: response.output_text.done").unwrap()];
-    let server = TestServer::start(vec![Reply::sse(cut)]).await.unwrap();
-    let events = collect(&provider(&server), hello()).await;
-    assert!(
-        events.len() > 1,
-        "some events came before the cut: {events:?}"
-    );
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::StreamDropped);
-    assert_sent(&server.requests()[0]);
-}
-
-#[tokio::test]
 async fn malformed_json_is_a_protocol_error() {
     let stream = format!(
         "{}event: response.output_text.delta\ndata: {{\"type\": \"response.output_text.delta\", \"delta\": \n\n",
@@ -817,171 +598,4 @@ async fn malformed_json_is_a_protocol_error() {
     let events = collect(&provider(&server), hello()).await;
     assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
     assert_sent(&server.requests()[0]);
-}
-
-#[tokio::test]
-async fn an_idle_stream_times_out() {
-    let stream = text_stream(&["slow"]);
-    let split = stream.find("event: response.output_item.added").unwrap();
-    let chunks = vec![
-        (Duration::ZERO, stream.as_bytes()[..split].to_vec()),
-        (Duration::from_secs(5), stream.as_bytes()[split..].to_vec()),
-    ];
-    let server = TestServer::start(vec![Reply::Sse { chunks }])
-        .await
-        .unwrap();
-    let timeouts = HttpTimeouts {
-        first_byte: Duration::from_secs(5),
-        idle: Duration::from_millis(200),
-    };
-    let provider = OpenAiResponses::new(
-        endpoint(&server).with_timeouts(timeouts),
-        ResponsesOptions::default(),
-    );
-    let started = std::time::Instant::now();
-    let events = collect(&provider, hello()).await;
-    assert!(started.elapsed() < Duration::from_secs(4));
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Timeout);
-    assert_sent(&server.requests()[0]);
-}
-
-#[tokio::test]
-async fn cancellation_ends_the_stream() {
-    let stream = text_stream(&["first", "never"]);
-    let split = stream.find("never").unwrap();
-    let split = stream[..split].rfind("event:").unwrap();
-    let chunks = vec![
-        (Duration::ZERO, stream.as_bytes()[..split].to_vec()),
-        (Duration::from_secs(30), stream.as_bytes()[split..].to_vec()),
-    ];
-    let server = TestServer::start(vec![Reply::Sse { chunks }])
-        .await
-        .unwrap();
-    let cancel = CancellationToken::new();
-    let mut events = provider(&server).stream(hello(), cancel.clone());
-    let mut seen = Vec::new();
-    while let Some(event) = events.next().await {
-        let got_text = matches!(event, ProviderEvent::TextDelta { .. });
-        seen.push(event);
-        if got_text {
-            break;
-        }
-    }
-    cancel.cancel();
-    let rest: Vec<_> = tokio::time::timeout(Duration::from_secs(2), events.collect::<Vec<_>>())
-        .await
-        .expect("the stream ends promptly once cancelled");
-    assert_eq!(rest.len(), 1, "{rest:?}");
-    assert_eq!(last_error(&rest).kind, ProviderErrorKind::Cancelled);
-    assert_sent(&server.requests()[0]);
-}
-
-#[test]
-fn items_that_arrive_whole_are_emitted_whole() {
-    // Some Responses-compatible servers skip the incremental events.
-    let stream = transcript(vec![
-        created("local-model"),
-        json!({"type": "response.some_future_event", "output_index": 9}),
-        json!({"type": "response.output_item.done", "output_index": 0,
-               "item": {"type": "reasoning", "summary": [{"type": "summary_text", "text": "think"}],
-                        "encrypted_content": ENCRYPTED}}),
-        message_done(1, "answer"),
-        call_done(2, "call_1", "read", r#"{"path":"a"}"#),
-        completed(Value::Null),
-    ]);
-    let events = replay_chunks(vec![stream.into_bytes()]);
-    assert_eq!(
-        events,
-        vec![
-            ProviderEvent::Start {
-                model: Some("local-model".into())
-            },
-            ProviderEvent::ThinkingStart { index: 0 },
-            ProviderEvent::ThinkingDelta {
-                index: 0,
-                delta: "think".into()
-            },
-            ProviderEvent::ThinkingEnd {
-                index: 0,
-                signature: Some(ENCRYPTED.into())
-            },
-            ProviderEvent::TextStart { index: 1 },
-            ProviderEvent::TextDelta {
-                index: 1,
-                delta: "answer".into()
-            },
-            ProviderEvent::TextEnd { index: 1 },
-            ProviderEvent::ToolCallStart {
-                index: 2,
-                id: "call_1".into(),
-                name: "read".into()
-            },
-            ProviderEvent::ToolCallDelta {
-                index: 2,
-                delta: r#"{"path":"a"}"#.into()
-            },
-            ProviderEvent::ToolCallEnd { index: 2 },
-            ProviderEvent::Done {
-                stop_reason: StopReason::ToolUse
-            },
-        ]
-    );
-}
-
-#[test]
-fn arguments_for_an_unknown_call_are_a_protocol_error() {
-    let stream = transcript(vec![created("gpt-5"), arguments_delta(0, "{}")]);
-    let events = replay_chunks(vec![stream.into_bytes()]);
-    assert_eq!(last_error(&events).kind, ProviderErrorKind::Protocol);
-}
-
-// -------------------------------------------------------------- property
-
-/// A transcript with reasoning, multi-byte text and two calls.
-fn fixed_transcript() -> String {
-    let mut text = reasoning_stream();
-    text = text.replace(&event(completed(usage(30, 0, 80))), "");
-    let calls = parallel_calls_stream();
-    let start = calls.find("event: response.output_item.added").unwrap();
-    let calls = calls[start..]
-        .replace("\"output_index\":0", "\"output_index\":2")
-        .replace("\"output_index\":1", "\"output_index\":3");
-    text + &calls
-}
-
-fn replay_chunks(chunks: Vec<Vec<u8>>) -> Vec<ProviderEvent> {
-    tokio::runtime::Builder::new_current_thread()
-        .build()
-        .unwrap()
-        .block_on(replay(chunks, ResponsesFormat::new()))
-}
-
-#[test]
-fn the_fixed_transcript_parses_to_a_complete_message() {
-    let events = replay_chunks(vec![fixed_transcript().into_bytes()]);
-    let message = assemble(&events);
-    assert_eq!(message.stop_reason, StopReason::ToolUse);
-    assert_eq!(message.content.len(), 4, "{:?}", message.content);
-    assert_eq!(message.tool_calls().count(), 2);
-    assert_eq!(message.text(), "42");
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(200))]
-
-    #[test]
-    fn any_rechunking_yields_the_same_events(cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..12)) {
-        let bytes = fixed_transcript().into_bytes();
-        let whole = replay_chunks(vec![bytes.clone()]);
-        let mut points: Vec<usize> = cuts.iter().map(|cut| cut.index(bytes.len() + 1)).collect();
-        points.sort_unstable();
-        let mut chunks = Vec::new();
-        let mut from = 0;
-        for point in points {
-            chunks.push(bytes[from..point].to_vec());
-            from = point;
-        }
-        chunks.push(bytes[from..].to_vec());
-        prop_assert_eq!(replay_chunks(chunks), whole);
-    }
 }
