@@ -13,8 +13,8 @@ use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
 use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
-use crate::retry::RetryPolicy;
 use crate::run::AgentRun;
+use keel_provider::retry::RetryPolicy;
 
 /// A configured kernel: provider, tools, store, workspace and policy.
 ///

@@ -19,8 +19,8 @@
 //! path and fails on an edge that points sideways or up):
 //!
 //! 1. `ids` — run and entry ids and the clock (the only place the kernel
-//!    reads either); `accumulator`, `context`, `permission`, `policy`,
-//!    `retry` — pure data and rules over keel-protocol types.
+//!    reads either); `accumulator`, `context`, `permission`, `policy` —
+//!    pure data and rules over keel-protocol types.
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
 //!    `emitter` (the gapless event stream).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
@@ -43,16 +43,15 @@ mod kernel;
 mod parts;
 mod permission;
 pub mod policy;
-mod retry;
 mod run;
 mod session_writer;
 mod shared;
 mod tools;
 mod turn_loop;
 
+pub use keel_provider::retry::RetryPolicy;
 pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError};
 pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
-pub use retry::RetryPolicy;
 pub use run::{AgentRun, EventStream};
 pub use shared::ControlError;

@@ -13,7 +13,7 @@ use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{ToolRegistry, Workspace};
 
 use crate::policy::PermissionPolicy;
-use crate::retry::RetryPolicy;
+use keel_provider::retry::RetryPolicy;
 
 /// Everything an [`crate::AgentKernel`] shares with each of its runs.
 pub(crate) struct KernelParts {

@@ -8,7 +8,6 @@
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
 
 use futures::StreamExt;
 use keel_protocol::{
@@ -16,6 +15,7 @@ use keel_protocol::{
     ProviderErrorKind, QueueKind, RunError, RunErrorCode, RunEventKind, ToolCall, UserMessage,
 };
 use keel_provider::ModelRequest;
+use keel_provider::retry::Attempts;
 use keel_session::SessionError;
 use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
@@ -236,38 +236,32 @@ impl<'a> TurnLoop<'a> {
         // A retry rebuilds the request instead of keeping a copy: nothing
         // is stored between attempts, so it is the same request.
         let mut first = Some(self.request().await?);
-        let max_attempts = self.parts.retry.max_attempts.max(1);
-        let mut attempt = 1;
+        let mut attempts = self.parts.retry.start();
         loop {
             let request = match first.take() {
                 Some(request) => request,
                 None => self.request().await?,
             };
-            let error = match self.stream_once(request).await? {
+            let error = match self.stream_once(request, &attempts).await? {
                 Ok(message) => return self.persist_assistant(message).await,
                 Err(error) => error,
             };
             if self.shared.cancel.is_cancelled() || error.kind == ProviderErrorKind::Cancelled {
                 return Err(Stop::Cancelled);
             }
-            if !error.is_retryable() || attempt >= max_attempts {
-                return Err(Stop::Failed(provider_failure(error, attempt)));
-            }
-            let delay = self
-                .parts
-                .retry
-                .delay(attempt, error.retry_after_ms.map(Duration::from_millis));
+            let Some(retry) = attempts.after_failure(&error) else {
+                return Err(Stop::Failed(provider_failure(error, attempts.attempt())));
+            };
             self.shared.emitter.emit(RunEventKind::ProviderRetry {
-                attempt,
-                max_attempts,
-                delay_ms: delay.as_millis() as u64,
+                attempt: retry.attempt,
+                max_attempts: retry.max_attempts,
+                delay_ms: u64::try_from(retry.delay.as_millis()).unwrap_or(u64::MAX),
                 error,
             });
             tokio::select! {
                 () = self.shared.cancel.cancelled() => return Err(Stop::Cancelled),
-                () = tokio::time::sleep(delay) => {}
+                () = tokio::time::sleep(retry.delay) => {}
             }
-            attempt += 1;
         }
     }
 
@@ -276,6 +270,7 @@ impl<'a> TurnLoop<'a> {
     async fn stream_once(
         &self,
         request: ModelRequest,
+        attempts: &Attempts,
     ) -> Result<Result<AssistantMessage, ProviderError>, Stop> {
         let span = tracing::info_span!(
             "chat",
@@ -285,10 +280,11 @@ impl<'a> TurnLoop<'a> {
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
         );
-        let mut stream = self
-            .parts
-            .provider
-            .stream(request, self.shared.cancel.child_token());
+        let mut stream = attempts.bound(
+            self.parts
+                .provider
+                .stream(request, self.shared.cancel.child_token()),
+        );
         let mut accumulator = Accumulator::for_provider(self.parts.provider.name());
         let mut started = false;
         let result = async {

@@ -14,7 +14,6 @@ const LAYERS: &[(&str, u32)] = &[
     ("context", 1),
     ("permission", 1),
     ("policy", 1),
-    ("retry", 1),
     ("parts", 2),
     ("emitter", 2),
     ("shared", 3),
