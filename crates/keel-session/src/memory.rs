@@ -79,18 +79,22 @@ impl Tree {
         Ok(())
     }
 
-    fn branch(&self) -> Vec<Entry> {
-        let mut branch = Vec::new();
-        let mut cursor = self.leaf.as_deref();
-        while let Some(id) = cursor {
-            let Some(entry) = self.index.get(id).and_then(|&i| self.entries.get(i)) else {
-                break;
-            };
-            branch.push(entry.clone());
-            cursor = entry.parent_id.as_deref();
-        }
-        branch.reverse();
-        branch
+    fn branch(&self) -> Result<Vec<Entry>, SessionError> {
+        let Some(tip) = self.leaf.as_deref().and_then(|id| self.index.get(id)) else {
+            return Ok(Vec::new());
+        };
+        let path = crate::path_from_root(*tip, self.entries.len(), |position| {
+            match self.entries.get(position)?.parent_id.as_deref() {
+                None => Some(None),
+                Some(parent) => self.index.get(parent).map(|&p| Some(p)),
+            }
+        })
+        // Unreachable while appends are validated; reported, not hidden.
+        .ok_or_else(|| SessionError::Io("the memory session's tree is broken".into()))?;
+        Ok(path
+            .into_iter()
+            .filter_map(|position| self.entries.get(position).cloned())
+            .collect())
     }
 
     fn title(&self) -> Option<String> {
@@ -150,7 +154,7 @@ impl SessionStore for MemoryStore {
     }
 
     fn active_branch<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>> {
-        Box::pin(async move { self.with_tree(session_id, |tree| Ok(tree.branch())) })
+        Box::pin(async move { self.with_tree(session_id, |tree| tree.branch()) })
     }
 
     fn set_leaf<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, ()> {
@@ -194,6 +198,13 @@ impl SessionStore for MemoryStore {
                     .then_with(|| a.id.cmp(&b.id))
             });
             Ok(infos)
+        })
+    }
+
+    fn resolve_id<'a>(&'a self, wanted: &'a str) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let sessions = self.lock()?;
+            crate::unique_id(wanted, sessions.keys().map(String::as_str))
         })
     }
 }
