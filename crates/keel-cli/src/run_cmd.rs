@@ -60,8 +60,9 @@ async fn continued_session(
     let Some(wanted) = &args.session else {
         return Ok(None);
     };
-    let id = session_cmd::resolve_session(store, wanted)?;
+    let id = session_cmd::resolve_session(store, wanted).await?;
     let Some(entry) = &args.fork else {
+        session_cmd::open_for_resume(store, &id).await?;
         return Ok(Some(id));
     };
     let snapshot = store.snapshot(&id).map_err(session_cmd::session_error)?;

@@ -1,14 +1,16 @@
 //! `keel session`: list, show, draw, fork and export stored sessions.
 //!
-//! Everything here reads through `JsonlStore::snapshot`, which takes no lock
-//! and never repairs, so inspecting a session is safe while a run writes to
-//! it. Only `fork` writes, and only to the new session.
+//! Everything here reads through `JsonlStore::reader`, which takes no lock,
+//! never repairs and never writes, so inspecting a session is safe while a
+//! run writes to it; a torn tail is mentioned, not cut. Only `fork` writes,
+//! and only to the new session. `tree` and `export` read one entry at a time,
+//! so their memory grows with the number of entries, not their size.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use keel_protocol::{ContentBlock, Entry, EntryPayload, Message};
-use keel_session::{JsonlStore, SessionStore, Snapshot};
+use keel_session::{JsonlStore, Repair, SessionReader, SessionStore, Snapshot, TornTail};
 use serde_json::json;
 
 use crate::args::{SessionCommand, StoreArgs};
@@ -18,11 +20,11 @@ use crate::startup::StartupError;
 pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
     match command {
         SessionCommand::List { store } => list(&open_store(&store)?).await,
-        SessionCommand::Show { id, store } => show(&open_store(&store)?, &id),
-        SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id),
+        SessionCommand::Show { id, store } => show(&open_store(&store)?, &id).await,
+        SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id).await,
         SessionCommand::Fork { id, entry, store } => fork(&open_store(&store)?, &id, &entry).await,
         SessionCommand::Export { id, output, store } => {
-            export(&open_store(&store)?, &id, output.as_deref())
+            export(&open_store(&store)?, &id, output.as_deref()).await
         }
     }
 }
@@ -46,36 +48,62 @@ pub fn session_error(error: keel_session::SessionError) -> StartupError {
     StartupError::new(error.code(), error.to_string())
 }
 
-/// The session whose id is `wanted` or starts with it (if only one does).
-pub fn resolve_session(store: &JsonlStore, wanted: &str) -> Result<String, StartupError> {
-    if store.dir().join(format!("{wanted}.jsonl")).is_file() {
-        return Ok(wanted.to_owned());
+/// The session whose id is `wanted`, or starts or ends with it (if only one
+/// does), as the store resolves it.
+pub async fn resolve_session(store: &JsonlStore, wanted: &str) -> Result<String, StartupError> {
+    store.resolve_id(wanted).await.map_err(session_error)
+}
+
+/// Opens a session a run is about to continue for writing — the one step
+/// that may cut a torn tail — and says so on stderr when it did.
+pub async fn open_for_resume(store: &JsonlStore, id: &str) -> Result<(), StartupError> {
+    if let Some(repair) = store.open_for_writing(id).await.map_err(session_error)? {
+        eprintln!("keel: {}", repaired(&repair));
     }
-    let listing = std::fs::read_dir(store.dir())
-        .map_err(|error| StartupError::new("session_store", error.to_string()))?;
-    let matches: Vec<String> = listing
-        .flatten()
-        .filter_map(|item| {
-            item.file_name()
-                .to_str()?
-                .strip_suffix(".jsonl")
-                .map(str::to_owned)
-        })
-        .filter(|id| id.starts_with(wanted))
-        .collect();
-    unique(matches, wanted, "session_not_found", "session")
+    Ok(())
+}
+
+/// The one line a person reads about a repair.
+pub fn repaired(repair: &Repair) -> String {
+    format!(
+        "session {} was repaired: cut a torn tail of {} bytes from line {} ({}); no acknowledged entry was lost",
+        repair.session_id, repair.torn.bytes, repair.torn.line, repair.torn.reason
+    )
+}
+
+/// How a read-only command mentions a torn tail it leaves in place.
+fn torn_note(torn: &TornTail) -> String {
+    format!(
+        "torn tail: {} bytes from line {}, left in place; the next run on this session cuts it",
+        torn.bytes, torn.line
+    )
+}
+
+fn torn_json(torn: Option<&TornTail>) -> serde_json::Value {
+    torn.map_or(
+        serde_json::Value::Null,
+        |torn| json!({"line": torn.line, "bytes": torn.bytes, "reason": torn.reason}),
+    )
 }
 
 /// The entry whose id is `wanted`, or starts or ends with it (if only one does).
 pub fn resolve_entry(snapshot: &Snapshot, wanted: &str) -> Result<String, StartupError> {
-    if snapshot.entries.iter().any(|entry| entry.id == wanted) {
+    resolve_entry_among(
+        snapshot.entries.iter().map(|entry| entry.id.as_str()),
+        wanted,
+    )
+}
+
+fn resolve_entry_among<'a>(
+    ids: impl Iterator<Item = &'a str> + Clone,
+    wanted: &str,
+) -> Result<String, StartupError> {
+    if ids.clone().any(|id| id == wanted) {
         return Ok(wanted.to_owned());
     }
-    let matches = snapshot
-        .entries
-        .iter()
-        .filter(|entry| entry.id.starts_with(wanted) || entry.id.ends_with(wanted))
-        .map(|entry| entry.id.clone())
+    let matches = ids
+        .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
+        .map(str::to_owned)
         .collect();
     unique(matches, wanted, "entry_not_found", "entry")
 }
@@ -114,6 +142,11 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 .problem
                 .as_deref()
                 .map(|p| format!("(damaged: {p})"))
+                .or_else(|| {
+                    let torn = info.torn.as_ref()?;
+                    let title = info.title.as_deref().unwrap_or_default();
+                    Some(format!("{title} ({})", torn_note(torn)))
+                })
                 .or(info.title)
                 .unwrap_or_default();
             say(format!(
@@ -128,6 +161,7 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
+                "torn_tail": torn_json(info.torn.as_ref()),
             });
             say(line);
         }
@@ -135,152 +169,238 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn snapshot(store: &JsonlStore, wanted: &str) -> Result<Snapshot, StartupError> {
-    let id = resolve_session(store, wanted)?;
-    store.snapshot(&id).map_err(session_error)
+async fn reader(store: &JsonlStore, wanted: &str) -> Result<SessionReader, StartupError> {
+    let id = resolve_session(store, wanted).await?;
+    store.reader(&id).map_err(session_error)
 }
 
-fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    let branch = active_branch(&snapshot);
-    let summary = json!({
-        "id": snapshot.id,
-        "parent_session": snapshot.parent_session,
-        "workspace": snapshot.workspace,
-        "created": snapshot.created,
-        "entries": snapshot.entries.len(),
-        "leaf": snapshot.leaf,
-        "torn_tail": snapshot.torn.as_ref().map(|t| json!({"line": t.line, "bytes": t.bytes, "reason": t.reason})),
-        "branch": branch.iter().map(|entry| json!({
-            "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(entry),
-        })).collect::<Vec<_>>(),
-    });
+async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+    let reader = reader(store, wanted).await?;
+    let mut branch = Vec::new();
+    for entry in reader.active_entries() {
+        let entry = entry.map_err(session_error)?;
+        branch.push((
+            entry.id.clone(),
+            entry.parent_id.clone(),
+            entry.kind().to_owned(),
+            describe(&entry),
+        ));
+    }
     if std::io::stdout().is_terminal() {
         say(format!(
             "session {}  ({} entries, leaf {})",
-            snapshot.id,
-            snapshot.entries.len(),
-            snapshot.leaf.as_deref().unwrap_or("-")
+            reader.id(),
+            reader.len(),
+            reader.leaf().unwrap_or("-")
         ));
-        if let Some(parent) = &snapshot.parent_session {
+        if let Some(parent) = reader.parent_session() {
             say(format!("forked from {parent}"));
         }
-        for entry in branch {
-            say(format!("  {}  {}", short_id(&entry.id), describe(entry)));
+        if let Some(torn) = reader.torn() {
+            say(format!("! {}", torn_note(torn)));
+        }
+        for (id, _, _, summary) in &branch {
+            say(format!("  {}  {summary}", short_id(id)));
         }
     } else {
-        say(summary);
+        say(json!({
+            "id": reader.id(),
+            "parent_session": reader.parent_session(),
+            "workspace": reader.workspace(),
+            "created": reader.created(),
+            "entries": reader.len(),
+            "leaf": reader.leaf(),
+            "torn_tail": torn_json(reader.torn()),
+            "branch": branch.iter().map(|(id, parent_id, kind, summary)| json!({
+                "id": id, "parent_id": parent_id, "kind": kind, "summary": summary,
+            })).collect::<Vec<_>>(),
+        }));
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    for line in draw_tree(&snapshot) {
-        say(line);
+async fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+    let reader = reader(store, wanted).await?;
+    let mut nodes = Vec::with_capacity(reader.len());
+    for entry in reader.entries() {
+        nodes.push(Node::of(&entry.map_err(session_error)?));
+    }
+    draw_nodes(&nodes, reader.leaf(), say);
+    if let Some(torn) = reader.torn() {
+        say(format!("! {}", torn_note(torn)));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    let entry = resolve_entry(&snapshot, entry)?;
-    let id = store
-        .fork(&snapshot.id, &entry)
-        .await
-        .map_err(session_error)?;
+    let reader = reader(store, wanted).await?;
+    let entry = resolve_entry_among(reader.entry_ids(), entry)?;
+    let source = reader.id().to_owned();
+    drop(reader);
+    let id = store.fork(&source, &entry).await.map_err(session_error)?;
     say(format!(
         "{}",
-        json!({"session": {"id": id, "parent_session": snapshot.id, "forked_at": entry}})
+        json!({"session": {"id": id, "parent_session": source, "forked_at": entry}})
     ));
     Ok(ExitCode::SUCCESS)
 }
 
-fn export(
+/// Writes the session as one JSON document (keys in the order `json!` sorts
+/// them), one entry at a time; to a file, through a temporary file renamed
+/// into place, so a failed export leaves no half document.
+async fn export(
     store: &JsonlStore,
     wanted: &str,
     output: Option<&std::path::Path>,
 ) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    let document = json!({
-        "id": snapshot.id,
-        "parent_session": snapshot.parent_session,
-        "workspace": snapshot.workspace,
-        "created": snapshot.created,
-        "leaf": snapshot.leaf,
-        "entries": snapshot.entries,
-    });
-    let text = document.to_string() + "\n";
+    let reader = reader(store, wanted).await?;
+    let failed = |error: std::io::Error| {
+        let place = output.map_or("stdout".into(), |path| path.display().to_string());
+        StartupError::new("export", format!("{place}: {error}"))
+    };
     match output {
-        Some(path) => std::fs::write(path, text)
-            .map_err(|error| StartupError::new("export", format!("{}: {error}", path.display())))?,
-        None => say(text.trim_end()),
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let mut file = tempfile::NamedTempFile::new_in(dir).map_err(failed)?;
+            let mut sink = std::io::BufWriter::new(file.as_file_mut());
+            write_document(&reader, &mut sink)?.map_err(failed)?;
+            sink.flush().map_err(failed)?;
+            drop(sink);
+            file.persist(path).map_err(|error| failed(error.error))?;
+        }
+        None => {
+            let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
+            let written = write_document(&reader, &mut sink)?.and_then(|()| sink.flush());
+            match written {
+                // A closed stdout (e.g. `| head`) is not an error.
+                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
+                other => other.map_err(failed)?,
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The entries from the root to the leaf.
-fn active_branch(snapshot: &Snapshot) -> Vec<&Entry> {
-    let by_id: std::collections::HashMap<&str, &Entry> = snapshot
-        .entries
-        .iter()
-        .map(|e| (e.id.as_str(), e))
-        .collect();
-    let mut branch = Vec::new();
-    let mut cursor = snapshot.leaf.as_deref();
-    while let Some(entry) = cursor.and_then(|id| by_id.get(id)) {
-        branch.push(*entry);
-        cursor = entry.parent_id.as_deref();
+/// The export document: a store error is the outer error, a write error the inner.
+fn write_document(
+    reader: &SessionReader,
+    sink: &mut impl Write,
+) -> Result<std::io::Result<()>, StartupError> {
+    let head = format!("{{\"created\":{},\"entries\":[", reader.created());
+    if let Err(error) = sink.write_all(head.as_bytes()) {
+        return Ok(Err(error));
     }
-    branch.reverse();
-    branch
+    for (position, entry) in reader.entries().enumerate() {
+        let entry = serde_json::to_value(entry.map_err(session_error)?)
+            .map_err(|error| StartupError::new("export", error.to_string()))?;
+        let separator: &[u8] = if position == 0 { b"" } else { b"," };
+        let written = sink
+            .write_all(separator)
+            .and_then(|()| serde_json::to_writer(&mut *sink, &entry).map_err(std::io::Error::from));
+        if let Err(error) = written {
+            return Ok(Err(error));
+        }
+    }
+    let tail = format!(
+        "],\"id\":{},\"leaf\":{},\"parent_session\":{},\"workspace\":{}}}\n",
+        json_text(Some(reader.id())),
+        json_text(reader.leaf()),
+        json_text(reader.parent_session()),
+        json_text(reader.workspace()),
+    );
+    Ok(sink.write_all(tail.as_bytes()))
+}
+
+/// A string or absent string as JSON text (which cannot fail to encode).
+fn json_text(value: Option<&str>) -> String {
+    serde_json::to_string(&value).unwrap_or_else(|_| "null".into())
+}
+
+/// What drawing the tree needs of an entry: never its payload.
+pub struct Node {
+    id: String,
+    parent_id: Option<String>,
+    label: String,
+}
+
+impl Node {
+    /// The id, parent and one-line description of `entry`.
+    pub fn of(entry: &Entry) -> Self {
+        Self {
+            id: entry.id.clone(),
+            parent_id: entry.parent_id.clone(),
+            label: describe(entry),
+        }
+    }
 }
 
 /// The session tree as text: `*` marks the active branch; a chain without
 /// branch points stays at one indentation.
 pub fn draw_tree(snapshot: &Snapshot) -> Vec<String> {
-    let mut children: std::collections::HashMap<Option<&str>, Vec<&Entry>> =
-        std::collections::HashMap::new();
-    for entry in &snapshot.entries {
-        children
-            .entry(entry.parent_id.as_deref())
-            .or_default()
-            .push(entry);
-    }
-    let active: std::collections::HashSet<&str> = active_branch(snapshot)
-        .iter()
-        .map(|e| e.id.as_str())
-        .collect();
+    let nodes: Vec<Node> = snapshot.entries.iter().map(Node::of).collect();
     let mut lines = Vec::new();
-    // (entry, prefix for its line, prefix for its children)
-    let mut stack: Vec<(&Entry, String, String)> = Vec::new();
+    draw_nodes(&nodes, snapshot.leaf.as_deref(), |line| lines.push(line));
+    lines
+}
+
+/// Draws `nodes` (in append order) line by line into `emit`.
+fn draw_nodes(nodes: &[Node], leaf: Option<&str>, mut emit: impl FnMut(String)) {
+    let mut children: std::collections::HashMap<Option<&str>, Vec<&Node>> =
+        std::collections::HashMap::new();
+    let mut by_id: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for (position, node) in nodes.iter().enumerate() {
+        children
+            .entry(node.parent_id.as_deref())
+            .or_default()
+            .push(node);
+        by_id.insert(node.id.as_str(), position);
+    }
+    let active: std::collections::HashSet<&str> = leaf
+        .and_then(|leaf| by_id.get(leaf).copied())
+        .and_then(|tip| {
+            keel_session::path_from_root(tip, nodes.len(), |position| {
+                match nodes.get(position)?.parent_id.as_deref() {
+                    None => Some(None),
+                    Some(parent) => by_id.get(parent).map(|&p| Some(p)),
+                }
+            })
+        })
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|position| nodes.get(position))
+        .map(|node| node.id.as_str())
+        .collect();
+    // (node, prefix for its line, prefix for its children)
+    let mut stack: Vec<(&Node, String, String)> = Vec::new();
     push_children(&children, None, String::new(), &mut stack);
-    while let Some((entry, line_prefix, child_prefix)) = stack.pop() {
-        let mark = if active.contains(entry.id.as_str()) {
+    while let Some((node, line_prefix, child_prefix)) = stack.pop() {
+        let mark = if active.contains(node.id.as_str()) {
             '*'
         } else {
             ' '
         };
-        let leaf = if snapshot.leaf.as_deref() == Some(entry.id.as_str()) {
+        let leaf_mark = if leaf == Some(node.id.as_str()) {
             "  ← leaf"
         } else {
             ""
         };
-        lines.push(format!(
-            "{line_prefix}{mark} {} {}{leaf}",
-            short_id(&entry.id),
-            describe(entry)
+        emit(format!(
+            "{line_prefix}{mark} {} {}{leaf_mark}",
+            short_id(&node.id),
+            node.label
         ));
-        push_children(&children, Some(&entry.id), child_prefix, &mut stack);
+        push_children(&children, Some(&node.id), child_prefix, &mut stack);
     }
-    lines
 }
 
 fn push_children<'a>(
-    children: &std::collections::HashMap<Option<&str>, Vec<&'a Entry>>,
+    children: &std::collections::HashMap<Option<&str>, Vec<&'a Node>>,
     parent: Option<&str>,
     prefix: String,
-    stack: &mut Vec<(&'a Entry, String, String)>,
+    stack: &mut Vec<(&'a Node, String, String)>,
 ) {
     let Some(kids) = children.get(&parent) else {
         return;

@@ -250,9 +250,12 @@ pub struct SessionInfo {
     pub last_activity: TimestampMs,
     /// The session this one was forked from.
     pub parent_session: Option<String>,
-    /// Why the session could not be read completely, if it could not (a
-    /// torn tail that a writer will cut, or damage that is refused).
+    /// Why the session cannot be read, if it cannot (damage, which is
+    /// refused, or a file that is not a session).
     pub problem: Option<String>,
+    /// A torn tail after the complete groups, left for the next writer to
+    /// cut (listing never writes).
+    pub torn: Option<TornTail>,
 }
 
 /// Why a store operation failed. Nothing already stored is changed by a failure.

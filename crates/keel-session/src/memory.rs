@@ -190,6 +190,7 @@ impl SessionStore for MemoryStore {
                     last_activity: tree.last_activity,
                     parent_session: tree.parent_session.clone(),
                     problem: None,
+                    torn: None,
                 })
                 .collect();
             infos.sort_by(|a, b| {

@@ -97,7 +97,7 @@ impl SessionReader {
     }
 
     /// Every entry id, in append order (no payload is read).
-    pub fn entry_ids(&self) -> impl Iterator<Item = &str> {
+    pub fn entry_ids(&self) -> impl Iterator<Item = &str> + Clone {
         self.index.slots.iter().map(|slot| slot.id.as_str())
     }
 
@@ -123,7 +123,17 @@ impl SessionReader {
 
     /// The entries from the root to the active leaf.
     pub fn active_branch(&self) -> Result<Vec<Entry>, SessionError> {
-        self.read_positions(&self.index.path_to(self.index.leaf))
+        self.active_entries().collect()
+    }
+
+    /// The entries from the root to the active leaf, read one at a time.
+    pub fn active_entries(&self) -> impl Iterator<Item = Result<Entry, SessionError>> + '_ {
+        let mut line = Vec::new();
+        self.index
+            .path_to(self.index.leaf)
+            .into_iter()
+            .filter_map(|position| self.index.slots.get(position))
+            .map(move |slot| read_entry(&self.file, &self.path, slot, &mut line))
     }
 
     /// The entries from the root to `entry_id`.
@@ -261,11 +271,11 @@ impl JsonlStore {
                 ..meta::Meta::default()
             }
             .with_index(&scan.index, scan.valid_len, scan.last, 0);
-            Ok((fresh, scan.torn.map(|torn| torn_problem(&torn))))
+            Ok((fresh, scan.torn))
         });
-        let (meta, problem) = match outcome {
-            Ok(found) => found,
-            Err(error) => (meta::Meta::default(), Some(error.to_string())),
+        let (meta, torn, problem) = match outcome {
+            Ok((meta, torn)) => (meta, torn, None),
+            Err(error) => (meta::Meta::default(), None, Some(error.to_string())),
         };
         SessionInfo {
             id: session_id.to_owned(),
@@ -276,14 +286,7 @@ impl JsonlStore {
             last_activity: meta.last_activity,
             parent_session: meta.parent_session,
             problem,
+            torn,
         }
     }
-}
-
-/// How a listing describes a torn tail.
-fn torn_problem(torn: &TornTail) -> String {
-    format!(
-        "torn tail: {} bytes from line {} will be cut when the session is next opened for writing ({})",
-        torn.bytes, torn.line, torn.reason
-    )
 }
