@@ -174,18 +174,11 @@ async fn reader(store: &JsonlStore, wanted: &str) -> Result<SessionReader, Start
     store.reader(&id).map_err(session_error)
 }
 
+/// The session and its active branch, one entry read at a time: a header
+/// and a line per entry on a terminal, else one JSON object (keys in the
+/// order `json!` sorts them) streamed as it is read.
 async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
     let reader = reader(store, wanted).await?;
-    let mut branch = Vec::new();
-    for entry in reader.active_entries() {
-        let entry = entry.map_err(session_error)?;
-        branch.push((
-            entry.id.clone(),
-            entry.parent_id.clone(),
-            entry.kind().to_owned(),
-            describe(&entry),
-        ));
-    }
     if std::io::stdout().is_terminal() {
         say(format!(
             "session {}  ({} entries, leaf {})",
@@ -199,33 +192,67 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
         if let Some(torn) = reader.torn() {
             say(format!("! {}", torn_note(torn)));
         }
-        for (id, _, _, summary) in &branch {
-            say(format!("  {}  {summary}", short_id(id)));
+        for entry in reader.active_entries() {
+            let entry = entry.map_err(session_error)?;
+            say(format!("  {}  {}", short_id(&entry.id), describe(&entry)));
         }
-    } else {
-        say(json!({
-            "id": reader.id(),
-            "parent_session": reader.parent_session(),
-            "workspace": reader.workspace(),
-            "created": reader.created(),
-            "entries": reader.len(),
-            "leaf": reader.leaf(),
-            "torn_tail": torn_json(reader.torn()),
-            "branch": branch.iter().map(|(id, parent_id, kind, summary)| json!({
-                "id": id, "parent_id": parent_id, "kind": kind, "summary": summary,
-            })).collect::<Vec<_>>(),
-        }));
+        return Ok(ExitCode::SUCCESS);
     }
+    to_stdout(|sink| {
+        let mut written = sink.write_all(b"{\"branch\":[");
+        for (position, entry) in reader.active_entries().enumerate() {
+            let entry = entry.map_err(session_error)?;
+            let item = json!({
+                "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(&entry),
+            });
+            let separator: &[u8] = if position == 0 { b"" } else { b"," };
+            written = written
+                .and_then(|()| sink.write_all(separator))
+                .and_then(|()| serde_json::to_writer(&mut *sink, &item).map_err(Into::into));
+        }
+        let tail = format!(
+            "],\"created\":{},\"entries\":{},\"id\":{},\"leaf\":{},\"parent_session\":{},\"torn_tail\":{},\"workspace\":{}}}\n",
+            reader.created(),
+            reader.len(),
+            json_text(Some(reader.id())),
+            json_text(reader.leaf()),
+            json_text(reader.parent_session()),
+            torn_json(reader.torn()),
+            json_text(reader.workspace()),
+        );
+        Ok(written.and_then(|()| sink.write_all(tail.as_bytes())))
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
+/// Runs `write` against a buffered stdout; a closed stdout (e.g. `| head`)
+/// is not an error. `write` returns a store error outside, a write error inside.
+fn to_stdout(
+    write: impl FnOnce(&mut dyn Write) -> Result<std::io::Result<()>, StartupError>,
+) -> Result<(), StartupError> {
+    let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
+    match write(&mut sink)?.and_then(|()| sink.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(StartupError::new("output", format!("stdout: {error}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The tree, drawn from the index (ids and parents) with each entry read
+/// only to label its line: memory grows with the entry count, not payloads.
 async fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
     let reader = reader(store, wanted).await?;
-    let mut nodes = Vec::with_capacity(reader.len());
-    for entry in reader.entries() {
-        nodes.push(Node::of(&entry.map_err(session_error)?));
-    }
-    draw_nodes(&nodes, reader.leaf(), say);
+    let parents: Vec<Option<Option<usize>>> = reader.parent_positions().map(Some).collect();
+    draw(
+        &parents,
+        reader.leaf_position(),
+        |position| {
+            let entry = reader.entry_at(position).map_err(session_error)?;
+            Ok(format!("{} {}", short_id(&entry.id), describe(&entry)))
+        },
+        say,
+    )?;
     if let Some(torn) = reader.torn() {
         say(format!("! {}", torn_note(torn)));
     }
@@ -271,15 +298,7 @@ async fn export(
             drop(sink);
             file.persist(path).map_err(|error| failed(error.error))?;
         }
-        None => {
-            let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
-            let written = write_document(&reader, &mut sink)?.and_then(|()| sink.flush());
-            match written {
-                // A closed stdout (e.g. `| head`) is not an error.
-                Err(error) if error.kind() == std::io::ErrorKind::BrokenPipe => {}
-                other => other.map_err(failed)?,
-            }
-        }
+        None => to_stdout(|sink| write_document(&reader, sink))?,
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -287,7 +306,7 @@ async fn export(
 /// The export document: a store error is the outer error, a write error the inner.
 fn write_document(
     reader: &SessionReader,
-    sink: &mut impl Write,
+    sink: &mut dyn Write,
 ) -> Result<std::io::Result<()>, StartupError> {
     let head = format!("{{\"created\":{},\"entries\":[", reader.created());
     if let Err(error) = sink.write_all(head.as_bytes()) {
@@ -319,101 +338,114 @@ fn json_text(value: Option<&str>) -> String {
     serde_json::to_string(&value).unwrap_or_else(|_| "null".into())
 }
 
-/// What drawing the tree needs of an entry: never its payload.
-pub struct Node {
-    id: String,
-    parent_id: Option<String>,
-    label: String,
-}
-
-impl Node {
-    /// The id, parent and one-line description of `entry`.
-    pub fn of(entry: &Entry) -> Self {
-        Self {
-            id: entry.id.clone(),
-            parent_id: entry.parent_id.clone(),
-            label: describe(entry),
-        }
-    }
-}
-
 /// The session tree as text: `*` marks the active branch; a chain without
 /// branch points stays at one indentation.
 pub fn draw_tree(snapshot: &Snapshot) -> Vec<String> {
-    let nodes: Vec<Node> = snapshot.entries.iter().map(Node::of).collect();
+    let by_id: std::collections::HashMap<&str, usize> = snapshot
+        .entries
+        .iter()
+        .enumerate()
+        .map(|(position, entry)| (entry.id.as_str(), position))
+        .collect();
+    let parents: Vec<Option<Option<usize>>> = snapshot
+        .entries
+        .iter()
+        .map(|entry| match entry.parent_id.as_deref() {
+            None => Some(None),
+            Some(parent) => by_id.get(parent).map(|&p| Some(p)),
+        })
+        .collect();
+    let leaf = snapshot
+        .leaf
+        .as_deref()
+        .and_then(|id| by_id.get(id).copied());
     let mut lines = Vec::new();
-    draw_nodes(&nodes, snapshot.leaf.as_deref(), |line| lines.push(line));
-    lines
+    let drawn = draw(
+        &parents,
+        leaf,
+        |position| {
+            let entry = &snapshot.entries[position];
+            Ok::<_, std::convert::Infallible>(format!(
+                "{} {}",
+                short_id(&entry.id),
+                describe(entry)
+            ))
+        },
+        |line| lines.push(line),
+    );
+    match drawn {
+        Ok(()) => lines,
+        Err(never) => match never {},
+    }
 }
 
-/// Draws `nodes` (in append order) line by line into `emit`.
-fn draw_nodes(nodes: &[Node], leaf: Option<&str>, mut emit: impl FnMut(String)) {
-    let mut children: std::collections::HashMap<Option<&str>, Vec<&Node>> =
-        std::collections::HashMap::new();
-    let mut by_id: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for (position, node) in nodes.iter().enumerate() {
-        children
-            .entry(node.parent_id.as_deref())
-            .or_default()
-            .push(node);
-        by_id.insert(node.id.as_str(), position);
-    }
-    let active: std::collections::HashSet<&str> = leaf
-        .and_then(|leaf| by_id.get(leaf).copied())
-        .and_then(|tip| {
-            keel_session::path_from_root(tip, nodes.len(), |position| {
-                match nodes.get(position)?.parent_id.as_deref() {
-                    None => Some(None),
-                    Some(parent) => by_id.get(parent).map(|&p| Some(p)),
+/// Draws a tree given each node's parent by position (`Some(None)` for a
+/// root, `None` for a node whose parent is unknown, which is not drawn):
+/// depth first, children in append order, `text` giving a node's line.
+fn draw<E>(
+    parents: &[Option<Option<usize>>],
+    leaf: Option<usize>,
+    mut text: impl FnMut(usize) -> Result<String, E>,
+    mut emit: impl FnMut(String),
+) -> Result<(), E> {
+    let mut roots = Vec::new();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); parents.len()];
+    for (position, parent) in parents.iter().enumerate() {
+        match parent {
+            Some(None) => roots.push(position),
+            Some(Some(parent)) => {
+                if let Some(kids) = children.get_mut(*parent) {
+                    kids.push(position);
                 }
-            })
+            }
+            None => {}
+        }
+    }
+    let mut active = vec![false; parents.len()];
+    let branch = leaf.and_then(|tip| {
+        keel_session::path_from_root(tip, parents.len(), |position| {
+            parents.get(position).copied().flatten()
         })
-        .unwrap_or_default()
-        .into_iter()
-        .filter_map(|position| nodes.get(position))
-        .map(|node| node.id.as_str())
-        .collect();
+    });
+    for position in branch.unwrap_or_default() {
+        if let Some(mark) = active.get_mut(position) {
+            *mark = true;
+        }
+    }
     // (node, prefix for its line, prefix for its children)
-    let mut stack: Vec<(&Node, String, String)> = Vec::new();
-    push_children(&children, None, String::new(), &mut stack);
-    while let Some((node, line_prefix, child_prefix)) = stack.pop() {
-        let mark = if active.contains(node.id.as_str()) {
+    let mut stack: Vec<(usize, String, String)> = Vec::new();
+    push_children(&roots, String::new(), &mut stack);
+    while let Some((position, line_prefix, child_prefix)) = stack.pop() {
+        let mark = if active.get(position) == Some(&true) {
             '*'
         } else {
             ' '
         };
-        let leaf_mark = if leaf == Some(node.id.as_str()) {
+        let leaf_mark = if leaf == Some(position) {
             "  ← leaf"
         } else {
             ""
         };
         emit(format!(
-            "{line_prefix}{mark} {} {}{leaf_mark}",
-            short_id(&node.id),
-            node.label
+            "{line_prefix}{mark} {}{leaf_mark}",
+            text(position)?
         ));
-        push_children(&children, Some(&node.id), child_prefix, &mut stack);
+        let kids = children.get(position).map_or(&[][..], Vec::as_slice);
+        push_children(kids, child_prefix, &mut stack);
     }
+    Ok(())
 }
 
-fn push_children<'a>(
-    children: &std::collections::HashMap<Option<&str>, Vec<&'a Node>>,
-    parent: Option<&str>,
-    prefix: String,
-    stack: &mut Vec<(&'a Node, String, String)>,
-) {
-    let Some(kids) = children.get(&parent) else {
-        return;
-    };
-    if let [only] = kids.as_slice() {
-        stack.push((only, prefix.clone(), prefix));
+fn push_children(kids: &[usize], prefix: String, stack: &mut Vec<(usize, String, String)>) {
+    if let [only] = kids {
+        stack.push((*only, prefix.clone(), prefix));
         return;
     }
     for (position, kid) in kids.iter().enumerate().rev() {
         let last = position + 1 == kids.len();
         let line = format!("{prefix}{}", if last { "└─" } else { "├─" });
         let below = format!("{prefix}{}", if last { "  " } else { "│ " });
-        stack.push((kid, line, below));
+        stack.push((*kid, line, below));
     }
 }
 

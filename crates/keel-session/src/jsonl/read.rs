@@ -101,6 +101,30 @@ impl SessionReader {
         self.index.slots.iter().map(|slot| slot.id.as_str())
     }
 
+    /// Each entry's parent as a position in append order (`None` for the
+    /// root), in append order: the tree's shape without any payload.
+    pub fn parent_positions(&self) -> impl Iterator<Item = Option<usize>> + '_ {
+        self.index.slots.iter().map(|slot| slot.parent)
+    }
+
+    /// The active leaf's position in append order.
+    pub fn leaf_position(&self) -> Option<usize> {
+        self.index.leaf
+    }
+
+    /// The entry at `position` in append order.
+    pub fn entry_at(&self, position: usize) -> Result<Entry, SessionError> {
+        let slot = self
+            .index
+            .slots
+            .get(position)
+            .ok_or_else(|| SessionError::EntryNotFound {
+                session_id: self.id.clone(),
+                entry_id: format!("#{position}"),
+            })?;
+        read_entry(&self.file, &self.path, slot, &mut Vec::new())
+    }
+
     /// Every entry in append order, read one at a time (one line buffer is
     /// reused, so memory is the largest entry, not the session).
     pub fn entries(&self) -> impl Iterator<Item = Result<Entry, SessionError>> + '_ {
