@@ -74,7 +74,7 @@ pub fn repaired(repair: &Repair) -> String {
 /// How a read-only command mentions a torn tail it leaves in place.
 fn torn_note(torn: &TornTail) -> String {
     format!(
-        "torn tail: {} bytes from line {}, left in place; the next run on this session cuts it",
+        "torn tail: {} bytes from line {} are an interrupted (or still running) write, left in place; the next run on this session cuts a torn one",
         torn.bytes, torn.line
     )
 }

@@ -80,8 +80,9 @@ impl SessionReader {
             .map(|slot| slot.id.as_str())
     }
 
-    /// A torn tail after the complete groups (left in place: readers never
-    /// write; the next writer cuts it).
+    /// A torn tail after the complete groups, left in place (readers never
+    /// write; the next writer cuts it). While another process writes, this
+    /// may also be its batch in progress.
     pub fn torn(&self) -> Option<&TornTail> {
         self.torn.as_ref()
     }
