@@ -18,17 +18,21 @@ use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use crate::args::RunArgs;
 use crate::host;
 use crate::output::Output;
+use crate::session_cmd;
 use crate::signals;
 use crate::startup::StartupError;
 
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
-    let session_id =
+    let continued =
         sessions::continued_session(&store, args.session.as_deref(), args.fork.as_deref()).await?;
+    if let Some(repair) = &continued.repair {
+        eprintln!("keel: {}", session_cmd::repaired(repair));
+    }
     let kernel = host_config(&args).kernel(store.clone())?;
     let prompt = prompt(args.prompt.as_deref())?;
     let spec = RunSpec::new(prompt)
-        .session_opt(session_id)
+        .session_opt(continued.session_id)
         .mode(PermissionMode::from(args.mode))
         .max_turns(args.max_turns);
     let run = kernel

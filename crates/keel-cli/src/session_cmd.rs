@@ -1,15 +1,17 @@
 //! `keel session`: list, show, draw, fork and export stored sessions.
 //!
-//! Everything here reads through `JsonlStore::snapshot`, which takes no lock
-//! and never repairs, so inspecting a session is safe while a run writes to
-//! it. Only `fork` writes, and only to the new session.
+//! Everything here reads through `JsonlStore::reader`, which takes no lock,
+//! never repairs and never writes, so inspecting a session is safe while a
+//! run writes to it; a torn tail is mentioned, not cut. Only `fork` writes,
+//! and only to the new session. `tree` and `export` read one entry at a time,
+//! so their memory grows with the number of entries, not their size.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use keel_host::sessions;
 use keel_protocol::{ContentBlock, Entry, EntryPayload, Message};
-use keel_session::{JsonlStore, SessionStore, Snapshot};
+use keel_session::{JsonlStore, Repair, SessionReader, SessionStore, Snapshot, TornTail};
 use serde_json::json;
 
 use crate::args::{SessionCommand, StoreArgs};
@@ -19,23 +21,61 @@ use crate::startup::StartupError;
 pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
     match command {
         SessionCommand::List { store } => list(&open_store(&store)?).await,
-        SessionCommand::Show { id, store } => show(&open_store(&store)?, &id),
-        SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id),
+        SessionCommand::Show { id, store } => show(&open_store(&store)?, &id).await,
+        SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id).await,
         SessionCommand::Fork { id, entry, store } => fork(&open_store(&store)?, &id, &entry).await,
         SessionCommand::Export { id, output, store } => {
-            export(&open_store(&store)?, &id, output.as_deref())
+            export(&open_store(&store)?, &id, output.as_deref()).await
         }
     }
 }
 
 /// The store named by `--session-dir`, or the default one.
 pub fn open_store(args: &StoreArgs) -> Result<JsonlStore, StartupError> {
-    Ok(sessions::open_store(args.session_dir.as_deref())?)
+    let dir = match &args.session_dir {
+        Some(dir) => dir.clone(),
+        None => JsonlStore::default_dir().ok_or_else(|| {
+            StartupError::new(
+                "session_dir",
+                "neither XDG_DATA_HOME nor HOME is set; pass --session-dir",
+            )
+        })?,
+    };
+    JsonlStore::new(dir).map_err(session_error)
 }
 
 /// Turns a store error into a startup error with a stable code.
 pub fn session_error(error: keel_session::SessionError) -> StartupError {
     StartupError::new(error.code(), error.to_string())
+}
+
+/// The session whose id is `wanted`, or starts or ends with it (if only one
+/// does), as the store resolves it.
+pub async fn resolve_session(store: &JsonlStore, wanted: &str) -> Result<String, StartupError> {
+    Ok(sessions::resolve_session(store, wanted).await?)
+}
+
+/// The one line a person reads about a repair.
+pub fn repaired(repair: &Repair) -> String {
+    format!(
+        "session {} was repaired: cut a torn tail of {} bytes from line {} ({}); no acknowledged entry was lost",
+        repair.session_id, repair.torn.bytes, repair.torn.line, repair.torn.reason
+    )
+}
+
+/// How a read-only command mentions a torn tail it leaves in place.
+fn torn_note(torn: &TornTail) -> String {
+    format!(
+        "torn tail: {} bytes from line {} are an interrupted (or still running) write, left in place; the next run on this session cuts a torn one",
+        torn.bytes, torn.line
+    )
+}
+
+fn torn_json(torn: Option<&TornTail>) -> serde_json::Value {
+    torn.map_or(
+        serde_json::Value::Null,
+        |torn| json!({"line": torn.line, "bytes": torn.bytes, "reason": torn.reason}),
+    )
 }
 
 async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
@@ -53,6 +93,11 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 .problem
                 .as_deref()
                 .map(|p| format!("(damaged: {p})"))
+                .or_else(|| {
+                    let torn = info.torn.as_ref()?;
+                    let title = info.title.as_deref().unwrap_or_default();
+                    Some(format!("{title} ({})", torn_note(torn)))
+                })
                 .or(info.title)
                 .unwrap_or_default();
             say(format!(
@@ -67,6 +112,7 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
+                "torn_tail": torn_json(info.torn.as_ref()),
             });
             say(line);
         }
@@ -74,165 +120,283 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn snapshot(store: &JsonlStore, wanted: &str) -> Result<Snapshot, StartupError> {
-    let id = sessions::resolve_session(store, wanted)?;
-    store.snapshot(&id).map_err(session_error)
+async fn reader(store: &JsonlStore, wanted: &str) -> Result<SessionReader, StartupError> {
+    let id = resolve_session(store, wanted).await?;
+    store.reader(&id).map_err(session_error)
 }
 
-fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    let branch = active_branch(&snapshot);
-    let summary = json!({
-        "id": snapshot.id,
-        "parent_session": snapshot.parent_session,
-        "workspace": snapshot.workspace,
-        "created": snapshot.created,
-        "entries": snapshot.entries.len(),
-        "leaf": snapshot.leaf,
-        "torn_tail": snapshot.torn.as_ref().map(|t| json!({"line": t.line, "bytes": t.bytes, "reason": t.reason})),
-        "branch": branch.iter().map(|entry| json!({
-            "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(entry),
-        })).collect::<Vec<_>>(),
-    });
+/// The session and its active branch, one entry read at a time: a header
+/// and a line per entry on a terminal, else one JSON object (keys in the
+/// order `json!` sorts them) streamed as it is read.
+async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+    let reader = reader(store, wanted).await?;
     if std::io::stdout().is_terminal() {
         say(format!(
             "session {}  ({} entries, leaf {})",
-            snapshot.id,
-            snapshot.entries.len(),
-            snapshot.leaf.as_deref().unwrap_or("-")
+            reader.id(),
+            reader.len(),
+            reader.leaf().unwrap_or("-")
         ));
-        if let Some(parent) = &snapshot.parent_session {
+        if let Some(parent) = reader.parent_session() {
             say(format!("forked from {parent}"));
         }
-        for entry in branch {
-            say(format!("  {}  {}", short_id(&entry.id), describe(entry)));
+        if let Some(torn) = reader.torn() {
+            say(format!("! {}", torn_note(torn)));
         }
-    } else {
-        say(summary);
+        for entry in reader.active_entries() {
+            let entry = entry.map_err(session_error)?;
+            say(format!("  {}  {}", short_id(&entry.id), describe(&entry)));
+        }
+        return Ok(ExitCode::SUCCESS);
     }
+    to_stdout(|sink| {
+        let mut written = sink.write_all(b"{\"branch\":[");
+        for (position, entry) in reader.active_entries().enumerate() {
+            let entry = entry.map_err(session_error)?;
+            let item = json!({
+                "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(&entry),
+            });
+            let separator: &[u8] = if position == 0 { b"" } else { b"," };
+            written = written
+                .and_then(|()| sink.write_all(separator))
+                .and_then(|()| serde_json::to_writer(&mut *sink, &item).map_err(Into::into));
+        }
+        let tail = format!(
+            "],\"created\":{},\"entries\":{},\"id\":{},\"leaf\":{},\"parent_session\":{},\"torn_tail\":{},\"workspace\":{}}}\n",
+            reader.created(),
+            reader.len(),
+            json_text(Some(reader.id())),
+            json_text(reader.leaf()),
+            json_text(reader.parent_session()),
+            torn_json(reader.torn()),
+            json_text(reader.workspace()),
+        );
+        Ok(written.and_then(|()| sink.write_all(tail.as_bytes())))
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    for line in draw_tree(&snapshot) {
-        say(line);
+/// Runs `write` against a buffered stdout; a closed stdout (e.g. `| head`)
+/// is not an error. `write` returns a store error outside, a write error inside.
+fn to_stdout(
+    write: impl FnOnce(&mut dyn Write) -> Result<std::io::Result<()>, StartupError>,
+) -> Result<(), StartupError> {
+    let mut sink = std::io::BufWriter::new(std::io::stdout().lock());
+    match write(&mut sink)?.and_then(|()| sink.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(StartupError::new("output", format!("stdout: {error}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The tree, drawn from the index (ids and parents) with each entry read
+/// only to label its line: memory grows with the entry count, not payloads.
+async fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+    let reader = reader(store, wanted).await?;
+    let parents: Vec<Option<Option<usize>>> = reader.parent_positions().map(Some).collect();
+    draw(
+        &parents,
+        reader.leaf_position(),
+        |position| {
+            let entry = reader.entry_at(position).map_err(session_error)?;
+            Ok::<_, StartupError>(format!("{} {}", short_id(&entry.id), describe(&entry)))
+        },
+        say,
+    )?;
+    if let Some(torn) = reader.torn() {
+        say(format!("! {}", torn_note(torn)));
     }
     Ok(ExitCode::SUCCESS)
 }
 
 async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    let entry = sessions::resolve_entry(&snapshot, entry)?;
-    let id = store
-        .fork(&snapshot.id, &entry)
-        .await
-        .map_err(session_error)?;
+    let reader = reader(store, wanted).await?;
+    let entry = sessions::resolve_entry(reader.entry_ids(), entry)?;
+    let source = reader.id().to_owned();
+    drop(reader);
+    let id = store.fork(&source, &entry).await.map_err(session_error)?;
     say(format!(
         "{}",
-        json!({"session": {"id": id, "parent_session": snapshot.id, "forked_at": entry}})
+        json!({"session": {"id": id, "parent_session": source, "forked_at": entry}})
     ));
     Ok(ExitCode::SUCCESS)
 }
 
-fn export(
+/// Writes the session as one JSON document (keys in the order `json!` sorts
+/// them), one entry at a time; to a file, through a temporary file renamed
+/// into place, so a failed export leaves no half document.
+async fn export(
     store: &JsonlStore,
     wanted: &str,
     output: Option<&std::path::Path>,
 ) -> Result<ExitCode, StartupError> {
-    let snapshot = snapshot(store, wanted)?;
-    let document = json!({
-        "id": snapshot.id,
-        "parent_session": snapshot.parent_session,
-        "workspace": snapshot.workspace,
-        "created": snapshot.created,
-        "leaf": snapshot.leaf,
-        "entries": snapshot.entries,
-    });
-    let text = document.to_string() + "\n";
+    let reader = reader(store, wanted).await?;
+    let failed = |error: std::io::Error| {
+        let place = output.map_or("stdout".into(), |path| path.display().to_string());
+        StartupError::new("export", format!("{place}: {error}"))
+    };
     match output {
-        Some(path) => std::fs::write(path, text)
-            .map_err(|error| StartupError::new("export", format!("{}: {error}", path.display())))?,
-        None => say(text.trim_end()),
+        Some(path) => {
+            let dir = path
+                .parent()
+                .filter(|dir| !dir.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            let mut file = tempfile::NamedTempFile::new_in(dir).map_err(failed)?;
+            let mut sink = std::io::BufWriter::new(file.as_file_mut());
+            write_document(&reader, &mut sink)?.map_err(failed)?;
+            sink.flush().map_err(failed)?;
+            drop(sink);
+            file.persist(path).map_err(|error| failed(error.error))?;
+        }
+        None => to_stdout(|sink| write_document(&reader, sink))?,
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The entries from the root to the leaf.
-fn active_branch(snapshot: &Snapshot) -> Vec<&Entry> {
-    let by_id: std::collections::HashMap<&str, &Entry> = snapshot
-        .entries
-        .iter()
-        .map(|e| (e.id.as_str(), e))
-        .collect();
-    let mut branch = Vec::new();
-    let mut cursor = snapshot.leaf.as_deref();
-    while let Some(entry) = cursor.and_then(|id| by_id.get(id)) {
-        branch.push(*entry);
-        cursor = entry.parent_id.as_deref();
+/// The export document: a store error is the outer error, a write error the inner.
+fn write_document(
+    reader: &SessionReader,
+    sink: &mut dyn Write,
+) -> Result<std::io::Result<()>, StartupError> {
+    let head = format!("{{\"created\":{},\"entries\":[", reader.created());
+    if let Err(error) = sink.write_all(head.as_bytes()) {
+        return Ok(Err(error));
     }
-    branch.reverse();
-    branch
+    for (position, entry) in reader.entries().enumerate() {
+        let entry = serde_json::to_value(entry.map_err(session_error)?)
+            .map_err(|error| StartupError::new("export", error.to_string()))?;
+        let separator: &[u8] = if position == 0 { b"" } else { b"," };
+        let written = sink
+            .write_all(separator)
+            .and_then(|()| serde_json::to_writer(&mut *sink, &entry).map_err(std::io::Error::from));
+        if let Err(error) = written {
+            return Ok(Err(error));
+        }
+    }
+    let tail = format!(
+        "],\"id\":{},\"leaf\":{},\"parent_session\":{},\"workspace\":{}}}\n",
+        json_text(Some(reader.id())),
+        json_text(reader.leaf()),
+        json_text(reader.parent_session()),
+        json_text(reader.workspace()),
+    );
+    Ok(sink.write_all(tail.as_bytes()))
+}
+
+/// A string or absent string as JSON text (which cannot fail to encode).
+fn json_text(value: Option<&str>) -> String {
+    serde_json::to_string(&value).unwrap_or_else(|_| "null".into())
 }
 
 /// The session tree as text: `*` marks the active branch; a chain without
 /// branch points stays at one indentation.
 pub fn draw_tree(snapshot: &Snapshot) -> Vec<String> {
-    let mut children: std::collections::HashMap<Option<&str>, Vec<&Entry>> =
-        std::collections::HashMap::new();
-    for entry in &snapshot.entries {
-        children
-            .entry(entry.parent_id.as_deref())
-            .or_default()
-            .push(entry);
-    }
-    let active: std::collections::HashSet<&str> = active_branch(snapshot)
+    let by_id: std::collections::HashMap<&str, usize> = snapshot
+        .entries
         .iter()
-        .map(|e| e.id.as_str())
+        .enumerate()
+        .map(|(position, entry)| (entry.id.as_str(), position))
         .collect();
+    let parents: Vec<Option<Option<usize>>> = snapshot
+        .entries
+        .iter()
+        .map(|entry| match entry.parent_id.as_deref() {
+            None => Some(None),
+            Some(parent) => by_id.get(parent).map(|&p| Some(p)),
+        })
+        .collect();
+    let leaf = snapshot
+        .leaf
+        .as_deref()
+        .and_then(|id| by_id.get(id).copied());
     let mut lines = Vec::new();
-    // (entry, prefix for its line, prefix for its children)
-    let mut stack: Vec<(&Entry, String, String)> = Vec::new();
-    push_children(&children, None, String::new(), &mut stack);
-    while let Some((entry, line_prefix, child_prefix)) = stack.pop() {
-        let mark = if active.contains(entry.id.as_str()) {
+    let drawn = draw(
+        &parents,
+        leaf,
+        |position| {
+            let entry = &snapshot.entries[position];
+            Ok::<_, std::convert::Infallible>(format!(
+                "{} {}",
+                short_id(&entry.id),
+                describe(entry)
+            ))
+        },
+        |line| lines.push(line),
+    );
+    match drawn {
+        Ok(()) => lines,
+        Err(never) => match never {},
+    }
+}
+
+/// Draws a tree given each node's parent by position (`Some(None)` for a
+/// root, `None` for a node whose parent is unknown, which is not drawn):
+/// depth first, children in append order, `text` giving a node's line.
+fn draw<E>(
+    parents: &[Option<Option<usize>>],
+    leaf: Option<usize>,
+    mut text: impl FnMut(usize) -> Result<String, E>,
+    mut emit: impl FnMut(String),
+) -> Result<(), E> {
+    let mut roots = Vec::new();
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); parents.len()];
+    for (position, parent) in parents.iter().enumerate() {
+        match parent {
+            Some(None) => roots.push(position),
+            Some(Some(parent)) => {
+                if let Some(kids) = children.get_mut(*parent) {
+                    kids.push(position);
+                }
+            }
+            None => {}
+        }
+    }
+    let mut active = vec![false; parents.len()];
+    let branch = leaf.and_then(|tip| {
+        keel_session::path_from_root(tip, parents.len(), |position| {
+            parents.get(position).copied().flatten()
+        })
+    });
+    for position in branch.unwrap_or_default() {
+        if let Some(mark) = active.get_mut(position) {
+            *mark = true;
+        }
+    }
+    // (node, prefix for its line, prefix for its children)
+    let mut stack: Vec<(usize, String, String)> = Vec::new();
+    push_children(&roots, String::new(), &mut stack);
+    while let Some((position, line_prefix, child_prefix)) = stack.pop() {
+        let mark = if active.get(position) == Some(&true) {
             '*'
         } else {
             ' '
         };
-        let leaf = if snapshot.leaf.as_deref() == Some(entry.id.as_str()) {
+        let leaf_mark = if leaf == Some(position) {
             "  ← leaf"
         } else {
             ""
         };
-        lines.push(format!(
-            "{line_prefix}{mark} {} {}{leaf}",
-            short_id(&entry.id),
-            describe(entry)
+        emit(format!(
+            "{line_prefix}{mark} {}{leaf_mark}",
+            text(position)?
         ));
-        push_children(&children, Some(&entry.id), child_prefix, &mut stack);
+        let kids = children.get(position).map_or(&[][..], Vec::as_slice);
+        push_children(kids, child_prefix, &mut stack);
     }
-    lines
+    Ok(())
 }
 
-fn push_children<'a>(
-    children: &std::collections::HashMap<Option<&str>, Vec<&'a Entry>>,
-    parent: Option<&str>,
-    prefix: String,
-    stack: &mut Vec<(&'a Entry, String, String)>,
-) {
-    let Some(kids) = children.get(&parent) else {
-        return;
-    };
-    if let [only] = kids.as_slice() {
-        stack.push((only, prefix.clone(), prefix));
+fn push_children(kids: &[usize], prefix: String, stack: &mut Vec<(usize, String, String)>) {
+    if let [only] = kids {
+        stack.push((*only, prefix.clone(), prefix));
         return;
     }
     for (position, kid) in kids.iter().enumerate().rev() {
         let last = position + 1 == kids.len();
         let line = format!("{prefix}{}", if last { "└─" } else { "├─" });
         let below = format!("{prefix}{}", if last { "  " } else { "│ " });
-        stack.push((kid, line, below));
+        stack.push((*kid, line, below));
     }
 }
 
@@ -319,10 +483,7 @@ fn human_size(bytes: u64) -> String {
 }
 
 fn human_time(ms: u64) -> String {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default();
+    let now = keel_protocol::now_ms();
     let ago = now.saturating_sub(ms) / 1000;
     match ago {
         s if s < 60 => format!("{s} s ago"),

@@ -266,3 +266,249 @@ fn the_session_tree_demo_branches_and_forks() {
 fn l_is_result(value: &Value) -> bool {
     value.get("state").is_some()
 }
+
+impl Fixture {
+    fn session_file(&self, id: &str) -> std::path::PathBuf {
+        self.dir.path().join("sessions").join(format!("{id}.jsonl"))
+    }
+
+    /// `keel session ARGS`, with its exit code, stdout and stderr.
+    fn session_output(&self, args: &[&str]) -> std::process::Output {
+        let sessions = self.sessions();
+        std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+            .arg("session")
+            .args(args)
+            .args(["--session-dir", &sessions])
+            .output()
+            .unwrap()
+    }
+}
+
+/// A first run's session, then its last line cut short as a crash would
+/// leave it (and no summary sidecar, which a crash may also leave).
+fn torn_session(fixture: &Fixture) -> (String, Vec<u8>) {
+    let first = fixture.run(&[], "hello");
+    assert_eq!(first.code, 0, "{:?}", first.result);
+    let id = session_line(&first)["id"].as_str().unwrap().to_owned();
+    let path = fixture.session_file(&id);
+    let full = std::fs::read(&path).unwrap();
+    let torn = full[..full.len() - 10].to_vec();
+    std::fs::write(&path, &torn).unwrap();
+    let _ = std::fs::remove_file(path.with_extension("meta.json"));
+    (id, torn)
+}
+
+#[test]
+fn a_torn_tail_is_shown_by_readers_and_cut_by_a_resume_that_says_so() {
+    let fixture = Fixture::new(SCRIPT);
+    let (id, torn) = torn_session(&fixture);
+    let lines = torn.iter().filter(|&&byte| byte == b'\n').count();
+    let path = fixture.session_file(&id);
+
+    let (code, shown) = fixture.session(&["show", &id]);
+    assert_eq!(code, 0);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["torn_tail"]["line"], lines + 1, "{shown}");
+    let (code, tree) = fixture.session(&["tree", &id]);
+    assert_eq!(code, 0);
+    assert!(tree.contains("torn tail"), "{tree}");
+    let (code, listing) = fixture.session(&["list"]);
+    assert_eq!(code, 0);
+    let listed: Value = serde_json::from_str(listing.lines().next().unwrap()).unwrap();
+    assert_eq!(listed["torn_tail"]["line"], lines + 1, "{listed}");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        torn,
+        "show, tree and list never cut"
+    );
+
+    // The resumed run sees the history without the torn (unacknowledged)
+    // assistant message: two user messages.
+    std::fs::write(
+        fixture.dir.path().join("script.json"),
+        r#"{"turns":[{"expect":{"messages":2},"content":[{"type":"text","text":"resumed"}]}]}"#,
+    )
+    .unwrap();
+    let resumed = fixture.run(&["--session", &id], "hello again");
+    assert_eq!(resumed.code, 0, "{:?} {}", resumed.result, resumed.stderr);
+    let repair_lines: Vec<&str> = resumed
+        .stderr
+        .lines()
+        .filter(|line| line.contains("torn tail"))
+        .collect();
+    assert_eq!(repair_lines.len(), 1, "one line: {}", resumed.stderr);
+    assert!(
+        repair_lines[0].contains(&format!("session {id} was repaired"))
+            && repair_lines[0].contains(&format!("from line {}", lines + 1)),
+        "{}",
+        repair_lines[0]
+    );
+    let repaired: Vec<&Value> = resumed
+        .events
+        .iter()
+        .filter(|event| event["type"] == "session_repaired")
+        .collect();
+    assert_eq!(repaired.len(), 1, "one session_repaired event");
+    assert_eq!(repaired[0]["line"], lines + 1);
+    assert_eq!(
+        resumed.events[1]["type"], "session_repaired",
+        "right after run_started"
+    );
+    let after = std::fs::read(&path).unwrap();
+    assert!(
+        after.starts_with(&torn[..=torn.iter().rposition(|&b| b == b'\n').unwrap()]),
+        "only the torn line was cut"
+    );
+}
+
+#[test]
+fn a_fork_of_a_session_being_written_succeeds_and_leaves_it_untouched() {
+    let fixture = Fixture::new(SCRIPT);
+    let first = fixture.run(&[], "hello");
+    let id = session_line(&first)["id"].as_str().unwrap().to_owned();
+    let path = fixture.session_file(&id);
+
+    // This test holds the session open for writing, as a running run would.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let writer = keel_session::JsonlStore::new(fixture.sessions()).unwrap();
+    runtime
+        .block_on(keel_session::SessionStore::open_for_writing(&writer, &id))
+        .unwrap();
+    let locked = fixture.run(&["--session", &id], "hi");
+    assert_eq!(
+        locked.startup_error.unwrap()["code"],
+        "session_locked",
+        "the session really is held"
+    );
+    let before = std::fs::read(&path).unwrap();
+
+    let (code, shown) = fixture.session(&["show", &id]);
+    assert_eq!(code, 0);
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    let user_entry = shown["branch"][1]["id"].as_str().unwrap().to_owned();
+    let forked = fixture.session_output(&["fork", &id, &user_entry]);
+    assert_eq!(
+        forked.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&forked.stdout)
+    );
+    let fork: Value = serde_json::from_slice(&forked.stdout).unwrap();
+    assert_eq!(fork["session"]["parent_session"], id.as_str());
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        before,
+        "the source is untouched"
+    );
+    let (code, tree) = fixture.session(&["tree", fork["session"]["id"].as_str().unwrap()]);
+    assert_eq!((code, tree.lines().count()), (0, 2), "{tree}");
+}
+
+#[test]
+fn a_renamed_copy_is_refused_naming_both_ids() {
+    let fixture = Fixture::new(SCRIPT);
+    let first = fixture.run(&[], "hello");
+    let id = session_line(&first)["id"].as_str().unwrap().to_owned();
+    let copy = fixture.session_file("copied-session");
+    std::fs::copy(fixture.session_file(&id), &copy).unwrap();
+    let copied = std::fs::read(&copy).unwrap();
+    let shown = fixture.session_output(&["show", "copied-session"]);
+    let resumed = fixture.run(&["--session", "copied-session"], "hi");
+    for (code, error) in [
+        (
+            shown.status.code(),
+            serde_json::from_slice::<Value>(&shown.stdout).unwrap()["startup_error"].clone(),
+        ),
+        (Some(resumed.code), resumed.startup_error.unwrap()),
+    ] {
+        assert_eq!(code, Some(2));
+        assert_eq!(error["code"], "session_id_mismatch", "{error}");
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.contains("`copied-session`") && message.contains(&format!("`{id}`")),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&copy).unwrap(),
+        copied,
+        "the copy is untouched"
+    );
+}
+
+#[test]
+fn a_create_that_cannot_write_leaves_no_file() {
+    let fixture = Fixture::new(SCRIPT);
+    let script = fixture.dir.path().join("script.json");
+    let sessions = fixture.sessions();
+    // A file-size limit of zero makes writing the header fail as a full disk
+    // would (EFBIG instead of ENOSPC); the shell ignores SIGXFSZ for keel.
+    let output = std::process::Command::new("sh")
+        .args(["-c", "trap '' XFSZ; ulimit -f 0; exec \"$@\"", "sh"])
+        .arg(assert_cmd::cargo::cargo_bin!("keel"))
+        .args(["run", "--script"])
+        .arg(&script)
+        .args(["--workspace"])
+        .arg(fixture.dir.path())
+        .args(["--session-dir", &sessions, "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let error: Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(error["startup_error"]["code"], "session_io", "{error}");
+    let left: Vec<_> = std::fs::read_dir(&sessions).unwrap().flatten().collect();
+    assert!(left.is_empty(), "no session file is left: {left:?}");
+}
+
+#[test]
+fn a_fifo_in_the_session_directory_does_not_hang_list() {
+    let fixture = Fixture::new(SCRIPT);
+    let first = fixture.run(&[], "hello");
+    let id = session_line(&first)["id"].as_str().unwrap().to_owned();
+    let fifo = fixture.session_file("a-fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        .args(["session", "list", "--session-dir", &fixture.sessions()])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("`keel session list` hangs on a FIFO");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let output = child.wait_with_output().unwrap();
+    assert_eq!(output.status.code(), Some(0));
+    let ids: Vec<String> = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .map(|line| {
+            serde_json::from_str::<Value>(line).unwrap()["id"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(ids, [id], "the FIFO is skipped");
+    let shown = fixture.session_output(&["show", "a-fifo"]);
+    let error: Value = serde_json::from_slice(&shown.stdout).unwrap();
+    assert_eq!(
+        error["startup_error"]["code"], "session_not_found",
+        "{error}"
+    );
+}

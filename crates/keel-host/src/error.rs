@@ -38,9 +38,6 @@ pub enum HostError {
     /// No session directory was given and none can be derived.
     #[error("neither XDG_DATA_HOME nor HOME is set; pass --session-dir")]
     NoSessionDir,
-    /// The session directory cannot be listed.
-    #[error("{0}")]
-    SessionDir(String),
     /// No session or entry matches the id given.
     #[error("no {what} `{wanted}`")]
     NotFound {
@@ -73,7 +70,6 @@ impl HostError {
             Self::Kernel(error) => error.code(),
             Self::Session(error) => error.code(),
             Self::NoSessionDir => "session_dir",
-            Self::SessionDir(_) => "session_store",
             Self::NotFound { what, .. } | Self::Ambiguous { what, .. } => not_found_code(what),
         }
     }

@@ -1,13 +1,14 @@
 //! Finding sessions: the store a host uses, and sessions and entries named
 //! by a short id.
 //!
-//! Ids may be shortened: a session to a unique prefix, an entry to a unique
-//! prefix or suffix (the 8 characters `session tree` shows). An exact id
-//! always wins over a longer id it happens to prefix.
+//! Ids may be shortened to a unique prefix or suffix (an entry's 8
+//! characters that `session tree` shows); the store resolves session ids
+//! (`SessionStore::resolve_id`). An exact id always wins over a longer id it
+//! happens to prefix.
 
 use std::path::{Path, PathBuf};
 
-use keel_session::{JsonlStore, Snapshot};
+use keel_session::{JsonlStore, Repair, SessionStore};
 
 use crate::HostError;
 
@@ -26,59 +27,66 @@ pub fn session_file(store: &JsonlStore, session_id: &str) -> PathBuf {
     store.dir().join(format!("{session_id}.jsonl"))
 }
 
-/// The session whose id is `wanted` or starts with it (if only one does).
-pub fn resolve_session(store: &JsonlStore, wanted: &str) -> Result<String, HostError> {
-    if session_file(store, wanted).is_file() {
-        return Ok(wanted.to_owned());
-    }
-    let listing =
-        std::fs::read_dir(store.dir()).map_err(|error| HostError::SessionDir(error.to_string()))?;
-    let matches: Vec<String> = listing
-        .flatten()
-        .filter_map(|item| {
-            item.file_name()
-                .to_str()?
-                .strip_suffix(".jsonl")
-                .map(str::to_owned)
-        })
-        .filter(|id| id.starts_with(wanted))
-        .collect();
-    unique(matches, wanted, "session")
+/// The session whose id is `wanted`, or starts or ends with it (if only one
+/// does), as the store resolves it.
+pub async fn resolve_session(store: &dyn SessionStore, wanted: &str) -> Result<String, HostError> {
+    Ok(store.resolve_id(wanted).await?)
 }
 
-/// The entry of `snapshot` whose id is `wanted`, or starts or ends with it
+/// The entry among `ids` whose id is `wanted`, or starts or ends with it
 /// (if only one does).
-pub fn resolve_entry(snapshot: &Snapshot, wanted: &str) -> Result<String, HostError> {
-    if snapshot.entries.iter().any(|entry| entry.id == wanted) {
+pub fn resolve_entry<'a>(
+    ids: impl Iterator<Item = &'a str> + Clone,
+    wanted: &str,
+) -> Result<String, HostError> {
+    if ids.clone().any(|id| id == wanted) {
         return Ok(wanted.to_owned());
     }
-    let matches = snapshot
-        .entries
-        .iter()
-        .filter(|entry| entry.id.starts_with(wanted) || entry.id.ends_with(wanted))
-        .map(|entry| entry.id.clone())
+    let matches = ids
+        .filter(|id| id.starts_with(wanted) || id.ends_with(wanted))
+        .map(str::to_owned)
         .collect();
     unique(matches, wanted, "entry")
 }
 
-/// The session a run continues: `session` (a short id), or a new fork of it
-/// at `fork` (a short entry id). `None` when no session was named.
+/// The session a run continues, and what opening it repaired.
+#[derive(Debug, Default)]
+pub struct Continued {
+    /// The session to continue (`None`: start a new one).
+    pub session_id: Option<String>,
+    /// The torn tail cut when the session was opened for writing, which a
+    /// host must show its user.
+    pub repair: Option<Repair>,
+}
+
+/// The session a run continues: `session` (a short id) opened for writing,
+/// or a new fork of it at `fork` (a short entry id; the source is only read).
 pub async fn continued_session(
     store: &JsonlStore,
     session: Option<&str>,
     fork: Option<&str>,
-) -> Result<Option<String>, HostError> {
+) -> Result<Continued, HostError> {
     let Some(wanted) = session else {
-        return Ok(None);
+        return Ok(Continued::default());
     };
-    let id = resolve_session(store, wanted)?;
+    let id = resolve_session(store, wanted).await?;
     let Some(entry) = fork else {
-        return Ok(Some(id));
+        let repair = store.open_for_writing(&id).await?;
+        return Ok(Continued {
+            session_id: Some(id),
+            repair,
+        });
     };
     let snapshot = store.snapshot(&id)?;
-    let entry = resolve_entry(&snapshot, entry)?;
-    let fork = keel_session::SessionStore::fork(store, &id, &entry).await?;
-    Ok(Some(fork))
+    let entry = resolve_entry(
+        snapshot.entries.iter().map(|entry| entry.id.as_str()),
+        entry,
+    )?;
+    let fork = store.fork(&id, &entry).await?;
+    Ok(Continued {
+        session_id: Some(fork),
+        repair: None,
+    })
 }
 
 fn unique(matches: Vec<String>, wanted: &str, what: &'static str) -> Result<String, HostError> {

@@ -84,9 +84,12 @@ impl AgentKernel {
             return Err(KernelError::EmptyPrompt);
         }
         let store = &self.inner.store;
+        let mut repair = None;
         let session_id = match &spec.session_id {
             Some(id) => {
-                store.leaf(id).await?;
+                // Opening for writing is the one step that may cut a torn
+                // tail; the run reports it as `session_repaired`.
+                repair = store.open_for_writing(id).await?;
                 id.clone()
             }
             None => {
@@ -113,6 +116,7 @@ impl AgentKernel {
             spec,
             session_id,
             baseline,
+            repair,
         ))
     }
 }

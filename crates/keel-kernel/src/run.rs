@@ -23,6 +23,7 @@ use keel_protocol::{
     ErrorSource, PermissionAnswer, PermissionScope, QueueKind, RunError, RunErrorCode, RunEvent,
     RunResult, RunState,
 };
+use keel_session::Repair;
 use keel_tools::changes::{Baseline, WorkspaceChanges};
 use tokio::sync::{mpsc, watch};
 
@@ -46,6 +47,7 @@ impl AgentRun {
         spec: RunSpec,
         session_id: String,
         baseline: Result<Arc<Baseline>, String>,
+        repair: Option<Repair>,
     ) -> Self {
         let run_id = new_id();
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -53,7 +55,7 @@ impl AgentRun {
         let shared = Arc::new(RunShared::new(run_id, session_id, sender, result_sender));
         let supervised = Arc::clone(&shared);
         tokio::spawn(async move {
-            let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec));
+            let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec, repair));
             let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
                 error: RunError::new(
                     ErrorSource::Kernel,

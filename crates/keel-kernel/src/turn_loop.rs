@@ -16,7 +16,7 @@ use keel_protocol::{
 };
 use keel_provider::ModelRequest;
 use keel_provider::retry::Attempts;
-use keel_session::SessionError;
+use keel_session::{Repair, SessionError};
 use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
@@ -43,7 +43,12 @@ impl From<SessionError> for Stop {
 }
 
 /// Drives one run to its outcome.
-pub(crate) async fn run(parts: Arc<KernelParts>, shared: Arc<RunShared>, spec: RunSpec) -> Outcome {
+pub(crate) async fn run(
+    parts: Arc<KernelParts>,
+    shared: Arc<RunShared>,
+    spec: RunSpec,
+    repair: Option<Repair>,
+) -> Outcome {
     let span = tracing::info_span!(
         "invoke_agent",
         gen_ai.operation.name = "invoke_agent",
@@ -51,7 +56,7 @@ pub(crate) async fn run(parts: Arc<KernelParts>, shared: Arc<RunShared>, spec: R
         gen_ai.request.model = %parts.model,
         gen_ai.conversation.id = %shared.session_id,
     );
-    let mut run = match TurnLoop::open(&parts, &shared, &spec)
+    let mut run = match TurnLoop::open(&parts, &shared, &spec, repair)
         .instrument(span.clone())
         .await
     {
@@ -96,12 +101,20 @@ impl<'a> TurnLoop<'a> {
         parts: &'a KernelParts,
         shared: &'a RunShared,
         spec: &RunSpec,
+        repair: Option<Repair>,
     ) -> Result<Self, Stop> {
         shared.emitter.emit(RunEventKind::RunStarted {
             provider: parts.provider.name().to_owned(),
             model: parts.model.clone(),
             mode: spec.mode,
         });
+        if let Some(repair) = repair {
+            shared.emitter.emit(RunEventKind::SessionRepaired {
+                bytes_cut: repair.torn.bytes,
+                line: repair.torn.line,
+                reason: repair.torn.reason,
+            });
+        }
         if let Some(message) = unsandboxed_warning(spec.mode, parts.sandbox.mode) {
             shared.emitter.emit(RunEventKind::Warning {
                 code: "unsandboxed".into(),

@@ -232,6 +232,18 @@ pub enum RunEventKind {
         /// latest checkpoint (the whole branch when there is none).
         branch_length: usize,
     },
+    /// Opening the run's session (the event's `session_id`) for writing cut
+    /// off a torn tail: bytes after the last complete group that a crash
+    /// left mid-write (never an acknowledged entry; any other damage is
+    /// refused, not repaired).
+    SessionRepaired {
+        /// How many bytes were cut off the end of the file.
+        bytes_cut: u64,
+        /// The 1-based line of the file where the cut tail began.
+        line: usize,
+        /// Why the tail was a torn write.
+        reason: String,
+    },
     /// Compaction began.
     CompactionStarted {
         /// Why (`threshold`, `overflow`, `manual`).
@@ -282,6 +294,7 @@ impl RunEventKind {
             Self::SessionEntry { .. } => "session_entry",
             Self::ActiveBranch { .. } => "active_branch",
             Self::SessionResumed { .. } => "session_resumed",
+            Self::SessionRepaired { .. } => "session_repaired",
             Self::CompactionStarted { .. } => "compaction_started",
             Self::CompactionSucceeded { .. } => "compaction_succeeded",
             Self::CompactionFailed { .. } => "compaction_failed",

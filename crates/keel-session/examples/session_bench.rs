@@ -5,7 +5,7 @@
 //! script can pick the numbers out:
 //!
 //! ```text
-//! session_bench gen-large DIR [BYTES]        # a linear ~100 MiB session; prints its id
+//! session_bench gen-large DIR [BYTES] [--no-checkpoints]  # a linear ~100 MiB session; prints its id
 //! session_bench open DIR ID [context|active] [--bytes] # fresh store, build the branch, time it
 //! session_bench append DIR [COUNT] [WRITERS] # fsync'd append latency vs raw write+fdatasync
 //! session_bench gen-many DIR [SESSIONS] [ENTRIES]  # many small sessions, for `keel session list`
@@ -46,7 +46,11 @@ fn main() {
     let arg = |n: usize| args.get(n).map(String::as_str);
     let number = |n: usize, default: u64| arg(n).map_or(default, |v| v.parse().expect("a number"));
     match arg(0) {
-        Some("gen-large") => gen_large(Path::new(arg(1).expect("DIR")), number(2, 100 << 20)),
+        Some("gen-large") => gen_large(
+            Path::new(arg(1).expect("DIR")),
+            number(2, 100 << 20),
+            arg(3) != Some("--no-checkpoints"),
+        ),
         Some("open") => open(
             Path::new(arg(1).expect("DIR")),
             arg(2).expect("ID"),
@@ -65,7 +69,7 @@ fn main() {
         ),
         _ => {
             eprintln!(
-                "usage: session_bench gen-large DIR [BYTES] | open DIR ID [context|active] [--bytes] \
+                "usage: session_bench gen-large DIR [BYTES] [--no-checkpoints] | open DIR ID [context|active] [--bytes] \
                  | append DIR [COUNT] [WRITERS] | gen-many DIR [SESSIONS] [ENTRIES]"
             );
             std::process::exit(2);
@@ -372,8 +376,9 @@ impl Chain {
 
 // --- 1. a large session -------------------------------------------------------
 
-/// Writes one linear session of at least `target` bytes; prints its id and shape.
-fn gen_large(dir: &Path, target: u64) {
+/// Writes one linear session of at least `target` bytes (with compaction
+/// checkpoints if `checkpoints`); prints its id and shape.
+fn gen_large(dir: &Path, target: u64, with_checkpoints: bool) {
     let started = Instant::now();
     current_thread().block_on(async {
         let store = JsonlStore::new(dir).unwrap();
@@ -388,7 +393,7 @@ fn gen_large(dir: &Path, target: u64) {
                 group.push(entry);
                 since_checkpoint += 1;
             }
-            if since_checkpoint >= CHECKPOINT_EVERY {
+            if with_checkpoints && since_checkpoint >= CHECKPOINT_EVERY {
                 group.push(chain.checkpoint());
                 since_checkpoint = 0;
                 checkpoints += 1;

@@ -5,6 +5,9 @@
 //! passes; a behaviour a store relies on belongs here, not in one store's
 //! own tests. Each check gets a fresh store from the factory and panics with
 //! a message naming the broken guarantee.
+//!
+//! Built only with the `test-util` feature: it is test code (it panics), and
+//! a crate whose tests use it enables the feature in its dev-dependency.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
@@ -26,6 +29,8 @@ pub async fn run_all(factory: Factory<'_>) {
     listing_shows_every_session_newest_first(factory()).await;
     context_branch_starts_at_the_latest_checkpoint(factory()).await;
     concurrent_appends_all_land(factory()).await;
+    abbreviated_ids_resolve_to_one_session(factory()).await;
+    opening_an_intact_session_reports_no_repair(factory()).await;
 }
 
 /// A user-message entry `id` under `parent`.
@@ -299,9 +304,73 @@ async fn concurrent_appends_all_land(store: Arc<dyn SessionStore>) {
     );
 }
 
+async fn abbreviated_ids_resolve_to_one_session(store: Arc<dyn SessionStore>) {
+    for id in ["s-abc-111", "s-abc-222", "s-def-111", "s-abc-11"] {
+        let new = NewSession {
+            id: Some(id.into()),
+            ..NewSession::default()
+        };
+        store.create(new).await.unwrap();
+    }
+    let resolve = |wanted: &'static str| {
+        let store = Arc::clone(&store);
+        async move { store.resolve_id(wanted).await }
+    };
+    assert_eq!(
+        resolve("s-abc-11").await.unwrap(),
+        "s-abc-11",
+        "an exact id wins over the longer ids it begins"
+    );
+    assert_eq!(resolve("s-abc-2").await.unwrap(), "s-abc-222", "a prefix");
+    assert_eq!(resolve("222").await.unwrap(), "s-abc-222", "a suffix");
+    let ambiguous = resolve("s-abc").await;
+    assert!(
+        matches!(
+            ambiguous,
+            Err(SessionError::AmbiguousSession { count: 3, .. })
+        ),
+        "a prefix of three: {ambiguous:?}"
+    );
+    let ambiguous = resolve("111").await;
+    assert!(
+        matches!(
+            ambiguous,
+            Err(SessionError::AmbiguousSession { count: 2, .. })
+        ),
+        "a suffix of two: {ambiguous:?}"
+    );
+    let missing = resolve("zzz").await;
+    assert!(
+        matches!(missing, Err(SessionError::SessionNotFound(_))),
+        "no match: {missing:?}"
+    );
+    let empty = resolve("").await;
+    assert!(
+        matches!(empty, Err(SessionError::InvalidId(_))),
+        "an empty id names nothing: {empty:?}"
+    );
+}
+
+async fn opening_an_intact_session_reports_no_repair(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    store.append(&s, vec![entry("a", None)]).await.unwrap();
+    assert_eq!(
+        store.open_for_writing(&s).await.unwrap(),
+        None,
+        "nothing to repair"
+    );
+    assert_eq!(
+        store.leaf(&s).await.unwrap().as_deref(),
+        Some("a"),
+        "opening changes nothing"
+    );
+    let unknown = store.open_for_writing("no-such-session").await;
+    assert!(
+        matches!(unknown, Err(SessionError::SessionNotFound(_))),
+        "open of unknown: {unknown:?}"
+    );
+}
+
 fn keel_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as u64)
-        .unwrap_or_default()
+    keel_protocol::now_ms()
 }

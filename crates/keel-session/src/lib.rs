@@ -9,7 +9,12 @@
 //! Invariants every store enforces: entry ids are unique within a session; an
 //! entry's parent is already stored (or earlier in the same group); only the
 //! first entry of a session may be a root; nothing stored is ever changed.
+//!
+//! Walking parent links is done in one place, [`path_from_root`], by every
+//! store and by hosts that draw a branch, so a broken or cyclic link is
+//! handled the same way everywhere.
 
+#[cfg(feature = "test-util")]
 pub mod conformance;
 pub mod jsonl;
 pub mod memory;
@@ -17,7 +22,7 @@ pub mod memory;
 use futures::future::BoxFuture;
 use keel_protocol::{Entry, TimestampMs};
 
-pub use jsonl::{JsonlStore, Snapshot};
+pub use jsonl::{JsonlStore, SessionReader, Snapshot};
 pub use memory::MemoryStore;
 
 /// The future a store operation returns.
@@ -55,6 +60,24 @@ pub trait SessionStore: Send + Sync {
 
     /// Summaries of all sessions, newest activity first.
     fn list(&self) -> StoreFuture<'_, Vec<SessionInfo>>;
+
+    /// The full id of the one session whose id is `wanted`, or starts or
+    /// ends with it. An exact id wins over longer ids it is a prefix of;
+    /// otherwise no match is [`SessionError::SessionNotFound`] and several
+    /// are [`SessionError::AmbiguousSession`].
+    fn resolve_id<'a>(&'a self, wanted: &'a str) -> StoreFuture<'a, String>;
+
+    /// Opens `session_id` for writing (stores that open sessions do it on
+    /// first use anyway) and returns the repair made when this store opened
+    /// it: a torn tail cut off. The same repair is returned for as long as the
+    /// store keeps the session open, so every caller that resumes the session
+    /// can report it; stores that never repair return `None`.
+    fn open_for_writing<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<Repair>> {
+        Box::pin(async move {
+            self.leaf(session_id).await?;
+            Ok(None)
+        })
+    }
 
     /// Starts a new session holding the path from the root to `entry_id`
     /// (same entry ids), naming `session_id` as its parent; returns its id.
@@ -103,19 +126,74 @@ pub fn from_latest_checkpoint(mut branch: Vec<Entry>) -> Vec<Entry> {
 
 /// The entries from the root to `entry_id`, or `None` if it is not there.
 fn path_to(entries: &[Entry], entry_id: &str) -> Option<Vec<Entry>> {
-    let by_id: std::collections::HashMap<&str, &Entry> = entries
+    let by_id: std::collections::HashMap<&str, usize> = entries
         .iter()
-        .map(|entry| (entry.id.as_str(), entry))
+        .enumerate()
+        .map(|(position, entry)| (entry.id.as_str(), position))
         .collect();
-    let mut path = Vec::new();
-    let mut cursor = Some(entry_id);
-    while let Some(id) = cursor {
-        let entry = by_id.get(id)?;
-        path.push((*entry).clone());
-        cursor = entry.parent_id.as_deref();
-        if path.len() > entries.len() {
+    let tip = *by_id.get(entry_id)?;
+    let positions = path_from_root(tip, entries.len(), |position| {
+        match entries.get(position)?.parent_id.as_deref() {
+            None => Some(None),
+            Some(parent) => by_id.get(parent).map(|&p| Some(p)),
+        }
+    })?;
+    positions
+        .into_iter()
+        .map(|position| entries.get(position).cloned())
+        .collect()
+}
+
+/// The one id among `ids` that is `wanted` or starts or ends with it: the
+/// rule of [`SessionStore::resolve_id`], shared by the stores.
+pub(crate) fn unique_id<'a>(
+    wanted: &str,
+    ids: impl Iterator<Item = &'a str>,
+) -> Result<String, SessionError> {
+    if wanted.is_empty() {
+        return Err(SessionError::InvalidId(wanted.to_owned()));
+    }
+    let mut found: Option<&str> = None;
+    let mut count = 0;
+    for id in ids {
+        if id == wanted {
+            return Ok(id.to_owned());
+        }
+        if id.starts_with(wanted) || id.ends_with(wanted) {
+            found = Some(id);
+            count += 1;
+        }
+    }
+    match (found, count) {
+        (Some(id), 1) => Ok(id.to_owned()),
+        (None, _) => Err(SessionError::SessionNotFound(wanted.to_owned())),
+        (Some(_), count) => Err(SessionError::AmbiguousSession {
+            wanted: wanted.to_owned(),
+            count,
+        }),
+    }
+}
+
+/// The one parent-walk over entries: from `tip` up to its root, returned
+/// root first.
+///
+/// `parent_of` names a node's parent (`Some(None)` for a root, `None` for a
+/// node it does not know). The walk fails (`None`) when a link names an
+/// unknown node or when it takes more than `limit` steps, which only a cycle
+/// can cause when `limit` is the number of nodes.
+pub fn path_from_root<K: Copy>(
+    tip: K,
+    limit: usize,
+    mut parent_of: impl FnMut(K) -> Option<Option<K>>,
+) -> Option<Vec<K>> {
+    let mut path = vec![tip];
+    let mut cursor = tip;
+    while let Some(parent) = parent_of(cursor)? {
+        if path.len() >= limit {
             return None;
         }
+        path.push(parent);
+        cursor = parent;
     }
     path.reverse();
     Some(path)
@@ -132,6 +210,16 @@ pub struct TornTail {
     pub line: usize,
     /// What is wrong there.
     pub reason: String,
+}
+
+/// A torn tail that a store cut off when it opened a session for writing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repair {
+    /// The session that was repaired.
+    pub session_id: String,
+    /// What was cut: where, how many bytes, from which line, and why it was
+    /// a torn write.
+    pub torn: TornTail,
 }
 
 /// What a new session starts with.
@@ -162,8 +250,12 @@ pub struct SessionInfo {
     pub last_activity: TimestampMs,
     /// The session this one was forked from.
     pub parent_session: Option<String>,
-    /// Why the session could not be read completely, if it could not.
+    /// Why the session cannot be read, if it cannot (damage, which is
+    /// refused, or a file that is not a session).
     pub problem: Option<String>,
+    /// A torn tail after the complete groups, left for the next writer to
+    /// cut (listing never writes).
+    pub torn: Option<TornTail>,
 }
 
 /// Why a store operation failed. Nothing already stored is changed by a failure.
@@ -231,7 +323,29 @@ pub enum SessionError {
         /// The newest version this build reads.
         supported: u32,
     },
-    /// The file is damaged before its tail.
+    /// Several sessions match an abbreviated id.
+    #[error("`{wanted}` names {count} sessions; give more of the id")]
+    AmbiguousSession {
+        /// The abbreviation.
+        wanted: String,
+        /// How many sessions it matches.
+        count: usize,
+    },
+    /// The header names another session than the file name does (a renamed
+    /// or copied file): it is refused rather than answering to either id.
+    #[error(
+        "{path} is named for session `{file_id}` but its header says `{header_id}`; a renamed or copied session file is refused"
+    )]
+    IdMismatch {
+        /// The file.
+        path: String,
+        /// The id its name gives.
+        file_id: String,
+        /// The id its header holds.
+        header_id: String,
+    },
+    /// The file holds damage that no crash can produce (anything but a
+    /// prefix of the last write batch).
     #[error("{path}:{line}: session file is damaged: {reason}")]
     Corrupt {
         /// The file.
@@ -248,6 +362,8 @@ impl SessionError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::SessionNotFound(_) => "session_not_found",
+            Self::AmbiguousSession { .. } => "session_ambiguous",
+            Self::IdMismatch { .. } => "session_id_mismatch",
             Self::SessionExists(_) => "session_exists",
             Self::EntryNotFound { .. } => "entry_not_found",
             Self::MissingParent { .. }

@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use keel_protocol::{Entry, EntryPayload, Message, TimestampMs};
 
@@ -79,18 +78,22 @@ impl Tree {
         Ok(())
     }
 
-    fn branch(&self) -> Vec<Entry> {
-        let mut branch = Vec::new();
-        let mut cursor = self.leaf.as_deref();
-        while let Some(id) = cursor {
-            let Some(entry) = self.index.get(id).and_then(|&i| self.entries.get(i)) else {
-                break;
-            };
-            branch.push(entry.clone());
-            cursor = entry.parent_id.as_deref();
-        }
-        branch.reverse();
-        branch
+    fn branch(&self) -> Result<Vec<Entry>, SessionError> {
+        let Some(tip) = self.leaf.as_deref().and_then(|id| self.index.get(id)) else {
+            return Ok(Vec::new());
+        };
+        let path = crate::path_from_root(*tip, self.entries.len(), |position| {
+            match self.entries.get(position)?.parent_id.as_deref() {
+                None => Some(None),
+                Some(parent) => self.index.get(parent).map(|&p| Some(p)),
+            }
+        })
+        // Unreachable while appends are validated; reported, not hidden.
+        .ok_or_else(|| SessionError::Io("the memory session's tree is broken".into()))?;
+        Ok(path
+            .into_iter()
+            .filter_map(|position| self.entries.get(position).cloned())
+            .collect())
     }
 
     fn title(&self) -> Option<String> {
@@ -103,13 +106,6 @@ impl Tree {
     }
 }
 
-fn now_ms() -> TimestampMs {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as TimestampMs)
-        .unwrap_or_default()
-}
-
 impl SessionStore for MemoryStore {
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
@@ -118,7 +114,7 @@ impl SessionStore for MemoryStore {
             if sessions.contains_key(&id) {
                 return Err(SessionError::SessionExists(id));
             }
-            let now = now_ms();
+            let now = keel_protocol::now_ms();
             let tree = Tree {
                 created: now,
                 last_activity: now,
@@ -139,7 +135,7 @@ impl SessionStore for MemoryStore {
                     tree.leaf = Some(entry.id.clone());
                     tree.entries.push(entry);
                 }
-                tree.last_activity = now_ms();
+                tree.last_activity = keel_protocol::now_ms();
                 Ok(())
             })
         })
@@ -150,7 +146,7 @@ impl SessionStore for MemoryStore {
     }
 
     fn active_branch<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>> {
-        Box::pin(async move { self.with_tree(session_id, |tree| Ok(tree.branch())) })
+        Box::pin(async move { self.with_tree(session_id, |tree| tree.branch()) })
     }
 
     fn set_leaf<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, ()> {
@@ -186,6 +182,7 @@ impl SessionStore for MemoryStore {
                     last_activity: tree.last_activity,
                     parent_session: tree.parent_session.clone(),
                     problem: None,
+                    torn: None,
                 })
                 .collect();
             infos.sort_by(|a, b| {
@@ -196,6 +193,13 @@ impl SessionStore for MemoryStore {
             Ok(infos)
         })
     }
+
+    fn resolve_id<'a>(&'a self, wanted: &'a str) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let sessions = self.lock()?;
+            crate::unique_id(wanted, sessions.keys().map(String::as_str))
+        })
+    }
 }
 
 /// A process-unique id for sessions created without one.
@@ -204,7 +208,7 @@ fn uuid_like() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     format!(
         "mem-{}-{}",
-        now_ms(),
+        keel_protocol::now_ms(),
         COUNTER.fetch_add(1, Ordering::Relaxed)
     )
 }

@@ -2,13 +2,12 @@
 //! restarts, torn tails, damage and a second writer — through the public API.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use keel_session::conformance::{self, entry};
 use keel_session::{JsonlStore, MemoryStore, NewSession, SessionError, SessionStore};
-use proptest::prelude::*;
 
 #[tokio::test]
 async fn memory_store_conforms() {
@@ -181,92 +180,4 @@ async fn a_record_whose_parent_is_missing_is_refused_naming_the_line() {
         "{error:?}"
     );
     assert_eq!(std::fs::read(&path).unwrap(), damaged);
-}
-
-/// A session of `groups` (sizes given), returning the file path and the
-/// file length before the last group.
-fn build(dir: &Path, groups: &[usize]) -> (String, PathBuf, u64, Vec<String>) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let store = JsonlStore::new(dir).unwrap();
-        let id = store.create(NewSession::default()).await.unwrap();
-        let path = file_of(&store, &id);
-        let mut parent: Option<String> = None;
-        let mut before_last = 0;
-        let mut acked_before_last = Vec::new();
-        let mut n = 0;
-        for (g, size) in groups.iter().enumerate() {
-            if g + 1 == groups.len() {
-                before_last = std::fs::metadata(&path).unwrap().len();
-                acked_before_last = store
-                    .entries(&id)
-                    .await
-                    .unwrap()
-                    .into_iter()
-                    .map(|e| e.id)
-                    .collect();
-            }
-            let mut group = Vec::new();
-            for _ in 0..*size {
-                n += 1;
-                let id = format!("e{n}");
-                group.push(entry(&id, parent.as_deref()));
-                parent = Some(id);
-            }
-            store.append(&id, group).await.unwrap();
-        }
-        (id, path, before_last, acked_before_last)
-    })
-}
-
-fn open_ids(dir: &Path, id: &str) -> (Result<Vec<String>, SessionError>, bool) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    runtime.block_on(async {
-        let store = JsonlStore::new(dir).unwrap();
-        let ids = store
-            .entries(id)
-            .await
-            .map(|entries| entries.into_iter().map(|e| e.id).collect());
-        (ids, store.repaired_tail(id).is_some())
-    })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
-
-    #[test]
-    fn a_torn_or_damaged_last_group_is_cut_and_nothing_acknowledged_is_lost(
-        groups in prop::collection::vec(1usize..4, 2..5),
-        mask in 1u8..=255,
-    ) {
-        let dir = tempfile::tempdir().unwrap();
-        let (id, path, before_last, acked) = build(dir.path(), &groups);
-        let full = std::fs::read(&path).unwrap();
-        let copy = tempfile::tempdir().unwrap();
-        let copy_path = copy.path().join(format!("{id}.jsonl"));
-        // Truncation at every byte offset inside the last group.
-        for cut in before_last..full.len() as u64 {
-            std::fs::write(&copy_path, &full[..cut as usize]).unwrap();
-            let (ids, repaired) = open_ids(copy.path(), &id);
-            prop_assert_eq!(ids.unwrap(), acked.clone(), "cut at {}", cut);
-            prop_assert_eq!(repaired, cut > before_last, "cut at {} reported", cut);
-            prop_assert_eq!(std::fs::metadata(&copy_path).unwrap().len(), before_last);
-        }
-        // Any byte of the last record flipped.
-        let last_line_start = full[..full.len() - 1].iter().rposition(|&b| b == b'\n').unwrap() + 1;
-        for position in last_line_start..full.len() {
-            let mut damaged = full.clone();
-            damaged[position] ^= mask;
-            std::fs::write(&copy_path, &damaged).unwrap();
-            let (ids, repaired) = open_ids(copy.path(), &id);
-            prop_assert_eq!(ids.unwrap(), acked.clone(), "flip at {}", position);
-            prop_assert!(repaired, "flip at {} must be reported", position);
-        }
-    }
 }

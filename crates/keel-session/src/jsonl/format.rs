@@ -147,6 +147,32 @@ fn verify_checksum(line: &[u8]) -> Result<(), LineFault> {
     }
 }
 
+/// The checksum a verified line (without its `\n`) carries.
+pub(crate) fn line_crc(line: &[u8]) -> u32 {
+    line.len()
+        .checked_sub(SUFFIX - 8)
+        .and_then(|start| line.get(start..start + 8))
+        .and_then(|hex| std::str::from_utf8(hex).ok())
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .unwrap_or_default()
+}
+
+/// The checksum of a line (without its `\n`) if its bytes match it.
+pub(crate) fn verified_crc(line: &[u8]) -> Option<u32> {
+    verify_checksum(line).ok().map(|()| line_crc(line))
+}
+
+/// Whether `bytes` begin with a whole record (its checksum verifies) that is
+/// followed by more bytes: something the writer never leaves on one line.
+pub(crate) fn holds_complete_record(bytes: &[u8]) -> bool {
+    const MARK: &[u8] = b",\"crc\":\"";
+    (0..bytes.len()).any(|at| {
+        bytes[at..].starts_with(MARK)
+            && at + SUFFIX < bytes.len()
+            && verify_checksum(&bytes[..at + SUFFIX]).is_ok()
+    })
+}
+
 /// What a scan needs of a record: the tree facts, not the payload.
 #[derive(Debug)]
 pub(crate) enum Skeleton {

@@ -116,15 +116,15 @@ impl Index {
     }
 
     /// Positions from the root to `tip`, inclusive.
+    /// Parents always precede their children here, so the walk cannot fail;
+    /// an empty path stands for an unknown tip.
     pub(crate) fn path_to(&self, tip: Option<usize>) -> Vec<usize> {
-        let mut path = Vec::new();
-        let mut cursor = tip;
-        while let Some(position) = cursor {
-            path.push(position);
-            cursor = self.slots.get(position).and_then(|slot| slot.parent);
-        }
-        path.reverse();
-        path
+        tip.and_then(|tip| {
+            crate::path_from_root(tip, self.slots.len(), |position| {
+                self.slots.get(position).map(|slot| slot.parent)
+            })
+        })
+        .unwrap_or_default()
     }
 
     /// The part of the active branch a model request needs: from the latest

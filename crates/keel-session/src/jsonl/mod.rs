@@ -1,72 +1,49 @@
 //! The JSONL store: one append-only file per session, Keel's embedded default.
 //!
-//! `<dir>/<id>.jsonl` holds a versioned header line and then framed, check-
-//! summed records (see `format`). A session is opened for writing on first
-//! use through [`SessionStore`]: the file is locked (advisory, exclusive), so
-//! a second writer — another process, or another store in this one — is
-//! refused instead of forking the tree; it is scanned as a stream into an
-//! index; a torn tail left by a crash is cut off and reported. Appends go
-//! through a group-commit writer thread and are acknowledged only after
-//! fsync. Inspection (`snapshot`) reads without the lock and never repairs.
+//! `<dir>/<id>.jsonl` holds a versioned header line naming the session and
+//! then framed, checksummed records (see `format`). A session is opened for
+//! writing on first use through [`SessionStore`] (`open`): the file is locked
+//! (advisory, exclusive), so a second writer — another process, or another
+//! store in this one — is refused instead of forking the tree; it is scanned
+//! as a stream into an index; a torn tail — only ever a prefix of the last
+//! write batch (see `scan`) — is cut off and reported as a [`Repair`];
+//! anything else is refused untouched. Appends go through a group-commit
+//! writer thread and are acknowledged only after fsync.
+//!
+//! Reading (`read`: [`JsonlStore::reader`], `snapshot`, `list`, and the
+//! source of `fork`) never takes the lock and never writes: it sees the
+//! complete groups present when it scanned, which a concurrent writer only
+//! ever appends to.
 
 mod format;
 mod index;
 mod meta;
+mod open;
+mod read;
 mod scan;
 mod writer;
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{Seek, SeekFrom};
-use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex};
 
-use keel_protocol::{Entry, TimestampMs};
-use nix::fcntl::{Flock, FlockArg};
+use keel_protocol::Entry;
 
-use self::format::{Header, Record};
+use self::format::Record;
 use self::index::Slot;
+use self::open::OpenSession;
 use self::scan::io_error;
-use self::writer::{Job, State, WriterSetup};
-use crate::{NewSession, SessionError, SessionInfo, SessionStore, StoreFuture, TornTail};
+use self::writer::State;
+use crate::{NewSession, Repair, SessionError, SessionInfo, SessionStore, StoreFuture, TornTail};
+
+pub use self::read::{SessionReader, Snapshot};
 
 /// Sessions as JSONL files in one directory.
 #[derive(Debug)]
 pub struct JsonlStore {
     dir: PathBuf,
     open: Mutex<HashMap<String, Arc<OpenSession>>>,
-}
-
-/// A session opened for writing by this store.
-#[derive(Debug)]
-struct OpenSession {
-    state: Arc<Mutex<State>>,
-    /// Taken on drop, which lets the writer finish and exit.
-    jobs: Option<mpsc::Sender<Job>>,
-    writer: Option<std::thread::JoinHandle<()>>,
-    reader: File,
-    repaired: Option<TornTail>,
-    _lock: Flock<File>,
-}
-
-/// A read-only copy of a whole session, for inspection and export.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Snapshot {
-    /// The session id.
-    pub id: String,
-    /// The session it was forked from.
-    pub parent_session: Option<String>,
-    /// The workspace it was created for.
-    pub workspace: Option<String>,
-    /// When it was created.
-    pub created: TimestampMs,
-    /// The active leaf.
-    pub leaf: Option<String>,
-    /// Every entry, in append order.
-    pub entries: Vec<Entry>,
-    /// A torn tail found (and not repaired: snapshots never write).
-    pub torn: Option<TornTail>,
 }
 
 impl JsonlStore {
@@ -107,33 +84,6 @@ impl JsonlStore {
             .and_then(|session| session.repaired.clone())
     }
 
-    /// Reads a whole session without locking or repairing it.
-    pub fn snapshot(&self, session_id: &str) -> Result<Snapshot, SessionError> {
-        let path = self.file(session_id)?;
-        let scan = scan::scan(&path)?;
-        let reader = File::open(&path).map_err(|error| io_error(&path, &error))?;
-        let entries = scan
-            .index
-            .slots
-            .iter()
-            .map(|slot| read_entry(&reader, &path, slot))
-            .collect::<Result<Vec<_>, _>>()?;
-        let leaf = scan
-            .index
-            .leaf
-            .and_then(|position| scan.index.slots.get(position))
-            .map(|slot| slot.id.clone());
-        Ok(Snapshot {
-            id: scan.header.id,
-            parent_session: scan.header.parent_session,
-            workspace: scan.header.workspace,
-            created: scan.header.created,
-            leaf,
-            entries,
-            torn: scan.torn,
-        })
-    }
-
     fn file(&self, session_id: &str) -> Result<PathBuf, SessionError> {
         check_id(session_id)?;
         Ok(self.dir.join(format!("{session_id}.jsonl")))
@@ -153,95 +103,9 @@ impl JsonlStore {
             return Ok(Arc::clone(session));
         }
         let path = self.file(session_id)?;
-        let session = Arc::new(self.open_for_writing(session_id, &path)?);
+        let session = Arc::new(self.open_for_writing_now(session_id, &path)?);
         open.insert(session_id.to_owned(), Arc::clone(&session));
         Ok(session)
-    }
-
-    fn open_for_writing(&self, session_id: &str, path: &Path) -> Result<OpenSession, SessionError> {
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Err(SessionError::SessionNotFound(session_id.to_owned()));
-            }
-            Err(error) => return Err(io_error(path, &error)),
-        };
-        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
-            .map_err(|_| SessionError::Locked(session_id.to_owned()))?;
-        let scan = scan::scan(path)?;
-        let mut file = lock.try_clone().map_err(|error| io_error(path, &error))?;
-        if let Some(torn) = &scan.torn {
-            tracing::warn!(session = session_id, line = torn.line, bytes = torn.bytes, reason = %torn.reason, "cutting off a torn tail");
-            file.set_len(scan.valid_len)
-                .and_then(|()| file.sync_data())
-                .map_err(|error| io_error(path, &error))?;
-        }
-        file.seek(SeekFrom::Start(scan.valid_len))
-            .map_err(|error| io_error(path, &error))?;
-        let reader = lock.try_clone().map_err(|error| io_error(path, &error))?;
-        let state = Arc::new(Mutex::new(State {
-            index: scan.index,
-            pending: Vec::new(),
-            poisoned: None,
-        }));
-        let meta_base = meta::Meta {
-            created: scan.header.created,
-            parent_session: scan.header.parent_session.clone(),
-            ..meta::Meta::default()
-        };
-        let (jobs, receiver) = mpsc::channel();
-        let setup = WriterSetup {
-            file,
-            len: scan.valid_len,
-            next_group: scan.next_group,
-            state: Arc::clone(&state),
-            meta_path: self.meta_file(session_id),
-            meta_base,
-        };
-        let writer = writer::spawn(setup, receiver).map_err(|error| io_error(path, &error))?;
-        Ok(OpenSession {
-            state,
-            jobs: Some(jobs),
-            writer: Some(writer),
-            reader,
-            repaired: scan.torn,
-            _lock: lock,
-        })
-    }
-
-    fn create_file(&self, new: &NewSession) -> Result<String, SessionError> {
-        let id = new
-            .id
-            .clone()
-            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
-        let path = self.file(&id)?;
-        let header = Header {
-            format: format::FORMAT.into(),
-            version: format::VERSION,
-            id: id.clone(),
-            created: now_ms(),
-            parent_session: new.parent_session.clone(),
-            workspace: new.workspace.clone(),
-        };
-        let line =
-            format::encode_header(&header).map_err(|error| SessionError::Io(error.to_string()))?;
-        let mut file = match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(SessionError::SessionExists(id));
-            }
-            Err(error) => return Err(io_error(&path, &error)),
-        };
-        std::io::Write::write_all(&mut file, &line)
-            .and_then(|()| file.sync_all())
-            .and_then(|()| File::open(&self.dir)?.sync_all())
-            .map_err(|error| io_error(&path, &error))?;
-        Ok(id)
     }
 
     fn read_branch(
@@ -263,9 +127,10 @@ impl JsonlStore {
                 .collect()
         };
         let path = self.file(session_id)?;
+        let mut line = Vec::new();
         slots
             .iter()
-            .map(|slot| read_entry(&session.reader, &path, slot))
+            .map(|slot| read_entry(&session.reader, &path, slot, &mut line))
             .collect()
     }
 
@@ -287,51 +152,9 @@ impl JsonlStore {
             .jobs
             .as_ref()
             .ok_or_else(|| SessionError::Io("the session is closing".into()))?
-            .send(Job { records, ack })
+            .send(writer::Job { records, ack })
             .map_err(|_| SessionError::Io("the session writer has stopped".into()))?;
         Ok(done)
-    }
-
-    fn info(&self, session_id: &str, path: &Path) -> SessionInfo {
-        let file_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or_default();
-        let cached =
-            meta::read(&self.meta_file(session_id)).filter(|meta| meta.file_len == file_len);
-        let (meta, problem) = match cached {
-            Some(meta) => (meta, None),
-            None => match scan::scan(path) {
-                Ok(scan) => (
-                    meta::Meta {
-                        created: scan.header.created,
-                        parent_session: scan.header.parent_session.clone(),
-                        ..meta::Meta::default()
-                    }
-                    .with_index(&scan.index, scan.valid_len),
-                    scan.torn
-                        .map(|torn| format!("torn tail at line {}: {}", torn.line, torn.reason)),
-                ),
-                Err(error) => (meta::Meta::default(), Some(error.to_string())),
-            },
-        };
-        SessionInfo {
-            id: session_id.to_owned(),
-            title: meta.title,
-            entries: meta.entries,
-            bytes: file_len,
-            created: meta.created,
-            last_activity: meta.last_activity,
-            parent_session: meta.parent_session,
-            problem,
-        }
-    }
-}
-
-impl Drop for OpenSession {
-    /// Closes the writer and waits for it, so its last summary is written.
-    fn drop(&mut self) {
-        drop(self.jobs.take());
-        if let Some(writer) = self.writer.take() {
-            let _ = writer.join();
-        }
     }
 }
 
@@ -392,12 +215,19 @@ fn lock_state(session: &OpenSession) -> Result<std::sync::MutexGuard<'_, State>,
         .map_err(|_| SessionError::Io("session state lock poisoned".into()))
 }
 
-/// Reads one entry back from its line.
-fn read_entry(file: &File, path: &Path, slot: &Slot) -> Result<Entry, SessionError> {
-    let mut line = vec![0; slot.len as usize];
-    file.read_exact_at(&mut line, slot.offset)
+/// Reads one entry back from its line, into `line` (reused between calls so
+/// reading a branch allocates one line buffer, not one per entry).
+fn read_entry(
+    file: &std::fs::File,
+    path: &Path,
+    slot: &Slot,
+    line: &mut Vec<u8>,
+) -> Result<Entry, SessionError> {
+    line.clear();
+    line.resize(slot.len as usize, 0);
+    file.read_exact_at(line, slot.offset)
         .map_err(|error| io_error(path, &error))?;
-    match format::decode_line(&line) {
+    match format::decode_line(line) {
         Ok(record) => match record {
             Record::Entry { entry } => Ok(entry),
             Record::Leaf { .. } => {
@@ -432,13 +262,6 @@ fn check_id(session_id: &str) -> Result<(), SessionError> {
     } else {
         Err(SessionError::InvalidId(session_id.to_owned()))
     }
-}
-
-fn now_ms() -> TimestampMs {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as TimestampMs)
-        .unwrap_or_default()
 }
 
 async fn acknowledged(
@@ -515,37 +338,48 @@ impl SessionStore for JsonlStore {
             let session = self.session(session_id)?;
             let slots: Vec<Slot> = lock_state(&session)?.index.slots.clone();
             let path = self.file(session_id)?;
+            let mut line = Vec::new();
             slots
                 .iter()
-                .map(|slot| read_entry(&session.reader, &path, slot))
+                .map(|slot| read_entry(&session.reader, &path, slot, &mut line))
                 .collect()
         })
     }
 
     fn list(&self) -> StoreFuture<'_, Vec<SessionInfo>> {
+        Box::pin(async move { self.list_now() })
+    }
+
+    fn resolve_id<'a>(&'a self, wanted: &'a str) -> StoreFuture<'a, String> {
         Box::pin(async move {
-            let listing =
-                std::fs::read_dir(&self.dir).map_err(|error| io_error(&self.dir, &error))?;
-            let mut infos = Vec::new();
-            for item in listing.flatten() {
-                let path = item.path();
-                let Some(id) = path
-                    .file_name()
-                    .and_then(|name| name.to_str())
-                    .and_then(|name| name.strip_suffix(".jsonl"))
-                else {
-                    continue;
-                };
-                if check_id(id).is_ok() {
-                    infos.push(self.info(id, &path));
-                }
-            }
-            infos.sort_by(|a, b| {
-                b.last_activity
-                    .cmp(&a.last_activity)
-                    .then_with(|| a.id.cmp(&b.id))
-            });
-            Ok(infos)
+            check_id(wanted)?;
+            let ids = self.session_ids()?;
+            crate::unique_id(wanted, ids.iter().map(String::as_str))
+        })
+    }
+
+    fn open_for_writing<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<Repair>> {
+        Box::pin(async move {
+            let session = self.session(session_id)?;
+            Ok(session.repaired.clone().map(|torn| Repair {
+                session_id: session_id.to_owned(),
+                torn,
+            }))
+        })
+    }
+
+    /// Reads the source without its lock (it may be open for writing
+    /// elsewhere) and never writes to it; only the new session is written.
+    fn fork<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, String> {
+        Box::pin(async move {
+            let path = self.reader(session_id)?.path_to(entry_id)?;
+            let new = NewSession {
+                parent_session: Some(session_id.to_owned()),
+                ..NewSession::default()
+            };
+            let id = self.create(new).await?;
+            self.append(&id, path).await?;
+            Ok(id)
         })
     }
 }

@@ -1,19 +1,29 @@
 //! Reads a session file front to back, as a stream, into an [`Index`].
 //!
 //! Memory is bounded by the longest line and the index, never by the file.
-//! A damaged tail — an incomplete line, or bad records followed by nothing
-//! but records of the same write batch — is a write torn by a crash: the scan
-//! reports where the last complete group ends so a writer can truncate there.
-//! Damage followed by a record of a later batch is not a torn write (that
-//! batch was written only after the damaged one was synced); it is refused,
-//! naming the line.
+//!
+//! The scan tells a torn write from damage by what a crash can leave: the
+//! writer appends one write batch at a time and starts a batch only after the
+//! previous one was synced, so a crash can only leave a *prefix of the last
+//! batch's bytes* after the last complete group. The tail is therefore torn
+//! (and may be cut) only when every complete line in it is a valid record
+//! continuing the sequence — records of one incomplete group, all of one
+//! batch — and at most the final line is incomplete and could still begin
+//! the record that comes next (its frame matches, its bytes are what the
+//! encoder writes, and it does not hold a whole record followed by more).
+//! Anything else — a line that fails its checksum or framing, a record out
+//! of sequence, a duplicated or swapped line, CRLF line ends, zeroed bytes,
+//! a shortened earlier line — is damage, refused naming the first bad line.
+//! The scan itself never writes.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use super::format::{self, Header, LineFault, ScannedFrame, Skeleton};
 use super::index::{Index, TreeFault};
+use super::meta::Meta;
 use crate::{SessionError, TornTail};
 
 /// What a scan found.
@@ -25,36 +35,104 @@ pub(crate) struct Scan {
     pub(crate) next_group: u64,
     /// Bytes up to the end of the last complete group.
     pub(crate) valid_len: u64,
-    /// The damaged tail beyond `valid_len`, if any.
+    /// The last record of the last complete group, if any.
+    pub(crate) last: Option<LastRecord>,
+    /// The torn tail beyond `valid_len`, if any.
     pub(crate) torn: Option<TornTail>,
 }
 
+/// Where the last complete record is and what it carries: what the summary
+/// sidecar is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastRecord {
+    /// The offset of its line.
+    pub(crate) offset: u64,
+    /// Its write batch.
+    pub(crate) batch: u64,
+    /// Its checksum.
+    pub(crate) crc: u32,
+}
+
+/// The records of a group seen so far.
 struct Pending {
+    batch: u64,
     group: u64,
     size: u32,
+    first_line: usize,
     records: Vec<(ScannedFrame, usize, u64, u32)>,
 }
 
-/// Scans the file at `path`.
-pub(crate) fn scan(path: &Path) -> Result<Scan, SessionError> {
-    let file = File::open(path).map_err(|error| io_error(path, &error))?;
+/// Opens `path` for reading (and writing, if `write`) only if it is a regular
+/// file: a FIFO or device named like a session never blocks the open, and a
+/// symbolic link is not followed. A missing file is `SessionNotFound`
+/// naming the file's stem.
+pub(crate) fn open_regular(path: &Path, write: bool) -> Result<File, SessionError> {
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(|error| match (error.kind(), error.raw_os_error()) {
+            (std::io::ErrorKind::NotFound, _) => SessionError::SessionNotFound(
+                path.file_stem()
+                    .map(|stem| stem.to_string_lossy().into_owned())
+                    .unwrap_or_default(),
+            ),
+            (_, Some(nix::libc::ELOOP)) => not_regular(path),
+            _ => io_error(path, &error),
+        })?;
+    let regular = file
+        .metadata()
+        .map_err(|error| io_error(path, &error))?
+        .is_file();
+    if regular {
+        Ok(file)
+    } else {
+        Err(not_regular(path))
+    }
+}
+
+fn not_regular(path: &Path) -> SessionError {
+    SessionError::NotASession {
+        path: path.display().to_string(),
+        reason: "it is not a regular file".into(),
+    }
+}
+
+/// Scans `file` (positioned at its start), the session `session_id` at `path`.
+/// `summary` is its sidecar, read before the scan began, if any: when it
+/// describes the same creation, the length it records was acknowledged, so a
+/// file whose complete groups end earlier was truncated, not torn.
+pub(crate) fn scan(
+    file: File,
+    path: &Path,
+    session_id: &str,
+    summary: Option<&Meta>,
+) -> Result<Scan, SessionError> {
     let mut reader = BufReader::with_capacity(1 << 16, file);
     let mut line = Vec::new();
     let header_len = reader
         .read_until(b'\n', &mut line)
         .map_err(|error| io_error(path, &error))?;
     let header = parse_header(path, &line)?;
+    if header.id != session_id {
+        return Err(SessionError::IdMismatch {
+            path: path.display().to_string(),
+            file_id: session_id.to_owned(),
+            header_id: header.id,
+        });
+    }
     let mut scan = Scan {
         header,
         index: Index::default(),
         next_group: 1,
         valid_len: header_len as u64,
+        last: None,
         torn: None,
     };
     let mut offset = header_len as u64;
     let mut line_number = 1;
     let mut pending: Option<Pending> = None;
-    let mut fault: Option<(usize, String)> = None;
     loop {
         line.clear();
         let read = reader
@@ -66,56 +144,78 @@ pub(crate) fn scan(path: &Path) -> Result<Scan, SessionError> {
         line_number += 1;
         let start = offset;
         offset += read as u64;
-        let decoded = match line.strip_suffix(b"\n") {
-            Some(body) => format::decode_skeleton(body, scan.index.wants_title()),
-            None => Err(LineFault::Malformed("incomplete line".into())),
-        };
-        if let Some((fault_line, reason)) = &fault {
-            // A valid record of a batch written after the damaged one proves the
-            // damaged batch had been synced: that is corruption, not a torn write.
-            if decoded
+        let Some(body) = line.strip_suffix(b"\n") else {
+            // The final line is incomplete: torn only if it can begin the
+            // record the sequence expects next.
+            let heads = expected_heads(&scan, pending.as_ref());
+            if let Some(reason) = partial_line_fault(&line, &heads) {
+                return Err(corrupt(path, line_number, reason));
+            }
+            let first_line = pending
                 .as_ref()
-                .is_ok_and(|frame| frame.batch > scan.next_group)
-            {
-                return Err(corrupt(path, *fault_line, reason.clone()));
-            }
-            continue;
-        }
-        let frame = match decoded {
-            Ok(frame) => frame,
-            Err(problem) => {
-                fault = Some((line_number, describe(&problem)));
-                continue;
-            }
+                .map_or(line_number, |group| group.first_line);
+            scan.torn = Some(torn(
+                &scan,
+                offset,
+                first_line,
+                "its last line is incomplete",
+            ));
+            pending = None;
+            break;
         };
-        let body_len = (read - 1) as u32;
-        match accept(
-            &mut pending,
-            scan.next_group,
-            frame,
-            line_number,
-            start,
-            body_len,
-        ) {
-            Ok(Some(group)) => {
-                apply(path, &mut scan.index, group)?;
-                scan.next_group += 1;
-                scan.valid_len = offset;
-            }
-            Ok(None) => {}
-            Err(reason) => fault = Some((line_number, reason)),
+        let frame = format::decode_skeleton(body, scan.index.wants_title())
+            .map_err(|problem| corrupt(path, line_number, describe(&problem)))?;
+        let crc = format::line_crc(body);
+        let batch = frame.batch;
+        let record = (frame, line_number, start, body.len() as u32);
+        let complete =
+            accept(&mut pending, &scan, record).map_err(|r| corrupt(path, line_number, r))?;
+        if let Some(group) = complete {
+            apply(path, &mut scan.index, group)?;
+            scan.next_group += 1;
+            scan.valid_len = offset;
+            scan.last = Some(LastRecord {
+                offset: start,
+                batch,
+                crc,
+            });
         }
     }
-    if fault.is_some() || pending.is_some() {
-        let (line, reason) = fault.unwrap_or((line_number, "the last group is incomplete".into()));
-        scan.torn = Some(TornTail {
-            offset: scan.valid_len,
-            bytes: offset - scan.valid_len,
+    if let Some(group) = pending {
+        let reason = format!(
+            "group {} has {} of its {} records",
+            group.group,
+            group.records.len(),
+            group.size
+        );
+        scan.torn = Some(torn(&scan, offset, group.first_line, &reason));
+    }
+    let acknowledged = summary
+        .filter(|summary| summary.created == scan.header.created)
+        .map(|summary| summary.file_len);
+    if let Some(acknowledged) = acknowledged.filter(|&length| length > scan.valid_len) {
+        let line = scan.torn.as_ref().map_or(line_number + 1, |torn| torn.line);
+        return Err(corrupt(
+            path,
             line,
-            reason,
-        });
+            format!(
+                "the complete records end at byte {}, but its summary sidecar shows {acknowledged} bytes were acknowledged: the file lost records a crash cannot lose (restore it, or delete the `.meta.json` sidecar to accept the loss)",
+                scan.valid_len
+            ),
+        ));
     }
     Ok(scan)
+}
+
+fn torn(scan: &Scan, end: u64, line: usize, what: &str) -> TornTail {
+    TornTail {
+        offset: scan.valid_len,
+        bytes: end - scan.valid_len,
+        line,
+        reason: format!(
+            "a write torn by a crash: the bytes after the last complete group are the start of one write batch, and {what}"
+        ),
+    }
 }
 
 fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
@@ -145,43 +245,58 @@ fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
         .map_err(|error| not_a_session(&format!("invalid header: {error}")))
 }
 
-/// Adds a frame to the pending group; returns the group once complete.
+/// Adds a record to the pending group; returns the group once complete.
+/// A record that does not continue the sequence is damage.
 fn accept(
     pending: &mut Option<Pending>,
-    next_group: u64,
-    frame: ScannedFrame,
-    line: usize,
-    offset: u64,
-    len: u32,
+    scan: &Scan,
+    record: (ScannedFrame, usize, u64, u32),
 ) -> Result<Option<Pending>, String> {
-    let group = match pending.take() {
-        None if frame.index == 0 && frame.group == next_group => Pending {
-            group: frame.group,
-            size: frame.size,
-            records: Vec::new(),
-        },
+    let frame = &record.0;
+    let mut group = match pending.take() {
         None => {
-            return Err(format!(
-                "expected the start of group {next_group}, found record {} of group {}",
-                frame.index, frame.group
-            ));
+            if frame.index != 0 || frame.group != scan.next_group {
+                return Err(format!(
+                    "expected the start of group {}, found record {} of group {}",
+                    scan.next_group, frame.index, frame.group
+                ));
+            }
+            let continues = scan.last.is_some_and(|last| last.batch == frame.batch);
+            if frame.batch != frame.group && !continues {
+                return Err(format!(
+                    "group {} names write batch {}, which does not end at the group before it",
+                    frame.group, frame.batch
+                ));
+            }
+            Pending {
+                batch: frame.batch,
+                group: frame.group,
+                size: frame.size,
+                first_line: record.1,
+                records: Vec::new(),
+            }
         }
         Some(group)
             if frame.group == group.group
                 && frame.size == group.size
+                && frame.batch == group.batch
                 && frame.index as usize == group.records.len() =>
         {
             group
         }
         Some(group) => {
             return Err(format!(
-                "group {} is interrupted by record {} of group {}",
-                group.group, frame.index, frame.group
+                "record {} of group {} (batch {}) interrupts group {} (batch {}) at record {}",
+                frame.index,
+                frame.group,
+                frame.batch,
+                group.group,
+                group.batch,
+                group.records.len()
             ));
         }
     };
-    let mut group = group;
-    group.records.push((frame, line, offset, len));
+    group.records.push(record);
     if group.records.len() == group.size as usize {
         Ok(Some(group))
     } else {
@@ -199,6 +314,91 @@ fn apply(path: &Path, index: &mut Index, group: Pending) -> Result<(), SessionEr
         outcome.map_err(|fault| corrupt(path, line, tree_fault(&fault)))?;
     }
     Ok(())
+}
+
+/// How the record that comes next must begin: its frame up to the record
+/// type, as `(before the group size, the rest)`; the size is unknown (and
+/// `None`) at the start of a group.
+fn expected_heads(scan: &Scan, pending: Option<&Pending>) -> Vec<(String, Option<&'static str>)> {
+    const AFTER_SIZE: &str = ",\"r\":{\"type\":\"";
+    match pending {
+        Some(group) => vec![(
+            format!(
+                "{{\"b\":{},\"g\":{},\"i\":{},\"n\":{}{AFTER_SIZE}",
+                group.batch,
+                group.group,
+                group.records.len(),
+                group.size
+            ),
+            None,
+        )],
+        None => {
+            // A new batch starts at its first group; a batch in progress
+            // continues with the batch of the last complete group.
+            let mut batches = vec![scan.next_group];
+            if let Some(last) = scan.last.filter(|last| last.batch != scan.next_group) {
+                batches.push(last.batch);
+            }
+            batches
+                .into_iter()
+                .map(|batch| {
+                    (
+                        format!("{{\"b\":{batch},\"g\":{},\"i\":0,\"n\":", scan.next_group),
+                        Some(AFTER_SIZE),
+                    )
+                })
+                .collect()
+        }
+    }
+}
+
+/// Why an incomplete final line cannot be the start of the expected record,
+/// or `None` when it can.
+fn partial_line_fault(partial: &[u8], heads: &[(String, Option<&'static str>)]) -> Option<String> {
+    if !heads
+        .iter()
+        .any(|(before, after)| matches_head(partial, before.as_bytes(), *after))
+    {
+        return Some("an incomplete last line that does not begin the record expected next".into());
+    }
+    if partial.iter().any(|&byte| byte < 0x20) {
+        return Some("an incomplete last line holding bytes the writer never writes".into());
+    }
+    if let Err(error) = std::str::from_utf8(partial)
+        && error.error_len().is_some()
+    {
+        return Some("an incomplete last line that is not UTF-8".into());
+    }
+    if format::holds_complete_record(partial) {
+        return Some("a complete record followed by more bytes on the same line".into());
+    }
+    None
+}
+
+/// Whether `partial` agrees with `before`, a decimal group size, then
+/// `after`, as far as it goes (with `after` `None`, `before` is the whole
+/// head).
+fn matches_head(partial: &[u8], before: &[u8], after: Option<&str>) -> bool {
+    let shared = partial.len().min(before.len());
+    if partial[..shared] != before[..shared] {
+        return false;
+    }
+    let Some(rest) = partial.get(before.len()..) else {
+        return true;
+    };
+    let Some(after) = after else {
+        return true;
+    };
+    let digits = rest.iter().take_while(|byte| byte.is_ascii_digit()).count();
+    if digits == 0 {
+        return rest.is_empty();
+    }
+    if rest[0] == b'0' {
+        return false;
+    }
+    let rest = &rest[digits..];
+    let shared = rest.len().min(after.len());
+    rest[..shared] == after.as_bytes()[..shared]
 }
 
 pub(crate) fn tree_fault(fault: &TreeFault) -> String {
@@ -221,7 +421,7 @@ pub(crate) fn tree_fault(fault: &TreeFault) -> String {
 
 fn describe(problem: &LineFault) -> String {
     match problem {
-        LineFault::Checksum => "checksum mismatch (damaged or incomplete record)".into(),
+        LineFault::Checksum => "checksum mismatch (the line's bytes changed)".into(),
         LineFault::Malformed(reason) => format!("not a valid record: {reason}"),
     }
 }

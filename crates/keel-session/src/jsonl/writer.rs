@@ -3,8 +3,11 @@
 //! Appends are queued to a dedicated thread. The thread takes everything
 //! queued, writes it in one `write`, syncs once, then updates the index and
 //! acknowledges every append in the batch: concurrent appends share one
-//! fsync. The `.meta.json` summary is refreshed only when appends pause. A failed write is cut back off the file and poisons the session,
-//! so nothing unacknowledged is ever read back as if it were stored.
+//! fsync. The `.meta.json` summary is refreshed only when appends pause.
+//! A failed write is cut back off the file — the only bytes the writer ever
+//! truncates besides a torn tail the scan proved, and they are its own
+//! unacknowledged batch — and poisons the session, so nothing unacknowledged
+//! is ever read back as if it were stored.
 
 use std::fs::File;
 use std::io::Write;
@@ -18,6 +21,7 @@ use tokio::sync::oneshot;
 use super::format::{self, Record, Slotted};
 use super::index::Index;
 use super::meta;
+use super::scan::LastRecord;
 
 /// The in-memory side of an open session, shared by readers and the writer.
 #[derive(Debug)]
@@ -129,7 +133,26 @@ fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<meta::Meta, Str
     let start = setup.len;
     setup.len += bytes.len() as u64;
     setup.next_group += batch.len() as u64;
-    index_batch(setup, batch, start, &bytes)
+    let last_line = bytes
+        .get(..bytes.len().saturating_sub(1))
+        .and_then(|body| body.iter().rposition(|&byte| byte == b'\n'))
+        .map_or(0, |newline| newline + 1);
+    let last = LastRecord {
+        offset: start + last_line as u64,
+        batch: first_group,
+        crc: format::line_crc(
+            bytes
+                .get(last_line..bytes.len().saturating_sub(1))
+                .unwrap_or_default(),
+        ),
+    };
+    let modified = setup
+        .file
+        .metadata()
+        .ok()
+        .and_then(|metadata| meta::modified_ns(&metadata))
+        .unwrap_or_default();
+    index_batch(setup, batch, start, &bytes, (last, modified))
 }
 
 /// Adds the written records to the index, with the offsets of their lines,
@@ -139,6 +162,7 @@ fn index_batch(
     batch: &[Job],
     start: u64,
     bytes: &[u8],
+    (last, modified): (LastRecord, u128),
 ) -> Result<meta::Meta, String> {
     let mut state = setup
         .state
@@ -166,7 +190,9 @@ fn index_batch(
         }
         offset += line_len;
     }
-    Ok(setup.meta_base.with_index(&state.index, setup.len))
+    Ok(setup
+        .meta_base
+        .with_index(&state.index, setup.len, Some(last), modified))
 }
 
 fn poison(state: &Mutex<State>, reason: &str) {

@@ -1,0 +1,163 @@
+//! Opening a session file for writing, and creating one.
+//!
+//! Opening takes the file's exclusive lock before anything else, then scans
+//! it; the only write it may make is cutting a torn tail the scan proved
+//! (a prefix of the last write batch, and not below the length the summary
+//! sidecar recorded as acknowledged). A refused file is never touched.
+//! Creating writes the header with `create_new` and syncs it and the
+//! directory; if that fails, the partial file is removed, so a full disk
+//! leaves no session behind.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Seek, SeekFrom};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex, mpsc};
+
+use nix::fcntl::{Flock, FlockArg};
+
+use super::format::{self, Header};
+use super::scan::{self, io_error};
+use super::writer::{self, Job, State, WriterSetup};
+use super::{JsonlStore, meta};
+use crate::{NewSession, SessionError, TornTail};
+use keel_protocol::now_ms;
+
+/// A session opened for writing by this store.
+#[derive(Debug)]
+pub(super) struct OpenSession {
+    pub(super) state: Arc<Mutex<State>>,
+    /// Taken on drop, which lets the writer finish and exit.
+    pub(super) jobs: Option<mpsc::Sender<Job>>,
+    writer: Option<std::thread::JoinHandle<()>>,
+    pub(super) reader: File,
+    /// The torn tail cut off when the session was opened.
+    pub(super) repaired: Option<TornTail>,
+    _lock: Flock<File>,
+}
+
+impl Drop for OpenSession {
+    /// Closes the writer and waits for it, so its last summary is written.
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl JsonlStore {
+    /// Locks, scans and (only for a proven torn tail) repairs the file, then
+    /// starts its writer.
+    pub(super) fn open_for_writing_now(
+        &self,
+        session_id: &str,
+        path: &Path,
+    ) -> Result<OpenSession, SessionError> {
+        let file = scan::open_regular(path, true)?;
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            .map_err(|_| SessionError::Locked(session_id.to_owned()))?;
+        let meta_path = self.meta_file(session_id);
+        let summary = meta::read(&meta_path);
+        let scanned = lock.try_clone().map_err(|error| io_error(path, &error))?;
+        let scan = scan::scan(scanned, path, session_id, summary.as_ref())?;
+        let mut file = lock.try_clone().map_err(|error| io_error(path, &error))?;
+        if let Some(torn) = &scan.torn {
+            tracing::warn!(
+                session = session_id,
+                line = torn.line,
+                bytes = torn.bytes,
+                reason = %torn.reason,
+                "cutting off a torn tail"
+            );
+            file.set_len(scan.valid_len)
+                .and_then(|()| file.sync_data())
+                .map_err(|error| io_error(path, &error))?;
+        }
+        file.seek(SeekFrom::Start(scan.valid_len))
+            .map_err(|error| io_error(path, &error))?;
+        let reader = lock.try_clone().map_err(|error| io_error(path, &error))?;
+        let state = Arc::new(Mutex::new(State {
+            index: scan.index,
+            pending: Vec::new(),
+            poisoned: None,
+        }));
+        let meta_base = meta::Meta {
+            created: scan.header.created,
+            parent_session: scan.header.parent_session.clone(),
+            ..meta::Meta::default()
+        };
+        let (jobs, receiver) = mpsc::channel();
+        let setup = WriterSetup {
+            file,
+            len: scan.valid_len,
+            next_group: scan.next_group,
+            state: Arc::clone(&state),
+            meta_path,
+            meta_base,
+        };
+        let writer = writer::spawn(setup, receiver).map_err(|error| io_error(path, &error))?;
+        Ok(OpenSession {
+            state,
+            jobs: Some(jobs),
+            writer: Some(writer),
+            reader,
+            repaired: scan.torn,
+            _lock: lock,
+        })
+    }
+
+    /// Writes a new session's header; on failure nothing is left behind.
+    pub(super) fn create_file(&self, new: &NewSession) -> Result<String, SessionError> {
+        let id = new
+            .id
+            .clone()
+            .unwrap_or_else(|| uuid::Uuid::now_v7().to_string());
+        let path = self.file(&id)?;
+        let header = Header {
+            format: format::FORMAT.into(),
+            version: format::VERSION,
+            id: id.clone(),
+            created: now_ms(),
+            parent_session: new.parent_session.clone(),
+            workspace: new.workspace.clone(),
+        };
+        let line =
+            format::encode_header(&header).map_err(|error| SessionError::Io(error.to_string()))?;
+        let mut file = match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(SessionError::SessionExists(id));
+            }
+            Err(error) => return Err(io_error(&path, &error)),
+        };
+        // A summary left by an earlier session of this id describes another
+        // file; it must not vouch for this one.
+        remove_if_present(&self.meta_file(&id));
+        let written = std::io::Write::write_all(&mut file, &line)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| File::open(&self.dir)?.sync_all());
+        if let Err(error) = written {
+            drop(file);
+            remove_if_present(&path);
+            return Err(io_error(&path, &error));
+        }
+        Ok(id)
+    }
+}
+
+/// Removes `path`; a file already gone is fine, anything else is logged.
+fn remove_if_present(path: &Path) {
+    match std::fs::remove_file(path) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            tracing::warn!(%error, path = %path.display(), "could not remove a leftover file");
+        }
+    }
+}
