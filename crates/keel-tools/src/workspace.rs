@@ -168,6 +168,31 @@ impl Workspace {
         }
     }
 
+    /// Whether `abs` (a resolved path) is Keel's or git's own metadata,
+    /// which a file tool may write only as if it lay outside the workspace:
+    /// anything inside a `.git` (a repository's hooks, config and index, in
+    /// any directory) and anything inside `.keel` at the root (project
+    /// configuration). Names are compared ignoring ASCII case, as git does
+    /// on case-insensitive filesystems.
+    pub fn is_protected(&self, abs: &Path) -> bool {
+        let Ok(relative) = abs.strip_prefix(&self.root) else {
+            return false;
+        };
+        let named = |component: std::path::Component<'_>, name: &str| {
+            component
+                .as_os_str()
+                .to_str()
+                .is_some_and(|text| text.eq_ignore_ascii_case(name))
+        };
+        relative
+            .components()
+            .next()
+            .is_some_and(|first| named(first, ".keel"))
+            || relative
+                .components()
+                .any(|component| named(component, ".git"))
+    }
+
     /// Whether `path` resolves inside the workspace.
     pub fn scope_of(&self, path: &str) -> IntentScope {
         match self.resolve(path) {
@@ -402,6 +427,29 @@ mod tests {
         assert_eq!(ws.display(&ws.root().join("a/b.txt")), "a/b.txt");
         assert_eq!(ws.display(ws.root()), ".");
         assert_eq!(ws.display(Path::new("/etc/passwd")), "/etc/passwd");
+    }
+
+    #[test]
+    fn git_and_keel_metadata_is_protected() {
+        let (_dir, ws) = setup();
+        for path in [
+            ".git",
+            ".git/config",
+            "sub/.git/hooks/pre-commit",
+            ".GIT/HEAD",
+            ".keel/config.toml",
+        ] {
+            assert!(ws.is_protected(&ws.root().join(path)), "{path}");
+        }
+        for path in [
+            "src/git.rs",
+            ".gitignore",
+            "sub/.keel/x",
+            ".github/workflows/ci.yml",
+            ".",
+        ] {
+            assert!(!ws.is_protected(&ws.root().join(path)), "{path}");
+        }
     }
 
     #[test]

@@ -114,11 +114,20 @@ fn parse_arguments<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<
 }
 
 /// The intent of a call whose `path` argument names its one target.
+///
+/// A write into git's or Keel's own metadata ([`Workspace::is_protected`]:
+/// `.git`, `.keel`) is classified as `outside` the workspace, the scope the
+/// policy already keeps from writes: it asks in `auto` and `ask`, is denied
+/// in `plan`, and runs in `full` or once the host approved it. A hook or a
+/// config written there would otherwise wait for the user's next `git`.
 fn path_intent(kind: IntentKind, arguments: &Value, workspace: &Workspace) -> OperationIntent {
     let Some(path) = arguments.get("path").and_then(Value::as_str) else {
         return OperationIntent::new(kind, IntentScope::Unknown);
     };
     let (scope, target) = match workspace.resolve(path) {
+        Ok(abs) if kind == IntentKind::Write && workspace.is_protected(&abs) => {
+            (IntentScope::Outside, workspace.display(&abs))
+        }
         Ok(abs) => (IntentScope::Workspace, workspace.display(&abs)),
         Err(_) => (IntentScope::Outside, path.to_owned()),
     };
@@ -313,5 +322,18 @@ mod tests {
         );
         assert_eq!(intent.scope, IntentScope::Outside);
         assert_eq!(intent.targets, ["/etc/passwd"]);
+        let intent = path_intent(
+            IntentKind::Write,
+            &json!({"path": "./.git/hooks/../config"}),
+            &context.workspace,
+        );
+        assert_eq!(intent.scope, IntentScope::Outside);
+        assert_eq!(intent.targets, [".git/config"]);
+        let intent = path_intent(
+            IntentKind::Read,
+            &json!({"path": ".git/config"}),
+            &context.workspace,
+        );
+        assert_eq!(intent.scope, IntentScope::Workspace);
     }
 }
