@@ -166,6 +166,7 @@ impl From<WorkspaceError> for ToolError {
         let code = match &error {
             WorkspaceError::NotFound { .. } => ToolErrorCode::NotFound,
             WorkspaceError::Io { .. } => ToolErrorCode::Io,
+            WorkspaceError::NotRegularFile { .. } => ToolErrorCode::ToolError,
             _ => ToolErrorCode::PathOutsideWorkspace,
         };
         Self::new(code, error.to_string())

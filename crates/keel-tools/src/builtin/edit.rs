@@ -12,7 +12,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use similar::{DiffTag, TextDiff};
 
-use super::{io_error, parse_arguments, path_intent, read_text_file};
+use super::{io_error, parse_arguments, path_intent, read_text_file, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -90,7 +90,7 @@ impl Tool for EditTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: EditArguments = parse_arguments(self.name(), arguments)?;
             let file = read_text_file(&context.workspace, &arguments.path, "edit cannot change it")
                 .await?;
@@ -118,7 +118,7 @@ impl Tool for EditTool {
                 .await
                 .map_err(|error| io_error(path, &error))?;
             Ok(summary(path, &original, &updated, arguments.edits.len()))
-        })
+        }))
     }
 }
 

@@ -8,7 +8,7 @@ use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{budgeted, parse_arguments, path_intent_or_root, walk};
+use super::{budgeted, parse_arguments, path_intent_or_root, walk, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -59,7 +59,7 @@ impl Tool for FindTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: FindArguments = parse_arguments(self.name(), arguments)?;
             let start = context
                 .workspace
@@ -84,7 +84,9 @@ impl Tool for FindTool {
                     )
                 })?
                 .compile_matcher();
-            let cancel = context.cancel.clone();
+            // Cancelled with the run, or when the deadline drops this call.
+            let cancel = context.cancel.child_token();
+            let _stop_on_drop = cancel.clone().drop_guard();
             let found = tokio::task::spawn_blocking(move || {
                 let found = Arc::new(Mutex::new(Vec::new()));
                 walk::parallel(&start).run(|| {
@@ -140,7 +142,7 @@ impl Tool for FindTool {
                 arguments.limit.unwrap_or(DEFAULT_LIMIT),
                 &arguments.pattern,
             ))
-        })
+        }))
     }
 }
 

@@ -5,7 +5,7 @@ use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{budgeted, io_error, parse_arguments, path_intent_or_root};
+use super::{budgeted, io_error, parse_arguments, path_intent_or_root, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -51,7 +51,7 @@ impl Tool for LsTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: LsArguments = parse_arguments(self.name(), arguments)?;
             let shown_path = arguments.path.as_deref().unwrap_or(".");
             let dir = context.workspace.resolve(shown_path)?;
@@ -92,6 +92,6 @@ impl Tool for LsTool {
             }
             let (shown, truncated, full) = budgeted("ls", &(names.join("\n") + "\n"), &mut notes);
             Ok(ToolOutput::text(shown).with_details(json!({"entries": total, "limit_reached": total > limit, "truncated": truncated, "full_output": full})))
-        })
+        }))
     }
 }

@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 
 use keel_protocol::{ImageContent, UserContent};
 
-use super::{TextFile, decode_text, image, io_error, load_file, parse_arguments, path_intent};
+use super::{
+    TextFile, decode_text, image, io_error, load_file, parse_arguments, path_intent,
+    within_deadline,
+};
 use crate::outputs;
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::truncate::{MAX_BYTES, MAX_LINES, truncate_head};
@@ -65,7 +68,7 @@ impl Tool for ReadTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: ReadArguments = parse_arguments(self.name(), arguments)?;
             let start = arguments.offset.unwrap_or(1).max(1);
             if let Some(saved) = outputs::resolve(&arguments.path) {
@@ -85,7 +88,7 @@ impl Tool for ReadTool {
             }
             let text = decode_text(&display, bytes, "read cannot show it")?;
             render(&TextFile { abs, display, text }, start, arguments.limit)
-        })
+        }))
     }
 }
 

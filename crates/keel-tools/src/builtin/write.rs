@@ -7,7 +7,7 @@ use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{io_error, parse_arguments, path_intent};
+use super::{io_error, parse_arguments, path_intent, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -53,7 +53,7 @@ impl Tool for WriteTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: WriteArguments = parse_arguments(self.name(), arguments)?;
             let abs = context.workspace.resolve(&arguments.path)?;
             let display = context.workspace.display(&abs);
@@ -79,7 +79,7 @@ impl Tool for WriteTool {
                 ToolOutput::text(format!("Wrote {bytes} bytes to {display}"))
                     .with_details(json!({"path": display, "bytes": bytes})),
             )
-        })
+        }))
     }
 }
 
