@@ -175,7 +175,9 @@ impl From<WorkspaceError> for ToolError {
         let code = match &error {
             WorkspaceError::NotFound { .. } => ToolErrorCode::NotFound,
             WorkspaceError::Io { .. } => ToolErrorCode::Io,
-            WorkspaceError::NotRegularFile { .. } => ToolErrorCode::ToolError,
+            WorkspaceError::NotRegularFile { .. } | WorkspaceError::IsADirectory { .. } => {
+                ToolErrorCode::ToolError
+            }
             _ => ToolErrorCode::PathOutsideWorkspace,
         };
         Self::new(code, error.to_string())

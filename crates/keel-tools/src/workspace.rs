@@ -89,6 +89,12 @@ pub enum WorkspaceError {
         /// Its number of hard links.
         links: u64,
     },
+    /// A directory where a file was expected.
+    #[error("`{path}` is a directory")]
+    IsADirectory {
+        /// The path as given.
+        path: String,
+    },
     /// Not a regular file (a FIFO, a socket, a device): file tools refuse it.
     #[error("`{path}` is {kind}, not a regular file; the file tools open only regular files")]
     NotRegularFile {

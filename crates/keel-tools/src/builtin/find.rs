@@ -1,5 +1,7 @@
 //! The `find` tool: lists files and directories whose name or path matches
-//! a glob, gitignore-aware (see `walk`), sorted, within a limit.
+//! a glob, gitignore-aware (see `walk`), sorted, within a limit. Each match
+//! is checked to lie beneath the root through no symlink
+//! ([`Workspace::is_beneath`]) before it is listed.
 
 use std::sync::{Arc, Mutex};
 
@@ -87,14 +89,16 @@ impl Tool for FindTool {
             // Cancelled with the run, or when the deadline drops this call.
             let cancel = context.cancel.child_token();
             let _stop_on_drop = cancel.clone().drop_guard();
+            let workspace = Arc::clone(&context.workspace);
             let found = tokio::task::spawn_blocking(move || {
                 let found = Arc::new(Mutex::new(Vec::new()));
                 walk::parallel(&start).run(|| {
-                    let (found, glob, start, cancel) = (
+                    let (found, glob, start, cancel, workspace) = (
                         Arc::clone(&found),
                         glob.clone(),
                         start.clone(),
                         cancel.clone(),
+                        Arc::clone(&workspace),
                     );
                     Box::new(move |entry| {
                         if cancel.is_cancelled() {
@@ -112,7 +116,10 @@ impl Tool for FindTool {
                         } else {
                             entry.file_name().to_str().unwrap_or_default()
                         };
-                        if glob.is_match(candidate) {
+                        // The walk goes by name: a directory swapped for a
+                        // symlink meanwhile could list names from outside,
+                        // so a match is kept only if it is still beneath.
+                        if glob.is_match(candidate) && workspace.is_beneath(entry.path()) {
                             let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
                             if let Ok(mut found) = found.lock() {
                                 found.push(if is_dir {

@@ -244,11 +244,18 @@ impl Search {
 impl Search {
     /// Opens a walked file beneath the root (no symlink followed, so a
     /// directory swapped for one meanwhile fails the open), if it is a
-    /// regular file.
+    /// regular file with one name: another hard link may lie outside the
+    /// workspace, so, as `read` refuses it, grep skips it (unless outside
+    /// access was allowed).
     fn open(&self, path: &Path) -> Option<std::fs::File> {
         let file = self.workspace.open_read(path).ok()?;
         match crate::beneath::regular(&file) {
-            Ok(Ok(_)) => Some(file),
+            Ok(Ok(metadata))
+                if crate::beneath::extra_links(&metadata).is_none()
+                    || self.workspace.allows_outside() =>
+            {
+                Some(file)
+            }
             _ => None,
         }
     }
