@@ -142,12 +142,7 @@ async fn play(script: Script, directory: &Fixture, store: Store) -> Vec<RunEvent
         .tools(tools)
         .build()
         .expect("kernel");
-    let spec = RunSpec {
-        prompt: "count".to_owned(),
-        session_id: None,
-        mode: PermissionMode::Auto,
-        max_turns: None,
-    };
+    let spec = RunSpec::new("count").mode(PermissionMode::Auto);
     let run = kernel.create_run(spec).await.expect("run starts");
     let mut stream = run.events().expect("event stream");
     let mut events = Vec::new();

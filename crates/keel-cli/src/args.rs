@@ -142,8 +142,9 @@ pub struct RunArgs {
     pub fork: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
-    /// The prompt.
-    pub prompt: String,
+    /// The prompt; `@FILE` reads it from a file, and `-` (or no prompt with
+    /// standard input not a terminal) reads it from standard input.
+    pub prompt: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

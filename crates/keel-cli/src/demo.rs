@@ -10,15 +10,14 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use keel_host::{HostConfig, HostError, ProviderChoice};
 use keel_kernel::{AgentKernel, AgentRun, RetryPolicy, RunSpec};
 use keel_protocol::{
     IntentKind, IntentScope, OperationIntent, PermissionMode, PermissionResolution, ProviderEvent,
     RunEvent, RunEventKind,
 };
-use keel_provider::{Script, ScriptedProvider};
-use keel_session::MemoryStore;
-use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
+use keel_provider::Script;
+use keel_session::{MemoryStore, SessionStore};
 
 use crate::args::{DemoArgs, DemoName};
 use crate::host;
@@ -168,12 +167,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
     let case = case(args.name, case_name)
         .ok_or_else(|| StartupError::new("unknown_case", format!("unknown case `{case_name}`")))?;
     let kernel = build_kernel(&case, directory.path())?;
-    let spec = RunSpec {
-        prompt: case.prompt.to_owned(),
-        session_id: None,
-        mode: PermissionMode::Auto,
-        max_turns: Some(20),
-    };
+    let spec = RunSpec::new(case.prompt)
+        .mode(PermissionMode::Auto)
+        .max_turns(20);
     let run = Arc::new(
         kernel
             .create_run(spec)
@@ -197,22 +193,30 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
 }
 
 fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, StartupError> {
-    let script = Script::from_json(case.script)
-        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
-    let workspace =
-        Workspace::new(root).map_err(|error| StartupError::new("workspace", error.to_string()))?;
-    AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(script)))
-        .workspace(workspace)
-        .store(Arc::new(MemoryStore::new()))
-        .tools(default_tools(BashOptions::default()))
-        .retry(RetryPolicy {
-            max_attempts: 4,
-            base_delay: Duration::from_millis(10),
-            max_delay: Duration::from_secs(1),
-        })
-        .build()
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))
+    let retry = RetryPolicy {
+        max_attempts: 4,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_secs(1),
+    };
+    demo_kernel(case.script, root, Arc::new(MemoryStore::new()), Some(retry))
+}
+
+/// A demo's kernel, assembled by keel-host: the scripted provider playing
+/// `script`, the default tools in `root`, runs stored in `store`.
+pub fn demo_kernel(
+    script: &str,
+    root: &std::path::Path,
+    store: Arc<dyn SessionStore>,
+    retry: Option<RetryPolicy>,
+) -> Result<AgentKernel, StartupError> {
+    let script = Script::from_json(script).map_err(HostError::from)?;
+    let mut config = HostConfig::new(ProviderChoice::Script {
+        script,
+        model: None,
+    })
+    .workspace(root);
+    config.retry = retry;
+    Ok(config.kernel(store)?)
 }
 
 /// The demo hosts' answer to a permission request: approve what stays

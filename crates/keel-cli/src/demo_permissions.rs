@@ -22,13 +22,10 @@ use std::sync::Arc;
 
 use keel_kernel::{AgentKernel, AgentRun, RunSpec};
 use keel_protocol::{EntryPayload, PermissionMode, RunEvent, RunEventKind, RunResult};
-use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
-use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
 use serde_json::json;
 
-use crate::demo::approve_inside;
+use crate::demo::{approve_inside, demo_kernel};
 use crate::host;
 use crate::output::{Output, say};
 use crate::startup::StartupError;
@@ -47,19 +44,8 @@ pub async fn run(case: &str, mode: PermissionMode, root: &Path) -> Result<ExitCo
         "cancel" | "host-disconnect" => include_str!("../demos/permissions-pending.json"),
         _ => include_str!("../demos/permissions-resume.json"),
     };
-    let script = Script::from_json(script)
-        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
     let store = Arc::new(MemoryStore::new());
-    let kernel = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(script)))
-        .workspace(
-            Workspace::new(&workspace)
-                .map_err(|e| StartupError::new("workspace", e.to_string()))?,
-        )
-        .store(store.clone())
-        .tools(default_tools(BashOptions::default()))
-        .build()
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let kernel = demo_kernel(script, &workspace, store.clone(), None)?;
     let result = match case {
         "standard" => one_run(&kernel, mode, None, Host::ApproveInside).await?,
         "cancel" => one_run(&kernel, mode, None, Host::CancelWhenAsked).await?,
@@ -69,11 +55,7 @@ pub async fn run(case: &str, mode: PermissionMode, root: &Path) -> Result<ExitCo
             say(json!({"resume": {"session_id": first.session_id, "mode_given": null}}));
             one_run_spec(
                 &kernel,
-                RunSpec {
-                    prompt: "Continue.".into(),
-                    session_id: Some(first.session_id.clone()),
-                    ..RunSpec::default()
-                },
+                RunSpec::new("Continue.").session(first.session_id.clone()),
                 Host::ApproveInside,
             )
             .await?
@@ -98,12 +80,10 @@ async fn one_run(
     session_id: Option<String>,
     host_kind: Host,
 ) -> Result<RunResult, StartupError> {
-    let spec = RunSpec {
-        prompt: "Show what this mode allows.".into(),
-        session_id,
-        mode,
-        max_turns: Some(10),
-    };
+    let spec = RunSpec::new("Show what this mode allows.")
+        .session_opt(session_id)
+        .mode(mode)
+        .max_turns(10);
     one_run_spec(kernel, spec, host_kind).await
 }
 
@@ -148,12 +128,9 @@ async fn disconnecting_run(
     kernel: &AgentKernel,
     mode: PermissionMode,
 ) -> Result<RunResult, StartupError> {
-    let spec = RunSpec {
-        prompt: "Show what this mode allows.".into(),
-        mode,
-        max_turns: Some(10),
-        ..RunSpec::default()
-    };
+    let spec = RunSpec::new("Show what this mode allows.")
+        .mode(mode)
+        .max_turns(10);
     let run = kernel
         .create_run(spec)
         .await

@@ -16,12 +16,10 @@ use keel_kernel::{AgentKernel, RunSpec};
 use keel_protocol::{
     Entry, EntryPayload, Message, PermissionMode, RunResult, RunState, UserMessage,
 };
-use keel_provider::{Script, ScriptedProvider};
 use keel_session::{JsonlStore, SessionStore};
-use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
 use serde_json::json;
 
+use crate::demo::demo_kernel;
 use crate::host;
 use crate::output::Output;
 use crate::output::say;
@@ -34,18 +32,12 @@ pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError>
         .tempdir()
         .map_err(|error| StartupError::new("session_dir", error.to_string()))?;
     let store = Arc::new(JsonlStore::new(sessions.path()).map_err(session_error)?);
-    let script = Script::from_json(include_str!("../demos/session-tree.json"))
-        .map_err(|error| StartupError::new("invalid_script", error.to_string()))?;
-    let kernel = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(script)))
-        .workspace(
-            Workspace::new(workspace)
-                .map_err(|error| StartupError::new("workspace", error.to_string()))?,
-        )
-        .store(store.clone())
-        .tools(default_tools(BashOptions::default()))
-        .build()
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let kernel = demo_kernel(
+        include_str!("../demos/session-tree.json"),
+        workspace,
+        store.clone(),
+        None,
+    )?;
     match case {
         "success" => success(&kernel, &store).await,
         "invalid-entry" => invalid_entry(&kernel, &store).await,
@@ -61,12 +53,10 @@ async fn one_run(
     prompt: &str,
     session_id: Option<String>,
 ) -> Result<RunResult, StartupError> {
-    let spec = RunSpec {
-        prompt: prompt.into(),
-        session_id,
-        mode: PermissionMode::Auto,
-        max_turns: Some(10),
-    };
+    let spec = RunSpec::new(prompt)
+        .session_opt(session_id)
+        .mode(PermissionMode::Auto)
+        .max_turns(10);
     let run = kernel
         .create_run(spec)
         .await

@@ -8,6 +8,7 @@
 
 use std::process::ExitCode;
 
+use keel_host::modes;
 use keel_tools::sandbox::probe::{self, LEVELS};
 use keel_tools::sandbox::{REQUIRED_LANDLOCK_ABI, Sandbox, SandboxConfig};
 use serde_json::json;
@@ -91,27 +92,10 @@ fn report(
         }
     }
     say("");
-    say("what each mode does on this machine:");
-    let shell = |level: &str| {
-        if enforced {
-            format!("sandboxed {level} (Landlock + seccomp, no network)")
-        } else {
-            "refused: the sandbox cannot be enforced (fails closed)".to_owned()
-        }
-    };
-    say(format!(
-        "  plan: reads inside the workspace allowed; writes, outside access and network denied; shell {}",
-        shell("read-only")
-    ));
-    say(format!(
-        "  ask:  reads inside the workspace allowed; everything else asks the host; approved shell inside the workspace runs {}",
-        shell("workspace-write")
-    ));
-    say(format!(
-        "  auto: reads and writes inside the workspace allowed; outside, network and unknown ask; shell {}",
-        shell("workspace-write")
-    ));
-    say("  full: everything allowed without asking; commands run unsandboxed");
+    say("what each mode does on this machine (read off the permission policy):");
+    for mode in modes::MODES {
+        say(format!("  {}", modes::describe(mode, enforced)));
+    }
     if !enforced {
         say("");
         say(

@@ -16,6 +16,7 @@ mod models_cmd;
 mod output;
 mod run_cmd;
 mod session_cmd;
+mod signals;
 mod startup;
 
 use std::process::ExitCode;

@@ -7,6 +7,7 @@
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
+use keel_host::sessions;
 use keel_protocol::{ContentBlock, Entry, EntryPayload, Message};
 use keel_session::{JsonlStore, SessionStore, Snapshot};
 use serde_json::json;
@@ -29,74 +30,12 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
 
 /// The store named by `--session-dir`, or the default one.
 pub fn open_store(args: &StoreArgs) -> Result<JsonlStore, StartupError> {
-    let dir = match &args.session_dir {
-        Some(dir) => dir.clone(),
-        None => JsonlStore::default_dir().ok_or_else(|| {
-            StartupError::new(
-                "session_dir",
-                "neither XDG_DATA_HOME nor HOME is set; pass --session-dir",
-            )
-        })?,
-    };
-    JsonlStore::new(dir).map_err(session_error)
+    Ok(sessions::open_store(args.session_dir.as_deref())?)
 }
 
 /// Turns a store error into a startup error with a stable code.
 pub fn session_error(error: keel_session::SessionError) -> StartupError {
     StartupError::new(error.code(), error.to_string())
-}
-
-/// The session whose id is `wanted` or starts with it (if only one does).
-pub fn resolve_session(store: &JsonlStore, wanted: &str) -> Result<String, StartupError> {
-    if store.dir().join(format!("{wanted}.jsonl")).is_file() {
-        return Ok(wanted.to_owned());
-    }
-    let listing = std::fs::read_dir(store.dir())
-        .map_err(|error| StartupError::new("session_store", error.to_string()))?;
-    let matches: Vec<String> = listing
-        .flatten()
-        .filter_map(|item| {
-            item.file_name()
-                .to_str()?
-                .strip_suffix(".jsonl")
-                .map(str::to_owned)
-        })
-        .filter(|id| id.starts_with(wanted))
-        .collect();
-    unique(matches, wanted, "session_not_found", "session")
-}
-
-/// The entry whose id is `wanted`, or starts or ends with it (if only one does).
-pub fn resolve_entry(snapshot: &Snapshot, wanted: &str) -> Result<String, StartupError> {
-    if snapshot.entries.iter().any(|entry| entry.id == wanted) {
-        return Ok(wanted.to_owned());
-    }
-    let matches = snapshot
-        .entries
-        .iter()
-        .filter(|entry| entry.id.starts_with(wanted) || entry.id.ends_with(wanted))
-        .map(|entry| entry.id.clone())
-        .collect();
-    unique(matches, wanted, "entry_not_found", "entry")
-}
-
-fn unique(
-    matches: Vec<String>,
-    wanted: &str,
-    code: &str,
-    what: &str,
-) -> Result<String, StartupError> {
-    match matches.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(StartupError::new(code, format!("no {what} `{wanted}`"))),
-        many => Err(StartupError::new(
-            code,
-            format!(
-                "`{wanted}` names {} {what}s; give more of the id",
-                many.len()
-            ),
-        )),
-    }
 }
 
 async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
@@ -136,7 +75,7 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
 }
 
 fn snapshot(store: &JsonlStore, wanted: &str) -> Result<Snapshot, StartupError> {
-    let id = resolve_session(store, wanted)?;
+    let id = sessions::resolve_session(store, wanted)?;
     store.snapshot(&id).map_err(session_error)
 }
 
@@ -184,7 +123,7 @@ fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
 
 async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode, StartupError> {
     let snapshot = snapshot(store, wanted)?;
-    let entry = resolve_entry(&snapshot, entry)?;
+    let entry = sessions::resolve_entry(&snapshot, entry)?;
     let id = store
         .fork(&snapshot.id, &entry)
         .await
@@ -348,6 +287,8 @@ pub fn describe(entry: &Entry) -> String {
             format!("label {}: {label}", short_id(target_id))
         }
         EntryPayload::Custom { custom_kind, .. } => format!("custom: {custom_kind}"),
+        // Kinds added later show their name until described here.
+        other => other.kind().to_owned(),
     };
     one_line(&text, 90)
 }

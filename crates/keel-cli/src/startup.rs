@@ -15,6 +15,12 @@ pub struct StartupError {
     message: String,
 }
 
+impl From<keel_host::HostError> for StartupError {
+    fn from(error: keel_host::HostError) -> Self {
+        Self::new(error.code(), error.to_string())
+    }
+}
+
 impl StartupError {
     /// An error with a stable code and a clear message.
     pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {

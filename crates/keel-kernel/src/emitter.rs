@@ -1,10 +1,11 @@
 //! Emits run events with a gapless `seq`, and nothing after the terminal one.
 
 use std::sync::Mutex;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use keel_protocol::{RunEvent, RunEventKind, TimestampMs};
+use keel_protocol::{RunEvent, RunEventKind};
 use tokio::sync::mpsc;
+
+use crate::ids::now_ms;
 
 /// The single writer of a run's event stream.
 pub(crate) struct Emitter {
@@ -60,12 +61,4 @@ impl Emitter {
             inner.sender = None;
         }
     }
-}
-
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> TimestampMs {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_millis() as TimestampMs)
-        .unwrap_or_default()
 }

@@ -1,14 +1,17 @@
-//! `AgentKernel`: the assembled runtime that creates runs.
+//! `AgentKernel`: the assembled runtime that creates runs, and its builder.
+//!
+//! The top layer of the crate: it depends on the run handle (`run`) and the
+//! run parts (`parts`), and nothing in the crate depends on it.
 
 use std::sync::Arc;
 
-use keel_protocol::PermissionMode;
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
 use keel_tools::changes::Baseline;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
+use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
 use crate::retry::RetryPolicy;
 use crate::run::AgentRun;
@@ -19,32 +22,6 @@ use crate::run::AgentRun;
 #[derive(Clone)]
 pub struct AgentKernel {
     pub(crate) inner: Arc<KernelParts>,
-}
-
-pub(crate) struct KernelParts {
-    pub(crate) provider: Arc<dyn Provider>,
-    pub(crate) model: String,
-    pub(crate) system_prompt: String,
-    pub(crate) tools: ToolRegistry,
-    pub(crate) store: Arc<dyn SessionStore>,
-    pub(crate) workspace: Arc<Workspace>,
-    pub(crate) policy: Arc<dyn PermissionPolicy>,
-    pub(crate) sandbox: Arc<SandboxConfig>,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) max_output_tokens: Option<u32>,
-}
-
-/// What the host asks for when it starts a run.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunSpec {
-    /// The user's prompt.
-    pub prompt: String,
-    /// Continue this session on its active leaf; a new session when `None`.
-    pub session_id: Option<String>,
-    /// The permission mode, fixed for the run.
-    pub mode: PermissionMode,
-    /// Fail the run after this many turns (no limit when `None`).
-    pub max_turns: Option<u32>,
 }
 
 /// Why a kernel could not be built or a run could not start.
@@ -94,6 +71,14 @@ impl AgentKernel {
 
     /// Starts a run. Must be called inside a Tokio runtime; the run proceeds
     /// in the background whether or not the host consumes its events.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not fully cancel safe: dropping the future before it returns starts no
+    /// run and leaves the workspace untouched, but a new session that was
+    /// already created stays in the store (with no entries beyond its
+    /// header). The run is spawned only in the last, synchronous step, so it
+    /// either starts and is returned, or does not start at all.
     pub async fn create_run(&self, spec: RunSpec) -> Result<AgentRun, KernelError> {
         if spec.prompt.trim().is_empty() {
             return Err(KernelError::EmptyPrompt);

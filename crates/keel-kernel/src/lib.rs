@@ -11,20 +11,48 @@
 //! message is persisted before its `message_end`; ToolResults go back to the
 //! model in call order; every permission decision is recorded; every fact is
 //! in the session before it is reported.
+//!
+//! # Layers
+//!
+//! The modules form layers; each uses only modules of the layers above it,
+//! so there is no import cycle (`tests/layers.rs` reads every `crate::`
+//! path and fails on an edge that points sideways or up):
+//!
+//! 1. `ids` — run and entry ids and the clock (the only place the kernel
+//!    reads either); `accumulator`, `context`, `permission`, `policy`,
+//!    `retry` — pure data and rules over keel-protocol types.
+//! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
+//!    `emitter` (the gapless event stream).
+//! 3. `shared` — the state a run's handle, loop and supervisor share, and
+//!    the loop's outcome.
+//! 4. `session_writer` — the run's appends and its in-memory context branch.
+//! 5. `tools` — the tool pipeline: validate, classify, decide, execute.
+//! 6. `turn_loop` — stream, persist, run tools, inject, repeat.
+//! 7. `run` — [`AgentRun`], [`EventStream`] and the supervisor task.
+//! 8. `kernel` — [`AgentKernel`] and its builder.
+//!
+//! A new capability (compaction, the effect journal, hooks) is a module of
+//! its own at the layer it needs, called from the turn loop or the tool
+//! pipeline through a small seam — not another branch inside them.
 
 mod accumulator;
 mod context;
 mod emitter;
+mod ids;
 mod kernel;
+mod parts;
 mod permission;
 pub mod policy;
 mod retry;
 mod run;
 mod session_writer;
+mod shared;
 mod tools;
 mod turn_loop;
 
-pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError, RunSpec};
+pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError};
+pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use retry::RetryPolicy;
-pub use run::{AgentRun, ControlError, EventStream};
+pub use run::{AgentRun, EventStream};
+pub use shared::ControlError;

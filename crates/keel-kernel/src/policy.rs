@@ -111,7 +111,8 @@ fn what(kind: IntentKind) -> &'static str {
         IntentKind::Shell => "runs a shell command",
         IntentKind::Network => "reaches the network",
         IntentKind::Custom => "is an extension tool",
-        IntentKind::Unknown => "does something that could not be classified",
+        // Kinds added later read as unclassified until named here.
+        _ => "does something that could not be classified",
     }
 }
 

@@ -1,88 +1,43 @@
-//! `AgentRun`: the host's handle on one run.
+//! `AgentRun`: the host's handle on one run, and the supervisor that ends it.
 //!
-//! The run itself executes in a background task (see `turn_loop`). This
-//! handle carries the shared state that both sides touch: the event stream
-//! (taken once), the steering and follow-up queues, pending permission
-//! requests, the cancellation token and the final result. A supervisor task
-//! emits the single terminal event, even if the loop panics.
+//! The run itself executes in a background task (see `turn_loop`); the
+//! state both sides touch lives in `shared`. [`AgentRun::start`] spawns a
+//! supervisor task that awaits the loop and turns its outcome into the
+//! single terminal event, even if the loop panics.
+//!
+//! # Cancel safety
+//!
+//! - [`AgentRun::result`] is cancel safe: it only watches the published
+//!   result; dropping the future loses nothing, and calling it again (or
+//!   from several tasks) returns the same result.
+//! - [`EventStream::next`] is cancel safe: it is a channel receive, so an
+//!   event is either returned or stays queued for the next call.
+//! - Dropping the [`AgentRun`] cancels the run; dropping the [`EventStream`]
+//!   tells the run that nobody can answer permission requests any more.
 
-use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use keel_protocol::{
-    AssistantMessage, ErrorSource, PermissionResolution, QueueKind, RunError, RunEvent,
-    RunEventKind, RunResult, RunState,
+    ErrorSource, PermissionAnswer, PermissionScope, QueueKind, RunError, RunErrorCode, RunEvent,
+    RunResult, RunState,
 };
 use keel_tools::changes::{Baseline, WorkspaceChanges};
-use tokio::sync::{mpsc, oneshot, watch};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::{mpsc, watch};
 
-use crate::emitter::Emitter;
-use crate::kernel::{KernelParts, RunSpec};
+use crate::ids::new_id;
+use crate::parts::{KernelParts, RunSpec};
+use crate::shared::{ControlError, Outcome, RunShared};
 use crate::turn_loop;
 
 /// The host's handle on one run. Dropping it cancels the run.
+#[must_use = "dropping an AgentRun cancels the run"]
 pub struct AgentRun {
     shared: Arc<RunShared>,
     baseline: Result<Arc<Baseline>, String>,
     events: Mutex<Option<mpsc::UnboundedReceiver<RunEvent>>>,
     result: watch::Receiver<Option<RunResult>>,
-}
-
-/// Why a control call was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ControlError {
-    /// The event stream has already been taken; a run has one consumer.
-    #[error("the run's event stream already has a consumer")]
-    EventStreamTaken,
-    /// The run has ended or is ending; nothing more can be queued.
-    #[error("the run is no longer active")]
-    NotActive,
-    /// The message is empty or whitespace.
-    #[error("the message is empty")]
-    EmptyMessage,
-    /// No pending permission request has this id.
-    #[error("no pending permission request `{0}` (stale, already resolved, or never issued)")]
-    UnknownPermissionRequest(String),
-    /// The workspace's changes cannot be computed.
-    #[error("workspace changes are unavailable: {0}")]
-    ChangesUnavailable(String),
-}
-
-/// How the turn loop ended; the supervisor turns it into the terminal event.
-pub(crate) enum Outcome {
-    Settled(AssistantMessage),
-    Cancelled {
-        reason: String,
-        last: Option<AssistantMessage>,
-    },
-    Failed {
-        error: RunError,
-        last: Option<AssistantMessage>,
-    },
-}
-
-/// State shared by the handle, the turn loop and the supervisor.
-pub(crate) struct RunShared {
-    pub(crate) run_id: String,
-    pub(crate) session_id: String,
-    pub(crate) emitter: Emitter,
-    pub(crate) cancel: CancellationToken,
-    control: Mutex<Control>,
-    permissions: Mutex<HashMap<String, oneshot::Sender<PermissionResolution>>>,
-    /// False once the host dropped the event stream: nobody can answer a
-    /// permission request any more, so every request is denied.
-    host_listening: AtomicBool,
-    result: watch::Sender<Option<RunResult>>,
-}
-
-struct Control {
-    steering: VecDeque<String>,
-    follow_ups: VecDeque<String>,
-    accepting: bool,
 }
 
 impl AgentRun {
@@ -95,27 +50,14 @@ impl AgentRun {
         let run_id = new_id();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (result_sender, result) = watch::channel(None);
-        let shared = Arc::new(RunShared {
-            emitter: Emitter::new(run_id.clone(), session_id.clone(), sender),
-            run_id,
-            session_id,
-            cancel: CancellationToken::new(),
-            control: Mutex::new(Control {
-                steering: VecDeque::new(),
-                follow_ups: VecDeque::new(),
-                accepting: true,
-            }),
-            permissions: Mutex::new(HashMap::new()),
-            host_listening: AtomicBool::new(true),
-            result: result_sender,
-        });
+        let shared = Arc::new(RunShared::new(run_id, session_id, sender, result_sender));
         let supervised = Arc::clone(&shared);
         tokio::spawn(async move {
             let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec));
             let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
                 error: RunError::new(
                     ErrorSource::Kernel,
-                    "kernel_panic",
+                    RunErrorCode::KernelPanic,
                     format!("the run task ended abnormally: {join_error}"),
                 ),
                 last: None,
@@ -173,18 +115,26 @@ impl AgentRun {
 
     /// Answers a `permission_requested` event. The decision applies only to the
     /// call (and exact arguments and intent) that request was issued for.
+    ///
+    /// Takes a [`PermissionAnswer`] or a bare [`keel_protocol::PermissionResolution`]
+    /// (meaning once). The kernel keeps no session rules yet, so an answer
+    /// with [`PermissionScope::Always`] is refused and the request stays pending.
     pub fn resolve_permission(
         &self,
         request_id: &str,
-        resolution: PermissionResolution,
+        answer: impl Into<PermissionAnswer>,
     ) -> Result<(), ControlError> {
+        let answer = answer.into();
+        if answer.scope != PermissionScope::Once {
+            return Err(ControlError::UnsupportedScope(answer.scope));
+        }
         let sender = self
             .shared
             .permissions()
             .remove(request_id)
             .ok_or_else(|| ControlError::UnknownPermissionRequest(request_id.to_owned()))?;
         sender
-            .send(resolution)
+            .send(answer.resolution)
             .map_err(|_| ControlError::UnknownPermissionRequest(request_id.to_owned()))
     }
 
@@ -223,7 +173,7 @@ impl AgentRun {
             message: None,
             error: Some(RunError::new(
                 ErrorSource::Kernel,
-                "kernel_lost",
+                RunErrorCode::KernelLost,
                 "the run ended without a result",
             )),
         }
@@ -233,143 +183,6 @@ impl AgentRun {
 impl Drop for AgentRun {
     fn drop(&mut self) {
         self.shared.cancel.cancel();
-    }
-}
-
-impl RunShared {
-    fn enqueue(&self, queue: QueueKind, text: String) -> Result<(), ControlError> {
-        if text.trim().is_empty() {
-            return Err(ControlError::EmptyMessage);
-        }
-        let mut control = self.control();
-        if !control.accepting || self.cancel.is_cancelled() {
-            return Err(ControlError::NotActive);
-        }
-        match queue {
-            QueueKind::Steer => control.steering.push_back(text.clone()),
-            QueueKind::FollowUp => control.follow_ups.push_back(text.clone()),
-        }
-        // Emitted under the control lock so `message_queued` precedes `message_injected`.
-        self.emitter
-            .emit(RunEventKind::MessageQueued { queue, text });
-        Ok(())
-    }
-
-    /// Takes every queued steering message.
-    pub(crate) fn take_steering(&self) -> Vec<String> {
-        self.control().steering.drain(..).collect()
-    }
-
-    /// Takes the next message to inject when the run would settle: steering
-    /// that arrived after the last drain point first, then one follow-up.
-    /// With neither, the run stops accepting messages (it is about to settle).
-    pub(crate) fn take_pending_or_close(&self) -> Option<(QueueKind, String)> {
-        let mut control = self.control();
-        if let Some(text) = control.steering.pop_front() {
-            return Some((QueueKind::Steer, text));
-        }
-        if let Some(text) = control.follow_ups.pop_front() {
-            return Some((QueueKind::FollowUp, text));
-        }
-        control.accepting = false;
-        None
-    }
-
-    /// Registers a pending permission request.
-    pub(crate) fn register_permission(
-        &self,
-        request_id: String,
-    ) -> oneshot::Receiver<PermissionResolution> {
-        let (sender, receiver) = oneshot::channel();
-        self.permissions().insert(request_id, sender);
-        receiver
-    }
-
-    /// Whether the host still consumes events (and so can answer requests).
-    pub(crate) fn host_listening(&self) -> bool {
-        self.host_listening.load(Ordering::SeqCst)
-    }
-
-    /// The host dropped the event stream: deny what is pending, and all later requests.
-    fn host_left(&self) {
-        self.host_listening.store(false, Ordering::SeqCst);
-        self.permissions().clear();
-    }
-
-    /// Forgets a pending request (answered, cancelled or abandoned).
-    pub(crate) fn forget_permission(&self, request_id: &str) {
-        self.permissions().remove(request_id);
-    }
-
-    fn finish(&self, outcome: Outcome) {
-        let dropped = {
-            let mut control = self.control();
-            control.accepting = false;
-            let mut dropped: Vec<_> = control
-                .steering
-                .drain(..)
-                .map(|text| (QueueKind::Steer, text))
-                .collect();
-            dropped.extend(
-                control
-                    .follow_ups
-                    .drain(..)
-                    .map(|text| (QueueKind::FollowUp, text)),
-            );
-            dropped
-        };
-        for (queue, text) in dropped {
-            self.emitter.emit(RunEventKind::MessageDropped {
-                queue,
-                text,
-                reason: "the run ended before the message was injected".into(),
-            });
-        }
-        self.permissions().clear();
-        let (state, message, error, event) = match outcome {
-            Outcome::Settled(message) => (
-                RunState::Settled,
-                Some(message.clone()),
-                None,
-                RunEventKind::RunSettled { message },
-            ),
-            Outcome::Cancelled { reason, last } => (
-                RunState::Cancelled,
-                last,
-                None,
-                RunEventKind::RunCancelled { reason },
-            ),
-            Outcome::Failed { error, last } => (
-                RunState::Failed,
-                last,
-                Some(error.clone()),
-                RunEventKind::RunFailed { error },
-            ),
-        };
-        self.emitter.emit(event);
-        let result = RunResult {
-            run_id: self.run_id.clone(),
-            session_id: self.session_id.clone(),
-            state,
-            message,
-            error,
-        };
-        self.result.send_replace(Some(result));
-    }
-
-    fn control(&self) -> MutexGuard<'_, Control> {
-        // The lock is never held across code that can panic; recover the data.
-        self.control
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    fn permissions(
-        &self,
-    ) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionResolution>>> {
-        self.permissions
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -401,9 +214,4 @@ impl futures::Stream for EventStream {
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<RunEvent>> {
         self.receiver.poll_recv(cx)
     }
-}
-
-/// A time-ordered unique id.
-pub(crate) fn new_id() -> String {
-    uuid::Uuid::now_v7().to_string()
 }

@@ -16,8 +16,8 @@ use keel_protocol::{Entry, EntryPayload, Message, RunEventKind};
 use keel_session::{SessionError, SessionStore};
 use tokio::sync::Mutex;
 
-use crate::emitter::{Emitter, now_ms};
-use crate::run::new_id;
+use crate::emitter::Emitter;
+use crate::ids::{new_id, now_ms};
 
 /// See [`SessionWriter::context_summary`].
 pub(crate) struct ContextSummary {

@@ -32,11 +32,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::kernel::KernelParts;
+use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
 use crate::policy::PolicyDecision;
-use crate::run::RunShared;
 use crate::session_writer::SessionWriter;
+use crate::shared::RunShared;
 
 pub(crate) struct ToolRunner<'a> {
     pub(crate) parts: &'a KernelParts,

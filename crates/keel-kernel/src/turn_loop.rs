@@ -13,7 +13,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
-    ProviderErrorKind, QueueKind, RunError, RunEventKind, ToolCall, UserMessage,
+    ProviderErrorKind, QueueKind, RunError, RunErrorCode, RunEventKind, ToolCall, UserMessage,
 };
 use keel_provider::ModelRequest;
 use keel_session::SessionError;
@@ -21,9 +21,9 @@ use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
-use crate::kernel::{KernelParts, RunSpec};
-use crate::run::{Outcome, RunShared};
+use crate::parts::{KernelParts, RunSpec};
 use crate::session_writer::SessionWriter;
+use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
 
 /// Why a step stopped the loop early.
@@ -36,7 +36,7 @@ impl From<SessionError> for Stop {
     fn from(error: SessionError) -> Self {
         Stop::Failed(RunError::new(
             ErrorSource::Kernel,
-            "session_store",
+            RunErrorCode::SessionStore,
             error.to_string(),
         ))
     }
@@ -193,7 +193,7 @@ impl<'a> TurnLoop<'a> {
         match self.max_turns {
             Some(limit) if self.turn >= limit => Err(Stop::Failed(RunError::new(
                 ErrorSource::Kernel,
-                "turn_limit",
+                RunErrorCode::TurnLimit,
                 format!("the run reached its limit of {limit} turns"),
             ))),
             _ => Ok(()),
@@ -391,7 +391,7 @@ fn provider_failure(error: ProviderError, attempts: u32) -> RunError {
     } else {
         error.message
     };
-    RunError::new(ErrorSource::Provider, error.kind.code(), message)
+    RunError::new(ErrorSource::Provider, error.kind.into(), message)
 }
 
 /// The warning a run owes its host when commands will not run in Keel's sandbox.

@@ -63,11 +63,7 @@ async fn probe_run(
         .build()
         .unwrap();
     kernel
-        .create_run(RunSpec {
-            prompt: "go".into(),
-            mode,
-            ..RunSpec::default()
-        })
+        .create_run(RunSpec::new("go").mode(mode))
         .await
         .unwrap()
 }
@@ -193,13 +189,9 @@ async fn bash_run(
     session_id: Option<String>,
     mode: Option<PermissionMode>,
 ) -> (PermissionMode, String) {
-    let mut spec = RunSpec {
-        prompt: "go".into(),
-        session_id,
-        ..RunSpec::default()
-    };
+    let mut spec = RunSpec::new("go").session_opt(session_id);
     if let Some(mode) = mode {
-        spec.mode = mode;
+        spec = spec.mode(mode);
     }
     let run = kernel.create_run(spec).await.unwrap();
     let mut events = run.events().unwrap();

@@ -45,11 +45,7 @@ async fn one_call(
     }
     let kernel = builder.build().unwrap();
     let run = kernel
-        .create_run(RunSpec {
-            prompt: "go".into(),
-            mode,
-            ..RunSpec::default()
-        })
+        .create_run(RunSpec::new("go").mode(mode))
         .await
         .unwrap();
     let mut events = run.events().unwrap();

@@ -36,11 +36,7 @@ fn kernel(
 }
 
 fn spec(prompt: &str, mode: PermissionMode) -> RunSpec {
-    RunSpec {
-        prompt: prompt.into(),
-        mode,
-        ..RunSpec::default()
-    }
+    RunSpec::new(prompt).mode(mode)
 }
 
 async fn collect(run: &AgentRun) -> Vec<RunEvent> {

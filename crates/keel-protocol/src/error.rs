@@ -7,9 +7,12 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::ProviderErrorKind;
+
 /// The component an error came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ErrorSource {
     /// The model provider (network, API, stream).
     Provider,
@@ -23,11 +26,110 @@ pub enum ErrorSource {
     Host,
 }
 
+/// The stable machine code of a [`RunError`], serialized in snake_case.
+///
+/// Provider failures carry their [`ProviderErrorKind`]'s code; the rest name
+/// what in the kernel or host stopped the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunErrorCode {
+    /// Missing or invalid credentials.
+    Auth,
+    /// Credentials valid but not allowed.
+    Permission,
+    /// The provider refused the request as malformed.
+    InvalidRequest,
+    /// The model context is larger than the model accepts.
+    ContextOverflow,
+    /// Too many requests, after every retry.
+    RateLimited,
+    /// The provider was overloaded, after every retry.
+    Overloaded,
+    /// The provider failed with a 5xx, after every retry.
+    ServerError,
+    /// No response, or an idle stream, past the timeout.
+    Timeout,
+    /// The stream ended before the response was complete.
+    StreamDropped,
+    /// The provider request was cancelled.
+    Cancelled,
+    /// The provider broke its protocol.
+    Protocol,
+    /// The session store refused an append; nothing more can be recorded.
+    SessionStore,
+    /// The run reached its turn limit.
+    TurnLimit,
+    /// The run's task ended abnormally (a bug).
+    KernelPanic,
+    /// The run ended without publishing a result (a bug).
+    KernelLost,
+}
+
+impl RunErrorCode {
+    /// The snake_case code as it appears on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auth => "auth",
+            Self::Permission => "permission",
+            Self::InvalidRequest => "invalid_request",
+            Self::ContextOverflow => "context_overflow",
+            Self::RateLimited => "rate_limited",
+            Self::Overloaded => "overloaded",
+            Self::ServerError => "server_error",
+            Self::Timeout => "timeout",
+            Self::StreamDropped => "stream_dropped",
+            Self::Cancelled => "cancelled",
+            Self::Protocol => "protocol",
+            Self::SessionStore => "session_store",
+            Self::TurnLimit => "turn_limit",
+            Self::KernelPanic => "kernel_panic",
+            Self::KernelLost => "kernel_lost",
+        }
+    }
+}
+
+impl From<ProviderErrorKind> for RunErrorCode {
+    fn from(kind: ProviderErrorKind) -> Self {
+        match kind {
+            ProviderErrorKind::Auth => Self::Auth,
+            ProviderErrorKind::Permission => Self::Permission,
+            ProviderErrorKind::InvalidRequest => Self::InvalidRequest,
+            ProviderErrorKind::ContextOverflow => Self::ContextOverflow,
+            ProviderErrorKind::RateLimited => Self::RateLimited,
+            ProviderErrorKind::Overloaded => Self::Overloaded,
+            ProviderErrorKind::ServerError => Self::ServerError,
+            ProviderErrorKind::Timeout => Self::Timeout,
+            ProviderErrorKind::StreamDropped => Self::StreamDropped,
+            ProviderErrorKind::Cancelled => Self::Cancelled,
+            ProviderErrorKind::Protocol => Self::Protocol,
+        }
+    }
+}
+
+impl std::fmt::Display for RunErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<str> for RunErrorCode {
+    fn eq(&self, other: &str) -> bool {
+        self.as_str() == other
+    }
+}
+
+impl PartialEq<&str> for RunErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// A typed error that ended a run: a stable machine code plus a human message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct RunError {
-    /// Stable snake_case code, e.g. `rate_limited` or `session_store`.
-    pub code: String,
+    /// Stable code, e.g. `rate_limited` or `session_store`.
+    pub code: RunErrorCode,
     /// Human-readable explanation.
     pub message: String,
     /// Which component failed.
@@ -36,9 +138,9 @@ pub struct RunError {
 
 impl RunError {
     /// Builds an error from its parts.
-    pub fn new(source: ErrorSource, code: impl Into<String>, message: impl Into<String>) -> Self {
+    pub fn new(source: ErrorSource, code: RunErrorCode, message: impl Into<String>) -> Self {
         Self {
-            code: code.into(),
+            code,
             message: message.into(),
             source,
         }

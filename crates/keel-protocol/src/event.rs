@@ -69,6 +69,7 @@ pub struct ToolProgress {
 /// What happened, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunEventKind {
     /// The run began.
     RunStarted {

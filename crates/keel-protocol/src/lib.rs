@@ -10,6 +10,7 @@
 //! tagged with a `type` (or `role`) field, and the JSON Schemas generated from
 //! these types are checked into `schema/` (see [`schema::all`]).
 
+pub mod control;
 pub mod error;
 pub mod event;
 pub mod message;
@@ -21,7 +22,8 @@ pub mod schema;
 pub mod session;
 pub mod tool;
 
-pub use error::{ErrorSource, RunError};
+pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
+pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
 pub use message::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
@@ -39,3 +41,14 @@ pub use tool::{ExecutionMode, ToolErrorCode, ToolResultError, ToolSpec, ToolStat
 
 /// Milliseconds since the Unix epoch, the one timestamp unit on the wire.
 pub type TimestampMs = u64;
+
+/// The current time as a [`TimestampMs`] (0 if the clock is before 1970).
+///
+/// The one clock reading every crate uses for entry and event timestamps; it
+/// reads the system clock and does no other I/O.
+pub fn now_ms() -> TimestampMs {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|elapsed| u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}

@@ -113,6 +113,8 @@ impl AssistantMessage {
 /// One block of an assistant message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+// Deliberately exhaustive: every provider adapter must translate every block,
+// so a new kind must fail to compile in each adapter rather than be dropped.
 pub enum ContentBlock {
     /// Visible text.
     Text {
@@ -178,6 +180,7 @@ impl ToolResultMessage {
 /// Why the model stopped producing output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum StopReason {
     /// The model finished its answer.
     #[default]

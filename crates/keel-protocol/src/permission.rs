@@ -61,6 +61,7 @@ impl OperationIntent {
 /// The kind of an operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum IntentKind {
     /// Reads files.
     Read,
@@ -101,6 +102,7 @@ pub enum PermissionResolution {
 /// Who decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum DecisionSource {
     /// The permission policy, without asking.
     Policy,

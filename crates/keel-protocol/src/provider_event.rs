@@ -13,6 +13,8 @@ use crate::message::{StopReason, Usage};
 /// One event of a provider stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "type", rename_all = "snake_case")]
+// Deliberately exhaustive: the kernel's accumulator must handle every event,
+// so a new kind must fail to compile there rather than be ignored.
 pub enum ProviderEvent {
     /// The response started.
     Start {
@@ -127,6 +129,7 @@ impl ProviderError {
 /// The one error taxonomy all providers map onto.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ProviderErrorKind {
     /// Missing or invalid credentials.
     Auth,
@@ -167,18 +170,6 @@ impl ProviderErrorKind {
 
     /// The snake_case code used in `RunError::code`.
     pub fn code(self) -> &'static str {
-        match self {
-            Self::Auth => "auth",
-            Self::Permission => "permission",
-            Self::InvalidRequest => "invalid_request",
-            Self::ContextOverflow => "context_overflow",
-            Self::RateLimited => "rate_limited",
-            Self::Overloaded => "overloaded",
-            Self::ServerError => "server_error",
-            Self::Timeout => "timeout",
-            Self::StreamDropped => "stream_dropped",
-            Self::Cancelled => "cancelled",
-            Self::Protocol => "protocol",
-        }
+        crate::RunErrorCode::from(self).as_str()
     }
 }

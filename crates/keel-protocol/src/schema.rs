@@ -5,7 +5,7 @@
 
 use schemars::{JsonSchema, Schema, schema_for};
 
-use crate::{Entry, Message, ProviderEvent, RunEvent, RunResult, ToolSpec};
+use crate::{Entry, HostControl, Message, ProviderEvent, RunEvent, RunResult, ToolSpec};
 
 /// Every public schema, as `(file stem, schema)` pairs in a stable order.
 pub fn all() -> Vec<(&'static str, Schema)> {
@@ -16,6 +16,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("provider_event", schema::<ProviderEvent>()),
         ("entry", schema::<Entry>()),
         ("tool_spec", schema::<ToolSpec>()),
+        ("host_control", schema::<HostControl>()),
     ]
 }
 

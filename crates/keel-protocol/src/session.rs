@@ -36,6 +36,7 @@ impl Entry {
 /// The payload of an entry, tagged by `kind`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum EntryPayload {
     /// The run configuration in force from here on.
     Configuration {

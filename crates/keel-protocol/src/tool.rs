@@ -52,6 +52,7 @@ pub struct ToolResultError {
 /// Why a tool call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolErrorCode {
     /// No tool of that name is registered.
     UnknownTool,

@@ -7,7 +7,7 @@
 //! cannot read the user's keys, write outside the workspace or reach the
 //! network. [`confine`] prepares the restrictions of one command at a
 //! [`SandboxLevel`]; [`Confinement::apply`] installs them on a
-//! [`std::process::Command`]; [`env`] builds the child's environment;
+//! [`std::process::Command`]; [`env`](mod@env) builds the child's environment;
 //! [`probe`] tells `keel doctor` what this machine can enforce.
 //!
 //! This is an engine crate under `keel-tools`, which re-exports it as

@@ -10,7 +10,7 @@
 //! paths so that users of the crate need to know only this one:
 //!
 //! - [`sandbox`] is `keel-sandbox`: the OS sandbox (Landlock, seccomp, the
-//!   private temp dir, the machine probe); [`env`] is its scrubbed child
+//!   private temp dir, the machine probe); [`env`](mod@env) is its scrubbed child
 //!   environment;
 //! - [`shell`] is `keel-shell`: the static analysis of a `bash` command into
 //!   an Operation Intent.

@@ -17,17 +17,19 @@ use std::io;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use keel_protocol::{ExecutionMode, IntentKind, IntentScope, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::process::{Child, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::output::{Collected, Collector};
-use super::parse_arguments;
 use super::process::{GroupKiller, Pipes};
+use super::{arguments_schema, parse_arguments};
 use crate::env::scrubbed_env;
 use crate::sandbox::{Confinement, confine};
 use crate::shell;
@@ -74,10 +76,14 @@ impl BashTool {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The arguments of a `bash` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct BashArguments {
+    /// The bash command to run.
     command: String,
+    /// Timeout in seconds; the command and everything it started is killed when it passes.
+    #[schemars(range(min = 1, max = 86400))]
     timeout: Option<u64>,
 }
 
@@ -93,20 +99,10 @@ impl Tool for BashTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The bash command to run."},
-                "timeout": {
-                    "type": "integer",
-                    "minimum": 1,
-                    "maximum": 86400,
-                    "description": "Timeout in seconds; the command and everything it started is killed when it passes."
-                }
-            },
-            "required": ["command"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<BashArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {
@@ -330,6 +326,7 @@ mod tests {
     use tokio::sync::mpsc;
 
     use nix::unistd::Pid;
+    use serde_json::json;
 
     use super::*;
     use crate::builtin::test_support::{setup, text_of};

@@ -7,14 +7,15 @@
 //! failed and why. Matching is done on LF-normalized text with any UTF-8 BOM
 //! removed; the file's CRLF line endings and BOM are restored on write.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use similar::{DiffTag, TextDiff};
 
-use super::{parse_arguments, path_intent, read_text_file, within_deadline};
+use super::{arguments_schema, parse_arguments, path_intent, read_text_file, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -24,17 +25,25 @@ const BOM: &str = "\u{feff}";
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EditTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of an `edit` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct EditArguments {
+    /// Path of the file, relative to the workspace root.
     path: String,
+    /// Replacements to apply, each matched against the original file.
+    #[schemars(length(min = 1))]
     edits: Vec<Edit>,
 }
 
-#[derive(Debug, Deserialize)]
+// One replacement of an `edit` call. A plain comment: a doc comment would
+// become a description of the `edits` items in the schema.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct Edit {
+    /// Exact text to replace; must occur exactly once.
     old_text: String,
+    /// Text to put in its place.
     new_text: String,
 }
 
@@ -59,28 +68,10 @@ impl Tool for EditTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path of the file, relative to the workspace root."},
-                "edits": {
-                    "type": "array",
-                    "minItems": 1,
-                    "description": "Replacements to apply, each matched against the original file.",
-                    "items": {
-                        "type": "object",
-                        "properties": {
-                            "old_text": {"type": "string", "description": "Exact text to replace; must occur exactly once."},
-                            "new_text": {"type": "string", "description": "Text to put in its place."}
-                        },
-                        "required": ["old_text", "new_text"],
-                        "additionalProperties": false
-                    }
-                }
-            },
-            "required": ["path", "edits"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<EditArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {

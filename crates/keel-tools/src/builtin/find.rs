@@ -3,14 +3,17 @@
 //! is checked to lie beneath the root through no symlink
 //! ([`Workspace::is_beneath`]) before it is listed.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use ignore::WalkState;
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{budgeted, parse_arguments, path_intent_or_root, walk, within_deadline};
+use super::{
+    arguments_schema, budgeted, parse_arguments, path_intent_or_root, walk, within_deadline,
+};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -21,11 +24,17 @@ const MAX_LIMIT: usize = 100_000;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FindTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of a `find` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct FindArguments {
+    /// Glob to match.
+    #[schemars(length(min = 1))]
     pattern: String,
+    /// Directory to search, relative to the workspace root (default: the root).
     path: Option<String>,
+    /// Maximum number of results (default 1000).
+    #[schemars(range(min = 1, max = MAX_LIMIT))]
     limit: Option<usize>,
 }
 
@@ -40,16 +49,10 @@ impl Tool for FindTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "minLength": 1, "description": "Glob to match."},
-                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default: the root)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Maximum number of results (default 1000)."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<FindArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {

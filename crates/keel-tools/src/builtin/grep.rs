@@ -8,17 +8,20 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
 use ignore::WalkState;
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{budgeted, parse_arguments, path_intent_or_root, walk, within_deadline};
+use super::{
+    arguments_schema, budgeted, parse_arguments, path_intent_or_root, walk, within_deadline,
+};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -27,23 +30,36 @@ const MAX_LINE_CHARS: usize = 500;
 /// Default and largest match limits.
 const DEFAULT_LIMIT: usize = 100;
 const MAX_LIMIT: usize = 10_000;
+/// Most lines of context around a match.
+const MAX_CONTEXT: usize = 20;
 
 /// Searches file contents.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct GrepTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of a `grep` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct GrepArguments {
+    /// Regular expression (Rust syntax), or plain text with literal=true.
+    #[schemars(length(min = 1))]
     pattern: String,
+    /// File or directory to search, relative to the workspace root (default: the root).
     path: Option<String>,
+    /// Only search files whose path matches this glob, e.g. `*.rs` or `src/**/*.ts`.
     glob: Option<String>,
+    /// Match case-insensitively.
     #[serde(default)]
     ignore_case: bool,
+    /// Treat the pattern as plain text, not a regex.
     #[serde(default)]
     literal: bool,
+    /// Lines of context before and after each match.
     #[serde(default)]
+    #[schemars(range(max = MAX_CONTEXT))]
     context: usize,
+    /// Maximum number of matches (default 100).
+    #[schemars(range(min = 1, max = MAX_LIMIT))]
     limit: Option<usize>,
 }
 
@@ -58,20 +74,10 @@ impl Tool for GrepTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "pattern": {"type": "string", "minLength": 1, "description": "Regular expression (Rust syntax), or plain text with literal=true."},
-                "path": {"type": "string", "description": "File or directory to search, relative to the workspace root (default: the root)."},
-                "glob": {"type": "string", "description": "Only search files whose path matches this glob, e.g. `*.rs` or `src/**/*.ts`."},
-                "ignore_case": {"type": "boolean", "description": "Match case-insensitively."},
-                "literal": {"type": "boolean", "description": "Treat the pattern as plain text, not a regex."},
-                "context": {"type": "integer", "minimum": 0, "maximum": 20, "description": "Lines of context before and after each match."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "description": "Maximum number of matches (default 100)."}
-            },
-            "required": ["pattern"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<GrepArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {
@@ -166,7 +172,7 @@ impl Search {
             start,
             matcher,
             glob,
-            context: arguments.context.min(20),
+            context: arguments.context.min(MAX_CONTEXT),
             limit: arguments.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT),
         })
     }

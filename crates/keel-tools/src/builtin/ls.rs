@@ -4,24 +4,35 @@
 
 use std::sync::Arc;
 
+use std::sync::OnceLock;
+
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{budgeted, io_error, parse_arguments, path_intent_or_root, within_deadline};
+use super::{
+    arguments_schema, budgeted, io_error, parse_arguments, path_intent_or_root, within_deadline,
+};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
 const DEFAULT_LIMIT: usize = 500;
+/// The largest `limit` a call may ask for.
+const MAX_LIMIT: usize = 100_000;
 
 /// Lists a directory.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LsTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of an `ls` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct LsArguments {
+    /// Directory, relative to the workspace root (default: the root).
     path: Option<String>,
+    /// Maximum number of entries (default 500).
+    #[schemars(range(min = 1, max = MAX_LIMIT))]
     limit: Option<usize>,
 }
 
@@ -35,14 +46,8 @@ impl Tool for LsTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Directory, relative to the workspace root (default: the root)."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": 100_000, "description": "Maximum number of entries (default 500)."}
-            },
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA.get_or_init(arguments_schema::<LsArguments>).clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {

@@ -4,7 +4,8 @@
 //! Every tool resolves paths through the [`Workspace`], so none of them can
 //! touch a file outside it; every failure is a typed [`ToolError`]; every
 //! result fits the limits in [`crate::truncate`]. The helpers here are shared
-//! by the tools: argument parsing, path intents and reading a text file.
+//! by the tools: argument parsing and schemas (`schema.rs`), path intents and
+//! reading a text file.
 
 mod bash;
 mod edit;
@@ -15,6 +16,7 @@ mod ls;
 mod output;
 mod process;
 mod read;
+mod schema;
 mod walk;
 mod write;
 
@@ -35,6 +37,7 @@ pub use ls::LsTool;
 pub use read::ReadTool;
 pub use write::WriteTool;
 
+use self::schema::arguments_schema;
 use crate::tool::{Tool, ToolError};
 use crate::workspace::{Workspace, WorkspaceError};
 

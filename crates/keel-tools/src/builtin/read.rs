@@ -8,15 +8,18 @@
 //! Nothing outside the workspace can be read, except the full outputs of
 //! truncated tool results, named `keel-output:…` (see [`crate::outputs`]).
 
+use std::sync::OnceLock;
+
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use keel_protocol::{ImageContent, UserContent};
 
 use super::{
-    TextFile, decode_text, image, io_error, load_file, parse_arguments, path_intent,
-    within_deadline,
+    TextFile, arguments_schema, decode_text, image, io_error, load_file, parse_arguments,
+    path_intent, within_deadline,
 };
 use crate::outputs;
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
@@ -27,11 +30,17 @@ use crate::workspace::Workspace;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReadTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of a `read` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct ReadArguments {
+    /// Path of the file, relative to the workspace root.
     path: String,
+    /// 1-based line number to start from.
+    #[schemars(range(min = 1))]
     offset: Option<usize>,
+    /// Maximum number of lines to show.
+    #[schemars(range(min = 1))]
     limit: Option<usize>,
 }
 
@@ -47,16 +56,10 @@ impl Tool for ReadTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path of the file, relative to the workspace root."},
-                "offset": {"type": "integer", "minimum": 1, "description": "1-based line number to start from."},
-                "limit": {"type": "integer", "minimum": 1, "description": "Maximum number of lines to show."}
-            },
-            "required": ["path"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<ReadArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {

@@ -5,13 +5,14 @@
 //! root handle, to a temporary file renamed over the target, so a write can
 //! never land outside it (symlinks swapped in meanwhile included).
 
+use std::sync::{Arc, OnceLock};
+
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
+use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use std::sync::Arc;
-
-use super::{parse_arguments, path_intent, within_deadline};
+use super::{arguments_schema, parse_arguments, path_intent, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -19,10 +20,13 @@ use crate::workspace::Workspace;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct WriteTool;
 
-#[derive(Debug, Deserialize)]
+/// The arguments of a `write` call; its schema is the tool's parameters.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct WriteArguments {
+    /// Path of the file, relative to the workspace root.
     path: String,
+    /// The complete new content of the file.
     content: String,
 }
 
@@ -37,15 +41,10 @@ impl Tool for WriteTool {
     }
 
     fn parameters(&self) -> Value {
-        json!({
-            "type": "object",
-            "properties": {
-                "path": {"type": "string", "description": "Path of the file, relative to the workspace root."},
-                "content": {"type": "string", "description": "The complete new content of the file."}
-            },
-            "required": ["path", "content"],
-            "additionalProperties": false
-        })
+        static SCHEMA: OnceLock<Value> = OnceLock::new();
+        SCHEMA
+            .get_or_init(arguments_schema::<WriteArguments>)
+            .clone()
     }
 
     fn execution_mode(&self) -> ExecutionMode {

@@ -1,15 +1,16 @@
-//! Embedding Keel: a host that builds a kernel, starts a run, watches its
-//! events, answers permission requests and prints the result.
+//! Embedding Keel: a host that assembles a kernel through keel-host, starts
+//! a run, watches its events, answers permission requests and prints the
+//! result.
 //!
-//! Run with `cargo run -p keel-kernel --example embed`.
+//! Run with `cargo run -p keel-host --example embed`.
 
 use std::sync::Arc;
 
-use keel_kernel::{AgentKernel, RunSpec};
+use keel_host::{HostConfig, ProviderChoice};
+use keel_kernel::RunSpec;
 use keel_protocol::{PermissionResolution, RunEventKind};
-use keel_provider::{Script, ScriptedProvider};
-use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
+use keel_provider::Script;
+use keel_session::MemoryStore;
 
 const SCRIPT: &str = r#"{"turns":[
   {"content":[{"type":"tool_call","name":"write","arguments":{"path":"hello.txt","content":"hello\n"}}]},
@@ -19,16 +20,15 @@ const SCRIPT: &str = r#"{"turns":[
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let project = tempfile::tempdir()?;
-    let kernel = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(Script::from_json(SCRIPT)?)))
-        .workspace(Workspace::new(project.path())?)
-        .tools(default_tools(BashOptions::default()))
-        .build()?;
+    let script = Script::from_json(SCRIPT)?;
+    let kernel = HostConfig::new(ProviderChoice::Script {
+        script,
+        model: None,
+    })
+    .workspace(project.path())
+    .kernel(Arc::new(MemoryStore::new()))?;
     let run = kernel
-        .create_run(RunSpec {
-            prompt: "Create hello.txt and check it".into(),
-            ..RunSpec::default()
-        })
+        .create_run(RunSpec::new("Create hello.txt and check it"))
         .await?;
     let mut events = run.events()?;
     while let Some(event) = events.next().await {

@@ -1,0 +1,68 @@
+//! Signals during `keel run`: the first SIGINT, SIGTERM or SIGHUP cancels
+//! the run through `AgentRun::cancel`, so the running tool's whole process
+//! group is killed and the session records the cut-short calls; a second
+//! SIGINT within [`FORCE_WINDOW`] exits at once.
+//!
+//! The exit code after a signal is 128 + its number (130 for SIGINT, 143 for
+//! SIGTERM, 129 for SIGHUP), as shells report a process killed by it.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use keel_kernel::AgentRun;
+use tokio::signal::unix::{SignalKind, signal};
+
+/// A second SIGINT this soon after the first exits without waiting.
+pub const FORCE_WINDOW: Duration = Duration::from_secs(2);
+
+/// The signal that cancelled the run, if any.
+#[derive(Default)]
+pub struct Received(AtomicI32);
+
+impl Received {
+    /// The exit code the signal calls for, if one was received.
+    pub fn exit_code(&self) -> Option<u8> {
+        match self.0.load(Ordering::SeqCst) {
+            0 => None,
+            signal => u8::try_from(128 + signal).ok(),
+        }
+    }
+}
+
+/// Cancels `run` on the first signal; never returns (race it against the run).
+/// If the handlers cannot be installed, it waits forever and signals keep
+/// their default action (the process ends).
+pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible {
+    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        tracing::warn!("signal handlers could not be installed");
+        return std::future::pending().await;
+    };
+    let mut first: Option<Instant> = None;
+    loop {
+        let number = tokio::select! {
+            _ = interrupt.recv() => libc::SIGINT,
+            _ = terminate.recv() => libc::SIGTERM,
+            _ = hangup.recv() => libc::SIGHUP,
+        };
+        match first {
+            Some(at) if number == libc::SIGINT && at.elapsed() <= FORCE_WINDOW => {
+                eprintln!("keel: interrupted again; exiting without waiting for the run");
+                std::process::exit(128 + libc::SIGINT);
+            }
+            Some(_) => continue,
+            None => {
+                first = Some(Instant::now());
+                let _ = received
+                    .0
+                    .compare_exchange(0, number, Ordering::SeqCst, Ordering::SeqCst);
+                eprintln!("keel: cancelling the run (press Ctrl-C again to exit at once)");
+                run.cancel();
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! A resolved host configuration, and the kernel it assembles.
+//!
+//! The order of checks is part of the contract hosts rely on for their
+//! startup errors: the provider (script or configuration and key) first,
+//! then the workspace, then the tools, then the kernel's own checks.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use keel_kernel::{AgentKernel, RetryPolicy};
+use keel_provider::config::Config;
+use keel_provider::connect::connect;
+use keel_provider::{Provider, Script, ScriptedProvider};
+use keel_session::SessionStore;
+use keel_tools::builtin::{BashOptions, all_tools, default_tools};
+use keel_tools::sandbox::SandboxConfig;
+use keel_tools::{Tool, Workspace};
+
+use crate::HostError;
+
+/// Which model provider a kernel streams from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum ProviderChoice {
+    /// The deterministic scripted provider with a parsed script.
+    Script {
+        /// The script of model turns.
+        script: Script,
+        /// The model id to report (default: the provider's name).
+        model: Option<String>,
+    },
+    /// The scripted provider with a script read from a file at assembly.
+    ScriptFile {
+        /// The script's path (`None`: not given, which is an error).
+        path: Option<PathBuf>,
+        /// The model id to report.
+        model: Option<String>,
+    },
+    /// A provider from the configuration (built-in catalog merged with
+    /// `config.toml`), its key read from the variable the config names.
+    Configured {
+        /// The provider's name in the configuration.
+        name: String,
+        /// The model (default: the provider's default model).
+        model: Option<String>,
+        /// Overrides the provider's base URL.
+        base_url: Option<String>,
+        /// The configuration file (default: the user's `config.toml`).
+        config_file: Option<PathBuf>,
+    },
+}
+
+impl ProviderChoice {
+    /// The provider a host names: `scripted` (with its script file) or a
+    /// configured provider.
+    pub fn named(
+        name: &str,
+        model: Option<String>,
+        base_url: Option<String>,
+        config_file: Option<PathBuf>,
+        script: Option<PathBuf>,
+    ) -> Self {
+        if name == "scripted" {
+            return Self::ScriptFile {
+                path: script,
+                model,
+            };
+        }
+        Self::Configured {
+            name: name.to_owned(),
+            model,
+            base_url,
+            config_file,
+        }
+    }
+
+    /// Builds the provider and the model id to send.
+    fn connect(&self) -> Result<(Arc<dyn Provider>, Option<String>), HostError> {
+        match self {
+            Self::Script { script, model } => Ok((
+                Arc::new(ScriptedProvider::new(script.clone())),
+                model.clone(),
+            )),
+            Self::ScriptFile { path, model } => {
+                let path = path.as_ref().ok_or(HostError::ScriptRequired)?;
+                let script = Script::from_file(path)?;
+                Ok((Arc::new(ScriptedProvider::new(script)), model.clone()))
+            }
+            Self::Configured {
+                name,
+                model,
+                base_url,
+                config_file,
+            } => {
+                let config = Config::load(config_file.as_deref())?;
+                let resolved =
+                    config.resolve(name, model.as_deref(), base_url.as_deref(), &|variable| {
+                        std::env::var(variable).ok()
+                    })?;
+                Ok((connect(&resolved), Some(resolved.model)))
+            }
+        }
+    }
+}
+
+/// Everything a host resolved from its arguments and configuration.
+#[derive(Debug, Clone)]
+pub struct HostConfig {
+    /// The model provider.
+    pub provider: ProviderChoice,
+    /// The workspace root (default: the current directory).
+    pub workspace: Option<PathBuf>,
+    /// Built-in tools by name, in order (default: read, write, edit, bash).
+    pub tools: Option<Vec<String>>,
+    /// The OS sandbox settings for commands.
+    pub sandbox: SandboxConfig,
+    /// Replaces the kernel's default system prompt.
+    pub system_prompt: Option<String>,
+    /// How retryable provider errors are retried (default: the kernel's).
+    pub retry: Option<RetryPolicy>,
+}
+
+impl HostConfig {
+    /// A configuration with this provider and every other part at its default.
+    pub fn new(provider: ProviderChoice) -> Self {
+        Self {
+            provider,
+            workspace: None,
+            tools: None,
+            sandbox: SandboxConfig::default(),
+            system_prompt: None,
+            retry: None,
+        }
+    }
+
+    /// The workspace root.
+    pub fn workspace(mut self, root: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(root.into());
+        self
+    }
+
+    /// Assembles the kernel, its runs stored in `store`.
+    pub fn kernel(&self, store: Arc<dyn SessionStore>) -> Result<AgentKernel, HostError> {
+        let (provider, model) = self.provider.connect()?;
+        let root = match &self.workspace {
+            Some(root) => root.clone(),
+            None => {
+                std::env::current_dir().map_err(|error| HostError::Workspace(error.to_string()))?
+            }
+        };
+        let workspace =
+            Workspace::new(&root).map_err(|error| HostError::Workspace(error.to_string()))?;
+        let mut builder = AgentKernel::builder()
+            .provider(provider)
+            .sandbox(self.sandbox.clone())
+            .workspace(workspace)
+            .store(store)
+            .tools(tools_by_name(self.tools.as_deref())?);
+        if let Some(model) = model {
+            builder = builder.model(model);
+        }
+        if let Some(prompt) = &self.system_prompt {
+            builder = builder.system_prompt(prompt.clone());
+        }
+        if let Some(retry) = self.retry {
+            builder = builder.retry(retry);
+        }
+        Ok(builder.build()?)
+    }
+}
+
+/// The built-in tools named, in the order given (`None`: the default four).
+pub fn tools_by_name(names: Option<&[String]>) -> Result<Vec<Arc<dyn Tool>>, HostError> {
+    let Some(names) = names else {
+        return Ok(default_tools(BashOptions::default()));
+    };
+    let available = all_tools(BashOptions::default());
+    names
+        .iter()
+        .map(|name| {
+            available
+                .iter()
+                .find(|tool| tool.name() == name.trim())
+                .cloned()
+                .ok_or_else(|| HostError::UnknownTool {
+                    name: name.clone(),
+                    known: available
+                        .iter()
+                        .map(|tool| tool.name().to_owned())
+                        .collect(),
+                })
+        })
+        .collect()
+}

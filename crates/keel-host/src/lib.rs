@@ -1,0 +1,25 @@
+//! Host assembly: from a resolved configuration to an [`keel_kernel::AgentKernel`].
+//!
+//! Every host — the `keel` CLI, a server, an editor adapter, an evaluator —
+//! needs the same few things before it can drive the `AgentKernel` →
+//! `AgentRun` seam: a provider chosen by name from the configuration, tools
+//! chosen by name, the sandbox settings, a session store and the sessions in
+//! it found by a short id, and the host-control messages (permission answers)
+//! read from its user. This crate does exactly that, so that no host copies
+//! it; hosts keep only their own argument parsing and rendering.
+//!
+//! Invariants:
+//! - No printing and no terminal: errors are typed ([`HostError`], with a
+//!   stable [`HostError::code`]) and rendering is the host's business.
+//! - Nothing here decides authority: the permission mode comes from the host
+//!   and is fixed per run by the kernel; this crate only describes what the
+//!   kernel's policy does ([`modes`]).
+
+pub mod answers;
+mod assemble;
+mod error;
+pub mod modes;
+pub mod sessions;
+
+pub use assemble::{HostConfig, ProviderChoice, tools_by_name};
+pub use error::HostError;

@@ -1,0 +1,160 @@
+//! What each permission mode does, read off the kernel's policy itself.
+//!
+//! `keel doctor` and help texts describe the modes from these probes rather
+//! than from prose, so the description cannot drift from [`MatrixPolicy`]:
+//! each mode is asked about one representative call per row of SPEC §7.
+
+use keel_kernel::{MatrixPolicy, PermissionPolicy, PolicyDecision};
+use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
+use keel_tools::sandbox::SandboxLevel;
+
+/// One row of SPEC §7's matrix: a name and a representative call.
+#[derive(Debug, Clone, Copy)]
+pub struct MatrixRow {
+    /// How the row reads in a sentence (`writes inside the workspace`).
+    pub name: &'static str,
+    /// The tool of the representative call.
+    pub tool: &'static str,
+    /// Its intent.
+    pub kind: IntentKind,
+    /// Where it acts.
+    pub scope: IntentScope,
+}
+
+/// The rows of SPEC §7, in its order.
+pub const ROWS: [MatrixRow; 6] = [
+    MatrixRow {
+        name: "reads inside the workspace",
+        tool: "read",
+        kind: IntentKind::Read,
+        scope: IntentScope::Workspace,
+    },
+    MatrixRow {
+        name: "writes inside the workspace",
+        tool: "write",
+        kind: IntentKind::Write,
+        scope: IntentScope::Workspace,
+    },
+    MatrixRow {
+        name: "shell inside the workspace",
+        tool: "bash",
+        kind: IntentKind::Shell,
+        scope: IntentScope::Workspace,
+    },
+    MatrixRow {
+        name: "anything outside the workspace",
+        tool: "read",
+        kind: IntentKind::Read,
+        scope: IntentScope::Outside,
+    },
+    MatrixRow {
+        name: "network",
+        tool: "bash",
+        kind: IntentKind::Network,
+        scope: IntentScope::Workspace,
+    },
+    MatrixRow {
+        name: "unknown or extension tools",
+        tool: "bash",
+        kind: IntentKind::Unknown,
+        scope: IntentScope::Unknown,
+    },
+];
+
+/// The four modes, least authority first.
+pub const MODES: [PermissionMode; 4] = [
+    PermissionMode::Plan,
+    PermissionMode::Ask,
+    PermissionMode::Auto,
+    PermissionMode::Full,
+];
+
+/// What `policy` does with each row in `mode`.
+pub fn decisions(
+    policy: &dyn PermissionPolicy,
+    mode: PermissionMode,
+) -> Vec<(MatrixRow, PolicyDecision)> {
+    ROWS.iter()
+        .map(|row| {
+            let intent = OperationIntent::new(row.kind, row.scope);
+            (*row, policy.evaluate(mode, row.tool, &intent))
+        })
+        .collect()
+}
+
+/// One line describing `mode` under [`MatrixPolicy`]: what is allowed (and
+/// at which sandbox level), what asks the host, what is denied.
+/// `sandbox_enforced` says whether sandboxed levels can run on this machine;
+/// where they cannot, an allowed sandboxed call is described as refused.
+pub fn describe(mode: PermissionMode, sandbox_enforced: bool) -> String {
+    let mut allowed = Vec::new();
+    let mut asks = Vec::new();
+    let mut denied = Vec::new();
+    for (row, decision) in decisions(&MatrixPolicy, mode) {
+        match decision {
+            PolicyDecision::Allow(level) => {
+                allowed.push(allowed_text(row, level, sandbox_enforced))
+            }
+            PolicyDecision::Ask(_) => asks.push(row.name.to_owned()),
+            PolicyDecision::Deny(_) => denied.push(row.name.to_owned()),
+        }
+    }
+    let mut parts = Vec::new();
+    if !allowed.is_empty() {
+        parts.push(format!("allowed: {}", allowed.join(", ")));
+    }
+    if !asks.is_empty() {
+        parts.push(format!("asks the host: {}", asks.join(", ")));
+    }
+    if !denied.is_empty() {
+        parts.push(format!("denied: {}", denied.join(", ")));
+    }
+    format!("{}: {}", mode.as_str(), parts.join("; "))
+}
+
+fn allowed_text(row: MatrixRow, level: SandboxLevel, sandbox_enforced: bool) -> String {
+    if row.kind != IntentKind::Shell {
+        return row.name.to_owned();
+    }
+    match level {
+        SandboxLevel::Unsandboxed => format!("{} (unsandboxed)", row.name),
+        _ if !sandbox_enforced => format!(
+            "{} (sandboxed {}: refused here, the sandbox cannot be enforced)",
+            row.name,
+            level.as_str()
+        ),
+        _ => format!("{} (sandboxed {})", row.name, level.as_str()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_description_follows_the_matrix() {
+        let plan = describe(PermissionMode::Plan, true);
+        assert!(
+            plan.contains("shell inside the workspace (sandboxed read_only)"),
+            "{plan}"
+        );
+        assert!(
+            plan.contains("denied: writes inside the workspace"),
+            "{plan}"
+        );
+        let auto = describe(PermissionMode::Auto, true);
+        assert!(auto.contains("(sandboxed workspace_write)"), "{auto}");
+        assert!(
+            auto.contains("asks the host: anything outside the workspace, network"),
+            "{auto}"
+        );
+        let full = describe(PermissionMode::Full, false);
+        assert!(
+            full.contains("shell inside the workspace (unsandboxed)"),
+            "{full}"
+        );
+        assert!(!full.contains("asks"), "{full}");
+        let refused = describe(PermissionMode::Auto, false);
+        assert!(refused.contains("refused here"), "{refused}");
+    }
+}

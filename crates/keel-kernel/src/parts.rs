@@ -1,0 +1,81 @@
+//! The parts a run is made of: what the host assembled once per kernel
+//! ([`KernelParts`]) and what it asks for once per run ([`RunSpec`]).
+//!
+//! Plain data below every other run module: the builder fills it, the turn
+//! loop and the tool pipeline read it, nothing mutates it after `build()`.
+
+use std::sync::Arc;
+
+use keel_protocol::PermissionMode;
+use keel_provider::Provider;
+use keel_session::SessionStore;
+use keel_tools::sandbox::SandboxConfig;
+use keel_tools::{ToolRegistry, Workspace};
+
+use crate::policy::PermissionPolicy;
+use crate::retry::RetryPolicy;
+
+/// Everything an [`crate::AgentKernel`] shares with each of its runs.
+pub(crate) struct KernelParts {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) model: String,
+    pub(crate) system_prompt: String,
+    pub(crate) tools: ToolRegistry,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) workspace: Arc<Workspace>,
+    pub(crate) policy: Arc<dyn PermissionPolicy>,
+    pub(crate) sandbox: Arc<SandboxConfig>,
+    pub(crate) retry: RetryPolicy,
+    pub(crate) max_output_tokens: Option<u32>,
+}
+
+/// What the host asks for when it starts a run.
+///
+/// Built with [`RunSpec::new`] and its builder methods, so that fields added
+/// later (budgets, instructions) do not break hosts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RunSpec {
+    /// The user's prompt.
+    pub prompt: String,
+    /// Continue this session on its active leaf; a new session when `None`.
+    pub session_id: Option<String>,
+    /// The permission mode, fixed for the run.
+    pub mode: PermissionMode,
+    /// Fail the run after this many turns (no limit when `None`).
+    pub max_turns: Option<u32>,
+}
+
+impl RunSpec {
+    /// A run of `prompt` in a new session, in the default mode, without a turn limit.
+    pub fn new(prompt: impl Into<String>) -> Self {
+        Self {
+            prompt: prompt.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Continues `session_id` on its active leaf instead of starting a new session.
+    pub fn session(mut self, session_id: impl Into<String>) -> Self {
+        self.session_id = Some(session_id.into());
+        self
+    }
+
+    /// Continues this session when `Some`, starts a new one when `None`.
+    pub fn session_opt(mut self, session_id: Option<String>) -> Self {
+        self.session_id = session_id;
+        self
+    }
+
+    /// The permission mode, fixed for the run.
+    pub fn mode(mut self, mode: PermissionMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// Fails the run after `limit` turns (`None`: no limit).
+    pub fn max_turns(mut self, limit: impl Into<Option<u32>>) -> Self {
+        self.max_turns = limit.into();
+        self
+    }
+}

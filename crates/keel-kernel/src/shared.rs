@@ -1,0 +1,246 @@
+//! The state one run shares between its host handle, its turn loop and its
+//! supervisor, and the outcome the loop hands to the supervisor.
+//!
+//! This module sits below both the turn loop and the handle (`run.rs`), so
+//! that neither needs the other's types: the loop drains queues and registers
+//! permission requests here, the handle enqueues and resolves here, and the
+//! supervisor calls [`RunShared::finish`] exactly once.
+//!
+//! Lock discipline: `control` (the steering and follow-up queues and whether
+//! the run still accepts messages) and `permissions` (pending requests by id)
+//! are plain mutexes, each held only for a queue or map operation and never
+//! across an `.await` or across code that can panic; `message_queued` is
+//! emitted under `control` so that it always precedes the matching
+//! `message_injected`. `host_listening` is an atomic flag that only ever goes
+//! from true to false. `result` is written once, by `finish`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, MutexGuard};
+
+use keel_protocol::{
+    AssistantMessage, PermissionResolution, PermissionScope, QueueKind, RunError, RunEvent,
+    RunEventKind, RunResult, RunState,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::emitter::Emitter;
+
+/// Why a control call was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    /// The event stream has already been taken; a run has one consumer.
+    #[error("the run's event stream already has a consumer")]
+    EventStreamTaken,
+    /// The run has ended or is ending; nothing more can be queued.
+    #[error("the run is no longer active")]
+    NotActive,
+    /// The message is empty or whitespace.
+    #[error("the message is empty")]
+    EmptyMessage,
+    /// No pending permission request has this id.
+    #[error("no pending permission request `{0}` (stale, already resolved, or never issued)")]
+    UnknownPermissionRequest(String),
+    /// The answer's scope is not kept by this kernel (session rules are not
+    /// implemented yet); answer `once` instead.
+    #[error("permission answers with scope `{0:?}` are not supported yet; answer once")]
+    UnsupportedScope(PermissionScope),
+    /// The workspace's changes cannot be computed.
+    #[error("workspace changes are unavailable: {0}")]
+    ChangesUnavailable(String),
+}
+
+/// How the turn loop ended; the supervisor turns it into the terminal event.
+pub(crate) enum Outcome {
+    Settled(AssistantMessage),
+    Cancelled {
+        reason: String,
+        last: Option<AssistantMessage>,
+    },
+    Failed {
+        error: RunError,
+        last: Option<AssistantMessage>,
+    },
+}
+
+/// State shared by the handle, the turn loop and the supervisor.
+pub(crate) struct RunShared {
+    pub(crate) run_id: String,
+    pub(crate) session_id: String,
+    pub(crate) emitter: Emitter,
+    pub(crate) cancel: CancellationToken,
+    control: Mutex<Control>,
+    permissions: Mutex<HashMap<String, oneshot::Sender<PermissionResolution>>>,
+    /// False once the host dropped the event stream: nobody can answer a
+    /// permission request any more, so every request is denied.
+    host_listening: AtomicBool,
+    result: watch::Sender<Option<RunResult>>,
+}
+
+struct Control {
+    steering: VecDeque<String>,
+    follow_ups: VecDeque<String>,
+    accepting: bool,
+}
+
+impl RunShared {
+    /// Fresh state for a run whose events go to `events` and whose result
+    /// is published on `result`.
+    pub(crate) fn new(
+        run_id: String,
+        session_id: String,
+        events: mpsc::UnboundedSender<RunEvent>,
+        result: watch::Sender<Option<RunResult>>,
+    ) -> Self {
+        Self {
+            emitter: Emitter::new(run_id.clone(), session_id.clone(), events),
+            run_id,
+            session_id,
+            cancel: CancellationToken::new(),
+            control: Mutex::new(Control {
+                steering: VecDeque::new(),
+                follow_ups: VecDeque::new(),
+                accepting: true,
+            }),
+            permissions: Mutex::new(HashMap::new()),
+            host_listening: AtomicBool::new(true),
+            result,
+        }
+    }
+
+    pub(crate) fn enqueue(&self, queue: QueueKind, text: String) -> Result<(), ControlError> {
+        if text.trim().is_empty() {
+            return Err(ControlError::EmptyMessage);
+        }
+        let mut control = self.control();
+        if !control.accepting || self.cancel.is_cancelled() {
+            return Err(ControlError::NotActive);
+        }
+        match queue {
+            QueueKind::Steer => control.steering.push_back(text.clone()),
+            QueueKind::FollowUp => control.follow_ups.push_back(text.clone()),
+        }
+        // Emitted under the control lock so `message_queued` precedes `message_injected`.
+        self.emitter
+            .emit(RunEventKind::MessageQueued { queue, text });
+        Ok(())
+    }
+
+    /// Takes every queued steering message.
+    pub(crate) fn take_steering(&self) -> Vec<String> {
+        self.control().steering.drain(..).collect()
+    }
+
+    /// Takes the next message to inject when the run would settle: steering
+    /// that arrived after the last drain point first, then one follow-up.
+    /// With neither, the run stops accepting messages (it is about to settle).
+    pub(crate) fn take_pending_or_close(&self) -> Option<(QueueKind, String)> {
+        let mut control = self.control();
+        if let Some(text) = control.steering.pop_front() {
+            return Some((QueueKind::Steer, text));
+        }
+        if let Some(text) = control.follow_ups.pop_front() {
+            return Some((QueueKind::FollowUp, text));
+        }
+        control.accepting = false;
+        None
+    }
+
+    /// Registers a pending permission request.
+    pub(crate) fn register_permission(
+        &self,
+        request_id: String,
+    ) -> oneshot::Receiver<PermissionResolution> {
+        let (sender, receiver) = oneshot::channel();
+        self.permissions().insert(request_id, sender);
+        receiver
+    }
+
+    /// Whether the host still consumes events (and so can answer requests).
+    pub(crate) fn host_listening(&self) -> bool {
+        self.host_listening.load(Ordering::SeqCst)
+    }
+
+    /// The host dropped the event stream: deny what is pending, and all later requests.
+    pub(crate) fn host_left(&self) {
+        self.host_listening.store(false, Ordering::SeqCst);
+        self.permissions().clear();
+    }
+
+    /// Forgets a pending request (answered, cancelled or abandoned).
+    pub(crate) fn forget_permission(&self, request_id: &str) {
+        self.permissions().remove(request_id);
+    }
+
+    pub(crate) fn finish(&self, outcome: Outcome) {
+        let dropped = {
+            let mut control = self.control();
+            control.accepting = false;
+            let mut dropped: Vec<_> = control
+                .steering
+                .drain(..)
+                .map(|text| (QueueKind::Steer, text))
+                .collect();
+            dropped.extend(
+                control
+                    .follow_ups
+                    .drain(..)
+                    .map(|text| (QueueKind::FollowUp, text)),
+            );
+            dropped
+        };
+        for (queue, text) in dropped {
+            self.emitter.emit(RunEventKind::MessageDropped {
+                queue,
+                text,
+                reason: "the run ended before the message was injected".into(),
+            });
+        }
+        self.permissions().clear();
+        let (state, message, error, event) = match outcome {
+            Outcome::Settled(message) => (
+                RunState::Settled,
+                Some(message.clone()),
+                None,
+                RunEventKind::RunSettled { message },
+            ),
+            Outcome::Cancelled { reason, last } => (
+                RunState::Cancelled,
+                last,
+                None,
+                RunEventKind::RunCancelled { reason },
+            ),
+            Outcome::Failed { error, last } => (
+                RunState::Failed,
+                last,
+                Some(error.clone()),
+                RunEventKind::RunFailed { error },
+            ),
+        };
+        self.emitter.emit(event);
+        let result = RunResult {
+            run_id: self.run_id.clone(),
+            session_id: self.session_id.clone(),
+            state,
+            message,
+            error,
+        };
+        self.result.send_replace(Some(result));
+    }
+
+    fn control(&self) -> MutexGuard<'_, Control> {
+        // The lock is never held across code that can panic; recover the data.
+        self.control
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn permissions(
+        &self,
+    ) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionResolution>>> {
+        self.permissions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}

@@ -1,0 +1,120 @@
+//! What a host sends to a run: steering, follow-ups, cancellation and
+//! answers to permission requests.
+//!
+//! These are the control calls of `AgentRun` as data, so that every host
+//! surface (the CLI's stdin, a JSON-RPC server, an editor adapter) speaks the
+//! same messages and their schema is checked in (`schema/host_control.json`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::PermissionResolution;
+
+/// How long a host's permission answer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PermissionScope {
+    /// This request only.
+    #[default]
+    Once,
+    /// This request and every later one like it in the session (a session
+    /// rule). Hosts and kernels that do not keep session rules refuse it.
+    Always,
+}
+
+/// A host's answer to one `permission_requested` event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionAnswer {
+    /// Whether the call may run.
+    pub resolution: PermissionResolution,
+    /// How long the answer holds.
+    #[serde(default)]
+    pub scope: PermissionScope,
+}
+
+impl PermissionAnswer {
+    /// An answer for this request only.
+    pub fn once(resolution: PermissionResolution) -> Self {
+        Self {
+            resolution,
+            scope: PermissionScope::Once,
+        }
+    }
+}
+
+impl From<PermissionResolution> for PermissionAnswer {
+    fn from(resolution: PermissionResolution) -> Self {
+        Self::once(resolution)
+    }
+}
+
+/// The decision word in a host's answer, as a person or a script types it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HostDecision {
+    /// Let the call run.
+    #[serde(alias = "approved", alias = "yes", alias = "y", alias = "a")]
+    Approve,
+    /// Refuse the call.
+    #[serde(alias = "denied", alias = "no", alias = "n")]
+    Deny,
+}
+
+impl From<HostDecision> for PermissionResolution {
+    fn from(decision: HostDecision) -> Self {
+        match decision {
+            HostDecision::Approve => Self::Approved,
+            HostDecision::Deny => Self::Denied,
+        }
+    }
+}
+
+/// One control message from a host to a run, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HostControl {
+    /// Queue a steering message, injected after the current tool batch.
+    Steer {
+        /// The message.
+        text: String,
+    },
+    /// Queue a follow-up message, injected when the run would settle.
+    FollowUp {
+        /// The message.
+        text: String,
+    },
+    /// Cancel the run.
+    Cancel,
+    /// Answer a `permission_requested` event.
+    PermissionAnswer {
+        /// The request's id, from the event.
+        request_id: String,
+        /// Approve or deny.
+        decision: HostDecision,
+        /// How long the answer holds (default: once).
+        #[serde(default)]
+        scope: PermissionScope,
+    },
+}
+
+impl HostControl {
+    /// The permission answer this message carries, if it is one.
+    pub fn permission_answer(&self) -> Option<(&str, PermissionAnswer)> {
+        match self {
+            Self::PermissionAnswer {
+                request_id,
+                decision,
+                scope,
+            } => Some((
+                request_id,
+                PermissionAnswer {
+                    resolution: (*decision).into(),
+                    scope: *scope,
+                },
+            )),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Keel's crates point down only (SPEC §2): a crate may depend on a crate
+//! of strictly lower rank, never on one beside or above it, and that holds
+//! for dev-dependencies too (a test that needs a higher crate belongs in
+//! that crate).
+//!
+//! The check reads the workspace's manifests through `cargo metadata`, so
+//! it fails as soon as a `Cargo.toml` gains an edge that points up, and
+//! when a new `keel-*` crate appears that the rank table does not place.
+//! It lives in keel-protocol because the lowest crate is the one every
+//! workspace test run builds.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::Value;
+
+/// Each keel crate's rank, lowest first: SPEC §2's picture as numbers.
+const RANKS: &[(&str, u32)] = &[
+    // The vocabulary: no keel dependency at all.
+    ("keel-protocol", 0),
+    // Engines and stores that speak only the vocabulary.
+    ("keel-provider", 1),
+    ("keel-session", 1),
+    ("keel-sandbox", 1),
+    ("keel-shell", 1),
+    // The Tool API and built-in tools, a facade over sandbox and shell.
+    ("keel-tools", 2),
+    // The agent loop, over providers, sessions and tools.
+    ("keel-kernel", 3),
+    // Assembling a kernel from configuration, for every host.
+    ("keel-host", 4),
+    // The `keel` binary.
+    ("keel-cli", 5),
+];
+
+fn rank(name: &str) -> Option<u32> {
+    RANKS
+        .iter()
+        .find(|(crate_name, _)| *crate_name == name)
+        .map(|(_, rank)| *rank)
+}
+
+fn unknown(name: &str) -> String {
+    format!(
+        "`{name}` is not in the rank table: add it to RANKS in {} at the rank SPEC §2 gives it",
+        file!()
+    )
+}
+
+/// The workspace's packages, as `cargo metadata` reports them.
+fn workspace_packages() -> Vec<Value> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .arg("--manifest-path")
+        .arg(root.join("Cargo.toml"))
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
+    metadata["packages"].as_array().unwrap().clone()
+}
+
+/// Every way the workspace breaks the layering, one sentence each.
+fn violations(packages: &[Value]) -> Vec<String> {
+    let mut found = Vec::new();
+    for package in packages {
+        let name = package["name"].as_str().unwrap();
+        if !name.starts_with("keel-") {
+            continue;
+        }
+        let Some(own) = rank(name) else {
+            found.push(unknown(name));
+            continue;
+        };
+        for dependency in package["dependencies"].as_array().unwrap() {
+            let target = dependency["name"].as_str().unwrap();
+            if !target.starts_with("keel-") {
+                continue;
+            }
+            let kind = dependency["kind"].as_str().unwrap_or("normal");
+            match rank(target) {
+                None => found.push(format!("{name} -> {target} ({kind}): {}", unknown(target))),
+                Some(theirs) if theirs >= own => found.push(format!(
+                    "{name} (rank {own}) -> {target} (rank {theirs}), a {kind} dependency: \
+                     a crate may depend only on crates of strictly lower rank"
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn crate_dependencies_point_down_only() {
+    let packages = workspace_packages();
+    let names: Vec<&str> = packages
+        .iter()
+        .filter_map(|package| package["name"].as_str())
+        .collect();
+    // The check must see the workspace, not an empty or partial listing.
+    for expected in ["keel-protocol", "keel-tools", "keel-kernel", "keel-cli"] {
+        assert!(
+            names.contains(&expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+    let found = violations(&packages);
+    assert!(
+        found.is_empty(),
+        "dependency edges that break SPEC §2's layering:\n  {}",
+        found.join("\n  ")
+    );
+}
+
+#[test]
+fn the_check_catches_an_upward_edge_and_an_unknown_crate() {
+    let package = |name: &str, dependencies: &[(&str, Option<&str>)]| {
+        let dependencies: Vec<Value> = dependencies
+            .iter()
+            .map(|(target, kind)| serde_json::json!({"name": target, "kind": kind}))
+            .collect();
+        serde_json::json!({"name": name, "dependencies": dependencies})
+    };
+    let packages = [
+        package("keel-tools", &[("keel-shell", None), ("serde", None)]),
+        package("keel-shell", &[("keel-sandbox", Some("dev"))]),
+        package("keel-protocol", &[("keel-kernel", Some("build"))]),
+        package("keel-mystery", &[]),
+    ];
+    let found = violations(&packages);
+    assert_eq!(found.len(), 3, "{found:#?}");
+    assert!(found[0].starts_with("keel-shell (rank 1) -> keel-sandbox (rank 1), a dev dependency"));
+    assert!(found[1].starts_with("keel-protocol (rank 0) -> keel-kernel (rank 3), a build"));
+    assert!(found[2].contains("`keel-mystery` is not in the rank table"));
+}
