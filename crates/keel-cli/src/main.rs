@@ -10,6 +10,7 @@ mod demo;
 mod demo_permissions;
 mod demo_session;
 mod doctor;
+mod escape;
 mod host;
 mod models_cmd;
 mod output;

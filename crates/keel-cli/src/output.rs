@@ -2,7 +2,9 @@
 //!
 //! The JSON form is the wire format: one event object per line, then one
 //! `{"result": …}` line. The human view is chosen only when stdout is a
-//! terminal and never parsed by anything.
+//! terminal and never parsed by anything; every piece of model or tool text
+//! in it passes through [`visible`], so no control character reaches the
+//! terminal raw (see `escape`).
 
 use std::io::{IsTerminal, Write};
 
@@ -10,6 +12,8 @@ use keel_protocol::{
     ContentBlock, Message, ProviderEvent, RunEvent, RunEventKind, RunResult, ToolStatus,
 };
 use serde_json::json;
+
+use crate::escape::visible;
 
 /// Where and how events are printed.
 pub enum Output {
@@ -74,10 +78,11 @@ impl Output {
     }
 }
 
-/// Prints one line on stdout; a closed stdout (e.g. `| head`) is not an error.
+/// Prints one line on stdout, control characters escaped; a closed stdout
+/// (e.g. `| head`) is not an error.
 pub fn say(line: impl std::fmt::Display) {
     let mut stdout = std::io::stdout().lock();
-    let _ = writeln!(stdout, "{line}");
+    let _ = writeln!(stdout, "{}", visible(&line.to_string()));
     let _ = stdout.flush();
 }
 
@@ -100,13 +105,20 @@ fn print_json(value: &serde_json::Value) {
 
 fn print_human(event: &RunEvent) {
     let mut out = std::io::stdout().lock();
-    let _ = match &event.kind {
+    let _ = write_human(&mut out, event);
+    let _ = out.flush();
+}
+
+/// Writes the human view of one event; text from the model or a tool is
+/// escaped, Keel's own styling is not.
+fn write_human(out: &mut impl Write, event: &RunEvent) -> std::io::Result<()> {
+    match &event.kind {
         RunEventKind::MessageUpdate {
             delta: ProviderEvent::TextDelta { delta, .. },
-        } => write!(out, "{delta}"),
+        } => write!(out, "{}", visible(delta)),
         RunEventKind::MessageUpdate {
             delta: ProviderEvent::ThinkingDelta { delta, .. },
-        } => write!(out, "\x1b[2m{delta}\x1b[0m"),
+        } => write!(out, "\x1b[2m{}\x1b[0m", visible(delta)),
         RunEventKind::MessageEnd {
             message: Message::Assistant(message),
         } => {
@@ -121,7 +133,8 @@ fn print_human(event: &RunEvent) {
             arguments,
             ..
         } => {
-            writeln!(out, "→ {tool_name} {}", short(&arguments.to_string(), 120))
+            let shown = short(&arguments.to_string(), 120);
+            writeln!(out, "→ {} {}", visible(tool_name), visible(&shown))
         }
         RunEventKind::ToolExecutionEnd { result } => {
             let mark = match result.status {
@@ -129,17 +142,23 @@ fn print_human(event: &RunEvent) {
                 ToolStatus::Error => "✗",
                 ToolStatus::Cancelled => "⊘",
             };
+            let shown = short(&result.text(), 200);
             writeln!(
                 out,
                 "{mark} {} {}",
-                result.tool_name,
-                short(&result.text(), 200)
+                visible(&result.tool_name),
+                visible(&shown)
             )
         }
         RunEventKind::PermissionRequested {
             tool_name, reason, ..
         } => {
-            writeln!(out, "? permission for {tool_name}: {reason}")
+            writeln!(
+                out,
+                "? permission for {}: {}",
+                visible(tool_name),
+                visible(reason)
+            )
         }
         RunEventKind::PermissionResolved {
             resolution, source, ..
@@ -154,16 +173,19 @@ fn print_human(event: &RunEvent) {
         } => writeln!(
             out,
             "↻ retry {attempt}/{max_attempts} in {delay_ms} ms: {}",
-            error.message
+            visible(&error.message)
         ),
         RunEventKind::MessageQueued { queue, text } => {
-            writeln!(out, "+ queued ({queue:?}): {text}")
+            writeln!(out, "+ queued ({queue:?}): {}", visible(text))
         }
-        RunEventKind::MessageDropped { text, .. } => writeln!(out, "- dropped: {text}"),
-        RunEventKind::Warning { message, .. } => writeln!(out, "! warning: {message}"),
+        RunEventKind::MessageDropped { text, .. } => {
+            writeln!(out, "- dropped: {}", visible(text))
+        }
+        RunEventKind::Warning { message, .. } => {
+            writeln!(out, "! warning: {}", visible(message))
+        }
         _ => Ok(()),
-    };
-    let _ = out.flush();
+    }
 }
 
 fn short(text: &str, max: usize) -> String {

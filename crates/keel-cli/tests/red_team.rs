@@ -75,6 +75,7 @@ impl World {
         let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
         command
             .args(["run", "--provider", "scripted", "--mode", mode])
+            .args(["--tools", "read,write,edit,bash,grep"])
             .arg("--script")
             .arg(&script_path)
             .arg("--workspace")
@@ -201,6 +202,12 @@ const ATTACKS: &[Attack] = &[
         "read through a hard link",
         "read",
         r#"{"path": "hard.txt"}"#,
+        NoLeak(OTHER_SECRET),
+    ),
+    attack(
+        "grep over a hard link to outside",
+        "grep",
+        r#"{"pattern": "PROJECT-SECRET"}"#,
         NoLeak(OTHER_SECRET),
     ),
     attack(
@@ -391,6 +398,13 @@ const ALLOWED: &[(&str, &str, &str, &str, &str)] = &[
         "read",
         r#"{"path": "inside.txt"}"#,
         "inside",
+    ),
+    (
+        "plan",
+        "grep inside",
+        "grep",
+        r#"{"pattern": "insi"}"#,
+        "inside.txt:1: inside",
     ),
     (
         "plan",

@@ -115,9 +115,9 @@ impl ToolRunner<'_> {
             Ok(prepared) => prepared,
             Err(error) => return (Verdict::Refused(error), None),
         };
-        let intent = prepared
+        let (intent, findings) = prepared
             .tool
-            .intent(&prepared.arguments, &self.parts.workspace);
+            .classify(&prepared.arguments, &self.parts.workspace);
         let policy = self.parts.policy.evaluate(self.mode, &call.name, &intent);
         let record = |resolution, reason: String| {
             Some(self.decision(
@@ -144,7 +144,7 @@ impl ToolRunner<'_> {
                 Verdict::Ask {
                     prepared,
                     intent,
-                    reason,
+                    reason: with_findings(reason, &findings),
                 },
                 None,
             ),
@@ -358,6 +358,15 @@ fn allowed_reason(mode: PermissionMode, intent: &OperationIntent, level: Sandbox
         }
         _ => format!("allowed in {mode} mode"),
     }
+}
+
+/// The policy's reason to ask, followed by the tool's own findings (the
+/// shell analysis's reasons), so the host sees why.
+fn with_findings(reason: String, findings: &[String]) -> String {
+    if findings.is_empty() {
+        return reason;
+    }
+    format!("{reason} ({})", findings.join("; "))
 }
 
 fn denied(message: String) -> ToolError {

@@ -223,10 +223,12 @@ impl Walker<'_> {
         }
     }
 
-    /// Records a network address.
+    /// Records a network address, redacted before it is shortened (so a
+    /// cut cannot leave half of its userinfo behind).
     pub(super) fn network_address(&mut self, url: &str) {
+        let url = super::redact::redact_url(url);
         self.out
-            .network(format!("`{}` is a network address", abbreviate(url)));
+            .network(format!("`{}` is a network address", abbreviate(&url)));
         self.out.target(url);
     }
 

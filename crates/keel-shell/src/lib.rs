@@ -50,6 +50,7 @@ mod lex;
 mod packages;
 mod parse;
 pub mod paths;
+mod redact;
 mod report;
 mod resolve;
 mod tools;
@@ -64,6 +65,7 @@ use std::path::Path;
 
 use keel_protocol::{IntentKind, IntentScope};
 
+pub use self::redact::redact_url;
 use self::resolve::Roots;
 use self::walk::Walker;
 
@@ -87,6 +89,8 @@ pub struct ShellAnalysis {
     pub targets: Vec<String>,
     /// Why the command is not plain shell inside the workspace, one short
     /// human sentence each. Empty when kind=Shell and scope=Workspace.
+    /// Targets and reasons hold no URL userinfo, query or fragment
+    /// ([`redact_url`]): they are shown to hosts and stored in sessions.
     pub reasons: Vec<String>,
 }
 

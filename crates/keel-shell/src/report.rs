@@ -2,11 +2,13 @@
 //!
 //! Findings only ever make the result less safe: kind goes Shell → Network →
 //! Unknown and scope goes Workspace → Unknown → Outside, whatever order they
-//! arrive in. Targets and reasons are deduplicated and bounded.
+//! arrive in. Targets and reasons are deduplicated and bounded, and every
+//! URL in them is redacted (`redact`).
 
 use keel_protocol::{IntentKind, IntentScope};
 
 use super::ShellAnalysis;
+use super::redact::redact_urls_in;
 
 /// Most targets reported.
 const MAX_TARGETS: usize = 32;
@@ -51,12 +53,16 @@ impl Findings {
 
     /// A path or network target the command names.
     pub(super) fn target(&mut self, target: impl Into<String>) {
-        push_bounded(&mut self.targets, target.into(), MAX_TARGETS);
+        push_bounded(
+            &mut self.targets,
+            redact_urls_in(&target.into()),
+            MAX_TARGETS,
+        );
     }
 
     /// Records a reason.
     fn reason(&mut self, reason: String) {
-        push_bounded(&mut self.reasons, reason, MAX_REASONS);
+        push_bounded(&mut self.reasons, redact_urls_in(&reason), MAX_REASONS);
     }
 
     /// The merged result.

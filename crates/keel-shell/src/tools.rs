@@ -310,7 +310,8 @@ impl Walker<'_> {
         for (index, arg) in args.iter().enumerate() {
             let remote = arg.literal().and_then(remote_host);
             if Some(index) == host || (remote.is_some() && matches!(name, "scp" | "sftp")) {
-                self.out.target(remote.unwrap_or(&arg.text));
+                self.out
+                    .target(super::redact::host_only(remote.unwrap_or(&arg.text)));
             } else if !(remote_command && host.is_some_and(|host| index > host)) {
                 self.check_arg(arg, frame, false);
             }
@@ -406,7 +407,7 @@ impl Walker<'_> {
             match remote {
                 Some(host) => {
                     network = true;
-                    self.out.target(host);
+                    self.out.target(super::redact::host_only(host));
                 }
                 None if arg.known().is_none() && !arg.text.starts_with('-') => {
                     self.out.unknown_kind(

@@ -21,6 +21,7 @@
 //! crate holds no `unsafe` code: whatever a child process needs between fork
 //! and exec is done by [`sandbox::Confinement::apply`].
 
+mod beneath;
 pub mod builtin;
 pub mod changes;
 pub mod outputs;

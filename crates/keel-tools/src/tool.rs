@@ -39,6 +39,15 @@ pub trait Tool: Send + Sync {
         OperationIntent::new(IntentKind::Custom, IntentScope::Unknown)
     }
 
+    /// The call's intent and why it is what it is, one short sentence each
+    /// (the shell analysis's findings, for `bash`). The kernel adds the
+    /// reasons to a permission request, so the host sees why it is asked;
+    /// they are stored with the decision, so they must hold no secrets.
+    /// The default is [`Tool::intent`] with no reasons.
+    fn classify(&self, arguments: &Value, workspace: &Workspace) -> (OperationIntent, Vec<String>) {
+        (self.intent(arguments, workspace), Vec::new())
+    }
+
     /// Runs the call. Arguments have been validated against [`Tool::parameters`].
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_>;
 }
@@ -166,6 +175,9 @@ impl From<WorkspaceError> for ToolError {
         let code = match &error {
             WorkspaceError::NotFound { .. } => ToolErrorCode::NotFound,
             WorkspaceError::Io { .. } => ToolErrorCode::Io,
+            WorkspaceError::NotRegularFile { .. } | WorkspaceError::IsADirectory { .. } => {
+                ToolErrorCode::ToolError
+            }
             _ => ToolErrorCode::PathOutsideWorkspace,
         };
         Self::new(code, error.to_string())

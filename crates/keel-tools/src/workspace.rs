@@ -13,26 +13,44 @@
 //!   the final file exists yet or not. Dangling symlinks are refused too,
 //!   because writing through one could create a file anywhere.
 //!
-//! The check is made once, at resolution time; the workspace does not defend
-//! against a concurrent process swapping a directory for a symlink afterwards.
+//! The check is made at resolution time, on names. What the tools then open
+//! is opened by [`Workspace::open_read`] and friends (the `open` module)
+//! beneath a handle of the root taken when the workspace was made, with no
+//! symlink followed: a concurrent process swapping a directory for a symlink
+//! after the check makes the open fail instead of sending it outside.
 //!
 //! The lexical normalization and the hard-link check come from
 //! [`keel_shell::paths`]: the shell analysis uses the same two, so a path in
 //! a command and a path in a file tool are placed against the root alike.
 
+mod open;
+
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use keel_protocol::IntentScope;
 use keel_shell::paths::{hard_links, normalize};
 
 /// A directory that roots every path a tool may touch.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Workspace {
     root: PathBuf,
+    /// The root, opened when the workspace was made; files are opened
+    /// beneath it.
+    handle: Arc<OwnedFd>,
     /// Whether paths outside the root resolve too (a decision allowed it).
     outside_allowed: bool,
 }
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.root == other.root && self.outside_allowed == other.outside_allowed
+    }
+}
+
+impl Eq for Workspace {}
 
 /// Why a path could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -71,6 +89,20 @@ pub enum WorkspaceError {
         /// Its number of hard links.
         links: u64,
     },
+    /// A directory where a file was expected.
+    #[error("`{path}` is a directory")]
+    IsADirectory {
+        /// The path as given.
+        path: String,
+    },
+    /// Not a regular file (a FIFO, a socket, a device): file tools refuse it.
+    #[error("`{path}` is {kind}, not a regular file; the file tools open only regular files")]
+    NotRegularFile {
+        /// The path as given.
+        path: String,
+        /// What it is, e.g. "a named pipe (FIFO)".
+        kind: String,
+    },
     /// A path that cannot be used at all.
     #[error("Invalid path `{path}`: {reason}")]
     InvalidPath {
@@ -96,8 +128,10 @@ impl Workspace {
         if !root.is_dir() {
             return Err(WorkspaceError::NotADirectory { path: shown });
         }
+        let handle = crate::beneath::open_root(&root).map_err(|error| io_error(&shown, &error))?;
         Ok(Workspace {
             root,
+            handle: Arc::new(handle),
             outside_allowed: false,
         })
     }
@@ -108,6 +142,7 @@ impl Workspace {
     pub fn allowing_outside(&self) -> Workspace {
         Workspace {
             root: self.root.clone(),
+            handle: Arc::clone(&self.handle),
             outside_allowed: true,
         }
     }
@@ -166,6 +201,31 @@ impl Workspace {
             Ok(relative) => relative.display().to_string(),
             Err(_) => abs.display().to_string(),
         }
+    }
+
+    /// Whether `abs` (a resolved path) is Keel's or git's own metadata,
+    /// which a file tool may write only as if it lay outside the workspace:
+    /// anything inside a `.git` (a repository's hooks, config and index, in
+    /// any directory) and anything inside `.keel` at the root (project
+    /// configuration). Names are compared ignoring ASCII case, as git does
+    /// on case-insensitive filesystems.
+    pub fn is_protected(&self, abs: &Path) -> bool {
+        let Ok(relative) = abs.strip_prefix(&self.root) else {
+            return false;
+        };
+        let named = |component: std::path::Component<'_>, name: &str| {
+            component
+                .as_os_str()
+                .to_str()
+                .is_some_and(|text| text.eq_ignore_ascii_case(name))
+        };
+        relative
+            .components()
+            .next()
+            .is_some_and(|first| named(first, ".keel"))
+            || relative
+                .components()
+                .any(|component| named(component, ".git"))
     }
 
     /// Whether `path` resolves inside the workspace.
@@ -402,6 +462,29 @@ mod tests {
         assert_eq!(ws.display(&ws.root().join("a/b.txt")), "a/b.txt");
         assert_eq!(ws.display(ws.root()), ".");
         assert_eq!(ws.display(Path::new("/etc/passwd")), "/etc/passwd");
+    }
+
+    #[test]
+    fn git_and_keel_metadata_is_protected() {
+        let (_dir, ws) = setup();
+        for path in [
+            ".git",
+            ".git/config",
+            "sub/.git/hooks/pre-commit",
+            ".GIT/HEAD",
+            ".keel/config.toml",
+        ] {
+            assert!(ws.is_protected(&ws.root().join(path)), "{path}");
+        }
+        for path in [
+            "src/git.rs",
+            ".gitignore",
+            "sub/.keel/x",
+            ".github/workflows/ci.yml",
+            ".",
+        ] {
+            assert!(!ws.is_protected(&ws.root().join(path)), "{path}");
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use keel_tools::changes::{Baseline, WorkspaceChanges};
+use keel_tools::changes::{Baseline, ChangesError, SnapshotLimits, WorkspaceChanges};
 
 /// Runs git in `dir`, asserting success, and returns stdout.
 fn git(dir: &Path, args: &[&str]) -> String {
@@ -436,4 +436,105 @@ fn baseline_can_move_to_a_blocking_task() {
 fn missing_root_is_an_error() {
     let ws = tempfile::tempdir().unwrap();
     assert!(Baseline::capture(&ws.path().join("missing")).is_err());
+}
+
+/// A 2 GiB sparse file (made by `set_len`) is over the size cap: it is never
+/// read, only listed as changed, and the report stays quick — in a git
+/// workspace and in a plain one.
+#[test]
+fn a_huge_sparse_file_stays_within_the_caps() {
+    for git_workspace in [true, false] {
+        let ws = tempfile::tempdir().unwrap();
+        let root = ws.path();
+        if git_workspace {
+            init_repo(root);
+        }
+        write(root, "a.txt", b"a\n");
+        let unchanged = std::fs::File::create(root.join("old-sparse.bin")).unwrap();
+        unchanged.set_len(2 << 30).unwrap();
+        let baseline = Baseline::capture(root).unwrap();
+        assert_eq!(baseline.is_git(), git_workspace);
+
+        let started = std::time::Instant::now();
+        let sparse = std::fs::File::create(root.join("sparse.bin")).unwrap();
+        sparse.set_len(2 << 30).unwrap();
+        write(root, "a.txt", b"a\nb\n");
+        let changes = baseline.changes().unwrap();
+        let elapsed = started.elapsed();
+        assert!(elapsed < std::time::Duration::from_secs(5), "{elapsed:?}");
+        assert_eq!(changes.changed_paths, ["a.txt", "sparse.bin"]);
+        assert!(
+            changes
+                .patch
+                .contains("new file mode 100644\nBinary files /dev/null and b/sparse.bin differ\n"),
+            "{}",
+            changes.patch
+        );
+        assert!(changes.patch.contains("+b\n"), "{}", changes.patch);
+    }
+}
+
+/// A snapshot over its time budget fails with a clear error, not a stall.
+#[test]
+fn a_snapshot_over_its_budget_fails_clearly() {
+    for git_workspace in [true, false] {
+        let ws = tempfile::tempdir().unwrap();
+        if git_workspace {
+            init_repo(ws.path());
+        }
+        for i in 0..50 {
+            write(ws.path(), &format!("f{i}.txt"), b"x\n");
+        }
+        let limits = SnapshotLimits {
+            budget: std::time::Duration::from_nanos(1),
+            ..SnapshotLimits::default()
+        };
+        let error = Baseline::capture_with(ws.path(), limits).unwrap_err();
+        assert!(matches!(error, ChangesError::TimedOut { .. }), "{error}");
+        assert!(error.to_string().contains("budget"), "{error}");
+    }
+}
+
+/// A FIFO, and a file over the cap, never block or balloon a snapshot.
+#[test]
+fn fifos_are_skipped_and_small_caps_hold() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path();
+    init_repo(root);
+    let fifo = root.join("pipe");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    write(root, "big.txt", &[b'x'; 100]);
+    let limits = SnapshotLimits {
+        max_file: 10,
+        ..SnapshotLimits::default()
+    };
+    let baseline = Baseline::capture_with(root, limits).unwrap();
+    write(root, "big.txt", &[b'y'; 101]);
+    let changes = baseline.changes().unwrap();
+    assert_eq!(changes.changed_paths, ["big.txt"]);
+    assert!(!changes.patch.contains("yyy"), "{}", changes.patch);
+}
+
+/// A file the repository tracks is snapshotted even when it is ignored.
+#[test]
+fn tracked_but_ignored_files_are_still_compared() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path();
+    init_repo(root);
+    write(root, "kept.log", b"tracked\n");
+    git(root, &["add", "-A"]);
+    git(root, &["commit", "-q", "-m", "start"]);
+    write(root, ".gitignore", b"*.log\n");
+    write(root, "other.log", b"untracked and ignored\n");
+    let baseline = Baseline::capture(root).unwrap();
+    write(root, "kept.log", b"tracked, edited\n");
+    write(root, "other.log", b"edited\n");
+    let changes = baseline.changes().unwrap();
+    assert_eq!(changes.changed_paths, ["kept.log"]);
 }

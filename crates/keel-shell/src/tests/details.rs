@@ -54,12 +54,33 @@ fn network_targets_are_listed() {
         ws.analyze("curl -s https://example.com/x").targets,
         vec!["https://example.com/x"]
     );
-    assert_eq!(
-        ws.analyze("ssh user@host uptime").targets,
-        vec!["user@host"]
-    );
+    assert_eq!(ws.analyze("ssh user@host uptime").targets, vec!["host"]);
     assert_eq!(ws.analyze("scp f.txt host:/tmp/").targets, vec!["host"]);
     assert_eq!(ws.analyze("ping -c 1 8.8.8.8").targets, vec!["8.8.8.8"]);
+}
+
+#[test]
+fn targets_and_reasons_hold_no_url_secrets() {
+    let ws = Ws::new();
+    let commands = [
+        "curl https://user:TOKEN1@example.com/api?access_token=TOKEN2#TOKEN3",
+        "git clone https://x-access-token:TOKEN1@github.com/o/r.git",
+        "wget --header=x 'https://example.com/f?key=TOKEN2'",
+        "curl --url=https://TOKEN1@example.com/",
+        "pip install git+https://u:TOKEN1@example.com/r.git",
+        "rsync -a rsync://u:TOKEN1@example.com/mod/ out/",
+        "scp f.txt TOKEN1@example.com:/tmp/",
+        "X=https://u:TOKEN1@example.com/ curl $X",
+    ];
+    for command in commands {
+        let analysis = ws.analyze(command);
+        let shown = format!("{:?} {:?}", analysis.targets, analysis.reasons);
+        assert!(!shown.contains("TOKEN"), "{command}: {shown}");
+        assert!(
+            shown.contains("example.com") || shown.contains("github.com"),
+            "{command}: {shown}"
+        );
+    }
 }
 
 #[test]

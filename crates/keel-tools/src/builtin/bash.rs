@@ -110,18 +110,24 @@ impl Tool for BashTool {
     }
 
     fn intent(&self, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+        self.classify(arguments, workspace).0
+    }
+
+    fn classify(&self, arguments: &Value, workspace: &Workspace) -> (OperationIntent, Vec<String>) {
         let Some(command) = arguments.get("command").and_then(Value::as_str) else {
-            return OperationIntent::new(IntentKind::Unknown, IntentScope::Unknown);
+            let intent = OperationIntent::new(IntentKind::Unknown, IntentScope::Unknown);
+            return (intent, vec!["the call has no command".to_owned()]);
         };
         // The private temp dir does not exist yet; any stand-in outside the
         // workspace lets the analysis tell `$TMPDIR` paths from others, and
         // the sandbox confines them to the real one.
         let analysis = shell::analyze(command, workspace.root(), Some(Path::new(TMPDIR_STAND_IN)));
-        OperationIntent {
+        let intent = OperationIntent {
             kind: analysis.kind,
             scope: analysis.scope,
             targets: analysis.targets,
-        }
+        };
+        (intent, analysis.reasons)
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {

@@ -7,7 +7,7 @@
 //! failed and why. Matching is done on LF-normalized text with any UTF-8 BOM
 //! removed; the file's CRLF line endings and BOM are restored on write.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
 use schemars::JsonSchema;
@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use similar::{DiffTag, TextDiff};
 
-use super::{arguments_schema, io_error, parse_arguments, path_intent, read_text_file};
+use super::{arguments_schema, parse_arguments, path_intent, read_text_file, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -83,7 +83,7 @@ impl Tool for EditTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: EditArguments = parse_arguments(self.name(), arguments)?;
             let file = read_text_file(&context.workspace, &arguments.path, "edit cannot change it")
                 .await?;
@@ -107,11 +107,15 @@ impl Tool for EditTool {
             } else {
                 updated.clone()
             };
-            tokio::fs::write(&file.abs, format!("{bom}{on_disk}"))
+            let (workspace, abs) = (Arc::clone(&context.workspace), file.abs.clone());
+            let content = format!("{bom}{on_disk}");
+            tokio::task::spawn_blocking(move || workspace.write_file(&abs, content.as_bytes()))
                 .await
-                .map_err(|error| io_error(path, &error))?;
+                .map_err(|error| {
+                    ToolError::new(ToolErrorCode::Io, format!("writing {path} failed: {error}"))
+                })??;
             Ok(summary(path, &original, &updated, arguments.edits.len()))
-        })
+        }))
     }
 }
 

@@ -1,5 +1,7 @@
 //! The `find` tool: lists files and directories whose name or path matches
-//! a glob, gitignore-aware (see `walk`), sorted, within a limit.
+//! a glob, gitignore-aware (see `walk`), sorted, within a limit. Each match
+//! is checked to lie beneath the root through no symlink
+//! ([`Workspace::is_beneath`]) before it is listed.
 
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -9,7 +11,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{arguments_schema, budgeted, parse_arguments, path_intent_or_root, walk};
+use super::{
+    arguments_schema, budgeted, parse_arguments, path_intent_or_root, walk, within_deadline,
+};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -60,7 +64,7 @@ impl Tool for FindTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: FindArguments = parse_arguments(self.name(), arguments)?;
             let start = context
                 .workspace
@@ -85,15 +89,19 @@ impl Tool for FindTool {
                     )
                 })?
                 .compile_matcher();
-            let cancel = context.cancel.clone();
+            // Cancelled with the run, or when the deadline drops this call.
+            let cancel = context.cancel.child_token();
+            let _stop_on_drop = cancel.clone().drop_guard();
+            let workspace = Arc::clone(&context.workspace);
             let found = tokio::task::spawn_blocking(move || {
                 let found = Arc::new(Mutex::new(Vec::new()));
                 walk::parallel(&start).run(|| {
-                    let (found, glob, start, cancel) = (
+                    let (found, glob, start, cancel, workspace) = (
                         Arc::clone(&found),
                         glob.clone(),
                         start.clone(),
                         cancel.clone(),
+                        Arc::clone(&workspace),
                     );
                     Box::new(move |entry| {
                         if cancel.is_cancelled() {
@@ -111,7 +119,10 @@ impl Tool for FindTool {
                         } else {
                             entry.file_name().to_str().unwrap_or_default()
                         };
-                        if glob.is_match(candidate) {
+                        // The walk goes by name: a directory swapped for a
+                        // symlink meanwhile could list names from outside,
+                        // so a match is kept only if it is still beneath.
+                        if glob.is_match(candidate) && workspace.is_beneath(entry.path()) {
                             let is_dir = entry.file_type().is_some_and(|kind| kind.is_dir());
                             if let Ok(mut found) = found.lock() {
                                 found.push(if is_dir {
@@ -141,7 +152,7 @@ impl Tool for FindTool {
                 arguments.limit.unwrap_or(DEFAULT_LIMIT),
                 &arguments.pattern,
             ))
-        })
+        }))
     }
 }
 

@@ -19,7 +19,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::{arguments_schema, budgeted, parse_arguments, path_intent_or_root, walk};
+use super::{
+    arguments_schema, budgeted, parse_arguments, path_intent_or_root, walk, within_deadline,
+};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -87,10 +89,12 @@ impl Tool for GrepTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: GrepArguments = parse_arguments(self.name(), arguments)?;
             let search = Search::new(&arguments, &context.workspace)?;
-            let cancel = context.cancel.clone();
+            // Cancelled with the run, or when the deadline drops this call.
+            let cancel = context.cancel.child_token();
+            let _stop_on_drop = cancel.clone().drop_guard();
             let found = tokio::task::spawn_blocking(move || search.run(&cancel))
                 .await
                 .map_err(|error| {
@@ -100,12 +104,13 @@ impl Tool for GrepTool {
                 return Err(ToolError::cancelled());
             }
             Ok(found.into_output(&arguments))
-        })
+        }))
     }
 }
 
 /// A prepared search.
 struct Search {
+    workspace: Arc<Workspace>,
     root: PathBuf,
     start: PathBuf,
     matcher: RegexMatcher,
@@ -135,7 +140,7 @@ struct Found {
 }
 
 impl Search {
-    fn new(arguments: &GrepArguments, workspace: &Workspace) -> Result<Self, ToolError> {
+    fn new(arguments: &GrepArguments, workspace: &Arc<Workspace>) -> Result<Self, ToolError> {
         let start = workspace.resolve(arguments.path.as_deref().unwrap_or("."))?;
         if !start.exists() {
             return Err(ToolError::new(
@@ -162,6 +167,7 @@ impl Search {
             None => None,
         };
         Ok(Self {
+            workspace: Arc::clone(workspace),
             root: workspace.root().to_path_buf(),
             start,
             matcher,
@@ -209,8 +215,12 @@ impl Search {
                     matches: &matches,
                     limit: search.limit,
                 };
-                // Unreadable files are skipped, as ripgrep does.
-                let _ = searcher.search_path(&search.matcher, entry.path(), &mut sink);
+                // Unreadable files and anything but a regular file (a FIFO
+                // would block) are skipped, as ripgrep skips what it cannot read.
+                let Some(file) = search.open(entry.path()) else {
+                    return WalkState::Continue;
+                };
+                let _ = searcher.search_file(&search.matcher, &file, &mut sink);
                 if sink.lines.iter().any(|hit| matches!(hit, Hit::Match(..)))
                     && let Ok(mut files) = files.lock()
                 {
@@ -233,6 +243,26 @@ impl Search {
             matches: total.min(search.limit),
             limit_reached: total >= search.limit,
             limit: search.limit,
+        }
+    }
+}
+
+impl Search {
+    /// Opens a walked file beneath the root (no symlink followed, so a
+    /// directory swapped for one meanwhile fails the open), if it is a
+    /// regular file with one name: another hard link may lie outside the
+    /// workspace, so, as `read` refuses it, grep skips it (unless outside
+    /// access was allowed).
+    fn open(&self, path: &Path) -> Option<std::fs::File> {
+        let file = self.workspace.open_read(path).ok()?;
+        match crate::beneath::regular(&file) {
+            Ok(Ok(metadata))
+                if crate::beneath::extra_links(&metadata).is_none()
+                    || self.workspace.allows_outside() =>
+            {
+                Some(file)
+            }
+            _ => None,
         }
     }
 }

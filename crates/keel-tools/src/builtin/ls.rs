@@ -1,5 +1,8 @@
 //! The `ls` tool: one directory's entries, sorted, directories marked with
-//! `/`, dotfiles included, within a limit.
+//! `/`, dotfiles included, within a limit. The directory is read from a
+//! handle opened beneath the root ([`Workspace::list_dir`]).
+
+use std::sync::Arc;
 
 use std::sync::OnceLock;
 
@@ -8,7 +11,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{arguments_schema, budgeted, io_error, parse_arguments, path_intent_or_root};
+use super::{
+    arguments_schema, budgeted, io_error, parse_arguments, path_intent_or_root, within_deadline,
+};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -54,30 +59,27 @@ impl Tool for LsTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: LsArguments = parse_arguments(self.name(), arguments)?;
             let shown_path = arguments.path.as_deref().unwrap_or(".");
             let dir = context.workspace.resolve(shown_path)?;
-            let mut reader =
-                tokio::fs::read_dir(&dir)
-                    .await
-                    .map_err(|error| match error.raw_os_error() {
-                        Some(code) if code == nix::libc::ENOTDIR => ToolError::new(
-                            ToolErrorCode::ToolError,
-                            format!("`{shown_path}` is not a directory"),
-                        ),
-                        _ => io_error(shown_path, &error),
-                    })?;
-            let mut names = Vec::new();
-            while let Some(entry) = reader
-                .next_entry()
+            let workspace = Arc::clone(&context.workspace);
+            let listed = tokio::task::spawn_blocking(move || workspace.list_dir(&dir))
                 .await
-                .map_err(|error| io_error(shown_path, &error))?
-            {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let is_dir = entry.file_type().await.is_ok_and(|kind| kind.is_dir());
-                names.push(if is_dir { format!("{name}/") } else { name });
-            }
+                .map_err(|error| {
+                    ToolError::new(ToolErrorCode::Io, format!("listing failed: {error}"))
+                })?;
+            let entries = listed.map_err(|error| match error.raw_os_error() {
+                Some(code) if code == nix::libc::ENOTDIR => ToolError::new(
+                    ToolErrorCode::ToolError,
+                    format!("`{shown_path}` is not a directory"),
+                ),
+                _ => io_error(shown_path, &error),
+            })?;
+            let mut names: Vec<String> = entries
+                .into_iter()
+                .map(|(name, is_dir)| if is_dir { format!("{name}/") } else { name })
+                .collect();
             if names.is_empty() {
                 return Ok(
                     ToolOutput::text("(empty directory)").with_details(json!({"entries": 0}))
@@ -95,6 +97,6 @@ impl Tool for LsTool {
             }
             let (shown, truncated, full) = budgeted("ls", &(names.join("\n") + "\n"), &mut notes);
             Ok(ToolOutput::text(shown).with_details(json!({"entries": total, "limit_reached": total > limit, "truncated": truncated, "full_output": full})))
-        })
+        }))
     }
 }

@@ -23,6 +23,7 @@ mod write;
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, ToolErrorCode};
 use serde::de::DeserializeOwned;
@@ -117,11 +118,20 @@ fn parse_arguments<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<
 }
 
 /// The intent of a call whose `path` argument names its one target.
+///
+/// A write into git's or Keel's own metadata ([`Workspace::is_protected`]:
+/// `.git`, `.keel`) is classified as `outside` the workspace, the scope the
+/// policy already keeps from writes: it asks in `auto` and `ask`, is denied
+/// in `plan`, and runs in `full` or once the host approved it. A hook or a
+/// config written there would otherwise wait for the user's next `git`.
 fn path_intent(kind: IntentKind, arguments: &Value, workspace: &Workspace) -> OperationIntent {
     let Some(path) = arguments.get("path").and_then(Value::as_str) else {
         return OperationIntent::new(kind, IntentScope::Unknown);
     };
     let (scope, target) = match workspace.resolve(path) {
+        Ok(abs) if kind == IntentKind::Write && workspace.is_protected(&abs) => {
+            (IntentScope::Outside, workspace.display(&abs))
+        }
         Ok(abs) => (IntentScope::Workspace, workspace.display(&abs)),
         Err(_) => (IntentScope::Outside, path.to_owned()),
     };
@@ -161,7 +171,7 @@ struct TextFile {
 ///
 /// `refusal` completes the binary-file message, e.g. "read cannot show it".
 async fn read_text_file(
-    workspace: &Workspace,
+    workspace: &Arc<Workspace>,
     path: &str,
     refusal: &str,
 ) -> Result<TextFile, ToolError> {
@@ -172,34 +182,75 @@ async fn read_text_file(
 
 /// Reads a workspace file's bytes: `(absolute path, display path, bytes)`.
 async fn load_file(
-    workspace: &Workspace,
+    workspace: &Arc<Workspace>,
     path: &str,
 ) -> Result<(PathBuf, String, Vec<u8>), ToolError> {
     let abs = workspace.resolve(path)?;
     let display = workspace.display(&abs);
-    let metadata = tokio::fs::metadata(&abs)
+    let (workspace, target, shown) = (Arc::clone(workspace), abs.clone(), display.clone());
+    let bytes = tokio::task::spawn_blocking(move || read_regular(&workspace, &target, &shown))
         .await
-        .map_err(|error| io_error(&display, &error))?;
-    if metadata.is_dir() {
-        return Err(ToolError::new(
-            ToolErrorCode::ToolError,
-            format!("`{display}` is a directory; use ls to list it"),
-        ));
+        .map_err(|error| ToolError::new(ToolErrorCode::Io, format!("reading failed: {error}")))??;
+    Ok((abs, display, bytes))
+}
+
+/// Opens a resolved path (see [`Workspace::open_read`]), refuses anything
+/// but a regular file, and reads at most [`MAX_FILE_BYTES`], whatever the
+/// file's metadata said (it may grow while it is read).
+fn read_regular(
+    workspace: &Workspace,
+    abs: &std::path::Path,
+    display: &str,
+) -> Result<Vec<u8>, ToolError> {
+    let mut file = workspace.open_read(abs)?;
+    match crate::beneath::regular(&file) {
+        Ok(Ok(_)) => {}
+        Ok(Err(crate::beneath::FileKind::Directory)) => {
+            return Err(ToolError::new(
+                ToolErrorCode::ToolError,
+                format!("`{display}` is a directory; use ls to list it"),
+            ));
+        }
+        Ok(Err(kind)) => {
+            let kind = kind.describe().to_owned();
+            let path = display.to_owned();
+            return Err(WorkspaceError::NotRegularFile { path, kind }.into());
+        }
+        Err(error) => return Err(io_error(display, &error)),
     }
-    if metadata.len() > MAX_FILE_BYTES {
-        return Err(ToolError::new(
+    match crate::beneath::read_bounded(&mut file, MAX_FILE_BYTES) {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(len)) => Err(ToolError::new(
             ToolErrorCode::ToolError,
             format!(
-                "`{display}` is {} bytes, over the {MAX_FILE_BYTES} byte limit for reading whole files; \
-                 use bash (e.g. head, sed -n, grep) to look at parts of it",
-                metadata.len()
+                "`{display}` is {len} bytes, over the {MAX_FILE_BYTES} byte limit for reading whole files; \
+                 use bash (e.g. head, sed -n, grep) to look at parts of it"
             ),
-        ));
+        )),
+        Err(error) => Err(io_error(display, &error)),
     }
-    let bytes = tokio::fs::read(&abs)
-        .await
-        .map_err(|error| io_error(&display, &error))?;
-    Ok((abs, display, bytes))
+}
+
+/// How long one call of a file tool may take before it is abandoned.
+const FILE_TOOL_DEADLINE: Duration = Duration::from_secs(60);
+
+/// Runs a file tool's work under [`FILE_TOOL_DEADLINE`]: past it the call
+/// fails with `timeout` (and its `cancel` token, if the work watches one,
+/// is cancelled as the work is dropped).
+async fn within_deadline<T>(
+    tool: &str,
+    work: impl Future<Output = Result<T, ToolError>>,
+) -> Result<T, ToolError> {
+    match tokio::time::timeout(FILE_TOOL_DEADLINE, work).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(ToolError::new(
+            ToolErrorCode::Timeout,
+            format!(
+                "`{tool}` did not finish within {} s and was abandoned",
+                FILE_TOOL_DEADLINE.as_secs()
+            ),
+        )),
+    }
 }
 
 /// The largest file `read` and `edit` load whole.
@@ -316,5 +367,18 @@ mod tests {
         );
         assert_eq!(intent.scope, IntentScope::Outside);
         assert_eq!(intent.targets, ["/etc/passwd"]);
+        let intent = path_intent(
+            IntentKind::Write,
+            &json!({"path": "./.git/hooks/../config"}),
+            &context.workspace,
+        );
+        assert_eq!(intent.scope, IntentScope::Outside);
+        assert_eq!(intent.targets, [".git/config"]);
+        let intent = path_intent(
+            IntentKind::Read,
+            &json!({"path": ".git/config"}),
+            &context.workspace,
+        );
+        assert_eq!(intent.scope, IntentScope::Workspace);
     }
 }

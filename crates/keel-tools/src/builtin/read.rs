@@ -19,7 +19,7 @@ use keel_protocol::{ImageContent, UserContent};
 
 use super::{
     TextFile, arguments_schema, decode_text, image, io_error, load_file, parse_arguments,
-    path_intent,
+    path_intent, within_deadline,
 };
 use crate::outputs;
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
@@ -71,7 +71,7 @@ impl Tool for ReadTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: ReadArguments = parse_arguments(self.name(), arguments)?;
             let start = arguments.offset.unwrap_or(1).max(1);
             if let Some(saved) = outputs::resolve(&arguments.path) {
@@ -91,7 +91,7 @@ impl Tool for ReadTool {
             }
             let text = decode_text(&display, bytes, "read cannot show it")?;
             render(&TextFile { abs, display, text }, start, arguments.limit)
-        })
+        }))
     }
 }
 

@@ -1,16 +1,18 @@
 //! The `write` tool: creates or overwrites a file in the workspace.
 //!
 //! Parent directories are created as needed. The path is resolved through the
-//! workspace first, so a write can never land outside it (symlinks included).
+//! workspace first, then written with [`Workspace::write_file`]: beneath the
+//! root handle, to a temporary file renamed over the target, so a write can
+//! never land outside it (symlinks swapped in meanwhile included).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use keel_protocol::{ExecutionMode, IntentKind, OperationIntent, ToolErrorCode};
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{arguments_schema, io_error, parse_arguments, path_intent};
+use super::{arguments_schema, parse_arguments, path_intent, within_deadline};
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
@@ -54,33 +56,25 @@ impl Tool for WriteTool {
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move {
+        Box::pin(within_deadline(self.name(), async move {
             let arguments: WriteArguments = parse_arguments(self.name(), arguments)?;
             let abs = context.workspace.resolve(&arguments.path)?;
             let display = context.workspace.display(&abs);
-            if tokio::fs::metadata(&abs)
-                .await
-                .is_ok_and(|metadata| metadata.is_dir())
-            {
-                return Err(ToolError::new(
-                    ToolErrorCode::ToolError,
-                    format!("`{display}` is a directory"),
-                ));
-            }
-            if let Some(parent) = abs.parent() {
-                tokio::fs::create_dir_all(parent)
-                    .await
-                    .map_err(|error| io_error(&display, &error))?;
-            }
-            tokio::fs::write(&abs, &arguments.content)
-                .await
-                .map_err(|error| io_error(&display, &error))?;
             let bytes = arguments.content.len();
+            let workspace = Arc::clone(&context.workspace);
+            let written = tokio::task::spawn_blocking(move || {
+                workspace.write_file(&abs, arguments.content.as_bytes())
+            })
+            .await
+            .map_err(|error| {
+                ToolError::new(ToolErrorCode::Io, format!("writing failed: {error}"))
+            })?;
+            written?;
             Ok(
                 ToolOutput::text(format!("Wrote {bytes} bytes to {display}"))
                     .with_details(json!({"path": display, "bytes": bytes})),
             )
-        })
+        }))
     }
 }
 

@@ -1,24 +1,19 @@
 //! Keel's own snapshot and git-compatible diff, for workspaces outside git;
 //! see the parent module for what it keeps and its limits.
 
-use std::collections::BTreeMap;
-use std::io::Read as _;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use similar::{Algorithm, DiffTag};
 
-use super::WorkspaceChanges;
+use super::scan::{Content, Item, Scan, Stamp};
+use super::{ChangesError, WorkspaceChanges};
 
 /// Largest file whose starting content Keel keeps in memory.
 const MAX_KEPT_FILE: usize = 1 << 20;
 /// Total starting content Keel keeps in memory.
 const KEPT_BUDGET: usize = 64 << 20;
-/// Largest current file Keel reads whole to write its patch.
-const MAX_PATCH_FILE: usize = 64 << 20;
 /// Context lines around each hunk.
 const CONTEXT: usize = 3;
 /// After this long a line diff settles for a valid but non-minimal result.
@@ -29,110 +24,64 @@ pub(super) struct FileState {
     mode: u32,
     len: usize,
     hash: u64,
-    /// `None` when the content did not fit the memory budget.
+    /// `None` when the content did not fit the memory budget or was not read.
     content: Option<Vec<u8>>,
+    /// Set when the file was not read (over the size cap, or hard-linked):
+    /// it is then compared by size and modification time.
+    unread: Option<Stamp>,
 }
 
-pub(super) fn capture_files(root: &Path) -> BTreeMap<Vec<u8>, FileState> {
+impl FileState {
+    /// The state of a scanned item, keeping at most `keep` bytes of content.
+    fn of(item: Item, keep: usize) -> FileState {
+        match item.content {
+            Content::Bytes(bytes) => FileState {
+                mode: item.mode,
+                len: bytes.len(),
+                hash: fnv1a(FNV_OFFSET, &bytes),
+                content: (bytes.len() <= keep).then_some(bytes),
+                unread: None,
+            },
+            Content::Unread | Content::Reused => FileState {
+                mode: item.mode,
+                len: usize::try_from(item.stamp.len).unwrap_or(usize::MAX),
+                hash: 0,
+                content: None,
+                unread: Some(item.stamp),
+            },
+        }
+    }
+
+    /// Whether `self` (the start) and `now` hold the same file.
+    fn same_as(&self, now: &FileState) -> bool {
+        if self.mode != now.mode {
+            return false;
+        }
+        match (&self.unread, &now.unread, &self.content, &now.content) {
+            (Some(a), Some(b), _, _) => a.same_size_and_time(b),
+            (None, None, Some(a), Some(b)) => a == b,
+            (None, None, _, _) => self.len == now.len && self.hash == now.hash,
+            _ => false,
+        }
+    }
+}
+
+pub(super) fn capture_files(scan: &Scan<'_>) -> Result<BTreeMap<Vec<u8>, FileState>, ChangesError> {
     let mut files = BTreeMap::new();
     let mut kept = 0usize;
-    for (rel, path) in walk(root) {
-        let limit = MAX_KEPT_FILE.min(KEPT_BUDGET.saturating_sub(kept));
-        if let Some(state) = read_entry(&path, limit) {
+    scan.run(
+        &BTreeSet::new(),
+        |_, _| false,
+        |item| {
+            let keep = MAX_KEPT_FILE.min(KEPT_BUDGET.saturating_sub(kept));
+            let rel = item.rel.clone();
+            let state = FileState::of(item, keep);
             kept += state.content.as_ref().map_or(0, Vec::len);
             files.insert(rel, state);
-        }
-    }
-    files
-}
-
-/// Regular files and symlinks under `root`: (relative path bytes, full path), sorted.
-fn walk(root: &Path) -> Vec<(Vec<u8>, PathBuf)> {
-    let walker = ignore::WalkBuilder::new(root)
-        .hidden(false)
-        .require_git(false)
-        .git_ignore(true)
-        .follow_links(false)
-        .filter_entry(|entry| entry.file_name() != ".git")
-        .build();
-    let mut entries = Vec::new();
-    for entry in walker {
-        let entry = match entry {
-            Ok(entry) => entry,
-            Err(err) => {
-                tracing::warn!(%err, "skipping an unreadable workspace entry");
-                continue;
-            }
-        };
-        let wanted = entry
-            .file_type()
-            .is_some_and(|t| t.is_file() || t.is_symlink());
-        if entry.depth() == 0 || !wanted {
-            continue;
-        }
-        if let Ok(rel) = entry.path().strip_prefix(root) {
-            entries.push((
-                rel.as_os_str().as_bytes().to_vec(),
-                entry.path().to_path_buf(),
-            ));
-        }
-    }
-    entries.sort();
-    entries
-}
-
-/// Reads a regular file or a symlink's target with its git mode; the content
-/// of a file larger than `limit` is only hashed, streaming.
-fn read_entry(path: &Path, limit: usize) -> Option<FileState> {
-    let read = || -> std::io::Result<Option<FileState>> {
-        let meta = std::fs::symlink_metadata(path)?;
-        let (mode, bytes) = if meta.file_type().is_symlink() {
-            (
-                0o120000,
-                std::fs::read_link(path)?.into_os_string().into_vec(),
-            )
-        } else if !meta.is_file() {
-            return Ok(None);
-        } else {
-            let exec = meta.permissions().mode() & 0o111 != 0;
-            let mode = if exec { 0o100755 } else { 0o100644 };
-            if meta.len() > limit as u64 {
-                let (len, hash) = hash_file(path)?;
-                return Ok(Some(FileState {
-                    mode,
-                    len,
-                    hash,
-                    content: None,
-                }));
-            }
-            (mode, std::fs::read(path)?)
-        };
-        let hash = fnv1a(FNV_OFFSET, &bytes);
-        Ok(Some(FileState {
-            mode,
-            len: bytes.len(),
-            hash,
-            content: Some(bytes),
-        }))
-    };
-    read().unwrap_or_else(|err| {
-        tracing::warn!(path = %path.display(), %err, "skipping an unreadable file");
-        None
-    })
-}
-
-fn hash_file(path: &Path) -> std::io::Result<(usize, u64)> {
-    let mut file = std::fs::File::open(path)?;
-    let mut buf = vec![0u8; 64 * 1024];
-    let (mut len, mut hash) = (0usize, FNV_OFFSET);
-    loop {
-        let n = file.read(&mut buf)?;
-        let Some(chunk) = buf.get(..n).filter(|c| !c.is_empty()) else {
-            return Ok((len, hash));
-        };
-        len += n;
-        hash = fnv1a(hash, chunk);
-    }
+            Ok(())
+        },
+    )?;
+    Ok(files)
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -145,14 +94,34 @@ fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
 }
 
 /// One side of a file change: its mode and content, if known.
-struct Side<'a> {
-    mode: u32,
-    content: Option<&'a [u8]>,
+pub(super) struct Side<'a> {
+    /// git's mode.
+    pub(super) mode: u32,
+    /// The content, when known.
+    pub(super) content: Option<&'a [u8]>,
 }
 
-pub(super) fn files_changes(root: &Path, start: &BTreeMap<Vec<u8>, FileState>) -> WorkspaceChanges {
-    let now: BTreeMap<Vec<u8>, PathBuf> = walk(root).into_iter().collect();
-    let mut paths: Vec<&Vec<u8>> = start.keys().chain(now.keys()).collect();
+pub(super) fn files_changes(
+    scan: &Scan<'_>,
+    start: &BTreeMap<Vec<u8>, FileState>,
+) -> Result<WorkspaceChanges, ChangesError> {
+    // Read one current file at a time; only what changed is kept.
+    let mut present = BTreeSet::new();
+    let mut changed = BTreeMap::new();
+    scan.run(
+        &BTreeSet::new(),
+        |_, _| false,
+        |item| {
+            let rel = item.rel.clone();
+            let now = FileState::of(item, usize::MAX);
+            if !start.get(&rel).is_some_and(|old| old.same_as(&now)) {
+                changed.insert(rel.clone(), now);
+            }
+            present.insert(rel);
+            Ok(())
+        },
+    )?;
+    let mut paths: Vec<&Vec<u8>> = start.keys().chain(present.iter()).collect();
     paths.sort();
     paths.dedup();
 
@@ -161,25 +130,15 @@ pub(super) fn files_changes(root: &Path, start: &BTreeMap<Vec<u8>, FileState>) -
         patch: String::new(),
     };
     for rel in paths {
-        let old = start.get(rel);
-        // Read one current file at a time; only a patch's content is kept.
-        let new = now
-            .get(rel)
-            .and_then(|path| read_entry(path, MAX_PATCH_FILE));
-        if let (Some(o), Some(n)) = (old, &new) {
-            let same = match (&o.content, &n.content) {
-                (Some(a), Some(b)) => a == b,
-                _ => o.len == n.len && o.hash == n.hash,
-            };
-            if o.mode == n.mode && same {
-                continue;
-            }
+        let new = changed.get(rel);
+        if present.contains(rel) && new.is_none() {
+            continue;
         }
-        let old = old.map(|o| Side {
+        let old = start.get(rel).map(|o| Side {
             mode: o.mode,
             content: o.content.as_deref(),
         });
-        let new = new.as_ref().map(|n| Side {
+        let new = new.map(|n| Side {
             mode: n.mode,
             content: n.content.as_deref(),
         });
@@ -195,11 +154,11 @@ pub(super) fn files_changes(root: &Path, start: &BTreeMap<Vec<u8>, FileState>) -
             push_file_diff(&mut changes.patch, rel, old, new);
         }
     }
-    changes
+    Ok(changes)
 }
 
 /// Appends one file's `diff --git` section.
-fn push_file_diff(out: &mut String, rel: &[u8], old: Option<Side>, new: Option<Side>) {
+pub(super) fn push_file_diff(out: &mut String, rel: &[u8], old: Option<Side>, new: Option<Side>) {
     let a = quote_path("a/", rel);
     let b = quote_path("b/", rel);
     out.push_str(&format!("diff --git {a} {b}\n"));

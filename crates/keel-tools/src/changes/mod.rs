@@ -8,51 +8,68 @@
 //! that snapshot when it ends ([`Baseline::changes`]). Both calls block; async
 //! callers use `spawn_blocking`.
 //!
-//! **Git workspaces.** When the root lies inside a git work tree, the
-//! snapshot is a git tree object: Keel seeds a *temporary* index file
-//! (`GIT_INDEX_FILE`) from `HEAD` (nothing, in a repository without commits),
-//! runs `git add -A -- .` (so `.gitignore` is respected and untracked files
-//! are included) and `git write-tree`. The patch is
+//! **What a snapshot holds** (see `scan`): the regular files and symlinks
+//! under the root that git's ignore rules keep (plus any the repository
+//! tracks), each read by Keel itself beneath a handle of the root. A file
+//! over [`SnapshotLimits::max_file`] or with several hard links is never
+//! read: it is recorded by size and modification time, and a change to it
+//! is listed with a `Binary files … differ` section, which says that it
+//! changed but not how (`git apply` rejects such a patch). FIFOs, sockets
+//! and devices are never opened. Each snapshot and each report runs under
+//! [`SnapshotLimits::budget`]; past it, that call fails with
+//! [`ChangesError::TimedOut`] instead of stalling the run.
+//!
+//! **Git workspaces.** When the root lies inside a git work tree (a `.git`
+//! in it or an ancestor), the snapshot is a git tree object in Keel's own
+//! *shadow* repository in private temp (`shadow`): Keel streams the bytes
+//! it read into `git fast-import` there. The patch is
 //! `git diff-tree -p --binary -M --full-index` between the start and end
-//! trees, limited to and relative to the root (`--relative`), so renames and
-//! binary files apply with `git apply`. Invariants:
-//! - the user's index, `HEAD`, refs and working tree are never touched; the
-//!   only side effect is unreferenced blobs and trees in the object database,
-//!   which are harmless and pruned by `git gc` after `gc.pruneExpire`;
-//! - git runs with a cleared environment (`PATH`, `HOME`, `GIT_INDEX_FILE`,
-//!   `GIT_CONFIG_NOSYSTEM=1`, `GIT_TERMINAL_PROMPT=0`) and explicit `-c`
-//!   overrides, so user configuration cannot change the patch format;
+//! trees, so renames and binary files apply with `git apply --binary`.
+//! Invariants:
+//! - git never runs in the workspace's repository and never reads the
+//!   workspace: no hook, filter driver, fsmonitor, alias, include or
+//!   attribute of that repository or of the user applies, whatever the
+//!   model wrote into `.git` or `.gitattributes`. The repository is read
+//!   by Keel only to find it (`.git`, `HEAD`) and to copy its index, whose
+//!   list of tracked paths the shadow repository prints;
+//! - the user's index, `HEAD`, refs, objects and working tree are never
+//!   touched;
 //! - the patch is valid UTF-8: if git's output is not (a Latin-1 text file,
 //!   a non-UTF-8 path), the affected file sections are regenerated as binary
 //!   patches with quoted paths (needs git ≥ 2.42 for `--attr-source`).
 //!
-//! If the root is ignored by its enclosing repository, git is not installed,
-//! or git refuses the repository (e.g. "dubious ownership"), Keel falls back
-//! to its own diff.
+//! A file whose stamp (device, inode, size, times, mode) has not changed
+//! since the start snapshot, and which had settled before it, is not read
+//! again at the end. If git is not installed or the shadow repository
+//! fails, Keel falls back to its own diff.
 //!
-//! **Other workspaces.** Keel walks the root (skipping `.git`, honouring
-//! ignore files, following no symlinks) and remembers each regular file and
-//! symlink: files up to 1 MiB, within a 64 MiB total budget, are kept in
-//! memory; of the rest only length and an FNV-1a hash (streamed) are kept.
-//! At the end, files are read one at a time (those over 64 MiB only hashed).
-//! The patch is git-compatible (`diff --git` headers, modes, `/dev/null` for
-//! additions and deletions, `\ No newline at end of file`, lines split at
-//! `\n` only), with no rename detection (a rename is a deletion plus an
+//! **Other workspaces.** Keel keeps each file of the start snapshot: files
+//! up to 1 MiB, within a 64 MiB total budget, in memory; of the rest only
+//! length and an FNV-1a hash. At the end, files are read one at a time.
+//! The patch is git-compatible (`diff --git` headers, modes, `/dev/null`
+//! for additions and deletions, `\ No newline at end of file`, lines split
+//! at `\n` only), with no rename detection (a rename is a deletion plus an
 //! addition). Limitation: a changed file that contains a NUL byte or is not
 //! UTF-8 on either side, or whose content was not kept, appears as
 //! `Binary files … differ`: the path is listed, but `git apply` rejects the
 //! patch. Ignore files are honoured, so a file that becomes ignored during
-//! the run shows as deleted.
+//! the run shows as deleted. A `git init` during the run changes nothing:
+//! the end state is read the way the start state was.
 
 mod files;
 mod git;
+mod scan;
+mod shadow;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use files::{FileState, capture_files, files_changes};
-use git::{TempIndex, capture_git, git_changes, snapshot_tree, uses_git};
+use git::{Snapshot, UserRepo, find_repository, git_changes, snapshot, tracked_paths};
+use scan::Scan;
+use shadow::Shadow;
 
 /// Why the run's changes could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +101,65 @@ pub enum ChangesError {
         /// What was wrong with it.
         detail: String,
     },
+    /// The snapshot took longer than its time budget and was abandoned.
+    #[error("the workspace snapshot took longer than its {budget:?} budget (while {what})")]
+    TimedOut {
+        /// The budget that was spent.
+        budget: Duration,
+        /// What Keel was doing when it ran out.
+        what: String,
+    },
+}
+
+/// The caps on one snapshot of the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotLimits {
+    /// Files larger than this are never read, only compared by size and
+    /// modification time (default 64 MiB).
+    pub max_file: u64,
+    /// How long one snapshot (and one report) may take (default 60 s).
+    pub budget: Duration,
+}
+
+impl Default for SnapshotLimits {
+    fn default() -> Self {
+        SnapshotLimits {
+            max_file: 64 << 20,
+            budget: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The instant a snapshot must be done by.
+#[derive(Debug, Clone)]
+pub(crate) struct Deadline {
+    at: Instant,
+    budget: Duration,
+}
+
+impl Deadline {
+    fn new(budget: Duration) -> Deadline {
+        Deadline {
+            at: Instant::now() + budget,
+            budget,
+        }
+    }
+
+    /// Fails once the budget is spent; `what` says what was going on.
+    fn check(&self, what: &str) -> Result<(), ChangesError> {
+        if Instant::now() > self.at {
+            return Err(ChangesError::TimedOut {
+                budget: self.budget,
+                what: what.to_owned(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The time left.
+    fn remaining(&self) -> Duration {
+        self.at.saturating_duration_since(Instant::now())
+    }
 }
 
 /// What a run changed: the paths and a patch that replays it with `git apply`.
@@ -105,6 +181,7 @@ impl WorkspaceChanges {
 /// The workspace state at run start, to diff the end state against.
 pub struct Baseline {
     root: PathBuf,
+    limits: SnapshotLimits,
     kind: Kind,
 }
 
@@ -119,34 +196,47 @@ impl std::fmt::Debug for Baseline {
 }
 
 enum Kind {
-    Git {
-        index: TempIndex,
-        tree: String,
-        /// Serialises `git add` on the shared temporary index.
-        lock: Mutex<()>,
-    },
+    Git(Box<GitBaseline>),
     Files(BTreeMap<Vec<u8>, FileState>),
 }
 
+/// A git baseline: the shadow repository and the start snapshot in it.
+struct GitBaseline {
+    shadow: Shadow,
+    repo: UserRepo,
+    start: Snapshot,
+    /// Serialises the end snapshots written into the shadow repository.
+    lock: Mutex<()>,
+}
+
 impl Baseline {
-    /// Snapshots the workspace at `root` (blocking).
+    /// Snapshots the workspace at `root` (blocking), with the default limits.
     pub fn capture(root: &Path) -> Result<Baseline, ChangesError> {
-        let meta = std::fs::metadata(root)
-            .map_err(|e| io_err(format!("reading {}", root.display()), e))?;
+        Baseline::capture_with(root, SnapshotLimits::default())
+    }
+
+    /// Snapshots the workspace at `root` (blocking) within `limits`; the
+    /// reports of [`Baseline::changes`] keep to the same limits.
+    pub fn capture_with(root: &Path, limits: SnapshotLimits) -> Result<Baseline, ChangesError> {
+        let context = || format!("reading {}", root.display());
+        let meta = std::fs::metadata(root).map_err(|e| io_err(context(), e))?;
         if !meta.is_dir() {
             let e = std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory");
-            return Err(io_err(format!("reading {}", root.display()), e));
+            return Err(io_err(context(), e));
         }
-        let root = root.to_path_buf();
-        let kind = match uses_git(&root).then(|| capture_git(&root)) {
-            Some(Ok(kind)) => kind,
-            Some(Err(err)) => {
-                tracing::warn!(%err, "git snapshot failed; using Keel's own diff");
-                Kind::Files(capture_files(&root))
-            }
-            None => Kind::Files(capture_files(&root)),
+        let root = std::fs::canonicalize(root).map_err(|e| io_err(context(), e))?;
+        let kind = match find_repository(&root) {
+            Some(repo) => match capture_git(&root, repo, &limits) {
+                Ok(kind) => kind,
+                Err(err @ ChangesError::TimedOut { .. }) => return Err(err),
+                Err(err) => {
+                    tracing::warn!(%err, "git snapshot failed; using Keel's own diff");
+                    Kind::Files(capture_files(&Scan::new(&root, &limits)?)?)
+                }
+            },
+            None => Kind::Files(capture_files(&Scan::new(&root, &limits)?)?),
         };
-        Ok(Baseline { root, kind })
+        Ok(Baseline { root, limits, kind })
     }
 
     /// The workspace root this baseline was captured from.
@@ -156,22 +246,40 @@ impl Baseline {
 
     /// Whether this baseline is a git snapshot (rather than Keel's own).
     pub fn is_git(&self) -> bool {
-        matches!(self.kind, Kind::Git { .. })
+        matches!(self.kind, Kind::Git(_))
     }
 
-    /// Computes the changes from the baseline to the current state (blocking).
+    /// Computes the changes from the baseline to the current state
+    /// (blocking), within the baseline's limits.
     pub fn changes(&self) -> Result<WorkspaceChanges, ChangesError> {
+        let scan = Scan::new(&self.root, &self.limits)?;
         match &self.kind {
-            Kind::Git { index, tree, lock } => {
-                let end = {
-                    let _guard = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-                    snapshot_tree(&self.root, &index.0)?
-                };
-                git_changes(&self.root, tree, &end)
+            Kind::Git(git) => {
+                let _guard = git
+                    .lock
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                let tracked = tracked_paths(&git.shadow, &git.repo, scan.deadline());
+                let end = snapshot(&git.shadow, &scan, &tracked, Some(&git.start))?;
+                git_changes(&git.shadow, &git.start, &end, scan.deadline())
             }
-            Kind::Files(files) => Ok(files_changes(&self.root, files)),
+            Kind::Files(files) => files_changes(&scan, files),
         }
     }
+}
+
+/// Creates the shadow repository and takes the start snapshot into it.
+fn capture_git(root: &Path, repo: UserRepo, limits: &SnapshotLimits) -> Result<Kind, ChangesError> {
+    let scan = Scan::new(root, limits)?;
+    let shadow = Shadow::create()?;
+    let tracked = tracked_paths(&shadow, &repo, scan.deadline());
+    let start = snapshot(&shadow, &scan, &tracked, None)?;
+    Ok(Kind::Git(Box::new(GitBaseline {
+        shadow,
+        repo,
+        start,
+        lock: Mutex::new(()),
+    })))
 }
 
 fn io_err(context: String, source: std::io::Error) -> ChangesError {

@@ -1,0 +1,140 @@
+//! Reads that cannot hang or balloon, through the `Tool` trait: the file
+//! tools open only regular files. A FIFO (with or without a writer feeding
+//! it), a device reached where outside access was allowed, and a FIFO inside
+//! a searched tree are refused or skipped at once, with an error that says
+//! what the path is.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use keel_protocol::ToolErrorCode;
+use keel_tools::builtin::{EditTool, GrepTool, ReadTool};
+use keel_tools::{ProgressSink, Tool, ToolContext, ToolError, ToolOutput, Workspace};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+fn context(workspace: Workspace) -> ToolContext {
+    ToolContext {
+        call_id: "c".into(),
+        workspace: Arc::new(workspace),
+        cancel: CancellationToken::new(),
+        progress: ProgressSink::discard(),
+        sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+    }
+}
+
+/// Runs one call and fails the test if it takes a second or more.
+async fn quick(
+    tool: &dyn Tool,
+    workspace: Workspace,
+    arguments: Value,
+) -> Result<ToolOutput, ToolError> {
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(5),
+        tool.execute(arguments, context(workspace)),
+    )
+    .await
+    .expect("the call hung");
+    let elapsed = started.elapsed();
+    assert!(elapsed < Duration::from_secs(1), "took {elapsed:?}");
+    outcome
+}
+
+fn mkfifo(path: &Path) {
+    let status = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_fifo_fails_within_a_second() {
+    let dir = tempfile::tempdir().unwrap();
+    mkfifo(&dir.path().join("pipe"));
+    let workspace = Workspace::new(dir.path()).unwrap();
+    let error = quick(&ReadTool, workspace.clone(), json!({"path": "pipe"}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.code, ToolErrorCode::ToolError);
+    assert!(
+        error
+            .message
+            .contains("named pipe (FIFO), not a regular file"),
+        "{}",
+        error.message
+    );
+
+    let edits = json!([{"old_text": "a", "new_text": "b"}]);
+    let error = quick(
+        &EditTool,
+        workspace,
+        json!({"path": "pipe", "edits": edits}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        error.message.contains("not a regular file"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fed_fifo_is_refused_without_loading_what_it_is_fed() {
+    let dir = tempfile::tempdir().unwrap();
+    let pipe = dir.path().join("pipe");
+    mkfifo(&pipe);
+    // A writer that would feed an endless line to whoever reads.
+    let mut writer = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("yes xxxxxxxx | tr -d '\\n' > {}", pipe.display()))
+        .spawn()
+        .unwrap();
+    let workspace = Workspace::new(dir.path()).unwrap();
+    let error = quick(&ReadTool, workspace, json!({"path": "pipe"}))
+        .await
+        .unwrap_err();
+    assert!(error.message.contains("named pipe"), "{}", error.message);
+    let _ = writer.kill();
+    let _ = writer.wait();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_device_is_refused_even_where_outside_access_was_allowed() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = Workspace::new(dir.path()).unwrap().allowing_outside();
+    for device in ["/dev/zero", "/dev/urandom"] {
+        let error = quick(&ReadTool, workspace.clone(), json!({"path": device}))
+            .await
+            .unwrap_err();
+        assert!(
+            error.message.contains("a device, not a regular file"),
+            "{}",
+            error.message
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_skips_a_fifo_in_the_tree() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
+    mkfifo(&dir.path().join("pipe"));
+    let workspace = Workspace::new(dir.path()).unwrap();
+    let output = quick(&GrepTool, workspace.clone(), json!({"pattern": "needle"}))
+        .await
+        .unwrap();
+    assert_eq!(output.details.unwrap()["matches"], 1);
+    let output = quick(
+        &GrepTool,
+        workspace,
+        json!({"pattern": "needle", "path": "pipe"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(output.details.unwrap()["matches"], 0);
+}
