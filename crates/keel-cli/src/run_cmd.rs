@@ -87,6 +87,8 @@ fn build_kernel(args: &RunArgs, store: Arc<JsonlStore>) -> Result<AgentKernel, S
         ..SandboxConfig::default()
     };
     sandbox.readable.extend(args.sandbox_read.iter().cloned());
+    sandbox.env.extend(args.sandbox_env.iter().cloned());
+    keel_tools::outputs::keep_after_runs(args.keep_outputs);
     let mut builder = AgentKernel::builder()
         .provider(provider)
         .sandbox(sandbox)
