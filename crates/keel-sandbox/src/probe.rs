@@ -111,7 +111,7 @@ pub(super) fn require_namespaces() -> Result<(), SandboxError> {
             if try_unshare(NAMESPACES | libc::CLONE_NEWNET).is_ok() {
                 return Ok(());
             }
-            let missing: Vec<String> = namespaces()
+            let mut missing: Vec<String> = namespaces()
                 .into_iter()
                 .filter_map(|(name, outcome)| {
                     outcome
@@ -119,6 +119,13 @@ pub(super) fn require_namespaces() -> Result<(), SandboxError> {
                         .map(|error| format!("{name} namespaces ({error})"))
                 })
                 .collect();
+            // Without user namespaces nothing else can be tried.
+            if missing
+                .first()
+                .is_some_and(|first| first.starts_with("user "))
+            {
+                missing.truncate(1);
+            }
             Err(format!(
                 "Keel runs every sandboxed command in its own Linux namespaces, and this \
                  process cannot create {}",
