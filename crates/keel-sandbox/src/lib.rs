@@ -137,6 +137,11 @@ impl Default for SandboxConfig {
             readable.extend(HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)));
             masked.extend(TOOLCHAIN_SECRETS.iter().map(|file| home.join(file)));
         }
+        // Cargo's home may live elsewhere; its credentials are masked there too.
+        if let Some(cargo) = std::env::var_os("CARGO_HOME").filter(|dir| !dir.is_empty()) {
+            let cargo = PathBuf::from(cargo);
+            masked.extend(["credentials", "credentials.toml"].map(|file| cargo.join(file)));
+        }
         Self {
             mode: SandboxMode::Os,
             readable,
