@@ -48,7 +48,6 @@ pub mod limits;
 mod namespaces;
 pub mod probe;
 mod seccomp;
-mod staging;
 mod sys;
 mod view;
 
@@ -60,7 +59,6 @@ pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::ResourceLimits;
 
 use namespaces::{Launch, Parts};
-use staging::Staging;
 
 /// The Landlock ABI the sandbox needs: filesystem rules including truncate
 /// (ABI 3) and TCP bind/connect rules (ABI 4, Linux 6.7).
@@ -207,11 +205,9 @@ impl Sandbox {
     }
 }
 
-/// A prepared confinement for one command: apply it to the command, keep it
-/// alive until the command has exited (it owns the staging directory).
+/// A prepared confinement for one command: apply it to the command.
 #[derive(Debug)]
 pub struct Confinement {
-    staging: Option<Staging>,
     launch: Option<Arc<Launch>>,
 }
 
@@ -223,22 +219,17 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
     let enforced =
         sandbox.level != SandboxLevel::Unsandboxed && sandbox.config.mode == SandboxMode::Os;
     if !enforced {
-        return Ok(Confinement {
-            staging: None,
-            launch: None,
-        });
+        return Ok(Confinement { launch: None });
     }
     let abi = probe::require_landlock()?;
     probe::require_namespaces()?;
-    let staging = Staging::create()?;
-    let mut view = view::build(sandbox, workspace, staging.path())?;
+    let mut view = view::build(sandbox, workspace)?;
     let landlock_extra = std::mem::take(&mut view.landlock)
         .into_iter()
         .map(|(path, grant)| (path, landlock_rules::grant_bits(grant, abi)))
         .collect();
     let launch = Launch::new(Parts {
         network: sandbox.level.allows_network(),
-        staging: view::c_path(staging.path())?,
         view,
         workspace: view::c_path(workspace)?,
         limits: sandbox.config.limits,
@@ -247,7 +238,6 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
         filter: seccomp::filter(sandbox.level.allows_network())?,
     })?;
     Ok(Confinement {
-        staging: Some(staging),
         launch: Some(Arc::new(launch)),
     })
 }
@@ -267,7 +257,6 @@ impl Confinement {
     /// does before exec: the namespaces, the view and the restrictions.
     pub fn apply(&self, command: &mut std::process::Command) {
         let Some(launch) = &self.launch else { return };
-        debug_assert!(self.staging.is_some());
         command.env("TMPDIR", SANDBOX_TMPDIR);
         let launch = Arc::clone(launch);
         // SAFETY: the closure runs in the forked child before exec. It

@@ -9,11 +9,12 @@
 //!    maps its own uid and gid, forks the init, closes every descriptor and
 //!    waits; it ends exactly as the command ended (same code or signal), so
 //!    the kernel process sees an ordinary child;
-//! 2. the **init** (PID 1 of the new PID namespace) builds the filesystem
-//!    view ([`super::view`]) on a tmpfs, pivots into it, sets the PID
-//!    namespace's process limit, forks the command, then reaps whatever is
-//!    orphaned and exits when the command exits — which makes the kernel
-//!    kill every process left in the namespace, so nothing survives a call;
+//! 2. the **init** (PID 1 of the new PID namespace) pivots into a tmpfs,
+//!    builds the filesystem view there ([`super::view`]), detaches the
+//!    host's root, sets the PID namespace's process limit, forks the
+//!    command, then reaps whatever is orphaned; when the command exits it
+//!    kills and reaps every process left in the namespace and only then
+//!    reports the command's status, so nothing survives a call;
 //! 3. the **command** starts a new session (no controlling terminal), sets
 //!    its rlimits, marks every inherited descriptor close-on-exec, drops its
 //!    capabilities, enforces Landlock and seccomp, and returns to `std`,
@@ -35,8 +36,18 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use seccompiler::BpfProgram;
 
+use std::ffi::CStr;
+
 use super::sys;
 use super::view::{Step, View, c_path};
+
+/// Where the new root's tmpfs is mounted in the child's mount namespace
+/// (covering the host's `/tmp` there only; nothing is written on the host).
+const STAGING: &CStr = c"/tmp";
+/// [`super::view::OLD_ROOT`] as a C string, inside the new root.
+const OLD_ROOT: &CStr = c"/.keel-old-root";
+/// [`OLD_ROOT`] under [`STAGING`], before the pivot.
+const STAGED_OLD_ROOT: &CStr = c"/tmp/.keel-old-root";
 use super::{SandboxError, limits::ResourceLimits};
 
 /// The hostname inside the sandbox.
@@ -50,7 +61,6 @@ pub(crate) struct Launch {
     flags: libc::c_int,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
-    staging: CString,
     view: View,
     pid_max: Option<(CString, Vec<u8>)>,
     workspace: CString,
@@ -64,7 +74,6 @@ pub(crate) struct Launch {
 /// The parts of a [`Launch`] built elsewhere.
 pub(crate) struct Parts {
     pub network: bool,
-    pub staging: CString,
     pub view: View,
     pub workspace: CString,
     pub limits: ResourceLimits,
@@ -91,13 +100,10 @@ impl Launch {
             flags |= libc::CLONE_NEWNET;
         }
         let pid_max = match parts.limits.pid_max() {
-            Some(max) => {
-                let path = format!(
-                    "{}/proc/sys/kernel/pid_max",
-                    parts.staging.to_string_lossy()
-                );
-                Some((c_path(path.as_ref())?, max.to_string().into_bytes()))
-            }
+            Some(max) => Some((
+                c_path("/proc/sys/kernel/pid_max".as_ref())?,
+                max.to_string().into_bytes(),
+            )),
             None => None,
         };
         Ok(Self {
@@ -105,7 +111,6 @@ impl Launch {
             flags,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
-            staging: parts.staging,
             view: parts.view,
             pid_max,
             workspace: parts.workspace,
@@ -155,28 +160,34 @@ impl Launch {
         // of file as soon as the command and its children are gone.
         sys::close_range(0, u32::try_from(status).unwrap_or(0).saturating_sub(1));
         sys::close_range(u32::try_from(status).unwrap_or(0) + 1, u32::MAX);
-        loop {
+        let code = loop {
             match sys::wait(-1) {
-                Ok((pid, code)) if pid == command => {
-                    sys::write(status, &code.to_ne_bytes());
-                    sys::exit(0);
-                }
+                Ok((pid, code)) if pid == command => break code,
                 Ok(_) => {}
                 Err(_) => sys::exit(1),
             }
-        }
+        };
+        // Everything the command left behind dies now and is reaped (the
+        // orphans are this init's children), before the status is told:
+        // when the relay reports, no process of the call is left.
+        sys::kill_all_others();
+        while sys::wait(-1).is_ok() {}
+        sys::write(status, &code.to_ne_bytes());
+        sys::exit(0)
     }
 
-    /// Mounts the view on the staging directory and pivots into it.
+    /// Pivots into a tmpfs, builds the view there and detaches the host's root.
     fn build_view(&self) -> io::Result<()> {
         sys::mount(None, c"/", None, libc::MS_REC | libc::MS_PRIVATE, None)?;
         sys::mount(
             Some(c"tmpfs"),
-            &self.staging,
+            STAGING,
             Some(c"tmpfs"),
             libc::MS_NOSUID | libc::MS_NODEV,
             Some(c"mode=755"),
         )?;
+        sys::mkdir(STAGED_OLD_ROOT, 0o700)?;
+        sys::pivot_root(STAGING, STAGED_OLD_ROOT)?;
         for step in &self.view.steps {
             run_step(step)?;
         }
@@ -185,7 +196,7 @@ impl Launch {
             let _ = sys::write_file(path, value);
         }
         sys::set_hostname(HOSTNAME)?;
-        sys::pivot_into(&self.staging)?;
+        sys::detach(OLD_ROOT)?;
         sys::mount_read_only(c"/", false)
     }
 
@@ -223,6 +234,8 @@ fn relay_until_exit(init: libc::pid_t, status: RawFd) -> ! {
     );
     let mut bytes = [0u8; 4];
     let read = sys::read(status, &mut bytes);
+    // The init is reaped here, not left to whoever adopts orphans (which may
+    // be the kernel process itself when it runs as PID 1 of a container).
     let init_status = match sys::wait(init) {
         Ok((_, code)) => code,
         Err(_) => sys::exit(1),
@@ -230,6 +243,7 @@ fn relay_until_exit(init: libc::pid_t, status: RawFd) -> ! {
     if read == bytes.len() {
         sys::exit_like(i32::from_ne_bytes(bytes));
     }
+    // The init died without a status (killed, or its set-up failed).
     sys::exit_like(init_status)
 }
 

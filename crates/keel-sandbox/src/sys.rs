@@ -193,18 +193,31 @@ pub(crate) fn unshare(flags: libc::c_int) -> io::Result<()> {
     check(unsafe { libc::unshare(flags) })
 }
 
-/// `pivot_root(".", ".")` from the new root, then detaches the old root.
-pub(crate) fn pivot_into(new_root: &CStr) -> io::Result<()> {
-    let here = c".";
-    let root = c"/";
-    // SAFETY: the strings are NUL-terminated literals or alive for the call.
-    check(unsafe { libc::chdir(new_root.as_ptr()) })?;
-    // SAFETY: as above; pivot_root only reads the two paths.
-    check_long(unsafe { libc::syscall(libc::SYS_pivot_root, here.as_ptr(), here.as_ptr()) })?;
+/// `pivot_root(new_root, put_old)`, then `chdir("/")`.
+pub(crate) fn pivot_root(new_root: &CStr, put_old: &CStr) -> io::Result<()> {
+    // SAFETY: both strings are NUL-terminated and alive; the kernel only reads them.
+    check_long(unsafe {
+        libc::syscall(libc::SYS_pivot_root, new_root.as_ptr(), put_old.as_ptr())
+    })?;
+    // SAFETY: a NUL-terminated literal.
+    check(unsafe { libc::chdir(c"/".as_ptr()) })
+}
+
+/// Detaches the mount at `path` with everything beneath it, then removes the directory.
+pub(crate) fn detach(path: &CStr) -> io::Result<()> {
+    // SAFETY: `path` is NUL-terminated and alive for both calls.
+    check(unsafe { libc::umount2(path.as_ptr(), libc::MNT_DETACH) })?;
     // SAFETY: as above.
-    check(unsafe { libc::umount2(here.as_ptr(), libc::MNT_DETACH) })?;
-    // SAFETY: as above.
-    check(unsafe { libc::chdir(root.as_ptr()) })
+    check(unsafe { libc::rmdir(path.as_ptr()) })
+}
+
+/// Sends SIGKILL to every process this one may signal but itself: from the
+/// init of a PID namespace, every other process in it.
+pub(crate) fn kill_all_others() {
+    // SAFETY: kill takes integers only.
+    unsafe {
+        libc::kill(-1, libc::SIGKILL);
+    }
 }
 
 /// `chdir(2)`.

@@ -16,6 +16,12 @@
 //!   credential files of toolchains) masked: `/dev/null` is bound over a
 //!   file, an empty read-only tmpfs over a directory.
 //!
+//! The child mounts an empty tmpfs on the host's `/tmp` inside its private
+//! mount namespace (covering it there only), pivots into it with the host's
+//! root kept at [`OLD_ROOT`], builds the view there — every source is read
+//! through [`OLD_ROOT`], every target is the path itself — and then
+//! detaches the old root. Nothing is created on the host.
+//!
 //! Everything here runs in the parent and may allocate; the child only walks
 //! [`View::steps`], which hold ready-made C strings. Invariants: a step's
 //! parents come before it (entries are mounted shallowest first, and a
@@ -30,7 +36,8 @@ use std::path::{Component, Path, PathBuf};
 
 use super::{Sandbox, SandboxError};
 
-/// One operation of the child, with paths under the staging root.
+/// One operation of the child: targets are inside paths, sources are read
+/// through the old root.
 #[derive(Debug)]
 pub(crate) enum Step {
     /// Create a directory (an existing one is fine).
@@ -58,7 +65,7 @@ pub(crate) enum Step {
 /// The plan of one command's mount namespace.
 #[derive(Debug)]
 pub(crate) struct View {
-    /// What to do after mounting the root tmpfs on the staging directory.
+    /// What to do after pivoting into the new root's tmpfs.
     pub steps: Vec<Step>,
     /// Inside paths that the Landlock layer must grant, with what.
     pub landlock: Vec<(CString, Grant)>,
@@ -88,15 +95,14 @@ enum Entry {
     Dev,
 }
 
+/// Where the host's root stays reachable while the view is built.
+pub(crate) const OLD_ROOT: &str = "/.keel-old-root";
+
 /// Device files bound from the host into the minimal `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
-/// Builds the view of `sandbox` for a command in `workspace`, mounted under `staging`.
-pub(crate) fn build(
-    sandbox: &Sandbox,
-    workspace: &Path,
-    staging: &Path,
-) -> Result<View, SandboxError> {
+/// Builds the view of `sandbox` for a command in `workspace`.
+pub(crate) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<View, SandboxError> {
     let mut entries: BTreeMap<PathBuf, Entry> = BTreeMap::new();
     entries.insert("/tmp".into(), Entry::Tmp);
     entries.insert("/proc".into(), Entry::Proc);
@@ -136,7 +142,6 @@ pub(crate) fn build(
     let mut sorted: Vec<(PathBuf, Entry)> = entries.into_iter().collect();
     sorted.sort_by_key(|(path, _)| (path.components().count(), path.clone()));
     let mut plan = Planner {
-        staging,
         steps: Vec::new(),
         made: BTreeSet::new(),
     };
@@ -168,16 +173,15 @@ pub(crate) fn build(
     })
 }
 
-struct Planner<'a> {
-    staging: &'a Path,
+struct Planner {
     steps: Vec<Step>,
     made: BTreeSet<PathBuf>,
 }
 
-impl Planner<'_> {
-    /// The staging-side path of an inside path.
+impl Planner {
+    /// An inside path (a mount target).
     fn inside(&self, path: &Path) -> Result<CString, SandboxError> {
-        under(self.staging, path)
+        c_path(path)
     }
 
     /// Creates `path`'s parents (and `path` itself when `with_self`).
@@ -234,7 +238,7 @@ impl Planner<'_> {
                     self.steps.push(Step::File(self.inside(path)?));
                 }
                 self.steps.push(Step::Bind {
-                    source: c_path(path)?,
+                    source: host_source(path)?,
                     target: self.inside(path)?,
                     read_only: entry == Entry::Read,
                 });
@@ -246,8 +250,7 @@ impl Planner<'_> {
     /// The minimal `/dev`: a few device files, a private devpts, `/dev/shm`.
     fn dev(&mut self, dev: &Path) -> Result<(), SandboxError> {
         self.dirs(dev, true)?;
-        let staging = self.staging;
-        let inside = |name: &str| under(staging, &dev.join(name));
+        let inside = |name: &str| c_path(&dev.join(name));
         self.steps.push(Step::Tmpfs {
             target: inside("")?,
             options: c_str("mode=755")?,
@@ -259,7 +262,7 @@ impl Planner<'_> {
             }
             self.steps.push(Step::File(inside(device)?));
             self.steps.push(Step::Bind {
-                source: c_path(&host)?,
+                source: host_source(&host)?,
                 target: inside(device)?,
                 read_only: false,
             });
@@ -319,7 +322,7 @@ impl Planner<'_> {
                 self.steps.push(Step::ReadOnly(target));
             } else if !metadata.file_type().is_symlink() {
                 self.steps.push(Step::Bind {
-                    source: c_str("/dev/null")?,
+                    source: host_source(Path::new("/dev/null"))?,
                     target,
                     read_only: true,
                 });
@@ -329,13 +332,13 @@ impl Planner<'_> {
     }
 }
 
-/// The staging-side path of the inside path `path`.
-fn under(staging: &Path, path: &Path) -> Result<CString, SandboxError> {
+/// A host path as the child reaches it while building the view: under [`OLD_ROOT`].
+fn host_source(path: &Path) -> Result<CString, SandboxError> {
     let relative: PathBuf = path
         .components()
         .filter(|part| matches!(part, Component::Normal(_)))
         .collect();
-    c_path(&staging.join(relative))
+    c_path(&Path::new(OLD_ROOT).join(relative))
 }
 
 /// A path as a C string.
