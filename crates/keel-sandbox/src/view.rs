@@ -128,6 +128,13 @@ pub(crate) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<View, Sandbox
             add(&resolved, Entry::Read);
         }
     }
+    // With the network, name resolution must work: `/etc/resolv.conf` is
+    // often a symlink into `/run` (systemd-resolved), which is not bound.
+    if sandbox.level.allows_network()
+        && let Ok(resolved) = std::fs::canonicalize("/etc/resolv.conf")
+    {
+        add(&resolved, Entry::Read);
+    }
     let workspace_entry = if sandbox.level.writes_workspace() {
         Entry::Write
     } else {
