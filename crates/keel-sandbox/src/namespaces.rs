@@ -22,7 +22,9 @@
 //!
 //! The relay and the init die with their parent (`PR_SET_PDEATHSIG`), so
 //! killing the relay (a timeout, a cancellation, the kernel process dying)
-//! tears the whole namespace down. A failure before the command execs is
+//! tears the whole namespace down. The signal follows the *thread* that
+//! spawned the relay: spawn from a thread that outlives the command (a
+//! runtime's worker, the main thread), never from a short-lived one. A failure before the command execs is
 //! returned from the closure in whichever process has it, and `std` reports
 //! it to the spawner through its close-on-exec pipe: nothing runs.
 //!
