@@ -16,7 +16,7 @@
 # optional cross-check when installed. Builds nothing but the release binary;
 # every temporary file lives in mktemp directories, removed on exit.
 #
-# Usage: scripts/bench.sh
+# Usage: scripts/bench.sh   (KEEL=path/to/keel measures another binary, with NO_BUILD=1)
 #   env: STARTUP_RUNS (200), TURN_RUNS (5), TURNS (100), NO_BUILD=1, NO_TMPFS=1
 set -euo pipefail
 
@@ -27,7 +27,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 startup_runs="${STARTUP_RUNS:-200}"
 turn_runs="${TURN_RUNS:-5}"
 turns="${TURNS:-100}"
-keel="$root/target/release/keel"
+keel="${KEEL:-$root/target/release/keel}"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/keel-bench.XXXXXX")"
 trap 'rm -rf "$work"' EXIT

@@ -113,9 +113,10 @@ pub struct RunArgs {
     /// The permission mode, fixed for the run.
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
     pub mode: Mode,
-    /// Who enforces the OS sandbox of commands: `os` (Keel, with Landlock
-    /// and seccomp; fails closed where they are missing) or `external` (the
-    /// host already runs Keel inside an isolating container).
+    /// Who enforces the OS sandbox of commands: `os` (Keel, with Linux
+    /// namespaces, Landlock and seccomp; fails closed where they are
+    /// missing) or `external` (the host already runs Keel inside an
+    /// isolating container).
     #[arg(long, value_enum, default_value_t = SandboxArg::Os)]
     pub sandbox: SandboxArg,
     /// Another directory sandboxed commands may read (repeatable), besides
@@ -123,6 +124,15 @@ pub struct RunArgs {
     /// under $HOME (`keel doctor` lists what the sandbox enforces).
     #[arg(long, value_name = "DIR")]
     pub sandbox_read: Vec<PathBuf>,
+    /// Another environment variable commands receive (repeatable), besides
+    /// PATH, HOME, locale, TERM, USER, SHELL, TMPDIR and PWD; every other
+    /// variable of Keel's environment is withheld from commands.
+    #[arg(long, value_name = "NAME")]
+    pub sandbox_env: Vec<String>,
+    /// Keep the full logs of long tool outputs after the run (by default
+    /// they are removed when the run ends).
+    #[arg(long)]
+    pub keep_outputs: bool,
     /// Fail the run after this many turns.
     #[arg(long)]
     pub max_turns: Option<u32>,

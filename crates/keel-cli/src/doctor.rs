@@ -1,10 +1,12 @@
 //! `keel doctor`: what this machine can enforce, and what each mode does here.
 //!
-//! It asks the kernel for its Landlock ABI, checks seccomp and user
-//! namespaces, then proves the sandbox by running a confined `/bin/sh -c
-//! true` at each level in a scratch workspace, so "enforced" below means
-//! "was just applied", not "the parts seem present". Exit code 0 when the
-//! sandbox works, 1 when sandboxed commands would fail closed.
+//! It asks the kernel for its Landlock ABI, checks seccomp, tries to create
+//! each namespace the sandbox uses, reads the terminal-injection setting,
+//! then proves the sandbox by running a confined `/bin/sh` at each level in
+//! a scratch workspace (which also reports the limits a command gets), so
+//! "enforced" below means "was just applied", not "the parts seem present".
+//! Exit code 0 when the sandbox works, 1 when sandboxed commands would fail
+//! closed.
 
 use std::process::ExitCode;
 
@@ -16,57 +18,88 @@ use serde_json::json;
 use crate::output::say;
 use crate::startup::StartupError;
 
+/// What a confined shell reports of its own limits and session.
+const LIMITS_SCRIPT: &str = "echo \"processes $(( $(cat /proc/sys/kernel/pid_max) - 1 )) \
+     file-size-kb $(ulimit -f) address-space-kb $(ulimit -v) cpu-s $(ulimit -t) \
+     controlling-terminal $(if tty -s; then tty; else echo none; fi)\"";
+
+/// Everything the doctor found.
+struct Findings {
+    landlock: Result<i32, String>,
+    seccomp: bool,
+    namespaces: Vec<(&'static str, Result<(), String>)>,
+    tiocsti: Option<bool>,
+    live: Vec<(&'static str, Result<(), String>)>,
+    limits: Result<String, String>,
+    enforced: bool,
+}
+
 pub fn run(json_output: bool) -> Result<ExitCode, StartupError> {
-    let landlock = probe::landlock_abi();
-    let seccomp = probe::seccomp_available();
-    let namespaces = probe::max_user_namespaces();
     let scratch = tempfile::Builder::new()
         .prefix("keel-doctor-")
         .tempdir()
         .map_err(|error| StartupError::new("workspace", error.to_string()))?;
+    let sandbox = |level| Sandbox {
+        level,
+        config: std::sync::Arc::new(SandboxConfig::default()),
+    };
     let live: Vec<(&str, Result<(), String>)> = LEVELS
         .iter()
         .map(|&level| {
-            let sandbox = Sandbox {
-                level,
-                config: std::sync::Arc::new(SandboxConfig::default()),
-            };
-            (level.as_str(), probe::try_level(&sandbox, scratch.path()))
+            (
+                level.as_str(),
+                probe::try_level(&sandbox(level), scratch.path()),
+            )
         })
         .collect();
     let enforced = live.iter().all(|(_, outcome)| outcome.is_ok());
+    let findings = Findings {
+        landlock: probe::landlock_abi(),
+        seccomp: probe::seccomp_available(),
+        namespaces: probe::namespaces(),
+        tiocsti: probe::legacy_tiocsti(),
+        limits: probe::confined_output(&sandbox(LEVELS[0]), scratch.path(), LIMITS_SCRIPT)
+            .map(|text| text.trim().to_owned()),
+        live,
+        enforced,
+    };
     if json_output {
-        say(json!({
-            "landlock_abi": landlock.as_ref().ok(),
-            "landlock_error": landlock.as_ref().err(),
-            "landlock_required_abi": REQUIRED_LANDLOCK_ABI,
-            "seccomp": seccomp,
-            "max_user_namespaces": namespaces,
-            "levels": live.iter().map(|(level, outcome)| json!({
-                "level": level,
-                "enforced": outcome.is_ok(),
-                "error": outcome.as_ref().err(),
-            })).collect::<Vec<_>>(),
-            "sandbox_enforced": enforced,
-        }));
+        say(to_json(&findings));
     } else {
-        report(&landlock, seccomp, namespaces, &live, enforced);
+        report(&findings);
     }
-    Ok(if enforced {
+    Ok(if findings.enforced {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     })
 }
 
-fn report(
-    landlock: &Result<i32, String>,
-    seccomp: bool,
-    namespaces: Option<u64>,
-    live: &[(&str, Result<(), String>)],
-    enforced: bool,
-) {
-    match landlock {
+fn to_json(findings: &Findings) -> serde_json::Value {
+    json!({
+        "landlock_abi": findings.landlock.as_ref().ok(),
+        "landlock_error": findings.landlock.as_ref().err(),
+        "landlock_required_abi": REQUIRED_LANDLOCK_ABI,
+        "seccomp": findings.seccomp,
+        "namespaces": findings.namespaces.iter().map(|(name, outcome)| json!({
+            "namespace": name,
+            "available": outcome.is_ok(),
+            "error": outcome.as_ref().err(),
+        })).collect::<Vec<_>>(),
+        "max_user_namespaces": probe::max_user_namespaces(),
+        "legacy_tiocsti": findings.tiocsti,
+        "command_limits": findings.limits.as_ref().ok(),
+        "levels": findings.live.iter().map(|(level, outcome)| json!({
+            "level": level,
+            "enforced": outcome.is_ok(),
+            "error": outcome.as_ref().err(),
+        })).collect::<Vec<_>>(),
+        "sandbox_enforced": findings.enforced,
+    })
+}
+
+fn report(findings: &Findings) {
+    match &findings.landlock {
         Ok(abi) if *abi >= REQUIRED_LANDLOCK_ABI => say(format!(
             "landlock:        ABI {abi} (Keel needs {REQUIRED_LANDLOCK_ABI}): ok"
         )),
@@ -76,14 +109,34 @@ fn report(
         Err(reason) => say(format!("landlock:        unavailable: {reason}")),
     }
     say(format!(
-        "seccomp:         {}",
-        if seccomp { "available" } else { "unavailable" }
+        "seccomp:         {} (refuses TIOCSTI/TIOCLINUX ioctls and x32 system calls)",
+        if findings.seccomp {
+            "available"
+        } else {
+            "unavailable"
+        }
     ));
+    for (name, outcome) in &findings.namespaces {
+        match outcome {
+            Ok(()) => say(format!("namespace {name:<7} ok")),
+            Err(reason) => say(format!("namespace {name:<7} unavailable: {reason}")),
+        }
+    }
     say(format!(
-        "user namespaces: {} (Keel does not need them)",
-        namespaces.map_or("unknown".to_owned(), |max| format!("up to {max}"))
+        "terminal:        {} (sandboxed commands get no terminal: a new session, stdin from /dev/null)",
+        match findings.tiocsti {
+            Some(true) =>
+                "the kernel lets any process push input with TIOCSTI (dev.tty.legacy_tiocsti = 1)",
+            Some(false) =>
+                "the kernel refuses TIOCSTI to unprivileged processes (dev.tty.legacy_tiocsti = 0)",
+            None => "TIOCSTI setting unknown",
+        }
     ));
-    for (level, outcome) in live {
+    match &findings.limits {
+        Ok(limits) => say(format!("command limits:  {limits}")),
+        Err(reason) => say(format!("command limits:  unknown: {reason}")),
+    }
+    for (level, outcome) in &findings.live {
         match outcome {
             Ok(()) => say(format!(
                 "sandbox {level}: enforced (a confined command just ran)"
@@ -94,12 +147,13 @@ fn report(
     say("");
     say("what each mode does on this machine (read off the permission policy):");
     for mode in modes::MODES {
-        say(format!("  {}", modes::describe(mode, enforced)));
+        say(format!("  {}", modes::describe(mode, findings.enforced)));
     }
-    if !enforced {
+    if !findings.enforced {
         say("");
         say(
-            "to proceed: run on a kernel with Landlock ABI 4+ enabled; inside an isolating container, \
+            "to proceed: run on a kernel with Landlock ABI 4+ enabled where this user may create \
+             user, mount, PID, network, IPC and UTS namespaces; inside an isolating container, \
              pass `--sandbox external`; or grant `--mode full` to run unsandboxed",
         );
     }

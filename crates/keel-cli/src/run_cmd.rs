@@ -29,6 +29,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     if let Some(repair) = &continued.repair {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
+    keel_tools::outputs::keep_after_runs(args.keep_outputs);
     let kernel = host_config(&args).kernel(store.clone())?;
     let prompt = prompt(args.prompt.as_deref())?;
     let spec = RunSpec::new(prompt)
@@ -131,6 +132,7 @@ fn host_config(args: &RunArgs) -> HostConfig {
         .sandbox
         .readable
         .extend(args.sandbox_read.iter().cloned());
+    config.sandbox.env.extend(args.sandbox_env.iter().cloned());
     config
 }
 

@@ -3,29 +3,47 @@
 //! input), each of which must fail; and the allowed counterparts, which must
 //! succeed. Every attack is judged by its effect — the secret absent from
 //! everything the run printed, the file not created, no connection reaching
-//! the listener — never only by an exit code. docs/security.md lists the
-//! cases; this test prints one summary line (`red team: …`), which CI shows.
+//! the listener, no byte reaching a terminal — never only by an exit code.
+//! docs/security.md lists the cases; this test prints one summary line
+//! (`red team: …`), which CI shows.
+//!
+//! Each run's `keel` is started as root's Keel would be on a desktop: in
+//! its own session with a real pty as its controlling terminal, with a
+//! secret file open on descriptor 9 (inherited, not close-on-exec), with
+//! secrets in its environment under secret-looking and harmless names, a
+//! fake home holding an SSH key and toolchain credentials, and, beside it,
+//! another terminal, a process with a secret in its argv, TCP/UDP
+//! listeners and a Unix socket standing for a daemon's.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+#[path = "red_team/attacks.rs"]
+mod attacks;
+#[path = "red_team/pty.rs"]
+mod pty;
 
 use std::net::{TcpListener, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::symlink;
+use std::os::unix::net::UnixListener;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-const OTHER_SECRET: &str = "OTHER-PROJECT-SECRET-7f3a";
-const SSH_SECRET: &str = "SSH-PRIVATE-KEY-91c2";
-const ENV_SECRET: &str = "sk-REDTEAM-ENV-SECRET-55d0";
+use attacks::*;
+use pty::Pty;
 
 /// One attacker's world: a workspace beside another project and a home.
 struct World {
     base: tempfile::TempDir,
     tcp: TcpListener,
     udp: UdpSocket,
+    unix: UnixListener,
+    keel_terminal: Pty,
+    other_terminal: Pty,
+    inherited: std::fs::File,
 }
 
 impl World {
@@ -39,13 +57,38 @@ impl World {
         std::fs::write(ws.join("inside.txt"), "inside\n").unwrap();
         std::fs::write(root.join("other-project/secret.txt"), OTHER_SECRET).unwrap();
         std::fs::write(root.join("home/.ssh/id_rsa"), SSH_SECRET).unwrap();
+        std::fs::create_dir_all(root.join("home/.cargo")).unwrap();
+        std::fs::create_dir_all(root.join("home/.config/git")).unwrap();
+        std::fs::create_dir_all(root.join("keel-tmp")).unwrap();
+        std::fs::write(
+            root.join("home/.cargo/credentials.toml"),
+            format!("[registry]\ntoken = \"{CARGO_SECRET}\"\n"),
+        )
+        .unwrap();
+        std::fs::write(
+            root.join("home/.config/git/credentials"),
+            format!("https://me:{GIT_SECRET}@git.example.com\n"),
+        )
+        .unwrap();
+        std::fs::write(root.join("inherited.txt"), FD_SECRET).unwrap();
         symlink(root.join("other-project"), ws.join("link_out")).unwrap();
         std::fs::hard_link(root.join("other-project/secret.txt"), ws.join("hard.txt")).unwrap();
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
         tcp.set_nonblocking(true).unwrap();
         let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
         udp.set_nonblocking(true).unwrap();
-        World { base, tcp, udp }
+        let unix = UnixListener::bind(root.join("daemon.sock")).unwrap();
+        unix.set_nonblocking(true).unwrap();
+        let inherited = std::fs::File::open(root.join("inherited.txt")).unwrap();
+        World {
+            base,
+            tcp,
+            udp,
+            unix,
+            keel_terminal: Pty::open(),
+            other_terminal: Pty::open(),
+            inherited,
+        }
     }
 
     fn root(&self) -> &Path {
@@ -56,20 +99,31 @@ impl World {
         self.root().join("ws")
     }
 
-    /// Fills `{base}`, `{port}` and `{udp}` into a template.
+    /// Fills `{base}`, `{port}`, `{udp}` and `{other_pts}` into a template.
     fn fill(&self, template: &str) -> String {
         template
             .replace("{base}", &self.root().display().to_string())
+            .replace(
+                "{other_pts}",
+                &self.other_terminal.path.display().to_string(),
+            )
             .replace("{port}", &self.tcp.local_addr().unwrap().port().to_string())
             .replace("{udp}", &self.udp.local_addr().unwrap().port().to_string())
     }
 
-    /// Runs one call through `keel run` in `mode`; returns everything printed.
-    fn run(&self, mode: &str, tool: &str, arguments: &Value) -> String {
-        let script = json!({"turns": [
-            {"content": [{"type": "tool_call", "name": tool, "arguments": arguments}]},
-            {"content": [{"type": "text", "text": "done"}]}
-        ]});
+    /// Runs one call (and `then`, a `bash` call in the next turn) through
+    /// `keel run` in `mode`; returns everything printed.
+    fn run(&self, mode: &str, tool: &str, arguments: &Value, then: Option<&Value>) -> String {
+        let mut turns = vec![json!({"content": [
+            {"type": "tool_call", "name": tool, "arguments": arguments}
+        ]})];
+        if let Some(then) = then {
+            turns.push(json!({"content": [
+                {"type": "tool_call", "name": "bash", "arguments": then}
+            ]}));
+        }
+        turns.push(json!({"content": [{"type": "text", "text": "done"}]}));
+        let script = json!({ "turns": turns });
         let script_path = self.root().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
@@ -84,10 +138,28 @@ impl World {
             .arg(self.root().join("sessions"))
             .env("HOME", self.root().join("home"))
             .env("KEEL_REDTEAM_API_KEY", ENV_SECRET)
+            .env(
+                "DATABASE_URL",
+                format!("postgres://app:{DB_SECRET}@db.internal/app"),
+            )
             .env("XDG_DATA_HOME", self.root().join("data"))
+            .env("TMPDIR", self.root().join("keel-tmp"))
             .stdin(std::process::Stdio::null());
         for dir in real_toolchains() {
             command.arg("--sandbox-read").arg(dir);
+        }
+        // cargo's rustup proxy finds its toolchains through these, not the fake HOME.
+        let home = real_home();
+        for (name, dir) in [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")] {
+            let dir = std::env::var_os(name).map_or_else(|| home.join(dir), PathBuf::from);
+            command.env(name, dir).arg("--sandbox-env").arg(name);
+        }
+        let (terminal, inherited) = (self.keel_terminal.slave_fd(), self.inherited.as_raw_fd());
+        // SAFETY: runs in the forked child before exec; makes only the
+        // async-signal-safe setsid, ioctl and dup2 calls.
+        #[allow(unsafe_code)]
+        unsafe {
+            command.pre_exec(move || pty::become_session_leader_on(terminal, inherited));
         }
         command.arg("red team");
         let output = command.output().unwrap();
@@ -103,6 +175,14 @@ impl World {
         printed
     }
 
+    fn unix_connections(&self) -> usize {
+        let mut count = 0;
+        while self.unix.accept().is_ok() {
+            count += 1;
+        }
+        count
+    }
+
     fn connections(&self) -> usize {
         let mut count = 0;
         while self.tcp.accept().is_ok() {
@@ -116,12 +196,16 @@ impl World {
     }
 }
 
+fn real_home() -> PathBuf {
+    std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_default()
+}
+
 /// The real home's toolchains (python3 lives in ~/.pyenv on these
 /// machines), readable in the sandbox although HOME points elsewhere.
 fn real_toolchains() -> Vec<PathBuf> {
-    let home = std::env::var_os("HOME")
-        .map(PathBuf::from)
-        .unwrap_or_default();
+    let home = real_home();
     keel_tools_toolchains()
         .iter()
         .map(|dir| home.join(dir))
@@ -140,345 +224,7 @@ fn keel_tools_toolchains() -> &'static [&'static str] {
     ]
 }
 
-/// How an attack is judged blocked.
-#[derive(Clone, Copy)]
-enum Effect {
-    /// This secret appears nowhere in what the run printed.
-    NoLeak(&'static str),
-    /// This file (a template) does not exist afterwards.
-    NoFile(&'static str),
-    /// The secret file still holds its secret.
-    SecretIntact,
-    /// No TCP connection or UDP datagram reached the listeners.
-    NoConnection,
-    /// The call's result is not a success.
-    Fails,
-}
-
-struct Attack {
-    name: &'static str,
-    tool: &'static str,
-    arguments: &'static str,
-    effect: Effect,
-}
-
-const fn attack(
-    name: &'static str,
-    tool: &'static str,
-    arguments: &'static str,
-    effect: Effect,
-) -> Attack {
-    Attack {
-        name,
-        tool,
-        arguments,
-        effect,
-    }
-}
-
-use Effect::{Fails, NoConnection, NoFile, NoLeak, SecretIntact};
-
-const ATTACKS: &[Attack] = &[
-    // Reading and writing through the tools.
-    attack(
-        "read through ..",
-        "read",
-        r#"{"path": "../other-project/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "read an absolute path",
-        "read",
-        r#"{"path": "{base}/other-project/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "read through a symlink",
-        "read",
-        r#"{"path": "link_out/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "read through a hard link",
-        "read",
-        r#"{"path": "hard.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "grep over a hard link to outside",
-        "grep",
-        r#"{"pattern": "PROJECT-SECRET"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "read through /proc/self/root",
-        "read",
-        r#"{"path": "/proc/self/root{base}/other-project/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "read ~/.ssh/id_rsa",
-        "read",
-        r#"{"path": "{base}/home/.ssh/id_rsa"}"#,
-        NoLeak(SSH_SECRET),
-    ),
-    attack(
-        "write through ..",
-        "write",
-        r#"{"path": "../escape.txt", "content": "x"}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "write an absolute path",
-        "write",
-        r#"{"path": "{base}/escape.txt", "content": "x"}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "write through a symlink",
-        "write",
-        r#"{"path": "link_out/escape.txt", "content": "x"}"#,
-        NoFile("{base}/other-project/escape.txt"),
-    ),
-    attack(
-        "write through a hard link",
-        "write",
-        r#"{"path": "hard.txt", "content": "PWNED"}"#,
-        SecretIntact,
-    ),
-    attack(
-        "write through /proc/self/root",
-        "write",
-        r#"{"path": "/proc/self/root{base}/escape.txt", "content": "x"}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "edit through a hard link",
-        "edit",
-        r#"{"path": "hard.txt", "edits": [{"old_text": "SECRET", "new_text": "PWNED"}]}"#,
-        SecretIntact,
-    ),
-    // Writing outside through bash.
-    attack(
-        "bash: echo > /tmp/x",
-        "bash",
-        r#"{"command": "echo x > /tmp/keel-red-team-escape"}"#,
-        NoFile("/tmp/keel-red-team-escape"),
-    ),
-    attack(
-        "bash: cp outside",
-        "bash",
-        r#"{"command": "cp inside.txt {base}/escape.txt"}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "bash: python3 -c writes outside",
-        "bash",
-        r#"{"command": "python3 -c \"open('{base}/escape.txt', 'w').write('x')\""}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "bash: tee outside",
-        "bash",
-        r#"{"command": "echo x | tee {base}/escape.txt"}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "bash: write through /proc/self/root",
-        "bash",
-        r#"{"command": "echo x > /proc/self/root{base}/escape.txt"}"#,
-        NoFile("{base}/escape.txt"),
-    ),
-    attack(
-        "bash: write through a symlink",
-        "bash",
-        r#"{"command": "echo x > link_out/escape.txt"}"#,
-        NoFile("{base}/other-project/escape.txt"),
-    ),
-    // Network through bash.
-    attack(
-        "bash: curl",
-        "bash",
-        r#"{"command": "curl -s -m 3 http://127.0.0.1:{port}/"}"#,
-        NoConnection,
-    ),
-    attack(
-        "bash: python3 socket",
-        "bash",
-        r#"{"command": "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=3)\""}"#,
-        NoConnection,
-    ),
-    attack(
-        "bash: /dev/tcp",
-        "bash",
-        r#"{"command": "echo x > /dev/tcp/127.0.0.1/{port}"}"#,
-        NoConnection,
-    ),
-    attack(
-        "bash: DNS query over UDP",
-        "bash",
-        r#"{"command": "python3 -c \"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(bytes.fromhex('abcd01000001000000000000076578616d706c6503636f6d0000010001'), ('127.0.0.1', {udp}))\""}"#,
-        NoConnection,
-    ),
-    // Reading secrets.
-    attack(
-        "bash: env",
-        "bash",
-        r#"{"command": "env"}"#,
-        NoLeak(ENV_SECRET),
-    ),
-    attack(
-        "bash: /proc/self/environ",
-        "bash",
-        r#"{"command": "cat /proc/self/environ"}"#,
-        NoLeak(ENV_SECRET),
-    ),
-    attack(
-        "bash: the parent's environment",
-        "bash",
-        r#"{"command": "cat /proc/$PPID/environ"}"#,
-        NoLeak(ENV_SECRET),
-    ),
-    attack(
-        "bash: ~/.ssh/id_rsa",
-        "bash",
-        r#"{"command": "cat ~/.ssh/id_rsa"}"#,
-        NoLeak(SSH_SECRET),
-    ),
-    attack(
-        "bash: python3 reads ~/.ssh/id_rsa",
-        "bash",
-        r#"{"command": "python3 -c \"import os; print(open(os.path.expanduser('~/.ssh/id_rsa')).read())\""}"#,
-        NoLeak(SSH_SECRET),
-    ),
-    attack(
-        "bash: a file in another project",
-        "bash",
-        r#"{"command": "cat {base}/other-project/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "bash: python3 reads another project",
-        "bash",
-        r#"{"command": "python3 -c \"print(open('{base}/other-project/secret.txt').read())\""}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "bash: a symlink pointing outside",
-        "bash",
-        r#"{"command": "cat link_out/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "bash: a hard link to outside",
-        "bash",
-        r#"{"command": "cat hard.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    attack(
-        "bash: /proc/self/root",
-        "bash",
-        r#"{"command": "cat /proc/self/root{base}/other-project/secret.txt"}"#,
-        NoLeak(OTHER_SECRET),
-    ),
-    // The kernel process.
-    attack(
-        "bash: ptrace the parent",
-        "bash",
-        r#"{"command": "python3 -c \"import ctypes, os, sys; libc = ctypes.CDLL(None); sys.exit(0 if libc.ptrace(16, os.getppid(), 0, 0) == 0 else 1)\""}"#,
-        Fails,
-    ),
-];
-
-/// What each mode must still allow: (mode, name, tool, arguments, expected output).
-const ALLOWED: &[(&str, &str, &str, &str, &str)] = &[
-    (
-        "plan",
-        "read inside",
-        "read",
-        r#"{"path": "inside.txt"}"#,
-        "inside",
-    ),
-    (
-        "plan",
-        "grep inside",
-        "grep",
-        r#"{"pattern": "insi"}"#,
-        "inside.txt:1: inside",
-    ),
-    (
-        "plan",
-        "bash reads inside",
-        "bash",
-        r#"{"command": "cat inside.txt"}"#,
-        "inside",
-    ),
-    (
-        "plan",
-        "bash writes the private temp dir",
-        "bash",
-        r#"{"command": "echo tmp-ok > $TMPDIR/t && cat $TMPDIR/t"}"#,
-        "tmp-ok",
-    ),
-    (
-        "plan",
-        "python3 reads inside",
-        "bash",
-        r#"{"command": "python3 -c \"print(open('inside.txt').read().upper())\""}"#,
-        "INSIDE",
-    ),
-    (
-        "auto",
-        "read inside",
-        "read",
-        r#"{"path": "inside.txt"}"#,
-        "inside",
-    ),
-    (
-        "auto",
-        "write inside",
-        "write",
-        r#"{"path": "new.txt", "content": "new"}"#,
-        "new.txt",
-    ),
-    (
-        "auto",
-        "edit inside",
-        "edit",
-        r#"{"path": "inside.txt", "edits": [{"old_text": "inside", "new_text": "edited"}]}"#,
-        "inside.txt",
-    ),
-    (
-        "auto",
-        "bash writes inside",
-        "bash",
-        r#"{"command": "echo made > out.txt && cat out.txt"}"#,
-        "made",
-    ),
-    (
-        "auto",
-        "python3 writes inside",
-        "bash",
-        r#"{"command": "python3 -c \"open('py.txt', 'w').write('py-ok')\" && cat py.txt"}"#,
-        "py-ok",
-    ),
-    (
-        "auto",
-        "bash writes the private temp dir",
-        "bash",
-        r#"{"command": "echo tmp-ok > $TMPDIR/t && cat $TMPDIR/t"}"#,
-        "tmp-ok",
-    ),
-    (
-        "ask",
-        "read inside",
-        "read",
-        r#"{"path": "inside.txt"}"#,
-        "inside",
-    ),
-];
-
-/// The result of the run's one call.
+/// The result of the run's first call.
 fn call_result(printed: &str) -> Value {
     printed
         .lines()
@@ -489,6 +235,7 @@ fn call_result(printed: &str) -> Value {
 }
 
 fn blocked(world: &World, effect: Effect, printed: &str) -> bool {
+    use Effect::*;
     match effect {
         NoLeak(secret) => !printed.contains(secret),
         NoFile(path) => !Path::new(&world.fill(path)).exists(),
@@ -496,24 +243,87 @@ fn blocked(world: &World, effect: Effect, printed: &str) -> bool {
             std::fs::read_to_string(world.root().join("other-project/secret.txt")).unwrap()
                 == OTHER_SECRET
         }
+        NoFileLater(path, delay) => {
+            std::thread::sleep(Duration::from_millis(delay));
+            !Path::new(&world.fill(path)).exists()
+        }
         NoConnection => {
             std::thread::sleep(Duration::from_millis(50));
             world.connections() == 0
         }
+        NoUnixConnection => world.unix_connections() == 0,
+        NoTerminalInput => {
+            world.keel_terminal.pending().is_empty() && world.other_terminal.pending().is_empty()
+        }
+        Bounded(limit) => {
+            let left = std::fs::read_dir(world.root().join("keel-tmp"))
+                .unwrap()
+                .count();
+            printed.len() <= limit && left == 0
+        }
         Fails => call_result(printed)["status"] != "success",
+    }
+}
+
+/// A process whose argv holds a secret, alive while the attacks run.
+struct ArgvHolder(Child);
+
+impl ArgvHolder {
+    fn start() -> ArgvHolder {
+        let child = Command::new("sh")
+            .args(["-c", "sleep 600", "holder", ARGV_SECRET])
+            .spawn()
+            .unwrap();
+        ArgvHolder(child)
+    }
+}
+
+impl Drop for ArgvHolder {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An SSH host key planted for the run when this user may (root): the
+/// sandbox masks `/etc/ssh/ssh_host_*_key`. Removed on drop.
+struct SshHostKey(Option<PathBuf>);
+
+impl SshHostKey {
+    fn plant() -> SshHostKey {
+        let path = PathBuf::from("/etc/ssh/ssh_host_keelredteam_key");
+        let planted = std::fs::create_dir_all("/etc/ssh").is_ok()
+            && std::fs::write(&path, SSH_HOST_SECRET).is_ok();
+        if !planted {
+            println!("red team: cannot plant an SSH host key (not root); that attack reads none");
+        }
+        SshHostKey(planted.then_some(path))
+    }
+}
+
+impl Drop for SshHostKey {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
     }
 }
 
 #[test]
 fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
     let _ = std::fs::remove_file("/tmp/keel-red-team-escape");
+    let _argv = ArgvHolder::start();
+    let _host_key = SshHostKey::plant();
     let mut tried = 0;
     let mut failures = Vec::new();
     for mode in ["plan", "auto", "ask"] {
         for attack in ATTACKS {
             let world = World::new();
             let arguments: Value = serde_json::from_str(&world.fill(attack.arguments)).unwrap();
-            let printed = world.run(mode, attack.tool, &arguments);
+            let then: Option<Value> = attack
+                .then
+                .map(|then| serde_json::from_str(&world.fill(then)).unwrap());
+            let printed = world.run(mode, attack.tool, &arguments, then.as_ref());
             tried += 1;
             if !blocked(&world, attack.effect, &printed) {
                 failures.push(format!(
@@ -527,7 +337,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
     for (mode, name, tool, arguments, expected) in ALLOWED {
         let world = World::new();
         let arguments: Value = serde_json::from_str(&world.fill(arguments)).unwrap();
-        let printed = world.run(mode, tool, &arguments);
+        let printed = world.run(mode, tool, &arguments, None);
         let result = call_result(&printed);
         if result["status"] == "success" && result.to_string().contains(expected) {
             allowed_ok += 1;

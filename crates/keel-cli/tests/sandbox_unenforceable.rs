@@ -1,9 +1,12 @@
 //! When the OS sandbox cannot be enforced, nothing runs unsandboxed.
 //!
-//! The `keel` process is started under a seccomp filter that makes the
-//! Landlock system calls fail with ENOSYS — exactly what a kernel without
-//! Landlock, or a container profile blocking it, looks like. A shell call
-//! must then fail with `sandbox_unavailable` and leave no trace, and
+//! The `keel` process is started under a seccomp filter that takes one
+//! layer away for real: the Landlock system calls fail with ENOSYS (a
+//! kernel without Landlock, or a container profile blocking it), or
+//! creating a user namespace fails with EPERM (a container that forbids
+//! them; `clone3` answers ENOSYS there, as Docker's profile does, so that
+//! its flags can be checked). A shell call must then fail with
+//! `sandbox_unavailable`, name what is missing and leave no trace, and
 //! `keel doctor` must say so and exit 1.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -11,7 +14,10 @@ use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
 use serde_json::{Value, json};
 
 /// A filter under which every Landlock system call fails with ENOSYS.
@@ -35,9 +41,50 @@ fn no_landlock() -> BpfProgram {
     .unwrap()
 }
 
+/// Filters under which no user namespace can be created: `unshare` and
+/// `clone` with CLONE_NEWUSER fail with EPERM; `clone3`, whose flags seccomp
+/// cannot read, fails with ENOSYS so that callers fall back to `clone`.
+fn no_user_namespaces() -> Vec<BpfProgram> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).unwrap();
+    let new_user = || {
+        let flag = libc::CLONE_NEWUSER as u64;
+        let condition = SeccompCondition::new(
+            0,
+            SeccompCmpArgLen::Qword,
+            SeccompCmpOp::MaskedEq(flag),
+            flag,
+        )
+        .unwrap();
+        vec![SeccompRule::new(vec![condition]).unwrap()]
+    };
+    let rules = [
+        (libc::SYS_unshare, new_user()),
+        (libc::SYS_clone, new_user()),
+    ];
+    let namespaces = SeccompFilter::new(
+        rules.into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .unwrap();
+    let clone3 = SeccompFilter::new(
+        [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .unwrap();
+    vec![namespaces.try_into().unwrap(), clone3.try_into().unwrap()]
+}
+
 /// Runs `keel ARGS` with Landlock taken away.
 fn keel_without_landlock(args: &[&str]) -> Output {
-    let filter = no_landlock();
+    keel_under(vec![no_landlock()], args)
+}
+
+/// Runs `keel ARGS` under `filters`.
+fn keel_under(filters: Vec<BpfProgram>, args: &[&str]) -> Output {
     let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
     command.args(args).stdin(std::process::Stdio::null());
     // SAFETY: runs in the forked child before exec; apply_filter only makes
@@ -45,14 +92,18 @@ fn keel_without_landlock(args: &[&str]) -> Output {
     #[allow(unsafe_code)]
     unsafe {
         command.pre_exec(move || {
-            seccompiler::apply_filter(&filter).map_err(|_| std::io::Error::last_os_error())
+            for filter in &filters {
+                seccompiler::apply_filter(filter).map_err(|_| std::io::Error::last_os_error())?;
+            }
+            Ok(())
         });
     }
     command.output().unwrap()
 }
 
-#[test]
-fn shell_calls_fail_closed_and_nothing_runs() {
+/// Runs one `echo ran > marker.txt` call in `plan` and `auto` under
+/// `filters` and checks it failed closed with a message naming `missing`.
+fn shell_calls_fail_closed(filters: fn() -> Vec<BpfProgram>, missing: &str) {
     let dir = tempfile::tempdir().unwrap();
     let workspace = dir.path().join("ws");
     std::fs::create_dir(&workspace).unwrap();
@@ -63,20 +114,23 @@ fn shell_calls_fail_closed_and_nothing_runs() {
     let script_path = dir.path().join("script.json");
     std::fs::write(&script_path, script.to_string()).unwrap();
     for mode in ["plan", "auto"] {
-        let output = keel_without_landlock(&[
-            "run",
-            "--provider",
-            "scripted",
-            "--mode",
-            mode,
-            "--script",
-            script_path.to_str().unwrap(),
-            "--workspace",
-            workspace.to_str().unwrap(),
-            "--session-dir",
-            dir.path().join("sessions").to_str().unwrap(),
-            "make a marker",
-        ]);
+        let output = keel_under(
+            filters(),
+            &[
+                "run",
+                "--provider",
+                "scripted",
+                "--mode",
+                mode,
+                "--script",
+                script_path.to_str().unwrap(),
+                "--workspace",
+                workspace.to_str().unwrap(),
+                "--session-dir",
+                dir.path().join("sessions").to_str().unwrap(),
+                "make a marker",
+            ],
+        );
         let stdout = String::from_utf8_lossy(&output.stdout);
         let end: Value = stdout
             .lines()
@@ -89,8 +143,9 @@ fn shell_calls_fail_closed_and_nothing_runs() {
             "{mode}: {end}"
         );
         let message = end["result"]["error"]["message"].as_str().unwrap();
-        assert!(message.contains("Landlock"), "{message}");
-        assert!(message.contains("keel doctor"), "{message}");
+        for needed in [missing, "keel doctor", "--sandbox external"] {
+            assert!(message.contains(needed), "{needed}: {message}");
+        }
         assert!(
             !workspace.join("marker.txt").exists(),
             "{mode}: the command ran"
@@ -99,11 +154,28 @@ fn shell_calls_fail_closed_and_nothing_runs() {
 }
 
 #[test]
+fn without_landlock_shell_calls_fail_closed_and_nothing_runs() {
+    shell_calls_fail_closed(|| vec![no_landlock()], "Landlock");
+}
+
+#[test]
+fn without_user_namespaces_shell_calls_fail_closed_and_nothing_runs() {
+    shell_calls_fail_closed(no_user_namespaces, "user namespaces");
+}
+
+#[test]
 fn doctor_reports_an_unenforceable_sandbox() {
     let output = keel_without_landlock(&["doctor"]);
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("landlock:        unavailable"), "{stdout}");
+    assert!(stdout.contains("NOT enforceable"), "{stdout}");
+    assert!(stdout.contains("--sandbox external"), "{stdout}");
+
+    let output = keel_under(no_user_namespaces(), &["doctor"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("namespace user    unavailable"), "{stdout}");
     assert!(stdout.contains("NOT enforceable"), "{stdout}");
     assert!(stdout.contains("--sandbox external"), "{stdout}");
 }

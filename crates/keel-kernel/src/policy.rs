@@ -68,15 +68,15 @@ impl PermissionPolicy for MatrixPolicy {
 
 /// The level of a host-approved call: the least that lets it do what its
 /// intent says — network only for network commands, and no OS sandbox only
-/// when it acts outside the workspace (the host approved exactly that).
+/// when it acts outside the workspace (the host approved exactly that). A
+/// call whose scope or kind could not be determined stays sandboxed: the
+/// host approved a command it could not see the reach of, not that reach.
 fn approved_level(mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
     match (mode, intent.kind, intent.scope) {
         (PermissionMode::Full, _, _) => SandboxLevel::Unsandboxed,
-        (_, IntentKind::Network, IntentScope::Workspace) => SandboxLevel::WorkspaceWriteNetwork,
-        (_, IntentKind::Read | IntentKind::Write | IntentKind::Shell, IntentScope::Workspace) => {
-            SandboxLevel::WorkspaceWrite
-        }
-        _ => SandboxLevel::Unsandboxed,
+        (_, _, IntentScope::Outside) => SandboxLevel::Unsandboxed,
+        (_, IntentKind::Network, _) => SandboxLevel::WorkspaceWriteNetwork,
+        _ => SandboxLevel::WorkspaceWrite,
     }
 }
 

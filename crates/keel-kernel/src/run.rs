@@ -55,6 +55,8 @@ impl AgentRun {
         let shared = Arc::new(RunShared::new(run_id, session_id, sender, result_sender));
         let supervised = Arc::clone(&shared);
         tokio::spawn(async move {
+            // Full tool outputs are kept for the run's tools, then removed.
+            let _outputs = keel_tools::outputs::hold();
             let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec, repair));
             let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
                 error: RunError::new(

@@ -154,6 +154,14 @@ async fn approved_calls_run_at_the_level_their_intent_needs() {
             "workspace_write_network",
         ),
         (IntentKind::Shell, IntentScope::Outside, "unsandboxed"),
+        // Approving a command whose reach is unknown keeps the sandbox.
+        (IntentKind::Shell, IntentScope::Unknown, "workspace_write"),
+        (IntentKind::Unknown, IntentScope::Unknown, "workspace_write"),
+        (
+            IntentKind::Network,
+            IntentScope::Unknown,
+            "workspace_write_network",
+        ),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let run = probe_run(dir.path(), PermissionMode::Ask, kind, scope).await;

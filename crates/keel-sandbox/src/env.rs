@@ -1,25 +1,19 @@
-//! Scrubbed environments for child processes.
+//! The environment of child processes, built from an allowlist.
 //!
-//! Commands the model runs must not inherit the host's credentials. A child
-//! starts from an empty environment and receives only the variables of the
-//! kernel's own environment whose names look harmless: any name that contains
-//! (case-insensitively) one of [`SECRET_MARKERS`] is dropped unless the host
-//! named it explicitly in the passthrough list. Variables whose name or value
+//! Commands the model runs must not inherit the host's credentials, and a
+//! secret's name need not look secret (`DATABASE_URL` holding a password,
+//! `GITHUB_PAT`). So a child starts from an empty environment and receives
+//! only [`ALLOWED`] variables, `LC_*`, and the names the host listed; every
+//! other variable of the kernel's environment is dropped. Approved network
+//! or outside access does not widen the list. Variables whose name or value
 //! is not valid UTF-8 are dropped too, and so are the variables that make a
-//! shell run code the command text does not show ([`SHELL_STARTUP_VARIABLES`],
-//! exported `BASH_FUNC_*` functions), which the shell analysis could not see.
+//! shell run code the command text does not show
+//! ([`SHELL_STARTUP_VARIABLES`], exported `BASH_FUNC_*` functions), even when
+//! listed, since the shell analysis could not see them.
 
-/// Substrings that mark a variable name as secret (compared uppercased).
-pub const SECRET_MARKERS: &[&str] = &[
-    "KEY",
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "AUTH",
-    "CREDENTIAL",
-    "COOKIE",
-    "SESSION",
+/// Variables every child may receive (besides `LC_*`).
+pub const ALLOWED: &[&str] = &[
+    "PATH", "HOME", "LANG", "TERM", "USER", "SHELL", "TMPDIR", "PWD",
 ];
 
 /// Variables that make a shell run code or resolve paths that the command
@@ -41,28 +35,29 @@ fn changes_the_shell(name: &str) -> bool {
     SHELL_STARTUP_VARIABLES.contains(&name) || name.starts_with("BASH_FUNC_")
 }
 
-/// Whether a variable with this name may hold a secret.
-pub fn is_secret_name(name: &str) -> bool {
-    let upper = name.to_uppercase();
-    SECRET_MARKERS.iter().any(|marker| upper.contains(marker))
+/// Whether a child may receive the variable `name`, given the host's `listed` names.
+pub fn is_allowed(name: &str, listed: &[String]) -> bool {
+    let allowed = ALLOWED.contains(&name)
+        || name.starts_with("LC_")
+        || listed.iter().any(|listed| listed == name);
+    allowed && !changes_the_shell(name)
 }
 
-/// Keeps the variables that are not secret or are named in `passthrough`.
-pub fn scrub(
+/// Keeps the allowed variables of `vars`.
+pub fn filter(
     vars: impl IntoIterator<Item = (String, String)>,
-    passthrough: &[String],
+    listed: &[String],
 ) -> Vec<(String, String)> {
     vars.into_iter()
-        .filter(|(name, _)| !is_secret_name(name) || passthrough.contains(name))
-        .filter(|(name, _)| !changes_the_shell(name))
+        .filter(|(name, _)| is_allowed(name, listed))
         .collect()
 }
 
-/// The current process environment, scrubbed for a child process.
-pub fn scrubbed_env(passthrough: &[String]) -> Vec<(String, String)> {
+/// The allowed part of the current process environment.
+pub fn child_env(listed: &[String]) -> Vec<(String, String)> {
     let vars = std::env::vars_os()
         .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)));
-    scrub(vars, passthrough)
+    filter(vars, listed)
 }
 
 #[cfg(test)]
@@ -74,41 +69,28 @@ mod tests {
     }
 
     #[test]
-    fn secret_names_are_recognised() {
-        for name in [
+    fn only_the_allowlist_and_listed_names_pass() {
+        let vars = [
+            "PATH",
+            "HOME",
+            "LC_ALL",
+            "DATABASE_URL",
+            "GITHUB_PAT",
             "OPENAI_API_KEY",
-            "github_token",
-            "AWS_SECRET_ACCESS_KEY",
-            "DB_PASSWORD",
-            "MYSQL_PASSWD",
-            "HTTP_AUTHORIZATION",
-            "GOOGLE_APPLICATION_CREDENTIALS",
-            "Session_Cookie",
-            "XDG_SESSION_ID",
-        ] {
-            assert!(is_secret_name(name), "{name} should be secret");
-        }
-        for name in ["PATH", "HOME", "LANG", "TERM", "CARGO_HOME"] {
-            assert!(!is_secret_name(name), "{name} should not be secret");
-        }
-    }
-
-    #[test]
-    fn scrub_drops_secrets_unless_passed_through() {
-        let vars = vec![
-            pair("PATH"),
-            pair("KEEL_TEST_API_KEY"),
-            pair("GH_TOKEN"),
-            pair("HOME"),
-        ];
-        let kept = scrub(vars, &["GH_TOKEN".to_owned()]);
+            "CARGO_HOME",
+            "BASH_ENV",
+            "BASH_FUNC_x%%",
+        ]
+        .map(pair);
+        let kept = filter(vars, &["CARGO_HOME".to_owned(), "BASH_ENV".to_owned()]);
         let names: Vec<&str> = kept.iter().map(|(name, _)| name.as_str()).collect();
-        assert_eq!(names, ["PATH", "GH_TOKEN", "HOME"]);
+        assert_eq!(names, ["PATH", "HOME", "LC_ALL", "CARGO_HOME"]);
     }
 
     #[test]
-    fn scrubbed_env_keeps_no_secret() {
-        let kept = scrubbed_env(&[]);
-        assert!(kept.iter().all(|(name, _)| !is_secret_name(name)));
+    fn the_process_environment_is_filtered() {
+        for (name, _) in child_env(&[]) {
+            assert!(is_allowed(&name, &[]), "{name}");
+        }
     }
 }

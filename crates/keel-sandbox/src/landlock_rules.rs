@@ -1,12 +1,16 @@
-//! The Landlock ruleset of one sandboxed command.
+//! The Landlock ruleset of one sandboxed command: the inner layer, under
+//! the namespaces.
 //!
 //! The ruleset *handles* every filesystem right of ABI 4 and, unless the
 //! level allows the network, TCP bind and connect: whatever it does not grant
-//! below is denied. Grants: read and execute on the configured readable
-//! locations; read (and, from workspace-write on, every write right) on the
-//! workspace; everything on the private temp dir; writing the harmless
-//! device files. Rights of newer ABIs (device ioctls, signal and abstract
-//! socket scoping) are added where the kernel has them.
+//! is denied. Grants made here, on host paths (the sandbox's view binds the
+//! same inodes, so the rules hold inside): read and execute on the
+//! configured readable locations; read (and, from workspace-write on, every
+//! write right) on the workspace and the extra writable directories. The
+//! view's own mounts (`/tmp`, `/dev`, `/proc`) exist only inside, so the
+//! command adds their rules itself before enforcing, with the bits
+//! [`grant_bits`] computes here. Rights of newer ABIs (device ioctls, signal
+//! and abstract socket scoping) are added where the kernel has them.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -16,26 +20,29 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
 };
 
+use super::view::Grant;
 use super::{Sandbox, SandboxError};
 
-/// Device files any command may write (and use ioctls on).
-const WRITABLE_DEVICES: &[&str] = &[
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/random",
-    "/dev/urandom",
-    "/dev/tty",
-    "/dev/ptmx",
-    "/dev/pts",
-];
+/// The access bits of a [`Grant`] on this kernel (its Landlock `abi`).
+pub(super) fn grant_bits(grant: Grant, abi: i32) -> u64 {
+    let handled = if abi >= 5 {
+        AccessFs::from_all(ABI::V4) | AccessFs::IoctlDev
+    } else {
+        AccessFs::from_all(ABI::V4)
+    };
+    let wanted = match grant {
+        Grant::List => AccessFs::ReadDir.into(),
+        Grant::Read => AccessFs::from_read(ABI::V4),
+        Grant::Devices => {
+            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::ReadDir | AccessFs::IoctlDev
+        }
+        Grant::All => AccessFs::from_all(ABI::V5),
+    };
+    (wanted & handled).bits()
+}
 
 /// Builds the ruleset and returns its file descriptor.
-pub(super) fn build(
-    sandbox: &Sandbox,
-    workspace: &Path,
-    temp: &Path,
-) -> Result<OwnedFd, SandboxError> {
+pub(super) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<OwnedFd, SandboxError> {
     let required = ABI::V4;
     let read = AccessFs::from_read(required);
     let everything = AccessFs::from_all(ABI::V5);
@@ -67,14 +74,6 @@ pub(super) fn build(
         for path in &sandbox.config.writable {
             created = grant(created, path, everything)?;
         }
-    }
-    created = grant(created, temp, everything)?;
-    for device in WRITABLE_DEVICES {
-        created = grant(
-            created,
-            Path::new(device),
-            AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::IoctlDev,
-        )?;
     }
     Option::<OwnedFd>::from(created).ok_or_else(|| SandboxError::Unavailable {
         reason: "Landlock created no ruleset".into(),

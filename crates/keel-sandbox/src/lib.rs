@@ -1,14 +1,22 @@
-//! The OS sandbox for commands the model runs: Landlock and seccomp on
-//! Linux, and the scrubbed environment a child process starts from.
+//! The OS sandbox for commands the model runs: Linux namespaces with
+//! Landlock and seccomp inside, and the allowlisted environment a child
+//! process starts from.
 //!
 //! The permission policy decides *whether* a command runs; the sandbox makes
 //! the operating system enforce *what* it may touch, so that a command the
 //! shell analysis misjudged (a `python3 -c` opening a socket, say) still
-//! cannot read the user's keys, write outside the workspace or reach the
-//! network. [`confine`] prepares the restrictions of one command at a
-//! [`SandboxLevel`]; [`Confinement::apply`] installs them on a
-//! [`std::process::Command`]; [`env`](mod@env) builds the child's environment;
+//! cannot read the user's keys, write outside the workspace, reach the
+//! network, talk to the terminal or outlive its call. [`confine`] prepares
+//! one command at a [`SandboxLevel`]; [`Confinement::apply`] installs it on
+//! a [`std::process::Command`]; [`env`](mod@env) builds the child's environment;
 //! [`probe`] tells `keel doctor` what this machine can enforce.
+//!
+//! Each confined command runs in new user, mount, PID, IPC, UTS and (unless
+//! the network was approved) network namespaces, in a constructed view of
+//! the filesystem ([`view`]), in a new session with no controlling terminal,
+//! with rlimits ([`ResourceLimits`]), no capabilities, `no_new_privs`, a
+//! Landlock ruleset and a seccomp filter; when it exits, its PID namespace
+//! and everything left in it die ([`namespaces`]).
 //!
 //! This is an engine crate under `keel-tools`, which re-exports it as
 //! `keel_tools::sandbox`. It knows nothing of tools, the workspace type or
@@ -22,36 +30,35 @@
 //! - Restrictions are applied in the child, between fork and exec, never in
 //!   the kernel process: Landlock binds only the calling thread and its
 //!   future children.
-//! - Everything that allocates or opens files happens in the parent
-//!   ([`confine`]); the child makes only system calls (no_new_privs,
-//!   dropping capabilities, `landlock_restrict_self`, `seccomp`), which is
-//!   safe after `fork`.
+//! - Everything that allocates or opens files on the host happens in the
+//!   parent ([`confine`]); the child makes only system calls on data
+//!   prepared there, which is safe after `fork`.
 //! - Fail closed: a level other than [`SandboxLevel::Unsandboxed`] that
 //!   cannot be enforced makes [`confine`] fail, and nothing runs. Only the
 //!   host can choose to run without Keel's sandbox, with
 //!   [`SandboxMode::External`] or by granting `full`.
-//! - A child's environment holds none of the kernel's secrets unless the
-//!   host named them ([`env::scrub`]).
+//! - A child's environment holds only allowlisted variables ([`env`]).
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod capabilities;
 pub mod env;
 mod landlock_rules;
+pub mod limits;
+mod namespaces;
 pub mod probe;
 mod seccomp;
-mod temp;
+mod sys;
+mod view;
 
-use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use seccompiler::BpfProgram;
-
 pub use keel_protocol::{SandboxLevel, SandboxMode};
-pub use temp::PrivateTemp;
+pub use limits::ResourceLimits;
+
+use namespaces::{Launch, Parts};
 
 /// The Landlock ABI the sandbox needs: filesystem rules including truncate
 /// (ABI 3) and TCP bind/connect rules (ABI 4, Linux 6.7).
@@ -67,11 +74,39 @@ pub struct SandboxConfig {
     pub readable: Vec<PathBuf>,
     /// Extra directories sandboxed commands may write (in workspace-write levels).
     pub writable: Vec<PathBuf>,
+    /// Files and directories hidden from sandboxed commands even where a
+    /// readable location holds them (a file reads as empty, a directory as
+    /// an empty one).
+    pub masked: Vec<PathBuf>,
+    /// Environment variables a child receives besides [`env::ALLOWED`].
+    pub env: Vec<String>,
+    /// Resource limits of each sandboxed command.
+    pub limits: ResourceLimits,
 }
 
 /// System locations that every sandboxed command may read (SPEC §7).
 pub const SYSTEM_READABLE: &[&str] = &[
-    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/dev", "/proc",
+    "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
+];
+
+/// Secrets among the system locations, masked by default.
+pub const SYSTEM_SECRETS: &[&str] = &[
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/etc/ssl/private",
+    "/etc/security/opasswd",
+    "/etc/krb5.keytab",
+];
+
+/// Credential files inside the toolchain locations, masked by default.
+pub const TOOLCHAIN_SECRETS: &[&str] = &[
+    ".cargo/credentials",
+    ".cargo/credentials.toml",
+    ".config/git/credentials",
 ];
 
 /// Toolchain locations under the home directory that sandboxed commands may read.
@@ -87,23 +122,49 @@ pub const HOME_TOOLCHAINS: &[&str] = &[
     ".local/bin",
     ".local/lib",
     "go",
-    ".gitconfig",
     ".config/git",
 ];
 
 impl Default for SandboxConfig {
     fn default() -> Self {
         let mut readable: Vec<PathBuf> = SYSTEM_READABLE.iter().map(PathBuf::from).collect();
+        let mut masked: Vec<PathBuf> = SYSTEM_SECRETS.iter().map(PathBuf::from).collect();
+        masked.extend(ssh_host_keys());
         if let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
             let home = PathBuf::from(home);
             readable.extend(HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)));
+            masked.extend(TOOLCHAIN_SECRETS.iter().map(|file| home.join(file)));
+        }
+        // Cargo's home may live elsewhere; its credentials are masked there too.
+        if let Some(cargo) = std::env::var_os("CARGO_HOME").filter(|dir| !dir.is_empty()) {
+            let cargo = PathBuf::from(cargo);
+            masked.extend(["credentials", "credentials.toml"].map(|file| cargo.join(file)));
         }
         Self {
             mode: SandboxMode::Os,
             readable,
             writable: Vec::new(),
+            masked,
+            env: Vec::new(),
+            limits: ResourceLimits::default(),
         }
     }
+}
+
+/// The SSH host's private keys (`/etc/ssh/ssh_host_*_key`).
+fn ssh_host_keys() -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir("/etc/ssh") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .map(|entry| entry.path())
+        .filter(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| name.starts_with("ssh_host_") && name.ends_with("_key"))
+        })
+        .collect()
 }
 
 /// Why a sandboxed command cannot run.
@@ -144,91 +205,67 @@ impl Sandbox {
     }
 }
 
-/// A prepared confinement for one command: apply it to the command, keep it
-/// alive until the command has exited (it owns the private temp dir).
+/// A prepared confinement for one command: apply it to the command.
 #[derive(Debug)]
 pub struct Confinement {
-    temp: Option<PrivateTemp>,
-    restrictions: Option<Arc<ChildRestrictions>>,
+    launch: Option<Arc<Launch>>,
 }
 
-/// What the child applies to itself before exec.
-#[derive(Debug)]
-struct ChildRestrictions {
-    ruleset: OwnedFd,
-    filter: BpfProgram,
-}
+/// Where `TMPDIR` points inside the sandbox: its private tmpfs.
+pub const SANDBOX_TMPDIR: &str = "/tmp";
 
 /// Prepares the confinement of one command run with `workspace` as root.
 pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, SandboxError> {
     let enforced =
         sandbox.level != SandboxLevel::Unsandboxed && sandbox.config.mode == SandboxMode::Os;
     if !enforced {
-        return Ok(Confinement {
-            temp: None,
-            restrictions: None,
-        });
+        return Ok(Confinement { launch: None });
     }
-    probe::require_landlock()?;
-    let temp = PrivateTemp::create()?;
-    let ruleset = landlock_rules::build(sandbox, workspace, temp.path())?;
-    let filter = seccomp::filter(sandbox.level.allows_network())?;
+    let abi = probe::require_landlock()?;
+    probe::require_namespaces()?;
+    let mut view = view::build(sandbox, workspace)?;
+    let landlock_extra = std::mem::take(&mut view.landlock)
+        .into_iter()
+        .map(|(path, grant)| (path, landlock_rules::grant_bits(grant, abi)))
+        .collect();
+    let launch = Launch::new(Parts {
+        network: sandbox.level.allows_network(),
+        view,
+        workspace: view::c_path(workspace)?,
+        limits: sandbox.config.limits,
+        landlock: landlock_rules::build(sandbox, workspace)?,
+        landlock_extra,
+        filter: seccomp::filter(sandbox.level.allows_network())?,
+    })?;
     Ok(Confinement {
-        temp: Some(temp),
-        restrictions: Some(Arc::new(ChildRestrictions { ruleset, filter })),
+        launch: Some(Arc::new(launch)),
     })
 }
 
 impl Confinement {
-    /// The private temp dir, when the command is confined.
+    /// Whether the command runs in Keel's sandbox.
+    pub fn is_enforced(&self) -> bool {
+        self.launch.is_some()
+    }
+
+    /// The temp dir the confined command sees (`TMPDIR`), when confined.
     pub fn temp_dir(&self) -> Option<&Path> {
-        self.temp.as_ref().map(PrivateTemp::path)
+        self.launch.as_ref().map(|_| Path::new(SANDBOX_TMPDIR))
     }
 
-    /// Points TMPDIR at the private temp dir and installs the restrictions
-    /// to be applied in the child before exec.
+    /// Points TMPDIR at the sandbox's `/tmp` and installs what the child
+    /// does before exec: the namespaces, the view and the restrictions.
     pub fn apply(&self, command: &mut std::process::Command) {
-        if let Some(temp) = &self.temp {
-            command.env("TMPDIR", temp.path());
-        }
-        if let Some(restrictions) = &self.restrictions {
-            let restrictions = Arc::clone(restrictions);
-            // SAFETY: the closure runs in the forked child before exec. It
-            // only reads memory prepared in the parent and makes the
-            // async-signal-safe system calls prctl, landlock_restrict_self
-            // and seccomp; it allocates nothing and takes no locks.
-            #[allow(unsafe_code)]
-            unsafe {
-                command.pre_exec(move || restrictions.apply_in_child());
-            }
-        }
-    }
-}
-
-impl ChildRestrictions {
-    /// Runs in the child: no_new_privs, no capabilities, then Landlock,
-    /// then seccomp.
-    fn apply_in_child(&self) -> io::Result<()> {
-        // SAFETY: prctl(PR_SET_NO_NEW_PRIVS, 1) takes no pointers.
+        let Some(launch) = &self.launch else { return };
+        command.env("TMPDIR", SANDBOX_TMPDIR);
+        let launch = Arc::clone(launch);
+        // SAFETY: the closure runs in the forked child before exec. It
+        // only reads memory prepared in the parent and makes system calls
+        // through `sys` (see `namespaces`); it allocates nothing and takes
+        // no locks.
         #[allow(unsafe_code)]
-        let status = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
-        if status != 0 {
-            return Err(io::Error::last_os_error());
+        unsafe {
+            command.pre_exec(move || launch.run_in_child());
         }
-        capabilities::drop_all()?;
-        // SAFETY: the ruleset fd is owned by `self`, alive for this call;
-        // the flags argument is 0; no pointers are passed.
-        #[allow(unsafe_code)]
-        let status = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_restrict_self,
-                self.ruleset.as_raw_fd(),
-                0u32,
-            )
-        };
-        if status != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        seccompiler::apply_filter(&self.filter).map_err(|_| io::Error::last_os_error())
     }
 }

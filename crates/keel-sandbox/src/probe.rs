@@ -3,12 +3,17 @@
 //! The Landlock ABI is asked of the kernel directly
 //! (`landlock_create_ruleset` with the version flag), never guessed from
 //! `/sys/kernel/security/lsm`, which lists Landlock even where a container's
-//! seccomp profile blocks its system calls.
+//! seccomp profile blocks its system calls. Namespaces are probed the same
+//! way: a forked child tries `unshare` and reports the kernel's answer; the
+//! result is kept for the life of the process.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
+use std::sync::OnceLock;
 
-use super::{REQUIRED_LANDLOCK_ABI, Sandbox, SandboxError, SandboxLevel, confine};
+use super::namespaces::NAMESPACES;
+use super::{REQUIRED_LANDLOCK_ABI, Sandbox, SandboxError, SandboxLevel, confine, sys};
 
 /// `LANDLOCK_CREATE_RULESET_VERSION`: ask for the ABI instead of creating a ruleset.
 const CREATE_RULESET_VERSION: libc::c_uint = 1;
@@ -37,10 +42,11 @@ pub fn landlock_abi() -> Result<i32, String> {
     })
 }
 
-/// Fails with an explanation unless Landlock can enforce what the sandbox needs.
-pub(super) fn require_landlock() -> Result<(), SandboxError> {
+/// Fails with an explanation unless Landlock can enforce what the sandbox
+/// needs; the kernel's ABI when it can.
+pub(super) fn require_landlock() -> Result<i32, SandboxError> {
     match landlock_abi() {
-        Ok(abi) if abi >= REQUIRED_LANDLOCK_ABI => Ok(()),
+        Ok(abi) if abi >= REQUIRED_LANDLOCK_ABI => Ok(abi),
         Ok(abi) => Err(SandboxError::Unavailable {
             reason: format!(
                 "the kernel offers Landlock ABI {abi}, but the sandbox needs ABI {REQUIRED_LANDLOCK_ABI} (Linux 6.7) to restrict TCP"
@@ -56,6 +62,90 @@ pub fn seccomp_available() -> bool {
     #[allow(unsafe_code)]
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
     mode >= 0
+}
+
+/// The namespaces `keel doctor` lists, with the `unshare` flag of each.
+pub const NAMESPACE_KINDS: [(&str, libc::c_int); 6] = [
+    ("user", libc::CLONE_NEWUSER),
+    ("mount", libc::CLONE_NEWNS),
+    ("pid", libc::CLONE_NEWPID),
+    ("network", libc::CLONE_NEWNET),
+    ("ipc", libc::CLONE_NEWIPC),
+    ("uts", libc::CLONE_NEWUTS),
+];
+
+/// Whether a forked child can `unshare(flags)` (from inside a new user
+/// namespace, as the sandbox does); the kernel's error if not.
+fn try_unshare(flags: libc::c_int) -> Result<(), String> {
+    let mut command = Command::new("keel-namespace-probe");
+    // SAFETY: the closure runs in the forked child and only makes the
+    // unshare and _exit system calls; it never returns on success, so
+    // nothing is executed.
+    #[allow(unsafe_code)]
+    unsafe {
+        command.pre_exec(move || {
+            sys::unshare(libc::CLONE_NEWUSER | flags)?;
+            sys::exit(0)
+        });
+    }
+    match command.status() {
+        Ok(status) if status.success() => Ok(()),
+        Ok(status) => Err(format!("the probe exited with {status}")),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// Each namespace the sandbox uses, and whether this process may create it.
+pub fn namespaces() -> Vec<(&'static str, Result<(), String>)> {
+    NAMESPACE_KINDS
+        .iter()
+        .map(|&(name, flag)| (name, try_unshare(flag)))
+        .collect()
+}
+
+/// Fails with an explanation unless every namespace of the sandbox can be created.
+pub(super) fn require_namespaces() -> Result<(), SandboxError> {
+    static PROBED: OnceLock<Result<(), String>> = OnceLock::new();
+    PROBED
+        .get_or_init(|| {
+            if try_unshare(NAMESPACES | libc::CLONE_NEWNET).is_ok() {
+                return Ok(());
+            }
+            let mut missing: Vec<String> = namespaces()
+                .into_iter()
+                .filter_map(|(name, outcome)| {
+                    outcome
+                        .err()
+                        .map(|error| format!("{name} namespaces ({error})"))
+                })
+                .collect();
+            // Without user namespaces nothing else can be tried.
+            if missing
+                .first()
+                .is_some_and(|first| first.starts_with("user "))
+            {
+                missing.truncate(1);
+            }
+            Err(format!(
+                "Keel runs every sandboxed command in its own Linux namespaces, and this \
+                 process cannot create {}",
+                if missing.is_empty() {
+                    "them all at once".to_owned()
+                } else {
+                    missing.join(", ")
+                }
+            ))
+        })
+        .clone()
+        .map_err(|reason| SandboxError::Unavailable { reason })
+}
+
+/// The kernel's `dev.tty.legacy_tiocsti` setting: whether any process may
+/// push input into a terminal with `TIOCSTI` (the sandbox's seccomp filter
+/// refuses it either way).
+pub fn legacy_tiocsti() -> Option<bool> {
+    let value = std::fs::read_to_string("/proc/sys/dev/tty/legacy_tiocsti").ok()?;
+    Some(value.trim() == "1")
 }
 
 /// The limit on user namespaces (`/proc/sys/user/max_user_namespaces`), if readable.
@@ -83,3 +173,26 @@ pub fn try_level(sandbox: &Sandbox, workspace: &Path) -> Result<(), String> {
 
 /// The levels a sandboxed shell uses, in the order `keel doctor` lists them.
 pub const LEVELS: [SandboxLevel; 2] = [SandboxLevel::ReadOnly, SandboxLevel::WorkspaceWrite];
+
+/// Runs `script` with `/bin/sh` confined by `sandbox` in `workspace`; its
+/// standard output, or why it could not run or failed.
+pub fn confined_output(
+    sandbox: &Sandbox,
+    workspace: &Path,
+    script: &str,
+) -> Result<String, String> {
+    let confinement = confine(sandbox, workspace).map_err(|error| error.to_string())?;
+    let mut command = Command::new("/bin/sh");
+    command.args(["-c", script]).current_dir(workspace);
+    confinement.apply(&mut command);
+    match command.output() {
+        Ok(output) if output.status.success() => {
+            Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        }
+        Ok(output) => Err(format!(
+            "a confined `/bin/sh -c {script}` exited with {}",
+            output.status
+        )),
+        Err(error) => Err(format!("a confined command could not start: {error}")),
+    }
+}

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    SeccompRule, TargetArch, sock_filter,
 };
 
 use super::SandboxError;
@@ -56,6 +56,18 @@ fn compile(network: bool) -> Result<BpfProgram, String> {
         .iter()
         .map(|&call| (call, Vec::new()))
         .collect();
+    let ioctl = |request: u64| -> Result<SeccompRule, seccompiler::BackendError> {
+        // The kernel reads the request as 32 bits: compare only those.
+        let condition =
+            SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, request)?;
+        SeccompRule::new(vec![condition])
+    };
+    let terminal = [libc::TIOCSTI, libc::TIOCLINUX]
+        .into_iter()
+        .map(ioctl)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(compile_error)?;
+    rules.insert(libc::SYS_ioctl, terminal);
     if !network {
         let not_unix = || -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
             let family = SeccompCondition::new(
@@ -76,7 +88,44 @@ fn compile(network: bool) -> Result<BpfProgram, String> {
         arch,
     )
     .map_err(compile_error)?;
-    filter.try_into().map_err(compile_error)
+    let program: BpfProgram = filter.try_into().map_err(compile_error)?;
+    let mut guarded = x32_guard();
+    guarded.extend(program);
+    Ok(guarded)
+}
+
+/// `__X32_SYSCALL_BIT`: x32 system calls carry it in their number.
+const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+
+/// Instructions that fail every system call numbered at or above the x32
+/// bit with EPERM, before the compiled filter sees it. Meaningful on
+/// x86-64 only; elsewhere no real system call has such a number.
+fn x32_guard() -> BpfProgram {
+    const LOAD_WORD_ABSOLUTE: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JUMP_IF_AT_LEAST: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RETURN: u16 = 0x06; // BPF_RET | BPF_K
+    const RETURN_ERRNO: u32 = 0x0005_0000; // SECCOMP_RET_ERRNO
+    vec![
+        // seccomp_data.nr is at offset 0.
+        sock_filter {
+            code: LOAD_WORD_ABSOLUTE,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        sock_filter {
+            code: JUMP_IF_AT_LEAST,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        sock_filter {
+            code: RETURN,
+            jt: 0,
+            jf: 0,
+            k: RETURN_ERRNO | libc::EPERM as u32,
+        },
+    ]
 }
 
 fn compile_error(error: impl std::fmt::Display) -> String {

@@ -64,8 +64,10 @@ fn read_only_writes_only_its_private_temp_dir() {
         "echo t > \"$TMPDIR/t\" && test \"$(cat \"$TMPDIR/t\")\" = t",
     );
     assert!(ok);
-    // The private temp dir is gone with its confinement.
-    assert!(!temp.unwrap().exists());
+    // The private temp dir is the sandbox's own tmpfs, gone with the command.
+    assert_eq!(temp.as_deref(), Some(Path::new("/tmp")));
+    let (ok, _) = run(&sandbox, workspace.path(), "test ! -e \"$TMPDIR/t\"");
+    assert!(ok, "a second command saw the first one's temp file");
 }
 
 #[test]

@@ -71,7 +71,8 @@ async fn confined_commands_cannot_read_outside_the_workspace() {
         format!("python3 -c 'print(open(\"{}\").read())'", secret.display()),
         "ln -s SECRET link; cat link".replace("SECRET", &secret.display().to_string()),
         "cat /proc/$PPID/environ".to_owned(),
-        "ls /tmp".to_owned(),
+        // The host's /tmp (where `outside` is) is not the sandbox's.
+        format!("ls {}", s.outside.path().display()),
     ];
     for level in CONFINED {
         for command in &commands {
@@ -99,7 +100,6 @@ async fn confined_commands_write_only_where_their_level_allows() {
             "python3 -c 'open(\"{}\", \"w\").write(\"x\")'",
             target.display()
         ),
-        "echo x > /tmp/keel-sandbox-escape-test".to_owned(),
     ];
     for level in CONFINED {
         for command in &outside_writes {
@@ -107,6 +107,14 @@ async fn confined_commands_write_only_where_their_level_allows() {
             assert!(outcome.is_err(), "{level:?} `{command}` succeeded");
             assert!(!target.exists(), "{level:?} `{command}` wrote outside");
         }
+        // `/tmp` is the sandbox's own tmpfs: writing it reaches nothing outside.
+        let outcome = bash(
+            s.workspace.path(),
+            level,
+            "echo x > /tmp/keel-sandbox-escape-test",
+        )
+        .await;
+        assert!(outcome.is_ok(), "{level:?}: {outcome:?}");
         assert!(!Path::new("/tmp/keel-sandbox-escape-test").exists());
         // The private temp dir is always writable, and TMPDIR points there.
         let outcome = bash(

@@ -118,13 +118,13 @@ fn bash_arguments() {
         &[
             json!({"command": "ls"}),
             json!({"command": "ls", "timeout": 1}),
-            json!({"command": "ls", "timeout": 86400}),
+            json!({"command": "ls", "timeout": 3600}),
         ],
         &[
             json!({}),
             json!({"command": ["ls"]}),
             json!({"command": "ls", "timeout": 0}),
-            json!({"command": "ls", "timeout": 86401}),
+            json!({"command": "ls", "timeout": 3601}),
             json!({"command": "ls", "timeout": -5}),
             json!({"command": "ls", "timeout": "10"}),
             json!({"command": "ls", "timeout": null}),

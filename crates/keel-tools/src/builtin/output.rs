@@ -7,8 +7,17 @@
 //! `2 * MAX_BYTES` bytes stays in memory. Since the tail always holds more
 //! than [`MAX_BYTES`], the (possibly cut) first line of the tail is never
 //! shown. Line counts cover the whole output, not only the tail.
+//!
+//! Three bounds keep a flood (`yes`) from filling the disk or the host's
+//! event stream ([`Limits`]): the log file stops growing at its cap and ends
+//! with a marker saying so; progress stops being streamed past its cap (the
+//! result and the log still get everything up to their bounds); and a
+//! command whose output rate stays above the flood rate for consecutive
+//! one-second windows is reported [`Collector::flooded`], which `bash`
+//! answers by killing it.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use tokio::io::AsyncWriteExt;
@@ -18,6 +27,30 @@ use crate::truncate::{MAX_BYTES, MAX_LINES, truncate_tail};
 
 /// Bytes of output kept in memory once spilled.
 const TAIL_BYTES: usize = 2 * MAX_BYTES;
+
+/// The length of one window of the flood check.
+const FLOOD_WINDOW: Duration = Duration::from_secs(1);
+
+/// The bounds of one command's output (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Limits {
+    /// Bytes the log file keeps at most.
+    pub log_bytes: u64,
+    /// Bytes streamed as progress at most.
+    pub progress_bytes: u64,
+    /// Bytes per second above which a window counts as flooded.
+    pub flood_rate: u64,
+    /// Consecutive flooded windows after which the command is a flood.
+    pub flood_windows: u32,
+}
+
+/// The flood check's state.
+#[derive(Debug)]
+struct Rate {
+    window_start: Instant,
+    window_bytes: u64,
+    flooded_windows: u32,
+}
 
 /// Which pipe a chunk came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,7 +70,12 @@ impl Stream {
 
 /// Accumulates output; see the module docs.
 pub(super) struct Collector {
+    limits: Limits,
+    rate: Rate,
     progress: ProgressSink,
+    progress_sent: u64,
+    log_written: u64,
+    log_capped: bool,
     stdout: Utf8Decoder,
     stderr: Utf8Decoder,
     memory: Vec<u8>,
@@ -91,9 +129,18 @@ impl Collected {
 
 impl Collector {
     /// An empty collector streaming progress to `progress`.
-    pub fn new(progress: ProgressSink) -> Self {
+    pub fn new(progress: ProgressSink, limits: Limits) -> Self {
         Self {
+            limits,
+            rate: Rate {
+                window_start: Instant::now(),
+                window_bytes: 0,
+                flooded_windows: 0,
+            },
             progress,
+            progress_sent: 0,
+            log_written: 0,
+            log_capped: false,
             stdout: Utf8Decoder::default(),
             stderr: Utf8Decoder::default(),
             memory: Vec::new(),
@@ -110,23 +157,73 @@ impl Collector {
             return;
         }
         self.report(stream, bytes);
+        self.measure(bytes.len());
         self.total_bytes += bytes.len();
         self.newlines += bytes.iter().filter(|&&byte| byte == b'\n').count();
         self.ends_with_newline = bytes.last() == Some(&b'\n');
         self.memory.extend_from_slice(bytes);
         match &mut self.log {
             Log::None if self.total_bytes > MAX_BYTES => self.spill().await,
-            Log::Open { file, path, .. } => {
-                if let Err(error) = file.write_all(bytes).await {
-                    tracing::warn!(path = %path.display(), %error, "writing the bash log failed");
-                    self.log = Log::Failed;
-                }
-            }
+            Log::Open { .. } => self.append_to_log(bytes).await,
             Log::None | Log::Failed => {}
         }
         if !matches!(self.log, Log::None) && self.memory.len() > TAIL_BYTES {
             let excess = self.memory.len() - TAIL_BYTES;
             self.memory.drain(..excess);
+        }
+    }
+
+    /// Whether the output has been a flood: above the flood rate for
+    /// `flood_windows` consecutive windows.
+    pub fn flooded(&self) -> bool {
+        self.rate.flooded_windows >= self.limits.flood_windows
+    }
+
+    /// Counts `len` bytes into the flood check's windows.
+    fn measure(&mut self, len: usize) {
+        let now = Instant::now();
+        let elapsed = now.duration_since(self.rate.window_start);
+        if elapsed >= FLOOD_WINDOW {
+            let windows = u32::try_from(elapsed.as_secs()).unwrap_or(u32::MAX);
+            let flooded = windows == 1 && self.rate.window_bytes > self.limits.flood_rate;
+            self.rate.flooded_windows = if flooded {
+                self.rate.flooded_windows.saturating_add(1)
+            } else {
+                0
+            };
+            self.rate.window_start = now;
+            self.rate.window_bytes = 0;
+        }
+        self.rate.window_bytes = self.rate.window_bytes.saturating_add(len as u64);
+    }
+
+    /// Appends to the open log, up to its cap; past it, writes the marker once.
+    async fn append_to_log(&mut self, bytes: &[u8]) {
+        let Log::Open { file, path, .. } = &mut self.log else {
+            return;
+        };
+        if self.log_capped {
+            return;
+        }
+        let room = self.limits.log_bytes.saturating_sub(self.log_written);
+        let (kept, capped) = if bytes.len() as u64 > room {
+            (&bytes[..usize::try_from(room).unwrap_or(bytes.len())], true)
+        } else {
+            (bytes, false)
+        };
+        let mut result = file.write_all(kept).await;
+        self.log_written += kept.len() as u64;
+        if capped && result.is_ok() {
+            let marker = format!(
+                "\n[keel: the log is capped at {} bytes; later output was not kept]\n",
+                self.limits.log_bytes
+            );
+            result = file.write_all(marker.as_bytes()).await;
+            self.log_capped = true;
+        }
+        if let Err(error) = result {
+            tracing::warn!(path = %path.display(), %error, "writing the bash log failed");
+            self.log = Log::Failed;
         }
     }
 
@@ -194,8 +291,19 @@ impl Collector {
             Stream::Stderr => &mut self.stderr,
         };
         let text = decoder.decode(bytes);
-        if !text.is_empty() {
-            self.progress.send(stream.name(), text);
+        if text.is_empty() || self.progress_sent >= self.limits.progress_bytes {
+            return;
+        }
+        self.progress_sent += text.len() as u64;
+        self.progress.send(stream.name(), text);
+        if self.progress_sent >= self.limits.progress_bytes {
+            self.progress.send(
+                stream.name(),
+                format!(
+                    "\n[keel: progress stops after {} bytes; the result keeps the tail]\n",
+                    self.limits.progress_bytes
+                ),
+            );
         }
     }
 
@@ -205,7 +313,7 @@ impl Collector {
             self.log = Log::Failed;
             return;
         };
-        self.log = match create_log(&path, &self.memory).await {
+        self.log = match create_log(&path).await {
             Ok(file) => Log::Open {
                 file,
                 path,
@@ -216,13 +324,14 @@ impl Collector {
                 Log::Failed
             }
         };
+        let memory = std::mem::take(&mut self.memory);
+        self.append_to_log(&memory).await;
+        self.memory = memory;
     }
 }
 
-async fn create_log(path: &PathBuf, contents: &[u8]) -> std::io::Result<tokio::fs::File> {
-    let mut file = tokio::fs::File::create(path).await?;
-    file.write_all(contents).await?;
-    Ok(file)
+async fn create_log(path: &PathBuf) -> std::io::Result<tokio::fs::File> {
+    tokio::fs::File::create(path).await
 }
 
 /// Decodes a byte stream chunk by chunk without splitting a character
@@ -276,9 +385,16 @@ mod tests {
         assert_eq!(decoder.decode(&[0xff, b'a']), "\u{fffd}a");
     }
 
+    const GENEROUS: Limits = Limits {
+        log_bytes: 1 << 30,
+        progress_bytes: 1 << 30,
+        flood_rate: 1 << 40,
+        flood_windows: 2,
+    };
+
     #[tokio::test]
     async fn small_output_stays_in_memory() {
-        let mut collector = Collector::new(ProgressSink::discard());
+        let mut collector = Collector::new(ProgressSink::discard(), GENEROUS);
         collector.push(Stream::Stdout, b"out\n").await;
         collector.push(Stream::Stderr, b"err\n").await;
         let collected = collector.finish().await;
@@ -289,7 +405,7 @@ mod tests {
 
     #[tokio::test]
     async fn big_output_spills_and_keeps_a_bounded_tail() {
-        let mut collector = Collector::new(ProgressSink::discard());
+        let mut collector = Collector::new(ProgressSink::discard(), GENEROUS);
         let mut expected = Vec::new();
         for n in 0..20_000 {
             let line = format!("line {n}\n");
@@ -307,5 +423,70 @@ mod tests {
                 .starts_with("[Output truncated: showing the last 2000 lines of 20000.")
         );
         assert!(collected.text.ends_with("line 19999"));
+    }
+
+    #[tokio::test]
+    async fn the_log_stops_at_its_cap_with_a_marker() {
+        let limits = Limits {
+            log_bytes: 200_000,
+            ..GENEROUS
+        };
+        let mut collector = Collector::new(ProgressSink::discard(), limits);
+        let line = [b'x'; 999]
+            .iter()
+            .chain(b"\n")
+            .copied()
+            .collect::<Vec<u8>>();
+        for _ in 0..1000 {
+            collector.push(Stream::Stdout, &line).await;
+        }
+        let collected = collector.finish().await;
+        let path = collected.full_output_path.clone().unwrap();
+        let log = std::fs::read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        let marker = "\n[keel: the log is capped at 200000 bytes; later output was not kept]\n";
+        assert_eq!(log.len(), 200_000 + marker.len());
+        assert!(log.ends_with(marker.as_bytes()));
+        assert!(collected.text.contains("of 1000."), "{}", collected.text);
+    }
+
+    #[tokio::test]
+    async fn progress_stops_at_its_cap() {
+        let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+        let limits = Limits {
+            progress_bytes: 10,
+            ..GENEROUS
+        };
+        let mut collector = Collector::new(ProgressSink::new("c", sender), limits);
+        for _ in 0..5 {
+            collector.push(Stream::Stdout, b"abcdef\n").await;
+        }
+        let mut streamed = String::new();
+        while let Ok((_, progress)) = receiver.try_recv() {
+            streamed.push_str(&progress.data);
+        }
+        assert!(streamed.starts_with("abcdef\nabcdef\n\n[keel: progress stops after 10 bytes"));
+        assert_eq!(collector.finish().await.text.lines().count(), 5);
+    }
+
+    #[tokio::test]
+    async fn a_sustained_rate_is_a_flood_and_a_burst_is_not() {
+        let limits = Limits {
+            flood_rate: 1000,
+            flood_windows: 2,
+            ..GENEROUS
+        };
+        let mut collector = Collector::new(ProgressSink::discard(), limits);
+        collector.push(Stream::Stdout, &[b'x'; 5000]).await;
+        assert!(!collector.flooded(), "one burst");
+        for _ in 0..3 {
+            collector.rate.window_start -= FLOOD_WINDOW;
+            collector.push(Stream::Stdout, &[b'x'; 5000]).await;
+        }
+        assert!(collector.flooded());
+        collector.rate.window_start -= 3 * FLOOD_WINDOW;
+        collector.push(Stream::Stdout, b"quiet").await;
+        assert!(!collector.flooded(), "a pause resets the check");
+        let _ = collector.finish().await;
     }
 }

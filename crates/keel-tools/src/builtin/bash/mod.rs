@@ -1,0 +1,394 @@
+//! The `bash` tool: runs a shell command in the workspace.
+//!
+//! The command runs as `shell -c command` in the workspace root, with an
+//! allowlisted environment ([`crate::env`]), no stdin, and in its own process
+//! group so that a timeout or a cancellation kills everything it started,
+//! grandchildren included. After a normal exit the group is killed too, so
+//! background stragglers do not outlive the call. A sandboxed command runs
+//! in its own namespaces ([`crate::sandbox`]): when its shell exits, every
+//! process it left behind dies with its PID namespace, whatever session or
+//! process group it moved to.
+//!
+//! The timeout is capped ([`BashOptions::max_timeout`]); output is bounded
+//! (see [`super::output`]): a flood is killed, the log and the progress
+//! stream stop at their caps.
+//!
+//! Output from stdout and stderr is streamed as progress and collected in
+//! arrival order with bounded memory (see [`super::output`]): once it passes
+//! [`MAX_BYTES`](crate::truncate::MAX_BYTES) it is
+//! spilled to a log file and only a rolling tail stays in memory. The result
+//! shows the tail (at most 2000 lines / 50 KB) and, when
+//! truncated, names the log file holding the full output.
+
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use keel_protocol::{ExecutionMode, IntentKind, IntentScope, OperationIntent, ToolErrorCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use super::output::{Collected, Collector, Limits};
+use super::parse_arguments;
+use super::process::{GroupKiller, Pipes};
+use crate::env::child_env;
+use crate::sandbox::{Confinement, confine};
+use crate::shell;
+
+/// Where the analysis takes `$TMPDIR` to point (see [`BashTool::intent`]).
+const TMPDIR_STAND_IN: &str = "/keel-private-tmp";
+use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+use crate::workspace::Workspace;
+
+/// How long pipes may stay open after the command has ended.
+const PIPE_GRACE: Duration = Duration::from_millis(200);
+
+/// How the `bash` tool runs commands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BashOptions {
+    /// Timeout when the call gives none.
+    pub default_timeout: Duration,
+    /// The longest timeout a call may ask for; longer ones are cut to it.
+    pub max_timeout: Duration,
+    /// The shell, run as `shell -c command`.
+    pub shell: PathBuf,
+    /// Environment variables the child receives besides the allowlist
+    /// (`PATH`, `HOME`, locale, …) and the sandbox configuration's.
+    pub env_passthrough: Vec<String>,
+    /// Bytes of a command's output the full log keeps at most.
+    pub log_limit: u64,
+    /// Bytes of a command's output streamed as progress at most.
+    pub progress_limit: u64,
+    /// Output bytes per second above which a second counts as flooded.
+    pub flood_rate: u64,
+    /// Consecutive flooded seconds after which the command is killed.
+    pub flood_seconds: u32,
+}
+
+impl Default for BashOptions {
+    fn default() -> Self {
+        Self {
+            default_timeout: Duration::from_secs(120),
+            max_timeout: Duration::from_secs(60 * 60),
+            shell: PathBuf::from("/bin/bash"),
+            env_passthrough: Vec::new(),
+            log_limit: 32 << 20,
+            progress_limit: 4 << 20,
+            flood_rate: 8 << 20,
+            flood_seconds: 3,
+        }
+    }
+}
+
+impl BashOptions {
+    fn limits(&self) -> Limits {
+        Limits {
+            log_bytes: self.log_limit,
+            progress_bytes: self.progress_limit,
+            flood_rate: self.flood_rate,
+            flood_windows: self.flood_seconds.max(1),
+        }
+    }
+}
+
+/// Runs shell commands in the workspace root.
+#[derive(Debug, Clone, Default)]
+pub struct BashTool {
+    options: BashOptions,
+}
+
+impl BashTool {
+    /// A bash tool with these options.
+    pub fn new(options: BashOptions) -> Self {
+        Self { options }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BashArguments {
+    command: String,
+    timeout: Option<u64>,
+}
+
+impl Tool for BashTool {
+    fn name(&self) -> &str {
+        "bash"
+    }
+
+    fn description(&self) -> &str {
+        "Run a bash command in the workspace root. Returns stdout and stderr combined; \
+         long output keeps its last 2000 lines or 50 KB and the full output is saved to a log file. \
+         Background processes are killed when the command ends."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The bash command to run."},
+                "timeout": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": self.options.max_timeout.as_secs().max(1),
+                    "description": "Timeout in seconds; the command and everything it started is killed when it passes."
+                }
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        })
+    }
+
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Sequential
+    }
+
+    fn intent(&self, arguments: &Value, workspace: &Workspace) -> OperationIntent {
+        self.classify(arguments, workspace).0
+    }
+
+    fn classify(&self, arguments: &Value, workspace: &Workspace) -> (OperationIntent, Vec<String>) {
+        let Some(command) = arguments.get("command").and_then(Value::as_str) else {
+            let intent = OperationIntent::new(IntentKind::Unknown, IntentScope::Unknown);
+            return (intent, vec!["the call has no command".to_owned()]);
+        };
+        // The private temp dir does not exist yet; any stand-in outside the
+        // workspace lets the analysis tell `$TMPDIR` paths from others, and
+        // the sandbox confines them to the real one.
+        let analysis = shell::analyze(command, workspace.root(), Some(Path::new(TMPDIR_STAND_IN)));
+        let intent = OperationIntent {
+            kind: analysis.kind,
+            scope: analysis.scope,
+            targets: analysis.targets,
+        };
+        (intent, analysis.reasons)
+    }
+
+    fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
+        Box::pin(async move {
+            let arguments: BashArguments = parse_arguments(self.name(), arguments)?;
+            let timeout = arguments
+                .timeout
+                .map_or(self.options.default_timeout, Duration::from_secs)
+                .min(self.options.max_timeout);
+            let root = context.workspace.root();
+            let confinement = confine(&context.sandbox, root).map_err(|error| {
+                ToolError::new(ToolErrorCode::SandboxUnavailable, error.to_string())
+            })?;
+            let mut listed = self.options.env_passthrough.clone();
+            listed.extend(context.sandbox.config.env.iter().cloned());
+            let mut child = self.spawn(&arguments.command, root, &confinement, &listed)?;
+            let mut group = GroupKiller::of(&child);
+            let mut pipes = Pipes {
+                stdout: child.stdout.take(),
+                stderr: child.stderr.take(),
+            };
+            let mut collector = Collector::new(context.progress.clone(), self.options.limits());
+            let ending = run(
+                &mut child,
+                &mut pipes,
+                &mut collector,
+                &context.cancel,
+                timeout,
+            )
+            .await;
+            group.kill();
+            let ending = match ending {
+                Ending::Exited(status) => Ending::Exited(status),
+                other => {
+                    // The group is dead; reap the shell so it is no zombie.
+                    let _ = child.wait().await;
+                    other
+                }
+            };
+            drain(&mut pipes, &mut collector).await;
+            let collected = collector.finish().await;
+            outcome(ending, collected, timeout, self.options.flood_rate)
+        })
+    }
+}
+
+impl BashTool {
+    fn spawn(
+        &self,
+        command: &str,
+        root: &Path,
+        confinement: &Confinement,
+        listed: &[String],
+    ) -> Result<Child, ToolError> {
+        let shell = &self.options.shell;
+        let start_failed = |error: &dyn std::fmt::Display| {
+            ToolError::new(
+                ToolErrorCode::Io,
+                format!("Failed to start shell `{}`: {error}", shell.display()),
+            )
+        };
+        if let Err(error) = std::fs::metadata(shell) {
+            return Err(start_failed(&error));
+        }
+        let mut spawner = Command::new(shell);
+        spawner
+            .arg("-c")
+            .arg(command)
+            .current_dir(root)
+            .env_clear()
+            .envs(child_env(listed))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0)
+            .kill_on_drop(true);
+        confinement.apply(spawner.as_std_mut());
+        spawner.spawn().map_err(|error| {
+            if confinement.is_enforced() {
+                ToolError::new(
+                    ToolErrorCode::SandboxUnavailable,
+                    format!(
+                        "Setting up the OS sandbox of the command failed: {error}. Nothing was \
+                         run. Run `keel doctor` to see what this machine supports; a host \
+                         already inside an isolating container can pass `--sandbox external`."
+                    ),
+                )
+            } else {
+                start_failed(&error)
+            }
+        })
+    }
+}
+
+/// Why the command stopped running.
+enum Ending {
+    Exited(ExitStatus),
+    WaitFailed(io::Error),
+    TimedOut,
+    Cancelled,
+    Flooded,
+}
+
+/// Collects output until the command exits, times out or is cancelled.
+async fn run(
+    child: &mut Child,
+    pipes: &mut Pipes,
+    collector: &mut Collector,
+    cancel: &CancellationToken,
+    timeout: Duration,
+) -> Ending {
+    let deadline = tokio::time::sleep(timeout);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            Some((stream, bytes)) = pipes.next(), if pipes.is_open() => {
+                collector.push(stream, &bytes).await;
+                if collector.flooded() {
+                    return Ending::Flooded;
+                }
+            }
+            status = child.wait() => {
+                return match status {
+                    Ok(status) => Ending::Exited(status),
+                    Err(error) => Ending::WaitFailed(error),
+                };
+            }
+            () = cancel.cancelled() => return Ending::Cancelled,
+            () = &mut deadline => return Ending::TimedOut,
+        }
+    }
+}
+
+/// Reads what is left in the pipes, for at most [`PIPE_GRACE`]: a daemon
+/// that left the process group may hold them open indefinitely.
+async fn drain(pipes: &mut Pipes, collector: &mut Collector) {
+    let deadline = tokio::time::sleep(PIPE_GRACE);
+    tokio::pin!(deadline);
+    while pipes.is_open() {
+        tokio::select! {
+            chunk = pipes.next() => {
+                if let Some((stream, bytes)) = chunk {
+                    collector.push(stream, &bytes).await;
+                }
+            }
+            () = &mut deadline => return,
+        }
+    }
+}
+
+/// Turns how the command ended and its output into the tool result.
+fn outcome(
+    ending: Ending,
+    collected: Collected,
+    timeout: Duration,
+    flood_rate: u64,
+) -> Result<ToolOutput, ToolError> {
+    let (code, message) = match &ending {
+        Ending::Exited(status) if status.success() => {
+            let text = if collected.text.is_empty() {
+                "(no output)"
+            } else {
+                &collected.text
+            };
+            return Ok(ToolOutput::text(text).with_details(collected.details(Some(0))));
+        }
+        Ending::Exited(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => (
+                ToolErrorCode::ProcessFailed,
+                format!("Command exited with code {code}"),
+            ),
+            (None, Some(signal)) => (
+                ToolErrorCode::ProcessFailed,
+                format!("Command was killed by signal {signal}"),
+            ),
+            (None, None) => (
+                ToolErrorCode::ProcessFailed,
+                "Command ended without an exit code".to_owned(),
+            ),
+        },
+        Ending::WaitFailed(error) => (
+            ToolErrorCode::Io,
+            format!("Failed to wait for the command: {error}"),
+        ),
+        Ending::TimedOut => (
+            ToolErrorCode::Timeout,
+            format!("Command timed out after {} seconds", timeout.as_secs_f64()),
+        ),
+        Ending::Flooded => (
+            ToolErrorCode::ProcessFailed,
+            format!(
+                "Command was killed: its output stayed above {flood_rate} bytes per second \
+                 (a flood); write large output to a file and read parts of it"
+            ),
+        ),
+        Ending::Cancelled => {
+            let error = ToolError::cancelled();
+            return Err(attach(error, &collected, None, None));
+        }
+    };
+    let exit_code = match &ending {
+        Ending::Exited(status) => status.code(),
+        _ => None,
+    };
+    let error = ToolError::new(code, message.clone());
+    Err(attach(error, &collected, Some(&message), exit_code))
+}
+
+/// Attaches the collected output (and `note` after it) to an error.
+fn attach(
+    error: ToolError,
+    collected: &Collected,
+    note: Option<&str>,
+    exit_code: Option<i32>,
+) -> ToolError {
+    let text = match note {
+        Some(note) if collected.text.is_empty() => note.to_owned(),
+        Some(note) => format!("{}\n\n{note}", collected.text),
+        None if collected.text.is_empty() => return error,
+        None => collected.text.clone(),
+    };
+    error.with_output(ToolOutput::text(text).with_details(collected.details(exit_code)))
+}
+
+#[cfg(test)]
+mod tests;
