@@ -211,6 +211,33 @@ async fn confined_commands_cannot_trace_or_signal_the_kernel() {
 }
 
 #[tokio::test]
+async fn confined_commands_cannot_use_x32_system_calls_or_a_terminal() {
+    let s = setup();
+    // getpid through the x32 ABI (bit 30 set): the filter answers EPERM (1)
+    // before the kernel could say ENOSYS (38) or run it.
+    let x32 = "python3 -c 'import ctypes; libc = ctypes.CDLL(None, use_errno=True); \
+               r = libc.syscall(0x40000000 + 39); print(r, ctypes.get_errno())'";
+    let unsandboxed = bash(s.workspace.path(), SandboxLevel::Unsandboxed, x32).await;
+    assert_ne!(text(&unsandboxed).trim(), "-1 1", "{unsandboxed:?}");
+    for level in CONFINED {
+        let outcome = bash(s.workspace.path(), level, x32).await;
+        assert_eq!(text(&outcome).trim(), "-1 1", "{level:?}: {outcome:?}");
+        // No controlling terminal, and no /dev/tty to open.
+        let outcome = bash(
+            s.workspace.path(),
+            level,
+            "tty; test -e /dev/tty || echo no-tty",
+        )
+        .await;
+        assert_eq!(
+            text(&outcome).trim(),
+            "not a tty\nno-tty",
+            "{level:?}: {outcome:?}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn confined_commands_still_do_ordinary_work() {
     let s = setup();
     let outcome = bash(
