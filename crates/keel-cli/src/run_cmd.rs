@@ -53,7 +53,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     .map_err(|error| StartupError::new("host", error.to_string()))?;
     output.session(
         &result.session_id,
-        &sessions::session_file(&store, &result.session_id),
+        &sessions::session_file(&store, &result.session_id)?,
     );
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),

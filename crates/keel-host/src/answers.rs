@@ -8,7 +8,7 @@
 //! word deny. An answer with scope `always` keeps its scope, so the kernel
 //! can refuse what it does not support rather than silently narrowing it.
 
-use keel_protocol::{HostControl, PermissionAnswer, PermissionResolution};
+use keel_protocol::{HostControl, HostDecision, PermissionAnswer, PermissionResolution};
 use serde_json::Value;
 
 /// The answer one line (`None`: end of input) gives to request `request_id`.
@@ -36,11 +36,13 @@ pub fn answer_line(line: Option<&str>, request_id: &str) -> PermissionAnswer {
     PermissionAnswer::once(resolution(id_matches && is_approval(decision)))
 }
 
-/// Whether a word is an approval (`approve`, `approved`, `a`, `y`, `yes`, any case).
+/// Whether a word is an approval: the words [`HostDecision::Approve`]
+/// accepts (`approve`, `approved`, `a`, `y`, `yes`), in any case.
 pub fn is_approval(word: &str) -> bool {
+    let word = Value::String(word.to_ascii_lowercase());
     matches!(
-        word.to_ascii_lowercase().as_str(),
-        "approve" | "approved" | "a" | "y" | "yes"
+        serde_json::from_value::<HostDecision>(word),
+        Ok(HostDecision::Approve)
     )
 }
 

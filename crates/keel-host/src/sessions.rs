@@ -23,8 +23,8 @@ pub fn open_store(dir: Option<&Path>) -> Result<JsonlStore, HostError> {
 }
 
 /// The file that holds a session of `store`.
-pub fn session_file(store: &JsonlStore, session_id: &str) -> PathBuf {
-    store.dir().join(format!("{session_id}.jsonl"))
+pub fn session_file(store: &JsonlStore, session_id: &str) -> Result<PathBuf, HostError> {
+    Ok(store.file(session_id)?)
 }
 
 /// The session whose id is `wanted`, or starts or ends with it (if only one

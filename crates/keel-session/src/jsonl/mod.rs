@@ -84,7 +84,8 @@ impl JsonlStore {
             .and_then(|session| session.repaired.clone())
     }
 
-    fn file(&self, session_id: &str) -> Result<PathBuf, SessionError> {
+    /// The file that holds `session_id` (the id is checked, the file need not exist).
+    pub fn file(&self, session_id: &str) -> Result<PathBuf, SessionError> {
         check_id(session_id)?;
         Ok(self.dir.join(format!("{session_id}.jsonl")))
     }
