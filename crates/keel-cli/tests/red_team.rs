@@ -27,7 +27,7 @@ use std::os::unix::fs::symlink;
 use std::os::unix::net::UnixListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -144,7 +144,7 @@ impl World {
             )
             .env("XDG_DATA_HOME", self.root().join("data"))
             .env("TMPDIR", self.root().join("keel-tmp"))
-            .stdin(std::process::Stdio::null());
+            .stdin(Stdio::null());
         for dir in real_toolchains() {
             command.arg("--sandbox-read").arg(dir);
         }
@@ -270,8 +270,13 @@ struct ArgvHolder(Child);
 
 impl ArgvHolder {
     fn start() -> ArgvHolder {
+        // `read` is a shell builtin, so no child outlives `sh`; and with no
+        // inherited stdout, nothing holds the test's output pipe open.
         let child = Command::new("sh")
-            .args(["-c", "sleep 600", "holder", ARGV_SECRET])
+            .args(["-c", "read _", "holder", ARGV_SECRET])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .unwrap();
         ArgvHolder(child)
