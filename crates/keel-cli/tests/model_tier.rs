@@ -54,7 +54,7 @@ fn request(prompt: &str, max_output_tokens: Option<u32>) -> ModelRequest {
     ModelRequest {
         model: "smollm2".into(),
         system_prompt: "You are a helpful assistant.".into(),
-        messages: vec![Message::User(UserMessage::text(prompt))],
+        messages: vec![Message::User(UserMessage::text(prompt)).into()],
         tools: Vec::new(),
         max_output_tokens,
     }

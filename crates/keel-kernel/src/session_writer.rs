@@ -9,6 +9,8 @@
 //! the store once, when the run opens the session, and extended with every
 //! acknowledged append, so building a request never re-reads the session.
 //! This holds because a run is its session's only writer while it runs.
+//! It holds each message of the branch once, behind an `Arc` that every
+//! request shares (`context.rs`), so the branch is in memory once.
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ use keel_protocol::{Entry, EntryPayload, Message, RunEventKind};
 use keel_session::{SessionError, SessionStore};
 use tokio::sync::Mutex;
 
+use crate::context::BranchEntry;
 use crate::emitter::Emitter;
 use crate::ids::{new_id, now_ms};
 
@@ -30,7 +33,7 @@ pub(crate) struct SessionWriter {
     store: Arc<dyn SessionStore>,
     session_id: String,
     /// The leaf and the context branch that ends at it.
-    state: Mutex<(Option<String>, Vec<Entry>)>,
+    state: Mutex<(Option<String>, Vec<BranchEntry>)>,
 }
 
 impl SessionWriter {
@@ -39,7 +42,12 @@ impl SessionWriter {
         session_id: String,
     ) -> Result<Self, SessionError> {
         let leaf = store.leaf(&session_id).await?;
-        let context = store.context_branch(&session_id).await?;
+        let context = store
+            .context_branch(&session_id)
+            .await?
+            .into_iter()
+            .map(BranchEntry::from)
+            .collect();
         Ok(Self {
             store,
             session_id,
@@ -59,9 +67,9 @@ impl SessionWriter {
         }
     }
 
-    /// The messages of the context branch for a request, projected without
-    /// first copying the branch.
-    pub(crate) async fn project_context(&self) -> Vec<Message> {
+    /// The messages of the context branch for a request: the writer's own
+    /// messages, shared, so a request copies no message of the branch.
+    pub(crate) async fn project_context(&self) -> Vec<Arc<Message>> {
         crate::context::project(&self.state.lock().await.1)
     }
 
@@ -88,12 +96,14 @@ impl SessionWriter {
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
         state.0 = parent;
-        state.1.extend(entries.iter().cloned());
+        state
+            .1
+            .extend(entries.iter().cloned().map(BranchEntry::from));
         if entries
             .iter()
             .any(|entry| matches!(entry.payload, EntryPayload::Checkpoint { .. }))
         {
-            state.1 = keel_session::from_latest_checkpoint(std::mem::take(&mut state.1));
+            state.1 = crate::context::from_latest_checkpoint(std::mem::take(&mut state.1));
         }
         for entry in &entries {
             emitter.emit(RunEventKind::SessionEntry {

@@ -52,6 +52,8 @@ pub mod sse;
 pub mod testing;
 pub mod transform;
 
+use std::sync::Arc;
+
 use futures::stream::BoxStream;
 use keel_protocol::{Message, ProviderEvent, ToolSpec};
 use tokio_util::sync::CancellationToken;
@@ -64,14 +66,19 @@ pub use scripted::{Script, ScriptError, ScriptedProvider};
 pub type ProviderStream = BoxStream<'static, ProviderEvent>;
 
 /// Exactly what one provider request contains: the model context.
+///
+/// The messages are shared, not owned: the kernel keeps each message of the
+/// context branch once and a request holds the same [`Arc`]s, so building
+/// a request for each turn copies pointers, never the history's text.
+/// Adapters serialise straight from them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelRequest {
     /// The model id.
     pub model: String,
     /// The system prompt.
     pub system_prompt: String,
-    /// The active branch as messages, oldest first.
-    pub messages: Vec<Message>,
+    /// The active branch as messages, oldest first, shared with the kernel.
+    pub messages: Vec<Arc<Message>>,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
     /// The output token limit, when set.

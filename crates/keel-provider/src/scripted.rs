@@ -8,7 +8,7 @@
 //! stream loudly with a `protocol` error, so a wrong model context cannot pass
 //! unnoticed. The format is documented in `docs/scripts.md`.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -418,7 +418,7 @@ fn check_expectation(
             .messages
             .iter()
             .rev()
-            .find_map(|message| match message {
+            .find_map(|message| match message.as_ref() {
                 Message::User(user) => Some(user.plain_text()),
                 _ => None,
             });
@@ -442,10 +442,10 @@ fn check_expectation(
 }
 
 /// The texts of the tool results after the last assistant message.
-fn trailing_tool_results(messages: &[Message]) -> Vec<String> {
+fn trailing_tool_results(messages: &[Arc<Message>]) -> Vec<String> {
     let mut texts = Vec::new();
     for message in messages.iter().rev() {
-        match message {
+        match message.as_ref() {
             Message::ToolResult(result) => texts.push(
                 result
                     .content
@@ -472,7 +472,9 @@ mod tests {
         ModelRequest {
             model: "m".into(),
             system_prompt: String::new(),
-            messages: vec![Message::User(keel_protocol::UserMessage::text("hi"))],
+            messages: vec![Arc::new(Message::User(keel_protocol::UserMessage::text(
+                "hi",
+            )))],
             tools: vec![],
             max_output_tokens: None,
         }

@@ -8,50 +8,64 @@
 //! consistently in calls and results; a tool call without a result gets an
 //! error result, and a result without its call is dropped. Histories that
 //! are already valid for the target come back unchanged.
+//!
+//! Messages are shared ([`Arc`]): a message that needs no change is passed
+//! on as the same `Arc`, and only a changed one is copied, so adapting a
+//! long history copies pointers and the few messages that differ, never the
+//! whole history.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use keel_protocol::{
-    AssistantMessage, ContentBlock, Message, ToolErrorCode, ToolResultError, ToolResultMessage,
-    ToolStatus, UserContent,
+    AssistantMessage, ContentBlock, Message, ToolCall, ToolErrorCode, ToolResultError,
+    ToolResultMessage, ToolStatus, UserContent,
 };
 
 /// The history adapted for `target_model` of `target_provider`.
 pub fn adapt_history(
-    messages: Vec<Message>,
+    messages: Vec<Arc<Message>>,
     target_provider: &str,
     target_model: &str,
-) -> Vec<Message> {
+) -> Vec<Arc<Message>> {
     let mut ids = IdMap::default();
-    let mut out: Vec<Message> = Vec::with_capacity(messages.len());
+    let mut out: Vec<Arc<Message>> = Vec::with_capacity(messages.len());
     let mut open_calls: Vec<(String, String)> = Vec::new();
     for message in messages {
-        match message {
+        let adapted = match message.as_ref() {
             Message::Assistant(assistant) => {
                 close_orphans(&mut out, &mut open_calls);
-                let same = same_source(&assistant, target_provider, target_model);
-                let adapted = adapt_assistant(assistant, same, &mut ids);
-                open_calls = adapted
+                let same = same_source(assistant, target_provider, target_model);
+                let adapted = adapt_assistant(assistant, same, &mut ids).map(Message::Assistant);
+                let calls = match &adapted {
+                    Some(Message::Assistant(changed)) => changed,
+                    _ => assistant,
+                };
+                open_calls = calls
                     .tool_calls()
                     .map(|call| (call.id.clone(), call.name.clone()))
                     .collect();
-                out.push(Message::Assistant(adapted));
+                adapted
             }
             Message::ToolResult(result) => {
                 let id = ids.get(&result.call_id);
-                if let Some(position) = open_calls.iter().position(|(call, _)| *call == id) {
-                    open_calls.remove(position);
-                    out.push(Message::ToolResult(ToolResultMessage {
+                let Some(position) = open_calls.iter().position(|(call, _)| *call == id) else {
+                    continue;
+                };
+                open_calls.remove(position);
+                (id != result.call_id).then(|| {
+                    Message::ToolResult(ToolResultMessage {
                         call_id: id,
-                        ..result
-                    }));
-                }
+                        ..result.clone()
+                    })
+                })
             }
-            message @ Message::User(_) => {
+            Message::User(_) => {
                 close_orphans(&mut out, &mut open_calls);
-                out.push(message);
+                None
             }
-        }
+        };
+        out.push(adapted.map_or(message, Arc::new));
     }
     close_orphans(&mut out, &mut open_calls);
     out
@@ -72,32 +86,59 @@ fn same_source(assistant: &AssistantMessage, target_provider: &str, target_model
     provider_matches && model_matches
 }
 
+/// The message adapted for the target, or `None` when it is valid as it is
+/// (then it is not copied).
 fn adapt_assistant(
-    mut assistant: AssistantMessage,
+    assistant: &AssistantMessage,
     same_model: bool,
     ids: &mut IdMap,
-) -> AssistantMessage {
-    assistant.content = std::mem::take(&mut assistant.content)
-        .into_iter()
+) -> Option<AssistantMessage> {
+    let call_ids: Vec<String> = assistant
+        .tool_calls()
+        .map(|call| ids.get(&call.id))
+        .collect();
+    let renamed = assistant
+        .tool_calls()
+        .zip(&call_ids)
+        .any(|(call, id)| call.id != *id);
+    let foreign_thinking = !same_model
+        && assistant
+            .content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::Thinking { .. }));
+    if !renamed && !foreign_thinking {
+        return None;
+    }
+    let mut call_ids = call_ids.into_iter();
+    let content = assistant
+        .content
+        .iter()
         .filter_map(|block| match block {
-            ContentBlock::Thinking { thinking, .. } if !same_model => {
-                (!thinking.trim().is_empty()).then_some(ContentBlock::Text { text: thinking })
-            }
-            ContentBlock::ToolCall(mut call) => {
-                call.id = ids.get(&call.id);
-                Some(ContentBlock::ToolCall(call))
-            }
-            other => Some(other),
+            ContentBlock::Thinking { thinking, .. } if !same_model => (!thinking.trim().is_empty())
+                .then(|| ContentBlock::Text {
+                    text: thinking.clone(),
+                }),
+            ContentBlock::ToolCall(call) => Some(ContentBlock::ToolCall(ToolCall {
+                id: call_ids.next().unwrap_or_else(|| call.id.clone()),
+                ..call.clone()
+            })),
+            other => Some(other.clone()),
         })
         .collect();
-    assistant
+    Some(AssistantMessage {
+        content,
+        stop_reason: assistant.stop_reason,
+        usage: assistant.usage,
+        model: assistant.model.clone(),
+        provider: assistant.provider.clone(),
+    })
 }
 
 /// Adds an error result for every call still without one.
-fn close_orphans(out: &mut Vec<Message>, open_calls: &mut Vec<(String, String)>) {
+fn close_orphans(out: &mut Vec<Arc<Message>>, open_calls: &mut Vec<(String, String)>) {
     for (call_id, tool_name) in open_calls.drain(..) {
         let message = "No result provided: the call was interrupted before it returned".to_owned();
-        out.push(Message::ToolResult(ToolResultMessage {
+        out.push(Arc::new(Message::ToolResult(ToolResultMessage {
             call_id,
             tool_name,
             status: ToolStatus::Error,
@@ -109,7 +150,7 @@ fn close_orphans(out: &mut Vec<Message>, open_calls: &mut Vec<(String, String)>)
                 message,
             }),
             details: None,
-        }));
+        })));
     }
 }
 
@@ -167,7 +208,7 @@ impl IdMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_protocol::{StopReason, ToolCall, Usage, UserMessage};
+    use keel_protocol::{StopReason, Usage, UserMessage};
     use serde_json::json;
 
     fn assistant(model: &str, content: Vec<ContentBlock>) -> Message {
@@ -199,15 +240,19 @@ mod tests {
         })
     }
 
+    fn shared(history: Vec<Message>) -> Vec<Arc<Message>> {
+        history.into_iter().map(Arc::new).collect()
+    }
+
     #[test]
     fn foreign_thinking_becomes_text_and_own_thinking_stays() {
         let thinking = ContentBlock::Thinking {
             thinking: "hmm".into(),
             signature: Some("sig".into()),
         };
-        let history = vec![assistant("a", vec![thinking.clone()])];
+        let history = shared(vec![assistant("a", vec![thinking.clone()])]);
         let other = adapt_history(history.clone(), "p", "b");
-        let Message::Assistant(message) = &other[0] else {
+        let Message::Assistant(message) = other[0].as_ref() else {
             panic!()
         };
         assert_eq!(
@@ -219,24 +264,24 @@ mod tests {
 
     #[test]
     fn ids_are_normalised_and_orphans_closed() {
-        let history = vec![
+        let history = shared(vec![
             Message::User(UserMessage::text("go")),
             assistant("a", vec![call("call|1:x"), call("ok_2")]),
             result("call|1:x"),
             result("stray"),
             Message::User(UserMessage::text("next")),
-        ];
+        ]);
         let adapted = adapt_history(history.clone(), "p", "b");
-        let Message::Assistant(message) = &adapted[1] else {
+        let Message::Assistant(message) = adapted[1].as_ref() else {
             panic!()
         };
         let ids: Vec<&str> = message.tool_calls().map(|c| c.id.as_str()).collect();
         assert_eq!(ids, ["call_1_x", "ok_2"]);
-        let Message::ToolResult(first) = &adapted[2] else {
+        let Message::ToolResult(first) = adapted[2].as_ref() else {
             panic!()
         };
         assert_eq!(first.call_id, "call_1_x");
-        let Message::ToolResult(orphan) = &adapted[3] else {
+        let Message::ToolResult(orphan) = adapted[3].as_ref() else {
             panic!()
         };
         assert_eq!(
@@ -244,9 +289,44 @@ mod tests {
             ("ok_2", ToolStatus::Error)
         );
         assert!(
-            matches!(adapted[4], Message::User(_)),
+            matches!(adapted[4].as_ref(), Message::User(_)),
             "the stray result is dropped"
         );
         assert_eq!(adapted.len(), 5);
+    }
+
+    /// Adapting copies only what changes: every message that is already
+    /// valid for the target comes back as the same `Arc`.
+    #[test]
+    fn messages_that_need_no_change_are_shared_not_copied() {
+        let thinking = ContentBlock::Thinking {
+            thinking: "hmm".into(),
+            signature: None,
+        };
+        let history = shared(vec![
+            Message::User(UserMessage::text("go")),
+            assistant("a", vec![thinking, call("ok_1")]),
+            result("ok_1"),
+            assistant("a", vec![call("bad|id")]),
+            result("bad|id"),
+            Message::User(UserMessage::text("next")),
+        ]);
+        let same = adapt_history(history.clone(), "p", "a");
+        assert_eq!(same.len(), history.len());
+        for (adapted, original) in same.iter().zip(&history).take(3) {
+            assert!(Arc::ptr_eq(adapted, original), "{original:?} was copied");
+        }
+        assert!(
+            !Arc::ptr_eq(&same[3], &history[3]),
+            "a renamed call is a copy"
+        );
+        assert!(!Arc::ptr_eq(&same[4], &history[4]), "so is its result");
+        assert!(Arc::ptr_eq(&same[5], &history[5]));
+        let other = adapt_history(history.clone(), "p", "b");
+        assert!(
+            !Arc::ptr_eq(&other[1], &history[1]),
+            "foreign thinking changes"
+        );
+        assert!(Arc::ptr_eq(&other[2], &history[2]));
     }
 }

@@ -27,7 +27,7 @@ fn request() -> ModelRequest {
     ModelRequest {
         model: "m".into(),
         system_prompt: String::new(),
-        messages: vec![Message::User(UserMessage::text("hi"))],
+        messages: vec![Message::User(UserMessage::text("hi")).into()],
         tools: vec![],
         max_output_tokens: None,
     }

@@ -4,6 +4,8 @@
 //! merged into one message. Empty text blocks are left out (the API refuses
 //! them), and so are messages left with no blocks.
 
+use std::sync::Arc;
+
 use keel_protocol::{
     AssistantMessage, ContentBlock, ImageContent, Message, ToolCall, ToolResultMessage, ToolSpec,
     ToolStatus, UserContent,
@@ -52,10 +54,10 @@ struct Turn {
     content: Vec<Value>,
 }
 
-fn messages(history: &[Message], cache: bool) -> Vec<Value> {
+fn messages(history: &[Arc<Message>], cache: bool) -> Vec<Value> {
     let mut turns: Vec<Turn> = Vec::new();
     for message in history {
-        let (role, content) = match message {
+        let (role, content) = match message.as_ref() {
             Message::User(user) => ("user", user_blocks(&user.content)),
             Message::Assistant(assistant) => ("assistant", assistant_blocks(assistant)),
             Message::ToolResult(result) => ("user", vec![tool_result(result)]),

@@ -42,10 +42,10 @@ fn messages(request: &ModelRequest, options: &ChatOptions) -> Vec<Value> {
     // Images of the current run of tool results, sent once the run ends.
     let mut pending_images: Vec<Value> = Vec::new();
     for message in &request.messages {
-        if !matches!(message, Message::ToolResult(_)) {
+        if !matches!(message.as_ref(), Message::ToolResult(_)) {
             flush_images(&mut out, &mut pending_images);
         }
-        match message {
+        match message.as_ref() {
             Message::User(user) => out.push(user_message(user)),
             Message::Assistant(assistant) => out.push(assistant_message(assistant, options)),
             Message::ToolResult(result) => {

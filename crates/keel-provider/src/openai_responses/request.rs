@@ -6,6 +6,8 @@
 //! items, and the images they carry follow the run of results as one user
 //! message.
 
+use std::sync::Arc;
+
 use keel_protocol::{
     AssistantMessage, ContentBlock, ImageContent, Message, ToolCall, ToolResultMessage, ToolSpec,
     UserContent,
@@ -58,12 +60,12 @@ fn tool_json(tool: &ToolSpec) -> Value {
 }
 
 /// The `input` items for the conversation, oldest first.
-fn input_items(messages: &[Message]) -> Vec<Value> {
+fn input_items(messages: &[Arc<Message>]) -> Vec<Value> {
     let mut items = Vec::new();
     // Images from the current run of tool results, sent after the run.
     let mut tool_images = Vec::new();
     for message in messages {
-        match message {
+        match message.as_ref() {
             Message::User(user) => {
                 flush_tool_images(&mut items, &mut tool_images);
                 if let Some(item) = user_item(&user.content) {

@@ -122,7 +122,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model: "claude-sonnet-4-5".into(),
         system_prompt: String::new(),
-        messages,
+        messages: messages.into_iter().map(Arc::new).collect(),
         tools: Vec::new(),
         max_output_tokens: None,
     }

@@ -99,7 +99,7 @@ fn representative_request() -> ModelRequest {
     ModelRequest {
         model: "claude-sonnet-4-5".into(),
         system_prompt: "You are Keel.".into(),
-        messages,
+        messages: messages.into_iter().map(std::sync::Arc::new).collect(),
         tools: vec![tool("read", "Read a file"), tool("write", "Write a file")],
         max_output_tokens: None,
     }

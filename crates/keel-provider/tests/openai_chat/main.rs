@@ -53,7 +53,7 @@ fn user_request(text: &str) -> ModelRequest {
     ModelRequest {
         model: MODEL.into(),
         system_prompt: String::new(),
-        messages: vec![Message::User(UserMessage::text(text))],
+        messages: vec![Message::User(UserMessage::text(text)).into()],
         tools: vec![],
         max_output_tokens: None,
     }
@@ -275,8 +275,9 @@ async fn deepseek_reasoning_becomes_thinking_and_is_never_sent_back() {
     );
 
     let mut next = user_request("9.11 or 9.8?");
-    next.messages.push(Message::Assistant(answer));
-    next.messages.push(Message::User(UserMessage::text("Why?")));
+    next.messages.push(Message::Assistant(answer).into());
+    next.messages
+        .push(Message::User(UserMessage::text("Why?")).into());
     collect(&provider, next).await;
     let sent = &server.requests()[1];
     assert!(!sent.body.contains("reasoning"), "{}", sent.body);
@@ -524,7 +525,7 @@ fn representative_request() -> ModelRequest {
     ModelRequest {
         model: MODEL.into(),
         system_prompt: "You are Keel.".into(),
-        messages: vec![
+        messages: [
             Message::User(UserMessage {
                 content: vec![
                     UserContent::Text {
@@ -547,7 +548,9 @@ fn representative_request() -> ModelRequest {
                 vec![image("image/jpeg", "/9j/4AAQ")],
             ),
             Message::User(UserMessage::text("Thanks.")),
-        ],
+        ]
+        .map(std::sync::Arc::new)
+        .into(),
         tools: vec![ToolSpec {
             name: "read".into(),
             description: "Read a file.".into(),

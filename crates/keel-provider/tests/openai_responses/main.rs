@@ -113,7 +113,7 @@ fn request(messages: Vec<Message>) -> ModelRequest {
     ModelRequest {
         model: "gpt-5".into(),
         system_prompt: String::new(),
-        messages,
+        messages: messages.into_iter().map(Arc::new).collect(),
         tools: Vec::new(),
         max_output_tokens: None,
     }

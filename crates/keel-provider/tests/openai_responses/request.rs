@@ -70,7 +70,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
     let request = ModelRequest {
         model: "gpt-5".into(),
         system_prompt: "You are Keel.".into(),
-        messages: vec![
+        messages: [
             Message::User(UserMessage {
                 content: vec![text("Describe this"), image("aGVsbG8=")],
             }),
@@ -78,7 +78,9 @@ async fn the_whole_context_is_mapped_onto_input_items() {
             tool_result("call_1", vec![text("contents"), image("aW1n")]),
             tool_result("call_2", vec![text("invalid arguments")]),
             Message::User(UserMessage::text("thanks")),
-        ],
+        ]
+        .map(std::sync::Arc::new)
+        .into(),
         tools: vec![ToolSpec {
             name: "read".into(),
             description: "Read a file".into(),
