@@ -9,11 +9,15 @@
 //! ([`Arc`]): a projection hands the request the same `Arc`s, so each turn
 //! copies pointers, never the history's text, and a resumed session costs
 //! one copy of its branch however many turns run (docs/benchmarks.md).
-//! Invariant: nothing here clones a [`Message`] of the branch.
+//! Each message is adapted for the run's model once, as it enters the
+//! branch (`keel_provider::transform::adapt_message` moves another model's
+//! thinking into text), so the per-request `adapt_history` finds nothing to
+//! copy in it. Invariant: nothing here clones a [`Message`] of the branch.
 
 use std::sync::Arc;
 
 use keel_protocol::{Entry, EntryPayload, Message, UserMessage};
+use keel_provider::transform::adapt_message;
 
 /// One entry of the context branch as a run keeps it.
 pub(crate) struct BranchEntry {
@@ -29,11 +33,24 @@ enum Payload {
     Other(EntryPayload),
 }
 
-impl From<Entry> for BranchEntry {
-    /// Moves the entry's message behind an `Arc`; its text is not copied.
-    fn from(entry: Entry) -> Self {
+/// The model a run's requests go to: what its messages are adapted for.
+pub(crate) struct Target<'a> {
+    /// The provider's name.
+    pub(crate) provider: &'a str,
+    /// The model id.
+    pub(crate) model: &'a str,
+}
+
+impl BranchEntry {
+    /// The entry as the branch keeps it: its message adapted for `target`
+    /// and moved behind an `Arc`; its text is not copied.
+    pub(crate) fn new(entry: Entry, target: &Target<'_>) -> Self {
         let payload = match entry.payload {
-            EntryPayload::Message { message } => Payload::Message(Arc::new(message)),
+            EntryPayload::Message { message } => Payload::Message(Arc::new(adapt_message(
+                message,
+                target.provider,
+                target.model,
+            ))),
             other => Payload::Other(other),
         };
         Self {
@@ -41,9 +58,7 @@ impl From<Entry> for BranchEntry {
             payload,
         }
     }
-}
 
-impl BranchEntry {
     fn message(&self) -> Option<&Arc<Message>> {
         match &self.payload {
             Payload::Message(message) => Some(message),

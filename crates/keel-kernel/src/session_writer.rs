@@ -9,8 +9,9 @@
 //! the store once, when the run opens the session, and extended with every
 //! acknowledged append, so building a request never re-reads the session.
 //! This holds because a run is its session's only writer while it runs.
-//! It holds each message of the branch once, behind an `Arc` that every
-//! request shares (`context.rs`), so the branch is in memory once.
+//! It holds each message of the branch once, adapted for the run's model
+//! and behind an `Arc` that every request shares (`context.rs`), so the
+//! branch is in memory once.
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use keel_protocol::{Entry, EntryPayload, Message, RunEventKind};
 use keel_session::{SessionError, SessionStore};
 use tokio::sync::Mutex;
 
-use crate::context::BranchEntry;
+use crate::context::{BranchEntry, Target};
 use crate::emitter::Emitter;
 use crate::ids::{new_id, now_ms};
 
@@ -32,25 +33,33 @@ pub(crate) struct ContextSummary {
 pub(crate) struct SessionWriter {
     store: Arc<dyn SessionStore>,
     session_id: String,
+    /// The run's provider and model, which the branch's messages are
+    /// adapted for.
+    provider: String,
+    model: String,
     /// The leaf and the context branch that ends at it.
     state: Mutex<(Option<String>, Vec<BranchEntry>)>,
 }
 
 impl SessionWriter {
+    /// Opens the session for a run whose requests go to `target`.
     pub(crate) async fn open(
         store: Arc<dyn SessionStore>,
         session_id: String,
+        target: &Target<'_>,
     ) -> Result<Self, SessionError> {
         let leaf = store.leaf(&session_id).await?;
         let context = store
             .context_branch(&session_id)
             .await?
             .into_iter()
-            .map(BranchEntry::from)
+            .map(|entry| BranchEntry::new(entry, target))
             .collect();
         Ok(Self {
             store,
             session_id,
+            provider: target.provider.to_owned(),
+            model: target.model.to_owned(),
             state: Mutex::new((leaf, context)),
         })
     }
@@ -96,9 +105,15 @@ impl SessionWriter {
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
         state.0 = parent;
-        state
-            .1
-            .extend(entries.iter().cloned().map(BranchEntry::from));
+        let target = Target {
+            provider: &self.provider,
+            model: &self.model,
+        };
+        state.1.extend(
+            entries
+                .iter()
+                .map(|entry| BranchEntry::new(entry.clone(), &target)),
+        );
         if entries
             .iter()
             .any(|entry| matches!(entry.payload, EntryPayload::Checkpoint { .. }))

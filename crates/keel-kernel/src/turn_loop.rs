@@ -21,6 +21,7 @@ use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
+use crate::context::Target;
 use crate::parts::{KernelParts, RunSpec};
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
@@ -121,7 +122,12 @@ impl<'a> TurnLoop<'a> {
                 message,
             });
         }
-        let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
+        let target = Target {
+            provider: parts.provider.name(),
+            model: &parts.model,
+        };
+        let writer =
+            SessionWriter::open(parts.store.clone(), shared.session_id.clone(), &target).await?;
         let run = Self {
             parts,
             shared,

@@ -62,18 +62,35 @@ fn message(message: Message) -> EntryPayload {
     EntryPayload::Message { message }
 }
 
-fn answer(text: &str) -> Message {
+/// An answer with some thinking, written by `model` of `provider`.
+fn answer(text: &str, provider: &str, model: &str) -> Message {
     Message::Assistant(AssistantMessage {
-        content: vec![ContentBlock::Text { text: text.into() }],
+        content: vec![
+            ContentBlock::Thinking {
+                thinking: format!("thinking about {text}"),
+                signature: Some("signed".into()),
+            },
+            ContentBlock::Text { text: text.into() },
+        ],
         stop_reason: StopReason::Stop,
         usage: Usage::default(),
-        model: Some("scripted".into()),
-        provider: Some("scripted".into()),
+        model: Some(model.into()),
+        provider: Some(provider.into()),
     })
 }
 
-/// A session of `exchanges` user/assistant pairs, then `extra` entries.
+/// A session of `exchanges` user/assistant pairs (answered by the scripted
+/// model), then `extra` entries.
 async fn session(store: &MemoryStore, exchanges: usize, extra: Vec<EntryPayload>) -> String {
+    session_by(store, exchanges, extra, ("scripted", "scripted")).await
+}
+
+async fn session_by(
+    store: &MemoryStore,
+    exchanges: usize,
+    extra: Vec<EntryPayload>,
+    (provider, model): (&str, &str),
+) -> String {
     let id = store.create(NewSession::default()).await.unwrap();
     let mut payloads = Vec::new();
     for n in 0..exchanges {
@@ -81,7 +98,7 @@ async fn session(store: &MemoryStore, exchanges: usize, extra: Vec<EntryPayload>
             "question {n}: {}",
             "x".repeat(1000)
         )))));
-        payloads.push(message(answer(&format!("answer {n}"))));
+        payloads.push(message(answer(&format!("answer {n}"), provider, model)));
     }
     payloads.extend(extra);
     let entries = payloads
@@ -176,5 +193,40 @@ async fn messages_kept_after_a_checkpoint_are_shared_too() {
             *count >= 2,
             "kept message {position} was copied (strong count {count})"
         );
+    }
+}
+
+/// A session another model wrote is adapted for this run's model once, when
+/// it is resumed: its thinking reaches every request as text, and no request
+/// copies it again.
+#[tokio::test]
+async fn another_models_history_is_adapted_once_not_per_request() {
+    let store = Arc::new(MemoryStore::new());
+    let id = session_by(&store, 50, Vec::new(), ("anthropic", "claude-sonnet-4-5")).await;
+    let seen = resume(store, &id).await;
+    let (first, second) = (&seen[0], &seen[1]);
+    let Message::Assistant(answer) = first.request.messages[1].as_ref() else {
+        panic!("an answer: {:?}", first.request.messages[1]);
+    };
+    assert_eq!(
+        answer.content,
+        [
+            ContentBlock::Text {
+                text: "thinking about answer 0".into()
+            },
+            ContentBlock::Text {
+                text: "answer 0".into()
+            }
+        ],
+        "another model's thinking goes as text"
+    );
+    for (position, count) in first.counts.iter().enumerate() {
+        assert!(
+            *count >= 2,
+            "message {position} was copied to adapt it (strong count {count})"
+        );
+    }
+    for (earlier, later) in first.request.messages.iter().zip(&second.request.messages) {
+        assert!(Arc::ptr_eq(earlier, later), "adapted again on turn two");
     }
 }

@@ -18,8 +18,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use keel_protocol::{
-    AssistantMessage, ContentBlock, Message, ToolCall, ToolErrorCode, ToolResultError,
-    ToolResultMessage, ToolStatus, UserContent,
+    AssistantMessage, ContentBlock, Message, ToolErrorCode, ToolResultError, ToolResultMessage,
+    ToolStatus, UserContent,
 };
 
 /// The history adapted for `target_model` of `target_provider`.
@@ -101,37 +101,65 @@ fn adapt_assistant(
         .tool_calls()
         .zip(&call_ids)
         .any(|(call, id)| call.id != *id);
-    let foreign_thinking = !same_model
-        && assistant
-            .content
-            .iter()
-            .any(|block| matches!(block, ContentBlock::Thinking { .. }));
+    let foreign_thinking = !same_model && has_thinking(assistant);
     if !renamed && !foreign_thinking {
         return None;
     }
-    let mut call_ids = call_ids.into_iter();
-    let content = assistant
+    let mut adapted = assistant.clone();
+    if foreign_thinking {
+        thinking_as_text(&mut adapted);
+    }
+    let calls = adapted.content.iter_mut().filter_map(|block| match block {
+        ContentBlock::ToolCall(call) => Some(call),
+        _ => None,
+    });
+    for (call, id) in calls.zip(call_ids) {
+        call.id = id;
+    }
+    Some(adapted)
+}
+
+/// One message made valid for the target on its own: thinking written by
+/// another model becomes text, or is dropped when empty. The message is
+/// taken by value and its text moved, so this copies nothing. A caller that
+/// keeps a history for one target (the kernel's context branch) adapts each
+/// message once, as it enters the history; [`adapt_history`] then finds
+/// nothing more to rewrite in it. Tool-call ids and calls without results
+/// depend on the whole history, so only [`adapt_history`] handles them.
+pub fn adapt_message(message: Message, target_provider: &str, target_model: &str) -> Message {
+    match message {
+        Message::Assistant(mut assistant)
+            if !same_source(&assistant, target_provider, target_model) =>
+        {
+            thinking_as_text(&mut assistant);
+            Message::Assistant(assistant)
+        }
+        other => other,
+    }
+}
+
+fn has_thinking(assistant: &AssistantMessage) -> bool {
+    assistant
         .content
         .iter()
+        .any(|block| matches!(block, ContentBlock::Thinking { .. }))
+}
+
+/// Another model's thinking as text (its signature means nothing here),
+/// dropped when empty; the text is moved, not copied.
+fn thinking_as_text(assistant: &mut AssistantMessage) {
+    if !has_thinking(assistant) {
+        return;
+    }
+    assistant.content = std::mem::take(&mut assistant.content)
+        .into_iter()
         .filter_map(|block| match block {
-            ContentBlock::Thinking { thinking, .. } if !same_model => (!thinking.trim().is_empty())
-                .then(|| ContentBlock::Text {
-                    text: thinking.clone(),
-                }),
-            ContentBlock::ToolCall(call) => Some(ContentBlock::ToolCall(ToolCall {
-                id: call_ids.next().unwrap_or_else(|| call.id.clone()),
-                ..call.clone()
-            })),
-            other => Some(other.clone()),
+            ContentBlock::Thinking { thinking, .. } => {
+                (!thinking.trim().is_empty()).then_some(ContentBlock::Text { text: thinking })
+            }
+            other => Some(other),
         })
         .collect();
-    Some(AssistantMessage {
-        content,
-        stop_reason: assistant.stop_reason,
-        usage: assistant.usage,
-        model: assistant.model.clone(),
-        provider: assistant.provider.clone(),
-    })
 }
 
 /// Adds an error result for every call still without one.
@@ -208,7 +236,7 @@ impl IdMap {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use keel_protocol::{StopReason, Usage, UserMessage};
+    use keel_protocol::{StopReason, ToolCall, Usage, UserMessage};
     use serde_json::json;
 
     fn assistant(model: &str, content: Vec<ContentBlock>) -> Message {
@@ -328,5 +356,38 @@ mod tests {
             "foreign thinking changes"
         );
         assert!(Arc::ptr_eq(&other[2], &history[2]));
+    }
+
+    #[test]
+    fn adapting_one_message_moves_foreign_thinking_into_text() {
+        let message = assistant(
+            "a",
+            vec![
+                ContentBlock::Thinking {
+                    thinking: "hmm".into(),
+                    signature: Some("sig".into()),
+                },
+                ContentBlock::Thinking {
+                    thinking: " ".into(),
+                    signature: None,
+                },
+                call("ok_1"),
+            ],
+        );
+        let own = adapt_message(message.clone(), "p", "a");
+        assert_eq!(own, message, "the target's own thinking stays");
+        let Message::Assistant(foreign) = adapt_message(message.clone(), "p", "b") else {
+            panic!()
+        };
+        assert_eq!(
+            foreign.content,
+            vec![ContentBlock::Text { text: "hmm".into() }, call("ok_1")]
+        );
+        let adapted = shared(vec![Message::Assistant(foreign), result("ok_1")]);
+        let again = adapt_history(adapted.clone(), "p", "b");
+        assert!(
+            again.iter().zip(&adapted).all(|(a, b)| Arc::ptr_eq(a, b)),
+            "an adapted message needs no second copy"
+        );
     }
 }
