@@ -25,7 +25,7 @@
 mod request;
 mod stream;
 
-use reqwest::header::{ACCEPT, CONTENT_TYPE, HeaderValue};
+use reqwest::header::{ACCEPT, HeaderValue};
 use tokio_util::sync::CancellationToken;
 
 pub use stream::AnthropicFormat;
@@ -75,22 +75,19 @@ impl Anthropic {
         Self { endpoint, options }
     }
 
-    fn http_request(&self, request: &ModelRequest) -> reqwest::RequestBuilder {
-        let body = request::body(request, &self.options);
+    fn http_request(&self, request: ModelRequest) -> reqwest::RequestBuilder {
         let mut builder = self
             .endpoint
             .post("/v1/messages")
             .header("anthropic-version", API_VERSION)
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "text/event-stream")
-            .body(body.to_string());
+            .header(ACCEPT, "text/event-stream");
         // A key that is not a valid header value is not sent: the API then
         // answers 401, which classifies as `auth`.
         if let Some(Ok(mut key)) = self.endpoint.api_key().map(HeaderValue::from_str) {
             key.set_sensitive(true);
             builder = builder.header("x-api-key", key);
         }
-        builder
+        request::body(request, &self.options).attach(builder)
     }
 }
 
@@ -100,7 +97,7 @@ impl Provider for Anthropic {
     }
 
     fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> ProviderStream {
-        let builder = self.http_request(&request);
+        let builder = self.http_request(request);
         http::drive(
             builder,
             AnthropicFormat::new(),

@@ -4,8 +4,6 @@
 //! merged into one message. Empty text blocks are left out (the API refuses
 //! them), and so are messages left with no blocks.
 
-use std::sync::Arc;
-
 use keel_protocol::{
     AssistantMessage, ContentBlock, ImageContent, Message, ToolCall, ToolResultMessage, ToolSpec,
     ToolStatus, UserContent,
@@ -14,9 +12,10 @@ use serde_json::{Map, Value, json};
 
 use super::{AnthropicOptions, REDACTED_THINKING_PREFIX};
 use crate::ModelRequest;
+use crate::http::body::{JsonBody, WireItems};
 
 /// The JSON body for `request`.
-pub(super) fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value {
+pub(super) fn body(request: ModelRequest, options: &AnthropicOptions) -> JsonBody<Turns> {
     let mut body = Map::new();
     body.insert("model".into(), json!(request.model));
     let max_tokens = request.max_output_tokens.unwrap_or(options.max_tokens);
@@ -29,8 +28,6 @@ pub(super) fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value 
         }
         body.insert("system".into(), json!([block]));
     }
-    let messages = messages(&request.messages, options.cache);
-    body.insert("messages".into(), Value::Array(messages));
     if !request.tools.is_empty() {
         body.insert("tools".into(), tools(&request.tools, options.cache));
     }
@@ -38,7 +35,12 @@ pub(super) fn body(request: &ModelRequest, options: &AnthropicOptions) -> Value 
         let thinking = json!({"type": "enabled", "budget_tokens": budget});
         body.insert("thinking".into(), thinking);
     }
-    Value::Object(body)
+    let turns = Turns {
+        cached: options.cache.then(|| last_user_message(&request)).flatten(),
+        position: 0,
+        turn: None,
+    };
+    JsonBody::new(request, body, "messages", turns)
 }
 
 /// Makes `block` a prompt-cache breakpoint.
@@ -48,38 +50,75 @@ fn mark_cached(block: &mut Value) {
     }
 }
 
+/// The wire messages: runs of same-role messages merged into one turn.
+#[derive(Clone)]
+pub(super) struct Turns {
+    /// The position of the message whose last block is the cache breakpoint.
+    cached: Option<usize>,
+    /// The position of the next message.
+    position: usize,
+    /// The turn being assembled.
+    turn: Option<Turn>,
+}
+
 /// One wire message being assembled.
+#[derive(Clone)]
 struct Turn {
     role: &'static str,
     content: Vec<Value>,
 }
 
-fn messages(history: &[Arc<Message>], cache: bool) -> Vec<Value> {
-    let mut turns: Vec<Turn> = Vec::new();
-    for message in history {
-        let (role, content) = match message.as_ref() {
-            Message::User(user) => ("user", user_blocks(&user.content)),
-            Message::Assistant(assistant) => ("assistant", assistant_blocks(assistant)),
-            Message::ToolResult(result) => ("user", vec![tool_result(result)]),
+impl WireItems for Turns {
+    fn step(&mut self, message: Option<&Message>, out: &mut Vec<Value>) {
+        let Some(message) = message else {
+            out.extend(self.turn.take().map(Turn::into_json));
+            return;
         };
+        let position = self.position;
+        self.position += 1;
+        let (role, mut content) = blocks(message);
         if content.is_empty() {
-            continue;
+            return;
         }
-        match turns.last_mut() {
-            Some(last) if last.role == role => last.content.extend(content),
-            _ => turns.push(Turn { role, content }),
-        }
-    }
-    if cache {
-        let last_user = turns.iter_mut().rev().find(|turn| turn.role == "user");
-        if let Some(block) = last_user.and_then(|turn| turn.content.last_mut()) {
+        if self.cached == Some(position)
+            && let Some(block) = content.last_mut()
+        {
             mark_cached(block);
         }
+        match &mut self.turn {
+            Some(turn) if turn.role == role => turn.content.extend(content),
+            _ => out.extend(
+                self.turn
+                    .replace(Turn { role, content })
+                    .map(Turn::into_json),
+            ),
+        }
     }
-    turns
-        .into_iter()
-        .map(|turn| json!({"role": turn.role, "content": turn.content}))
-        .collect()
+}
+
+impl Turn {
+    fn into_json(self) -> Value {
+        json!({"role": self.role, "content": self.content})
+    }
+}
+
+/// A message's role on the wire and its blocks.
+fn blocks(message: &Message) -> (&'static str, Vec<Value>) {
+    match message {
+        Message::User(user) => ("user", user_blocks(&user.content)),
+        Message::Assistant(assistant) => ("assistant", assistant_blocks(assistant)),
+        Message::ToolResult(result) => ("user", vec![tool_result(result)]),
+    }
+}
+
+/// The position of the last message that sends user blocks: its last block
+/// is the last block of the last user turn, the cache breakpoint that lets
+/// the next request reuse this one's prefix.
+fn last_user_message(request: &ModelRequest) -> Option<usize> {
+    request.messages.iter().rposition(|message| {
+        let (role, content) = blocks(message);
+        role == "user" && !content.is_empty()
+    })
 }
 
 fn user_blocks(content: &[UserContent]) -> Vec<Value> {

@@ -2,13 +2,17 @@
 //! the request reached the server.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use keel_protocol::{ProviderErrorKind, ProviderEvent, StopReason};
+use keel_protocol::{
+    AssistantMessage, ContentBlock, Message, ProviderErrorKind, ProviderEvent, StopReason,
+    UserMessage,
+};
 use tokio_util::sync::CancellationToken;
 
-use super::{NO_HANG, WireAdapter, check_requests, provider_for};
+use super::{NO_HANG, WireAdapter, check_framing, check_requests, provider_for};
 use crate::http::HttpTimeouts;
 use crate::testing::{Reply, TestServer, assemble, collect, last_error};
 
@@ -302,4 +306,49 @@ pub(super) async fn cancelling_mid_stream_ends_promptly(adapter: &dyn WireAdapte
         "{name}"
     );
     check_requests(adapter, &server, 1);
+}
+
+/// A long history goes out whole: the body is streamed in chunks as it is
+/// serialised, yet announced with its exact `Content-Length` (never
+/// chunked, which some servers refuse), and every message is in it.
+pub(super) async fn a_long_history_is_sent_whole_with_its_length(adapter: &dyn WireAdapter) {
+    let name = adapter.name();
+    let server = TestServer::start(vec![Reply::sse(&adapter.text_stream("ok"))])
+        .await
+        .unwrap();
+    let provider = provider_for(adapter, &server.url(), HttpTimeouts::default());
+    let mut request = adapter.request();
+    let filler = "a long history ".repeat(1_000);
+    for n in 0..100 {
+        let question = UserMessage::text(format!("question {n}: {filler}"));
+        request.messages.push(Arc::new(Message::User(question)));
+        let answer = AssistantMessage {
+            content: vec![ContentBlock::Text {
+                text: format!("answer {n}"),
+            }],
+            ..AssistantMessage::default()
+        };
+        request.messages.push(Arc::new(Message::Assistant(answer)));
+    }
+    request
+        .messages
+        .push(Arc::new(Message::User(UserMessage::text("and now?"))));
+    let events = collect(provider.as_ref(), request, NO_HANG).await;
+    assert!(
+        matches!(events.last(), Some(ProviderEvent::Done { .. })),
+        "{name}: {events:?}"
+    );
+    let requests = server.requests();
+    let recorded = &requests[0];
+    assert!(recorded.body.len() > 1_500_000, "{name}: the whole body");
+    assert!(
+        recorded.json().is_object(),
+        "{name}: the body is one JSON object"
+    );
+    for n in [0, 57, 99] {
+        for text in [format!("question {n}: a long"), format!("answer {n}")] {
+            assert!(recorded.body.contains(&text), "{name}: {text:?} is sent");
+        }
+    }
+    check_framing(adapter, recorded);
 }

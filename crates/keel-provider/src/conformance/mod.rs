@@ -84,6 +84,7 @@ pub async fn run_all(adapter: &dyn WireAdapter) {
     cases::error_statuses_map_onto_the_taxonomy(adapter).await;
     cases::an_idle_stream_times_out(adapter).await;
     cases::cancelling_mid_stream_ends_promptly(adapter).await;
+    cases::a_long_history_is_sent_whole_with_its_length(adapter).await;
     transport::an_unusable_base_url_fails_at_once(adapter).await;
     transport::a_server_that_never_answers_times_out(adapter).await;
     transport::a_success_that_is_not_an_event_stream_is_a_protocol_error(adapter).await;
@@ -102,7 +103,8 @@ pub(crate) fn provider_for(
     adapter.provider(endpoint)
 }
 
-/// Checks every request `server` recorded; there must be `count`.
+/// Checks every request `server` recorded; there must be `count`. Each is
+/// framed as [`check_framing`] says and passes the adapter's own check.
 pub(crate) fn check_requests(adapter: &dyn WireAdapter, server: &TestServer, count: usize) {
     let requests = server.requests();
     assert_eq!(
@@ -112,6 +114,29 @@ pub(crate) fn check_requests(adapter: &dyn WireAdapter, server: &TestServer, cou
         adapter.name()
     );
     for request in &requests {
+        check_framing(adapter, request);
         adapter.check_request(request, API_KEY);
     }
+}
+
+/// A request body is JSON sent with its exact length (the test server reads
+/// that many bytes), not chunked.
+pub(crate) fn check_framing(adapter: &dyn WireAdapter, request: &RecordedRequest) {
+    let name = adapter.name();
+    let length = request.body.len().to_string();
+    assert_eq!(
+        request.header("content-length"),
+        Some(length.as_str()),
+        "{name}: the body's exact length is announced"
+    );
+    assert_eq!(
+        request.header("transfer-encoding"),
+        None,
+        "{name}: the body is not chunked"
+    );
+    assert_eq!(
+        request.header("content-type"),
+        Some("application/json"),
+        "{name}: the body is JSON"
+    );
 }

@@ -16,7 +16,11 @@
 //!   connection or a DNS or TLS failure is retried at most once;
 //! - a stream that ends or breaks before the parser saw its terminal event
 //!   ends with `stream_dropped`.
+//!
+//! Request bodies are streamed as they are serialised (`body.rs`), so a
+//! long history is never held a second time as JSON while it is sent.
 
+pub(crate) mod body;
 mod transport;
 
 use std::collections::VecDeque;

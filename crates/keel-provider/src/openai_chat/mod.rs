@@ -65,7 +65,7 @@ impl OpenAiChat {
 
     /// The JSON body this adapter sends for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> Value {
-        request::body(request, &self.options)
+        request::body(request.clone(), &self.options).to_value()
     }
 }
 
@@ -75,12 +75,12 @@ impl Provider for OpenAiChat {
     }
 
     fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> ProviderStream {
-        let body = self.request_body(&request);
         let mut builder = self.endpoint.post("/chat/completions");
         if let Some(key) = self.endpoint.api_key() {
             builder = builder.bearer_auth(key);
         }
+        let builder = request::body(request, &self.options).attach(builder);
         let format = ChatFormat::new().with_reasoning(self.options.reasoning_field);
-        http::drive(builder.json(&body), format, self.endpoint.timeouts, cancel)
+        http::drive(builder, format, self.endpoint.timeouts, cancel)
     }
 }

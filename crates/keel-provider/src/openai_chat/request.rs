@@ -15,47 +15,60 @@ use serde_json::{Map, Value, json};
 
 use super::ChatOptions;
 use crate::ModelRequest;
+use crate::http::body::{JsonBody, WireItems};
 
 /// The JSON body for `POST /chat/completions`.
-pub(super) fn body(request: &ModelRequest, options: &ChatOptions) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(request.model));
-    body.insert("messages".into(), Value::Array(messages(request, options)));
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({ "include_usage": true }));
+pub(super) fn body(request: ModelRequest, options: &ChatOptions) -> JsonBody<ChatItems> {
+    let mut head = Map::new();
+    head.insert("model".into(), json!(request.model));
+    head.insert("stream".into(), json!(true));
+    head.insert("stream_options".into(), json!({ "include_usage": true }));
     if !request.tools.is_empty() {
         let tools = request.tools.iter().map(tool).collect();
-        body.insert("tools".into(), Value::Array(tools));
+        head.insert("tools".into(), Value::Array(tools));
     }
     if let Some(limit) = request.max_output_tokens {
-        body.insert(options.max_tokens_field.into(), json!(limit));
+        head.insert(options.max_tokens_field.into(), json!(limit));
     }
-    Value::Object(body)
+    let items = ChatItems {
+        options: *options,
+        pending_images: Vec::new(),
+    };
+    JsonBody::new(request, head, "messages", items)
 }
 
 /// The chat messages: the system prompt, then the history.
-fn messages(request: &ModelRequest, options: &ChatOptions) -> Vec<Value> {
-    let mut out = Vec::with_capacity(request.messages.len() + 1);
-    if !request.system_prompt.is_empty() {
-        out.push(json!({ "role": "system", "content": request.system_prompt }));
-    }
-    // Images of the current run of tool results, sent once the run ends.
-    let mut pending_images: Vec<Value> = Vec::new();
-    for message in &request.messages {
-        if !matches!(message.as_ref(), Message::ToolResult(_)) {
-            flush_images(&mut out, &mut pending_images);
+#[derive(Clone)]
+pub(super) struct ChatItems {
+    options: ChatOptions,
+    /// Images of the current run of tool results, sent once the run ends.
+    pending_images: Vec<Value>,
+}
+
+impl WireItems for ChatItems {
+    fn start(&mut self, request: &ModelRequest, out: &mut Vec<Value>) {
+        if !request.system_prompt.is_empty() {
+            out.push(json!({ "role": "system", "content": request.system_prompt }));
         }
-        match message.as_ref() {
+    }
+
+    fn step(&mut self, message: Option<&Message>, out: &mut Vec<Value>) {
+        let Some(message) = message else {
+            flush_images(out, &mut self.pending_images);
+            return;
+        };
+        if !matches!(message, Message::ToolResult(_)) {
+            flush_images(out, &mut self.pending_images);
+        }
+        match message {
             Message::User(user) => out.push(user_message(user)),
-            Message::Assistant(assistant) => out.push(assistant_message(assistant, options)),
+            Message::Assistant(assistant) => out.push(assistant_message(assistant, &self.options)),
             Message::ToolResult(result) => {
                 out.push(tool_message(result));
-                pending_images.extend(tool_result_images(result));
+                self.pending_images.extend(tool_result_images(result));
             }
         }
     }
-    flush_images(&mut out, &mut pending_images);
-    out
 }
 
 fn flush_images(out: &mut Vec<Value>, pending: &mut Vec<Value>) {

@@ -60,7 +60,7 @@ impl OpenAiResponses {
 
     /// The JSON body this adapter sends for `request`.
     pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
-        request::body(request, &self.options)
+        request::body(request.clone(), &self.options).to_value()
     }
 }
 
@@ -70,15 +70,14 @@ impl Provider for OpenAiResponses {
     }
 
     fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> ProviderStream {
-        let body = self.request_body(&request);
         let mut builder = self
             .endpoint
             .post("/responses")
-            .header(reqwest::header::ACCEPT, "text/event-stream")
-            .json(&body);
+            .header(reqwest::header::ACCEPT, "text/event-stream");
         if let Some(key) = self.endpoint.api_key() {
             builder = builder.bearer_auth(key);
         }
+        let builder = request::body(request, &self.options).attach(builder);
         http::drive(
             builder,
             ResponsesFormat::new(),

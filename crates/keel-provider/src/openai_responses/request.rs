@@ -6,8 +6,6 @@
 //! items, and the images they carry follow the run of results as one user
 //! message.
 
-use std::sync::Arc;
-
 use keel_protocol::{
     AssistantMessage, ContentBlock, ImageContent, Message, ToolCall, ToolResultMessage, ToolSpec,
     UserContent,
@@ -16,36 +14,36 @@ use serde_json::{Map, Value, json};
 
 use super::ResponsesOptions;
 use crate::ModelRequest;
+use crate::http::body::{JsonBody, WireItems};
 
 /// The prefix of every OpenAI encrypted reasoning token (a Fernet token:
 /// version byte `0x80` then a zero-padded timestamp, in URL-safe base64).
 const ENCRYPTED_REASONING_PREFIX: &str = "gAAAAA";
 
 /// The whole JSON body for `request`.
-pub(super) fn body(request: &ModelRequest, options: &ResponsesOptions) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(request.model));
+pub(super) fn body(request: ModelRequest, options: &ResponsesOptions) -> JsonBody<InputItems> {
+    let mut head = Map::new();
+    head.insert("model".into(), json!(request.model));
     if !request.system_prompt.is_empty() {
-        body.insert("instructions".into(), json!(request.system_prompt));
+        head.insert("instructions".into(), json!(request.system_prompt));
     }
-    body.insert("input".into(), Value::Array(input_items(&request.messages)));
     if !request.tools.is_empty() {
         let tools = request.tools.iter().map(tool_json).collect();
-        body.insert("tools".into(), Value::Array(tools));
+        head.insert("tools".into(), Value::Array(tools));
     }
     if let Some(max) = request.max_output_tokens {
-        body.insert("max_output_tokens".into(), json!(max));
+        head.insert("max_output_tokens".into(), json!(max));
     }
     if let Some(effort) = &options.reasoning_effort {
-        body.insert(
+        head.insert(
             "reasoning".into(),
             json!({ "effort": effort, "summary": "auto" }),
         );
-        body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+        head.insert("include".into(), json!(["reasoning.encrypted_content"]));
     }
-    body.insert("stream".into(), Value::Bool(true));
-    body.insert("store".into(), Value::Bool(false));
-    Value::Object(body)
+    head.insert("stream".into(), Value::Bool(true));
+    head.insert("store".into(), Value::Bool(false));
+    JsonBody::new(request, head, "input", InputItems::default())
 }
 
 /// The `tools` entry for one tool spec.
@@ -60,30 +58,33 @@ fn tool_json(tool: &ToolSpec) -> Value {
 }
 
 /// The `input` items for the conversation, oldest first.
-fn input_items(messages: &[Arc<Message>]) -> Vec<Value> {
-    let mut items = Vec::new();
-    // Images from the current run of tool results, sent after the run.
-    let mut tool_images = Vec::new();
-    for message in messages {
-        match message.as_ref() {
-            Message::User(user) => {
-                flush_tool_images(&mut items, &mut tool_images);
+#[derive(Clone, Default)]
+pub(super) struct InputItems {
+    /// Images from the current run of tool results, sent after the run.
+    tool_images: Vec<Value>,
+}
+
+impl WireItems for InputItems {
+    fn step(&mut self, message: Option<&Message>, items: &mut Vec<Value>) {
+        match message {
+            Some(Message::User(user)) => {
+                flush_tool_images(items, &mut self.tool_images);
                 if let Some(item) = user_item(&user.content) {
                     items.push(item);
                 }
             }
-            Message::Assistant(assistant) => {
-                flush_tool_images(&mut items, &mut tool_images);
-                push_assistant(&mut items, assistant);
+            Some(Message::Assistant(assistant)) => {
+                flush_tool_images(items, &mut self.tool_images);
+                push_assistant(items, assistant);
             }
-            Message::ToolResult(result) => {
+            Some(Message::ToolResult(result)) => {
                 items.push(tool_output_item(result));
-                tool_images.extend(result.content.iter().filter_map(image_part));
+                self.tool_images
+                    .extend(result.content.iter().filter_map(image_part));
             }
+            None => flush_tool_images(items, &mut self.tool_images),
         }
     }
-    flush_tool_images(&mut items, &mut tool_images);
-    items
 }
 
 /// A user `message` item, or `None` when there is nothing to send.
