@@ -60,6 +60,10 @@ pub enum RunErrorCode {
     SessionStore,
     /// The run reached its turn limit.
     TurnLimit,
+    /// Compaction could not write a checkpoint (the summary request failed,
+    /// the summary was unusable, or nothing could be compacted); nothing was
+    /// written.
+    CompactionFailed,
     /// The run's task ended abnormally (a bug).
     KernelPanic,
     /// The run ended without publishing a result (a bug).
@@ -83,6 +87,7 @@ impl RunErrorCode {
             Self::Protocol => "protocol",
             Self::SessionStore => "session_store",
             Self::TurnLimit => "turn_limit",
+            Self::CompactionFailed => "compaction_failed",
             Self::KernelPanic => "kernel_panic",
             Self::KernelLost => "kernel_lost",
         }
