@@ -472,3 +472,57 @@ pub(crate) fn chunks(
     }
     chunks
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(headings: &[&str]) -> String {
+        headings
+            .iter()
+            .map(|heading| format!("## {heading}\n- x\n"))
+            .collect()
+    }
+
+    #[test]
+    fn a_summary_needs_every_heading_in_order() {
+        assert!(check_summary(&summary(&HEADINGS)).is_ok());
+        let loose = summary(&[
+            "Goal:",
+            "Constraints & Preferences",
+            "DONE AND VERIFIED",
+            "In Progress",
+            "Blocked",
+            "Key decisions and rejected approaches",
+            "Exact files, symbols, commands, and errors",
+            "Next steps",
+        ]);
+        assert!(check_summary(&loose).is_ok(), "{loose}");
+        let mut swapped = HEADINGS;
+        swapped.swap(0, 1);
+        assert!(check_summary(&summary(&swapped)).is_err());
+        let missing = check_summary(&summary(&HEADINGS[..7])).unwrap_err();
+        assert!(missing.contains("Next steps"), "{missing}");
+        assert!(check_summary("  \n").is_err());
+    }
+
+    #[test]
+    fn chunks_stay_within_the_budget_and_keep_the_order() {
+        let items: Vec<String> = (0..10).map(|n| format!("item {n}")).collect();
+        let chunks = chunks(items.clone(), 12, |_| 4);
+        assert!(chunks.iter().all(|chunk| chunk.len() == 2), "{chunks:?}");
+        assert_eq!(chunks.concat(), items);
+        assert_eq!(
+            super::chunks(Vec::new(), 10, |_| 1),
+            vec![Vec::<String>::new()]
+        );
+        let big = super::chunks(vec!["a".into(), "b".into()], 3, |_| 10);
+        assert_eq!(big.len(), 2);
+    }
+
+    #[test]
+    fn cut_text_says_how_much_is_left_out() {
+        assert_eq!(cut("abcdef", 3), "abc… [3 more characters not shown]");
+        assert_eq!(cut("abc", 3), "abc");
+    }
+}

@@ -227,3 +227,108 @@ pub fn render(request: &ModelRequest, root: &Path) -> String {
     }
     out.replace(&root.display().to_string(), "<workspace>")
 }
+
+/// Whether `request` is a compaction's summary request.
+pub fn is_summary_request(request: &ModelRequest) -> bool {
+    request.tools.is_empty() && request.system_prompt.contains("checkpoint summaries")
+}
+
+/// A valid summary (all eight headings) naming itself `label`.
+pub fn valid_summary(label: &str) -> String {
+    [
+        "Goal",
+        "Constraints and preferences",
+        "Done and verified",
+        "In progress",
+        "Blocked",
+        "Key decisions",
+        "Exact files, symbols, commands and errors",
+        "Next steps",
+    ]
+    .iter()
+    .map(|heading| format!("## {heading}\n- {label}\n"))
+    .collect()
+}
+
+/// A simulated model: plays conversation replies from one queue and
+/// summary replies from another (a valid summary once it is empty),
+/// records both kinds of request, may refuse conversation requests above
+/// `limit` o200k tokens with a context-length error (as a real server does),
+/// and reports the o200k count as its input tokens.
+pub struct Sim {
+    pub requests: Mutex<Vec<ModelRequest>>,
+    pub summaries: Mutex<Vec<ModelRequest>>,
+    replies: Mutex<VecDeque<Reply>>,
+    summary_replies: Mutex<VecDeque<Reply>>,
+    /// Refuse conversation requests above this many tokens.
+    pub limit: Option<u64>,
+    /// Token counts of every conversation request, refused ones included.
+    pub sizes: Mutex<Vec<u64>>,
+}
+
+impl Sim {
+    pub fn new(replies: Vec<Reply>, summary_replies: Vec<Reply>, limit: Option<u64>) -> Self {
+        Self {
+            requests: Mutex::new(Vec::new()),
+            summaries: Mutex::new(Vec::new()),
+            replies: Mutex::new(replies.into()),
+            summary_replies: Mutex::new(summary_replies.into()),
+            limit,
+            sizes: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn overflow_error(tokens: u64, limit: u64) -> ProviderError {
+        ProviderError::new(
+            keel_protocol::ProviderErrorKind::ContextOverflow,
+            format!(
+                "This model's maximum context length is {limit} tokens; the request has {tokens}"
+            ),
+        )
+    }
+}
+
+impl Provider for Sim {
+    fn name(&self) -> &str {
+        "sim"
+    }
+
+    fn stream(&self, request: ModelRequest, _cancel: CancellationToken) -> ProviderStream {
+        let tokens = keel_kernel::tokens::request_tokens(
+            &request.system_prompt,
+            &request.tools,
+            &request.messages,
+        );
+        let usage = Some(Usage {
+            input_tokens: tokens,
+            output_tokens: 10,
+            ..Usage::default()
+        });
+        if is_summary_request(&request) {
+            let label = format!("summary {}", self.summaries.lock().unwrap().len() + 1);
+            self.summaries.lock().unwrap().push(request);
+            let reply = self
+                .summary_replies
+                .lock()
+                .unwrap()
+                .pop_front()
+                .unwrap_or_else(|| Reply::Text(valid_summary(&label)));
+            return futures::stream::iter(reply.events(usage)).boxed();
+        }
+        self.sizes.lock().unwrap().push(tokens);
+        self.requests.lock().unwrap().push(request);
+        if let Some(limit) = self.limit
+            && tokens > limit
+        {
+            let error = Self::overflow_error(tokens, limit);
+            return futures::stream::iter(vec![ProviderEvent::Error { error }]).boxed();
+        }
+        let reply = self
+            .replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Reply::text("done."));
+        futures::stream::iter(reply.events(usage)).boxed()
+    }
+}
