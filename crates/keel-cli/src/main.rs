@@ -6,7 +6,9 @@
 //! cancelled one, 2 for a startup error, printed as one JSON line.
 
 mod args;
+mod compact_cmd;
 mod demo;
+mod demo_compaction;
 mod demo_permissions;
 mod demo_session;
 mod doctor;

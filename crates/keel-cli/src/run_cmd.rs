@@ -124,6 +124,8 @@ fn host_config(args: &RunArgs) -> HostConfig {
     config.workspace = args.workspace.clone();
     config.tools = args.tools.clone();
     config.system_prompt = args.system_prompt.clone();
+    config.append_system_prompt = args.append_system_prompt.clone();
+    config.context_window = args.context_window;
     config.sandbox = SandboxConfig {
         mode: args.sandbox.into(),
         ..SandboxConfig::default()

@@ -91,7 +91,10 @@ impl ContextBudget {
             model: frame.model.clone(),
             known_window: parts.context_window,
             learned_window: None,
-            max_output: parts.max_output_tokens,
+            max_output: match (parts.max_output_tokens, parts.output_limit) {
+                (Some(asked), Some(limit)) => Some(asked.min(limit)),
+                (asked, limit) => asked.or(limit),
+            },
             reported_input: None,
         }
     }

@@ -213,6 +213,7 @@ pub struct AgentKernelBuilder {
     append_system_prompt: Option<String>,
     instructions: Option<Instructions>,
     context_window: Option<u64>,
+    output_limit: Option<u32>,
     compaction: CompactionSettings,
 }
 
@@ -253,6 +254,13 @@ impl AgentKernelBuilder {
     /// a run compacts only when the provider reports an overflow.
     pub fn context_window(mut self, tokens: u64) -> Self {
         self.context_window = Some(tokens);
+        self
+    }
+
+    /// The most tokens the model may write in one response (from the
+    /// catalog); caps what a summary request asks for.
+    pub fn output_limit(mut self, tokens: u32) -> Self {
+        self.output_limit = Some(tokens);
         self
     }
 
@@ -337,6 +345,7 @@ impl AgentKernelBuilder {
             append_system_prompt: self.append_system_prompt,
             instructions: self.instructions.unwrap_or_default(),
             context_window: self.context_window,
+            output_limit: self.output_limit,
             compaction: self.compaction,
         };
         Ok(AgentKernel {

@@ -35,6 +35,8 @@ pub(crate) struct KernelParts {
     pub(crate) instructions: Instructions,
     /// The model's context window, when known (from the catalog).
     pub(crate) context_window: Option<u64>,
+    /// The most tokens the model may write in one response (from the catalog).
+    pub(crate) output_limit: Option<u32>,
     /// When and how much runs compact.
     pub(crate) compaction: CompactionSettings,
 }

@@ -343,6 +343,106 @@ impl Size {
     }
 }
 
+/// One active entry as [`BranchUsage`] counts it: id, message bytes, and
+/// the tokens its response reported.
+type Counted = (String, u64, Option<u64>);
+
+/// A cheap estimate of a stored session's model context, built one entry
+/// at a time along its active branch (for hosts that show it, such as
+/// `keel session show`, without loading the o200k encoder or holding the
+/// entries): the input tokens the provider reported for the latest
+/// response in the context, plus four bytes per token for the messages
+/// after it — or for all of them when no response reported usage. The
+/// system prompt and tool specs of a future run are not included.
+#[derive(Debug, Clone, Default)]
+pub struct BranchUsage {
+    entries: Vec<Counted>,
+    /// The latest checkpoint: its position, first kept entry and summary bytes.
+    checkpoint: Option<(usize, String, u64)>,
+    checkpoints: usize,
+}
+
+impl BranchUsage {
+    /// Counts the next entry of the active branch (root first).
+    pub fn push(&mut self, entry: &Entry) {
+        let (bytes, reported) = match &entry.payload {
+            keel_protocol::EntryPayload::Message { message } => {
+                let (bytes, images) = message_bytes(message);
+                let reported = match message {
+                    Message::Assistant(assistant) => {
+                        let usage = &assistant.usage;
+                        let total = usage.input_tokens
+                            + usage.cache_read_tokens
+                            + usage.cache_write_tokens
+                            + usage.output_tokens;
+                        (total > 0).then_some(total)
+                    }
+                    _ => None,
+                };
+                (bytes + images * IMAGE_TOKENS * BYTES_PER_TOKEN, reported)
+            }
+            keel_protocol::EntryPayload::Checkpoint {
+                summary,
+                first_kept_entry_id,
+                ..
+            } => {
+                self.checkpoints += 1;
+                self.checkpoint = Some((
+                    self.entries.len(),
+                    first_kept_entry_id.clone(),
+                    summary.len() as u64,
+                ));
+                (0, None)
+            }
+            _ => (0, None),
+        };
+        self.entries.push((entry.id.clone(), bytes, reported));
+    }
+
+    /// Checkpoints seen on the branch.
+    pub fn checkpoints(&self) -> usize {
+        self.checkpoints
+    }
+
+    /// The visible entries and the summary's bytes.
+    fn visible(&self) -> (&[Counted], u64) {
+        let Some((position, first_kept, summary)) = &self.checkpoint else {
+            return (&self.entries, 0);
+        };
+        let start = self
+            .entries
+            .iter()
+            .position(|(id, ..)| id == first_kept)
+            .unwrap_or(position + 1);
+        (self.entries.get(start..).unwrap_or_default(), *summary)
+    }
+
+    /// The input tokens the provider reported for the latest response in
+    /// the context (its output included, since it is input from then on).
+    pub fn reported_tokens(&self) -> Option<u64> {
+        self.visible()
+            .0
+            .iter()
+            .rev()
+            .find_map(|(_, _, reported)| *reported)
+    }
+
+    /// The estimated tokens of the context's messages (see the type's doc).
+    pub fn estimated_tokens(&self) -> u64 {
+        let (visible, summary) = self.visible();
+        let after = visible
+            .iter()
+            .rposition(|(_, _, reported)| reported.is_some());
+        let (base, rest, summary) = match after {
+            Some(at) => (visible[at].2.unwrap_or(0), &visible[at + 1..], 0),
+            None => (0, visible, summary),
+        };
+        let bytes: u64 = summary + rest.iter().map(|(_, bytes, _)| bytes).sum::<u64>();
+        let messages = rest.iter().filter(|(_, bytes, _)| *bytes > 0).count() as u64;
+        base + bytes.div_ceil(BYTES_PER_TOKEN) + messages * MESSAGE_TOKENS
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

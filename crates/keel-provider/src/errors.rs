@@ -24,6 +24,10 @@ const OVERFLOW_PHRASES: &[&str] = &[
     "input is too long",
     "reduce the length of the messages",
     "string_above_max_length",
+    // llama.cpp's server: `exceed_context_size_error`, "request (N tokens)
+    // exceeds the available context size (M tokens)".
+    "exceed_context_size",
+    "exceeds the available context size",
 ];
 
 /// The longest provider message kept in an error.
@@ -175,6 +179,11 @@ mod tests {
             (
                 400,
                 r#"{"type":"error","error":{"type":"invalid_request_error","message":"prompt is too long: 210000 tokens > 200000 maximum"}}"#,
+                ProviderErrorKind::ContextOverflow,
+            ),
+            (
+                400,
+                r#"{"error":{"code":400,"message":"request (4033 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4033,"n_ctx":2048}}"#,
                 ProviderErrorKind::ContextOverflow,
             ),
             (

@@ -134,13 +134,28 @@ pub fn normalize(events: &[Value]) -> String {
         for volatile in ["run_id", "session_id", "timestamp", "seq"] {
             object.remove(volatile);
         }
-        // The estimate counts the system prompt, which names the temporary
-        // workspace, the date and the shell.
+        // Token estimates count the system prompt, which names the
+        // temporary workspace, the date and the shell; a learned window
+        // comes from such an estimate.
         if let Some(tokens) = object
             .get_mut("context")
             .and_then(|context| context.get_mut("estimated_tokens"))
         {
             *tokens = Value::from("<estimated>");
+        }
+        if kind.starts_with("compaction_") {
+            for key in ["tokens_before", "tokens_after", "window"] {
+                if let Some(value) = object.get_mut(key) {
+                    *value = Value::from("<estimated>");
+                }
+            }
+        }
+        if let Some(window) = object
+            .get_mut("context")
+            .and_then(|context| context.get_mut("window"))
+            .filter(|window| **window != 8_192)
+        {
+            *window = Value::from("<learned>");
         }
         let starts_parallel = kind == "tool_execution_start" && event["batch_mode"] == "parallel";
         let ends_region =
