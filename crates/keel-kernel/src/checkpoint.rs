@@ -60,8 +60,9 @@ pub(crate) struct Budget {
     pub(crate) summary_input: u64,
 }
 
-/// Tokens the summary prompt's fixed text and framing take.
-const SUMMARY_OVERHEAD: u64 = 1_024;
+/// Tokens the summary prompt's fixed text and framing take (the system
+/// prompt is about 250 o200k tokens).
+const SUMMARY_OVERHEAD: u64 = 512;
 
 impl CompactionSettings {
     /// The budget for a `window`: the reserve and the kept tail are each at
@@ -448,8 +449,8 @@ fn normalize(heading: &str) -> String {
 }
 
 /// Splits `items` into consecutive chunks of at most `budget` tokens each
-/// (`tokens` estimates an item); an item larger than the budget is a chunk
-/// of its own.
+/// (`tokens` estimates an item); an item larger than the budget is cut to
+/// fit and is a chunk of its own.
 pub(crate) fn chunks(
     items: Vec<String>,
     budget: u64,
@@ -458,8 +459,15 @@ pub(crate) fn chunks(
     let mut chunks: Vec<Vec<String>> = Vec::new();
     let mut current = Vec::new();
     let mut size = 0;
-    for item in items {
-        let item_tokens = tokens(&item) + 2;
+    for mut item in items {
+        let mut item_tokens = tokens(&item) + 2;
+        if item_tokens > budget {
+            // Keep the share of characters the budget allows, with margin.
+            let chars = item.chars().count() as u64;
+            let keep = chars * budget * 4 / (item_tokens * 5);
+            item = cut(&item, usize::try_from(keep).unwrap_or(usize::MAX));
+            item_tokens = budget;
+        }
         if !current.is_empty() && size + item_tokens > budget {
             chunks.push(std::mem::take(&mut current));
             size = 0;
@@ -516,8 +524,12 @@ mod tests {
             super::chunks(Vec::new(), 10, |_| 1),
             vec![Vec::<String>::new()]
         );
-        let big = super::chunks(vec!["a".into(), "b".into()], 3, |_| 10);
-        assert_eq!(big.len(), 2);
+        let big = super::chunks(vec!["a".repeat(100), "b".into()], 30, |item| {
+            item.len() as u64
+        });
+        assert_eq!(big.len(), 2, "{big:?}");
+        assert!(big[0][0].starts_with(&"a".repeat(20)), "{big:?}");
+        assert!(big[0][0].contains("more characters not shown"), "{big:?}");
     }
 
     #[test]

@@ -116,6 +116,16 @@ impl ContextBudget {
     /// The estimate of the next request.
     pub(crate) async fn estimate(&mut self, writer: &SessionWriter) -> Estimate {
         let precise_from = self.budget().map(|budget| budget.threshold / 2);
+        self.estimate_with(writer, precise_from).await
+    }
+
+    /// The estimate of the next request, with o200k counts from an upper
+    /// bound of `precise_from` tokens on (`Some(0)`: always).
+    async fn estimate_with(
+        &mut self,
+        writer: &SessionWriter,
+        precise_from: Option<u64>,
+    ) -> Estimate {
         let (ledger, model) = (&mut self.ledger, self.model.as_str());
         writer
             .with_branch(|branch| {
@@ -160,15 +170,27 @@ impl ContextBudget {
             .map(|_| ())
     }
 
-    /// The provider refused the request `failed` estimated as too long:
-    /// the window is at most nine tenths of that estimate from now on, and
-    /// the context is compacted to fit it.
+    /// The provider refused the request `failed` estimated as too long,
+    /// saying `message`: the window is what the message states, else at
+    /// most nine tenths of the estimate, from now on; when the message
+    /// states the request's size, the estimates are calibrated by it. Then
+    /// the context is compacted to fit.
     pub(crate) async fn after_overflow(
         &mut self,
         seams: &Seams<'_>,
         failed: &Estimate,
+        message: &str,
     ) -> Result<Compacted, Interrupted> {
-        let learned = (failed.tokens * 9 / 10).max(1);
+        let stated = keel_provider::errors::overflow_sizes(message);
+        if let Some(requested) = stated.requested {
+            self.ledger.calibrate_to(&self.model, failed, requested);
+            let precise = self.estimate_with(seams.writer, Some(0)).await;
+            self.ledger.calibrate_to(&self.model, &precise, requested);
+        }
+        let learned = stated
+            .limit
+            .unwrap_or_else(|| failed.tokens * 9 / 10)
+            .max(1);
         self.learned_window = Some(self.learned_window.map_or(learned, |old| old.min(learned)));
         self.compact(seams, CompactionTrigger::Overflow, None).await
     }
@@ -240,9 +262,15 @@ impl ContextBudget {
         let previous_tokens = plan.previous.as_ref().map_or(0, |(_, summary)| {
             scaled(crate::tokens::count_tokens(summary))
         });
+        let evidence_tokens = scaled(crate::tokens::count_tokens(&checkpoint::summary_input(
+            None,
+            &[],
+            &evidence,
+            instructions,
+        )));
         let chunk_budget = budget
             .summary_input
-            .saturating_sub(previous_tokens.max(budget.summary_output))
+            .saturating_sub(previous_tokens.max(budget.summary_output) + evidence_tokens)
             .max(budget.summary_input / 4);
         let chunks = checkpoint::chunks(
             checkpoint::transcript(&plan.covered),

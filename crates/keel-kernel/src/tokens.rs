@@ -309,6 +309,12 @@ impl Ledger {
     /// the request that `estimate` estimated.
     pub(crate) fn calibrate(&mut self, model: &str, estimate: &Estimate, usage: &Usage) {
         let reported = usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens;
+        self.calibrate_to(model, estimate, reported);
+    }
+
+    /// Learns that the provider counted `reported` tokens for the request
+    /// `estimate` estimated (0: it did not say).
+    pub(crate) fn calibrate_to(&mut self, model: &str, estimate: &Estimate, reported: u64) {
         if reported == 0 || estimate.raw == 0 {
             return;
         }

@@ -307,7 +307,9 @@ impl<'a> TurnLoop<'a> {
                     return Err(Stop::Failed(still_too_long(error)));
                 }
                 overflowed = true;
-                self.budget.after_overflow(&seams!(self), &estimate).await?;
+                self.budget
+                    .after_overflow(&seams!(self), &estimate, &error.message)
+                    .await?;
                 attempts = self.parts.retry.start();
                 continue;
             }

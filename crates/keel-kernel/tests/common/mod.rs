@@ -282,7 +282,8 @@ impl Sim {
         ProviderError::new(
             keel_protocol::ProviderErrorKind::ContextOverflow,
             format!(
-                "This model's maximum context length is {limit} tokens; the request has {tokens}"
+                "This model's maximum context length is {limit} tokens. \
+                 However, your messages resulted in {tokens} tokens."
             ),
         )
     }
