@@ -51,6 +51,18 @@ pub enum KernelError {
     Compaction(RunError),
 }
 
+/// The model context a run on a session would start from
+/// ([`AgentKernel::preview_request`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RequestPreview {
+    /// The request, exactly as the pipeline builds it, before the run's
+    /// prompt is added.
+    pub request: keel_provider::ModelRequest,
+    /// Its estimated size and the window.
+    pub context: keel_protocol::ContextUsage,
+}
+
 /// What a manual compaction ([`AgentKernel::compact`]) wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -143,6 +155,20 @@ impl AgentKernel {
                 "compaction failed: cancelled",
             ))),
         }
+    }
+
+    /// The request the next turn of a run on `session_id` would send,
+    /// before the run's prompt: the same pipeline (`pipeline.rs`) over the
+    /// session's active branch from its latest checkpoint. Reads only; for
+    /// hosts that show the model context, and for measuring the pipeline.
+    pub async fn preview_request(&self, session_id: &str) -> Result<RequestPreview, KernelError> {
+        let writer =
+            SessionWriter::open(Arc::clone(&self.inner.store), session_id.to_owned()).await?;
+        let (frame, _) = crate::pipeline::open(&self.inner);
+        let mut budget = ContextBudget::new(&self.inner, &frame);
+        let context = budget.usage(&writer).await;
+        let request = frame.request(writer.project_context().await);
+        Ok(RequestPreview { request, context })
     }
 
     /// Starts a run. Must be called inside a Tokio runtime; the run proceeds

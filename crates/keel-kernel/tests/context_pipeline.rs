@@ -158,12 +158,21 @@ fn one_checkpoint() -> Vec<keel_protocol::Entry> {
 async fn after_one_checkpoint() {
     let setup = Setup::new(vec![Reply::text("Four.")]);
     let id = setup.session(one_checkpoint()).await;
+    let kernel = setup.kernel();
+    let preview = kernel.preview_request(&id).await.unwrap();
     setup
-        .run(
-            &setup.kernel(),
-            RunSpec::new("And the next number?").session(&id),
-        )
+        .run(&kernel, RunSpec::new("And the next number?").session(&id))
         .await;
+    // The preview is the run's first request without the prompt (and the
+    // configuration entry the run adds, which is no message).
+    let sent = setup.provider.requests().last().unwrap().clone();
+    assert_eq!(preview.request.system_prompt, sent.system_prompt);
+    assert_eq!(preview.request.tools, sent.tools);
+    assert_eq!(
+        preview.request.messages[..],
+        sent.messages[..sent.messages.len() - 1]
+    );
+    assert!(preview.context.estimated_tokens > 0);
     let request = setup.last_request();
     assert!(!request.contains("Read notes.txt."), "{request}");
     insta::assert_snapshot!("one_checkpoint", request);
