@@ -2,10 +2,11 @@
 //!
 //! - `preview_request`: the model request for a session whose active
 //!   branch holds N entries (no checkpoint), through
-//!   `AgentKernel::preview_request` — the store's copy of the branch, the
-//!   projection, the provider adaptation and the (byte) estimate; the turn
-//!   loop's own per-request work is a subset of it (its branch is already
-//!   in memory and its entry sizes cached).
+//!   `AgentKernel::preview_request`: the store's copy of the branch, the
+//!   projection, the provider adaptation and the (byte) estimate, cold.
+//! - `request_in_a_run`: the same request asked again of an open
+//!   `ContextView` — what a run's turn loop does per request (branch in
+//!   memory, entry sizes counted once).
 //! - `count_tokens`: o200k counts of 64 KiB (exact) and 1 MiB (sampled)
 //!   of source text, the encoder already loaded; `load_o200k` is the
 //!   one-time load, measured once.
@@ -130,6 +131,18 @@ fn preview_request(bencher: Bencher, entries: usize) {
     let (kernel, id, _dir) = session(entries);
     bencher.bench(|| {
         let preview = RUNTIME.block_on(kernel.preview_request(&id)).unwrap();
+        assert_eq!(preview.request.messages.len(), entries);
+        preview
+    });
+}
+
+#[divan::bench(args = [1_000, 10_000], sample_count = 20, max_time = 3)]
+fn request_in_a_run(bencher: Bencher, entries: usize) {
+    let (kernel, id, _dir) = session(entries);
+    let mut view = RUNTIME.block_on(kernel.context_view(&id)).unwrap();
+    RUNTIME.block_on(view.request());
+    bencher.bench_local(|| {
+        let preview = RUNTIME.block_on(view.request());
         assert_eq!(preview.request.messages.len(), entries);
         preview
     });

@@ -63,6 +63,24 @@ pub struct RequestPreview {
     pub context: keel_protocol::ContextUsage,
 }
 
+/// A session's model context, read through the pipeline
+/// ([`AgentKernel::context_view`]).
+pub struct ContextView {
+    writer: SessionWriter,
+    frame: crate::pipeline::Frame,
+    budget: ContextBudget,
+}
+
+impl ContextView {
+    /// The request the next turn would send (before a run's prompt), and
+    /// its estimate.
+    pub async fn request(&mut self) -> RequestPreview {
+        let context = self.budget.usage(&self.writer).await;
+        let request = self.frame.request(self.writer.project_context().await);
+        RequestPreview { request, context }
+    }
+}
+
 /// What a manual compaction ([`AgentKernel::compact`]) wrote.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -162,13 +180,22 @@ impl AgentKernel {
     /// session's active branch from its latest checkpoint. Reads only; for
     /// hosts that show the model context, and for measuring the pipeline.
     pub async fn preview_request(&self, session_id: &str) -> Result<RequestPreview, KernelError> {
+        Ok(self.context_view(session_id).await?.request().await)
+    }
+
+    /// A read-only view of `session_id`'s model context, opened once and
+    /// asked for the next request as often as needed (as a run's turn loop
+    /// does: its estimate then counts only what was appended since).
+    pub async fn context_view(&self, session_id: &str) -> Result<ContextView, KernelError> {
         let writer =
             SessionWriter::open(Arc::clone(&self.inner.store), session_id.to_owned()).await?;
         let (frame, _) = crate::pipeline::open(&self.inner);
-        let mut budget = ContextBudget::new(&self.inner, &frame);
-        let context = budget.usage(&writer).await;
-        let request = frame.request(writer.project_context().await);
-        Ok(RequestPreview { request, context })
+        let budget = ContextBudget::new(&self.inner, &frame);
+        Ok(ContextView {
+            writer,
+            frame,
+            budget,
+        })
     }
 
     /// Starts a run. Must be called inside a Tokio runtime; the run proceeds

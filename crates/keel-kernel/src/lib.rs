@@ -62,7 +62,9 @@ mod turn_loop;
 
 pub use checkpoint::CompactionSettings;
 pub use keel_provider::retry::RetryPolicy;
-pub use kernel::{AgentKernel, AgentKernelBuilder, CompactionReport, KernelError, RequestPreview};
+pub use kernel::{
+    AgentKernel, AgentKernelBuilder, CompactionReport, ContextView, KernelError, RequestPreview,
+};
 pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};

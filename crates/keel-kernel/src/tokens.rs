@@ -178,7 +178,88 @@ pub(crate) struct Estimate {
 struct Size {
     bytes: u64,
     images: u64,
+    /// Whether the entry is a message (counted with its framing).
+    message: bool,
     tokens: Option<u64>,
+}
+
+impl Size {
+    fn of(entry: &Entry) -> Self {
+        match &entry.payload {
+            keel_protocol::EntryPayload::Message { message } => {
+                let (bytes, images) = message_bytes(message);
+                Self {
+                    bytes,
+                    images,
+                    message: true,
+                    tokens: None,
+                }
+            }
+            _ => Self::default(),
+        }
+    }
+
+    /// The o200k tokens, counted now if they were not yet.
+    fn tokens(&mut self, entry: &Entry) -> u64 {
+        *self.tokens.get_or_insert_with(|| match &entry.payload {
+            keel_protocol::EntryPayload::Message { message } => message_tokens(message),
+            _ => 0,
+        })
+    }
+}
+
+/// The visible entries' sizes, in branch order, with running totals: the
+/// context branch only grows at its end between checkpoints, so each
+/// estimate counts only the entries appended since the last one.
+#[derive(Debug, Default)]
+struct Visible {
+    rows: Vec<(String, Size)>,
+    bytes: u64,
+    images: u64,
+    messages: u64,
+    /// The sum of the rows' tokens, once every row is counted.
+    tokens: Option<u64>,
+}
+
+impl Visible {
+    /// Brings the rows up to `entries`; starts over when they are not a
+    /// prefix of it (a checkpoint moved the start).
+    fn update(&mut self, entries: &[Entry]) {
+        let aligned = self.rows.len() <= entries.len()
+            && self.rows.first().is_none_or(|(id, _)| entries[0].id == *id)
+            && self
+                .rows
+                .last()
+                .is_none_or(|(id, _)| entries[self.rows.len() - 1].id == *id);
+        if !aligned {
+            *self = Self::default();
+        }
+        for entry in &entries[self.rows.len()..] {
+            let mut size = Size::of(entry);
+            self.bytes += size.bytes;
+            self.images += size.images;
+            self.messages += u64::from(size.message);
+            if let Some(total) = &mut self.tokens {
+                *total += size.tokens(entry);
+            }
+            self.rows.push((entry.id.clone(), size));
+        }
+    }
+
+    /// The o200k tokens of every row, counting those not counted yet.
+    fn tokens(&mut self, entries: &[Entry]) -> u64 {
+        if let Some(total) = self.tokens {
+            return total;
+        }
+        let total = self
+            .rows
+            .iter_mut()
+            .zip(entries)
+            .map(|((_, size), entry)| size.tokens(entry))
+            .sum();
+        self.tokens = Some(total);
+        total
+    }
 }
 
 /// A run's token accounting: cached entry sizes and calibration ratios.
@@ -186,7 +267,11 @@ pub(crate) struct Ledger {
     /// The system prompt and the tool specs, as counted.
     fixed: String,
     fixed_tokens: Option<u64>,
-    entries: HashMap<String, Size>,
+    visible: Visible,
+    /// The latest summary: checkpoint id, bytes, o200k tokens.
+    summary: Option<(String, u64, Option<u64>)>,
+    /// Token counts by entry id, for the compaction planner.
+    entries: HashMap<String, u64>,
     ratios: HashMap<(String, Method), f64>,
 }
 
@@ -196,16 +281,18 @@ impl Ledger {
         Self {
             fixed: format!("{system_prompt}{}", tools_text(tools)),
             fixed_tokens: None,
+            visible: Visible::default(),
+            summary: None,
             entries: HashMap::new(),
             ratios: HashMap::new(),
         }
     }
 
     /// The estimate of a request holding the visible entries (`summary`:
-    /// the latest checkpoint, whose summary stands first; `entries`: the
-    /// entries from its first kept one, whose messages follow). `precise_from`
-    /// is the upper bound in tokens from which o200k counts are used (`None`:
-    /// never).
+    /// the latest checkpoint's id and summary, which stands first;
+    /// `entries`: the entries from its first kept one, whose messages
+    /// follow). `precise_from` is the upper bound in tokens from which
+    /// o200k counts are used (`None`: never).
     pub(crate) fn estimate(
         &mut self,
         model: &str,
@@ -213,68 +300,46 @@ impl Ledger {
         entries: &[Entry],
         precise_from: Option<u64>,
     ) -> Estimate {
-        let mut sizes = Vec::with_capacity(entries.len() + 1);
-        if let Some((id, text)) = summary {
-            sizes.push(self.size_of(id, || Size::text(text)));
-        }
-        for entry in entries {
-            if let keel_protocol::EntryPayload::Message { message } = &entry.payload {
-                sizes.push(self.size_of(&entry.id, || {
-                    let (bytes, images) = message_bytes(message);
-                    Size {
-                        bytes,
-                        images,
-                        tokens: None,
-                    }
-                }));
+        self.visible.update(entries);
+        let summary_bytes = match summary {
+            Some((id, text)) => {
+                if self.summary.as_ref().is_none_or(|(seen, ..)| seen != id) {
+                    self.summary = Some((id.to_owned(), text.len() as u64, None));
+                }
+                text.len() as u64
             }
-        }
-        let bound = self.fixed.len() as u64
-            + sizes
-                .iter()
-                .map(|size| size.bytes + size.images * IMAGE_TOKENS + MESSAGE_BOUND)
-                .sum::<u64>();
-        let precise = precise_from.is_some_and(|from| bound >= from);
-        let (raw, method) = if precise {
-            (self.precise(summary, entries), Method::O200k)
-        } else {
-            let bytes: u64 = self.fixed.len() as u64 + sizes.iter().map(|s| s.bytes).sum::<u64>();
-            let images: u64 = sizes.iter().map(|size| size.images).sum();
+            None => 0,
+        };
+        let messages = self.visible.messages + u64::from(summary.is_some());
+        let bytes = self.fixed.len() as u64 + self.visible.bytes + summary_bytes;
+        let images = self.visible.images * IMAGE_TOKENS;
+        let bound = bytes + images + messages * MESSAGE_BOUND;
+        let (raw, method) = if precise_from.is_some_and(|from| bound >= from) {
+            let fixed = *self
+                .fixed_tokens
+                .get_or_insert_with(|| count_tokens(&self.fixed));
+            let summary_tokens = match (summary, &mut self.summary) {
+                (Some((_, text)), Some((_, _, tokens))) => {
+                    *tokens.get_or_insert_with(|| count_tokens(text) + MESSAGE_TOKENS)
+                }
+                _ => 0,
+            };
             (
-                bytes.div_ceil(BYTES_PER_TOKEN)
-                    + images * IMAGE_TOKENS
-                    + sizes.len() as u64 * MESSAGE_TOKENS,
+                fixed + summary_tokens + self.visible.tokens(entries),
+                Method::O200k,
+            )
+        } else {
+            (
+                bytes.div_ceil(BYTES_PER_TOKEN) + images + messages * MESSAGE_TOKENS,
                 Method::Bytes,
             )
         };
-        let ratio = self
-            .ratios
-            .get(&(model.to_owned(), method))
-            .copied()
-            .unwrap_or(1.0);
+        let ratio = self.ratio(model, method);
         Estimate {
             raw,
             method,
             tokens: (raw as f64 * ratio).ceil() as u64,
         }
-    }
-
-    /// The o200k count of the fixed part and the visible entries, counting
-    /// (and caching) what was not counted yet.
-    fn precise(&mut self, summary: Option<(&str, &str)>, entries: &[Entry]) -> u64 {
-        let fixed = *self
-            .fixed_tokens
-            .get_or_insert_with(|| count_tokens(&self.fixed));
-        let mut total = fixed;
-        if let Some((id, text)) = summary {
-            total += self.tokens_of(id, || count_tokens(text) + MESSAGE_TOKENS);
-        }
-        for entry in entries {
-            if let keel_protocol::EntryPayload::Message { message } = &entry.payload {
-                total += self.tokens_of(&entry.id, || message_tokens(message));
-            }
-        }
-        total
     }
 
     /// The o200k tokens of one entry as the model sees it (0 for an entry
@@ -291,18 +356,13 @@ impl Ledger {
         }
     }
 
-    fn size_of(&mut self, id: &str, make: impl FnOnce() -> Size) -> Size {
-        if let Some(size) = self.entries.get(id) {
-            return *size;
-        }
-        let size = make();
-        self.entries.insert(id.to_owned(), size);
-        size
-    }
-
     fn tokens_of(&mut self, id: &str, count: impl FnOnce() -> u64) -> u64 {
-        let size = self.entries.entry(id.to_owned()).or_default();
-        *size.tokens.get_or_insert_with(count)
+        if let Some(tokens) = self.entries.get(id) {
+            return *tokens;
+        }
+        let tokens = count();
+        self.entries.insert(id.to_owned(), tokens);
+        tokens
     }
 
     /// Learns from a response: `usage` is what the provider counted for
@@ -336,16 +396,7 @@ impl Ledger {
     /// the context for good).
     pub(crate) fn forget_entries(&mut self) {
         self.entries.clear();
-    }
-}
-
-impl Size {
-    fn text(text: &str) -> Self {
-        Self {
-            bytes: text.len() as u64,
-            images: 0,
-            tokens: None,
-        }
+        self.visible = Visible::default();
     }
 }
 
@@ -499,6 +550,25 @@ mod tests {
             ledger.estimate("m", None, &entries, None).method,
             Method::Bytes
         );
+    }
+
+    #[test]
+    fn incremental_estimates_equal_fresh_ones() {
+        let all: Vec<Entry> = (0..20)
+            .map(|n| entry(&format!("e{n}"), &"abc ".repeat(n * 10)))
+            .collect();
+        let mut ledger = Ledger::new("s", &[]);
+        for end in 1..=all.len() {
+            for precise in [None, Some(0)] {
+                let incremental = ledger.estimate("m", None, &all[..end], precise);
+                let fresh = Ledger::new("s", &[]).estimate("m", None, &all[..end], precise);
+                assert_eq!(incremental, fresh, "{end} {precise:?}");
+            }
+        }
+        let summary = Some(("k", "the summary"));
+        let shifted = ledger.estimate("m", summary, &all[5..], Some(0));
+        let fresh = Ledger::new("s", &[]).estimate("m", summary, &all[5..], Some(0));
+        assert_eq!(shifted, fresh);
     }
 
     #[test]
