@@ -180,6 +180,10 @@ pub struct RunArgs {
     /// a local server started with a small context); runs compact to fit it.
     #[arg(long)]
     pub context_window: Option<u64>,
+    /// Leave the environment (date, working directory, OS, shell, git) out
+    /// of the system prompt; very small local models may need it.
+    #[arg(long)]
+    pub no_environment: bool,
     /// The tools to offer, comma-separated (default: read,write,edit,bash;
     /// also available: grep, find, ls).
     #[arg(long, value_delimiter = ',')]

@@ -126,6 +126,7 @@ fn host_config(args: &RunArgs) -> HostConfig {
     config.system_prompt = args.system_prompt.clone();
     config.append_system_prompt = args.append_system_prompt.clone();
     config.context_window = args.context_window;
+    config.environment = !args.no_environment;
     config.sandbox = SandboxConfig {
         mode: args.sandbox.into(),
         ..SandboxConfig::default()

@@ -140,6 +140,9 @@ pub struct HostConfig {
     /// The model's context window in tokens, overriding the catalog's (a
     /// local model served with a small context).
     pub context_window: Option<u64>,
+    /// Whether requests state the environment (date, working directory,
+    /// OS, shell, git); default true.
+    pub environment: bool,
     /// How retryable provider errors are retried (default: the kernel's).
     pub retry: Option<RetryPolicy>,
 }
@@ -155,6 +158,7 @@ impl HostConfig {
             system_prompt: None,
             append_system_prompt: None,
             context_window: None,
+            environment: true,
             retry: None,
         }
     }
@@ -194,6 +198,9 @@ impl HostConfig {
         }
         if let Some(text) = &self.append_system_prompt {
             builder = builder.append_system_prompt(text.clone());
+        }
+        if !self.environment {
+            builder = builder.environment(false);
         }
         if let Some(window) = self.context_window.or(info.context_window) {
             builder = builder.context_window(window);

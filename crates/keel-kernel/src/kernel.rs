@@ -265,6 +265,7 @@ pub struct AgentKernelBuilder {
     max_output_tokens: Option<u32>,
     append_system_prompt: Option<String>,
     instructions: Option<Instructions>,
+    no_environment: bool,
     context_window: Option<u64>,
     output_limit: Option<u32>,
     compaction: CompactionSettings,
@@ -300,6 +301,14 @@ impl AgentKernelBuilder {
     /// [`Instructions::default`]; [`Instructions::none`] turns them off).
     pub fn project_instructions(mut self, instructions: Instructions) -> Self {
         self.instructions = Some(instructions);
+        self
+    }
+
+    /// Whether requests state the environment — date, working directory,
+    /// OS, shell, git (default: yes). A very small local model may follow
+    /// its instructions more reliably without it.
+    pub fn environment(mut self, state_it: bool) -> Self {
+        self.no_environment = !state_it;
         self
     }
 
@@ -397,6 +406,7 @@ impl AgentKernelBuilder {
             max_output_tokens: self.max_output_tokens,
             append_system_prompt: self.append_system_prompt,
             instructions: self.instructions.unwrap_or_default(),
+            environment: !self.no_environment,
             context_window: self.context_window,
             output_limit: self.output_limit,
             compaction: self.compaction,

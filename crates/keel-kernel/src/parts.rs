@@ -33,6 +33,8 @@ pub(crate) struct KernelParts {
     pub(crate) append_system_prompt: Option<String>,
     /// Where runs look for project instructions.
     pub(crate) instructions: Instructions,
+    /// Whether requests state the environment.
+    pub(crate) environment: bool,
     /// The model's context window, when known (from the catalog).
     pub(crate) context_window: Option<u64>,
     /// The most tokens the model may write in one response (from the catalog).

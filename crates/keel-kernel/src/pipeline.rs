@@ -12,7 +12,8 @@
 //! 3. **Project instructions** — the `AGENTS.md` / `CLAUDE.md` files the run
 //!    loaded (`project.rs`), outermost first, appended to the system prompt.
 //! 4. **Environment** — date, working directory, OS, shell, whether the
-//!    workspace is a git repository; appended last to the system prompt.
+//!    workspace is a git repository; appended last to the system prompt
+//!    (unless the host turned it off: `AgentKernelBuilder::environment`).
 //! 5. **The latest checkpoint's summary** — as the first message.
 //! 6. **The active branch after the checkpoint's first kept entry** — its
 //!    messages, oldest first (`context::project`); no sibling branch, no
@@ -38,8 +39,10 @@ use crate::project::{Environment, Loaded};
 pub(crate) fn open(parts: &KernelParts) -> (Frame, Vec<InstructionFile>) {
     let root = parts.workspace.root();
     let instructions = crate::project::load(&parts.instructions, root);
-    let environment = Environment::detect(root, crate::ids::now_ms());
-    let frame = Frame::new(parts, &instructions, &environment);
+    let environment = parts
+        .environment
+        .then(|| Environment::detect(root, crate::ids::now_ms()));
+    let frame = Frame::new(parts, &instructions, environment.as_ref());
     (frame, instructions.files)
 }
 
@@ -64,7 +67,7 @@ impl Frame {
     pub(crate) fn new(
         parts: &KernelParts,
         instructions: &Loaded,
-        environment: &Environment,
+        environment: Option<&Environment>,
     ) -> Self {
         Self {
             provider: parts.provider.name().to_owned(),
@@ -114,9 +117,9 @@ fn system_prompt(
     base: &str,
     append: Option<&str>,
     instructions: &str,
-    environment: &Environment,
+    environment: Option<&Environment>,
 ) -> String {
-    let environment = environment.render();
+    let environment = environment.map(Environment::render).unwrap_or_default();
     [base, append.unwrap_or_default(), instructions, &environment]
         .iter()
         .map(|part| part.trim())

@@ -108,11 +108,12 @@ async fn global_then_root_down_claude_md_as_fallback_and_a_visible_cap() {
         "{system}"
     );
 
-    // Turned off, nothing is loaded or reported.
+    // Turned off, nothing is loaded or reported; nor is the environment.
     let quiet = AgentKernel::builder()
         .provider(provider.clone())
         .workspace(Workspace::new(&workspace).unwrap())
         .project_instructions(Instructions::none())
+        .environment(false)
         .build()
         .unwrap();
     let run = quiet.create_run(RunSpec::new("hi")).await.unwrap();
@@ -124,4 +125,5 @@ async fn global_then_root_down_claude_md_as_fallback_and_a_visible_cap() {
     }
     let last = provider.requests().last().unwrap().system_prompt.clone();
     assert!(!last.contains("GLOBAL:"), "{last}");
+    assert!(!last.contains("# Environment"), "{last}");
 }
