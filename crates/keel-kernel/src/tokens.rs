@@ -1,9 +1,10 @@
 //! Token accounting: how many tokens a model context holds, estimated.
 //!
 //! Counts use tiktoken's o200k encoding ([`count_tokens`]). Its encoder
-//! costs about 0.6 s and 46 MB to load (release build), more than a whole
-//! short run, so it is loaded lazily — only when a run's context could
-//! come near its compaction threshold, or when compaction plans a cut.
+//! costs 0.16–0.7 s (idle to loaded machine) and about 46 MB to load, as
+//! much as a whole short run (`docs/benchmarks.md`), so it is loaded
+//! lazily — only when a run's context could come near its compaction
+//! threshold, or when compaction plans a cut.
 //! Below that, a context is estimated at four bytes per token, which is
 //! safe there: no byte-level tokenizer (o200k, Claude's, Llama's) makes
 //! more than one token per byte, so a context whose bytes (plus message
