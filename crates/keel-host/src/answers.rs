@@ -5,8 +5,8 @@
 //! older object without a `type` (`{"request_id": …, "decision": …}`), or a
 //! bare word. Only an explicit approval of exactly this request approves;
 //! end of input, anything unreadable, another request's id and every other
-//! word deny. An answer with scope `always` keeps its scope, so the kernel
-//! can refuse what it does not support rather than silently narrowing it.
+//! word deny. An answer with scope `always` keeps its scope: the kernel
+//! records it as a session rule that decides later matching calls.
 
 use keel_protocol::{HostControl, HostDecision, PermissionAnswer, PermissionResolution};
 use serde_json::Value;

@@ -22,7 +22,8 @@
 //!    reads either); `accumulator`, `context`, `permission`, `policy` —
 //!    pure data and rules over keel-protocol types.
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
-//!    `emitter` (the gapless event stream).
+//!    `emitter` (the gapless event stream), `rules` (session rules: host
+//!    answers that hold for later matching calls).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome.
 //! 4. `session_writer` — the run's appends and its in-memory context branch.
@@ -43,6 +44,7 @@ mod kernel;
 mod parts;
 mod permission;
 pub mod policy;
+mod rules;
 mod run;
 mod session_writer;
 mod shared;

@@ -22,6 +22,7 @@ use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
 use crate::parts::{KernelParts, RunSpec};
+use crate::rules::SessionRules;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
@@ -93,6 +94,7 @@ struct TurnLoop<'a> {
     max_turns: Option<u32>,
     turn: u32,
     permission_requests: AtomicU64,
+    rules: SessionRules,
     last: Option<AssistantMessage>,
 }
 
@@ -122,6 +124,7 @@ impl<'a> TurnLoop<'a> {
             });
         }
         let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
+        let rules = writer.rules().await;
         let run = Self {
             parts,
             shared,
@@ -130,6 +133,7 @@ impl<'a> TurnLoop<'a> {
             max_turns: spec.max_turns,
             turn: 0,
             permission_requests: AtomicU64::new(0),
+            rules,
             last: None,
         };
         run.record_configuration().await?;
@@ -378,6 +382,7 @@ impl<'a> TurnLoop<'a> {
             writer: &self.writer,
             mode: self.mode,
             requests: &self.permission_requests,
+            rules: &self.rules,
         };
         let results = runner.run_batch(calls).await?;
         let payloads = results

@@ -16,6 +16,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("policy", 1),
     ("parts", 2),
     ("emitter", 2),
+    ("rules", 2),
     ("shared", 3),
     ("session_writer", 4),
     ("tools", 5),

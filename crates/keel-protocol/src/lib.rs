@@ -31,7 +31,7 @@ pub use message::{
 };
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,
-    PermissionResolution,
+    PermissionResolution, PermissionRule,
 };
 pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};
