@@ -92,6 +92,9 @@ struct TurnLoop<'a> {
     writer: SessionWriter,
     mode: PermissionMode,
     max_turns: Option<u32>,
+    max_cost_usd: Option<f64>,
+    /// The cost of the run's responses so far, `None` once one was unknown.
+    cost_usd: Option<f64>,
     turn: u32,
     permission_requests: AtomicU64,
     rules: SessionRules,
@@ -131,6 +134,8 @@ impl<'a> TurnLoop<'a> {
             writer,
             mode: spec.mode,
             max_turns: spec.max_turns,
+            max_cost_usd: spec.max_cost_usd,
+            cost_usd: Some(0.0),
             turn: 0,
             permission_requests: AtomicU64::new(0),
             rules,
@@ -185,6 +190,9 @@ impl<'a> TurnLoop<'a> {
                 .emitter
                 .emit(RunEventKind::TurnStart { turn: self.turn });
             let message = self.stream_with_retry().await?;
+            self.cost_usd = self
+                .cost_usd
+                .and_then(|so_far| Some(so_far + message.usage.cost_usd?));
             self.last = Some(message.clone());
             let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
             if !calls.is_empty() {
@@ -206,13 +214,36 @@ impl<'a> TurnLoop<'a> {
         }
     }
 
+    /// Fails the run before the next request when a turn or cost limit is reached.
     fn check_turn_budget(&self) -> Result<(), Stop> {
-        match self.max_turns {
-            Some(limit) if self.turn >= limit => Err(Stop::Failed(RunError::new(
+        let fail = |code, message| {
+            Err(Stop::Failed(RunError::new(
                 ErrorSource::Kernel,
+                code,
+                message,
+            )))
+        };
+        if let Some(limit) = self.max_turns
+            && self.turn >= limit
+        {
+            return fail(
                 RunErrorCode::TurnLimit,
                 format!("the run reached its limit of {limit} turns"),
-            ))),
+            );
+        }
+        match (self.max_cost_usd, self.cost_usd) {
+            (Some(limit), Some(cost)) if cost > limit => fail(
+                RunErrorCode::BudgetExceeded,
+                format!("the run's responses cost ${cost:.4}, past its budget of ${limit:.4}"),
+            ),
+            (Some(limit), None) => fail(
+                RunErrorCode::CostUnknown,
+                format!(
+                    "the cost of a response is unknown (the model has no prices), so the budget \
+                     of ${limit:.4} cannot be kept; set the model's input_price and output_price \
+                     in config.toml (0 for a free local model)"
+                ),
+            ),
             _ => Ok(()),
         }
     }
