@@ -154,13 +154,14 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         std::fs::write(directory.path().join(path), content)
             .map_err(|error| StartupError::new("workspace", error.to_string()))?;
     }
+    let output = Output::new(&args.output, false);
     match args.name {
         DemoName::SessionTree => {
-            return crate::demo_session::run(case_name, directory.path()).await;
+            return crate::demo_session::run(case_name, directory.path(), &output).await;
         }
         DemoName::Permissions => {
             let mode = PermissionMode::from(args.mode);
-            return crate::demo_permissions::run(case_name, mode, directory.path()).await;
+            return crate::demo_permissions::run(case_name, mode, directory.path(), &output).await;
         }
         _ => {}
     }
@@ -180,15 +181,14 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         behaviour: case.host,
         steered: false,
     };
-    let result = host::drive(
+    let result = host::drive_and_finish(
         &run,
-        &Output::detect(),
+        &output,
         async |event: &RunEvent, handle: &AgentRun| {
             reactor.react(event, handle, &run);
         },
     )
-    .await
-    .map_err(|error| StartupError::new("host", error.to_string()))?;
+    .await?;
     Ok(host::exit_code(&result))
 }
 

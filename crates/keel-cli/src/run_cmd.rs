@@ -1,21 +1,19 @@
-//! `keel run`: one prompt, one run, events on stdout.
+//! `keel run`: one prompt, one run, printed as `--output-format` says.
 //!
-//! When the policy asks, this host asks its user: on a terminal with a
-//! prompt on stderr, otherwise by reading one decision line from stdin
-//! (`{"request_id": …, "decision": "approve"|"deny"}` or a bare word). End of
-//! input, or anything not clearly an approval of that request, denies.
+//! When the policy asks, this host asks its user (see `ask`): one key on a
+//! terminal, one decision line on stdin otherwise.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use keel_host::{HostConfig, ProviderChoice, answers, sessions};
-use keel_kernel::{AgentRun, ControlError, RunSpec};
-use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
+use keel_host::{HostConfig, ProviderChoice, sessions};
+use keel_kernel::{AgentRun, RunSpec};
+use keel_protocol::{PermissionMode, RunEvent, SessionLine};
 use keel_tools::sandbox::SandboxConfig;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 
 use crate::args::RunArgs;
+use crate::ask::Answers;
 use crate::host;
 use crate::output::Output;
 use crate::session_cmd;
@@ -30,31 +28,42 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
+    if let Some(budget) = args.max_budget_usd
+        && !(budget.is_finite() && budget >= 0.0)
+    {
+        return Err(StartupError::new(
+            "usage",
+            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
+        ));
+    }
     let kernel = host_config(&args).kernel(store.clone())?;
     let prompt = prompt(args.prompt.as_deref())?;
     let spec = RunSpec::new(prompt)
         .session_opt(continued.session_id)
         .mode(PermissionMode::from(args.mode))
-        .max_turns(args.max_turns);
+        .max_turns(args.max_turns)
+        .max_cost_usd(args.max_budget_usd);
     let run = kernel
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    let output = Output::detect();
-    let mut answers = Answers::new();
+    let output = Output::new(&args.output, Answers::on_terminal());
     let received = signals::Received::default();
+    let mut answers = Answers::new(received.cancelled());
     let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
-        answers.answer(event, run).await;
+        answers.answer(event, run, &output).await;
     });
-    let result = tokio::select! {
+    let (result, changes) = tokio::select! {
         result = driven => result,
         never = signals::cancel_on_signal(&run, &received) => match never {},
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
-    output.session(
-        &result.session_id,
-        &sessions::session_file(&store, &result.session_id)?,
-    );
+    let path = sessions::session_file(&store, &result.session_id)?;
+    let session = SessionLine {
+        id: result.session_id.clone(),
+        path: path.display().to_string(),
+    };
+    host::finish(&output, &result, changes.as_ref(), Some(session))?;
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),
         None => host::exit_code(&result),
@@ -134,55 +143,4 @@ fn host_config(args: &RunArgs) -> HostConfig {
         .extend(args.sandbox_read.iter().cloned());
     config.sandbox.env.extend(args.sandbox_env.iter().cloned());
     config
-}
-
-/// Answers permission requests from the terminal or from stdin.
-struct Answers {
-    stdin: Option<Lines<BufReader<Stdin>>>,
-    terminal: bool,
-}
-
-impl Answers {
-    fn new() -> Self {
-        Self {
-            stdin: Some(BufReader::new(tokio::io::stdin()).lines()),
-            terminal: std::io::stdin().is_terminal(),
-        }
-    }
-
-    async fn answer(&mut self, event: &RunEvent, run: &AgentRun) {
-        let RunEventKind::PermissionRequested {
-            request_id,
-            tool_name,
-            reason,
-            arguments,
-            ..
-        } = &event.kind
-        else {
-            return;
-        };
-        if self.terminal {
-            eprint!("Allow {tool_name} {arguments}? ({reason}) [y/N] ");
-        }
-        let line = self.read_line().await;
-        let answer = answers::answer_line(line.as_deref(), request_id);
-        // A stale id means the run already moved on (e.g. it was cancelled).
-        if let Err(ControlError::UnsupportedScope(_)) = run.resolve_permission(request_id, answer) {
-            eprintln!(
-                "keel: answers that hold `always` are not supported yet; request {request_id} is denied"
-            );
-            let _ = run.resolve_permission(request_id, PermissionResolution::Denied);
-        }
-    }
-
-    async fn read_line(&mut self) -> Option<String> {
-        let lines = self.stdin.as_mut()?;
-        match lines.next_line().await {
-            Ok(Some(line)) => Some(line),
-            _ => {
-                self.stdin = None;
-                None
-            }
-        }
-    }
 }

@@ -434,18 +434,24 @@ pub fn describe(entry: &Entry) -> String {
         EntryPayload::Message {
             message: Message::ToolResult(result),
         } => format!(
-            "{} result ({:?}): {}",
+            "{} result ({}): {}",
             result.tool_name,
-            result.status,
+            wire_name(&result.status),
             result.text()
-        )
-        .to_lowercase(),
+        ),
         EntryPayload::Checkpoint { summary, .. } => format!("checkpoint: {summary}"),
         EntryPayload::PermissionDecision { decision } => format!(
-            "permission: {} {:?} by {:?}",
-            decision.tool_name, decision.resolution, decision.source
-        )
-        .to_lowercase(),
+            "permission: {} {} by {}",
+            decision.tool_name,
+            wire_name(&decision.resolution),
+            wire_name(&decision.source)
+        ),
+        EntryPayload::PermissionRule { rule } => format!(
+            "permission rule: {} {} always (from call {})",
+            rule.tool_name,
+            wire_name(&rule.resolution),
+            rule.call_id
+        ),
         EntryPayload::BranchSummary { summary, .. } => format!("branch summary: {summary}"),
         EntryPayload::Label { target_id, label } => {
             format!("label {}: {label}", short_id(target_id))
@@ -455,6 +461,14 @@ pub fn describe(entry: &Entry) -> String {
         other => other.kind().to_owned(),
     };
     one_line(&text, 90)
+}
+
+/// An enum value as the wire spells it (`session_rule`), not as Rust does.
+fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 fn one_line(text: &str, max: usize) -> String {

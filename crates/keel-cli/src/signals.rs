@@ -7,18 +7,20 @@
 //! SIGTERM, 129 for SIGHUP), as shells report a process killed by it.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use keel_kernel::AgentRun;
 use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::Notify;
 
 /// A second SIGINT this soon after the first exits without waiting.
 pub const FORCE_WINDOW: Duration = Duration::from_secs(2);
 
 /// The signal that cancelled the run, if any.
 #[derive(Default)]
-pub struct Received(AtomicI32);
+pub struct Received(AtomicI32, Arc<Notify>);
 
 impl Received {
     /// The exit code the signal calls for, if one was received.
@@ -27,6 +29,11 @@ impl Received {
             0 => None,
             signal => u8::try_from(128 + signal).ok(),
         }
+    }
+
+    /// Notified once when a signal cancels the run (a waiting prompt gives up).
+    pub fn cancelled(&self) -> Arc<Notify> {
+        Arc::clone(&self.1)
     }
 }
 
@@ -51,6 +58,7 @@ pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible
         };
         match first {
             Some(at) if number == libc::SIGINT && at.elapsed() <= FORCE_WINDOW => {
+                crate::tty::restore();
                 eprintln!("keel: interrupted again; exiting without waiting for the run");
                 std::process::exit(128 + libc::SIGINT);
             }
@@ -62,6 +70,7 @@ pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible
                     .compare_exchange(0, number, Ordering::SeqCst, Ordering::SeqCst);
                 eprintln!("keel: cancelling the run (press Ctrl-C again to exit at once)");
                 run.cancel();
+                received.1.notify_one();
             }
         }
     }

@@ -14,6 +14,7 @@ pub mod control;
 pub mod error;
 pub mod event;
 pub mod message;
+pub mod output;
 pub mod permission;
 pub mod provider_event;
 pub mod run;
@@ -28,6 +29,9 @@ pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
 pub use message::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
     Usage, UserContent, UserMessage,
+};
+pub use output::{
+    HostLine, ResultLine, RunTotals, SessionLine, StartupErrorLine, WorkspaceChangesLine,
 };
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,
