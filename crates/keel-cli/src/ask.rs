@@ -106,9 +106,10 @@ async fn prompt(
         palette.paint(style::DIM, &format!("({})", visible(reason))),
         palette.paint(style::BOLD, "[y]es once / [a]lways this session / [N]o:"),
     );
+    // Single-key mode first, so a key pressed once the question shows counts.
+    keys.begin();
     eprint!("{question}");
     let _ = std::io::stderr().flush();
-    keys.begin();
     let answer = loop {
         let key = tokio::select! {
             key = keys.next() => key,

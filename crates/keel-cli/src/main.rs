@@ -36,7 +36,12 @@ use crate::startup::StartupError;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => return startup::usage_error(error),
+        Err(error) => {
+            if asks_for_text(std::env::args()) {
+                startup::set_plain_errors(true);
+            }
+            return startup::usage_error(error);
+        }
     };
     style::set_choice(cli.color);
     if let Some(format) = output_format(&cli.command) {
@@ -45,6 +50,11 @@ fn main() -> ExitCode {
     if let Err(error) = init_tracing(cli.log_file.as_deref()) {
         return error.report();
     }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        command = command_name(&cli.command),
+        "keel starting"
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -72,6 +82,30 @@ fn main() -> ExitCode {
     match outcome {
         Ok(code) => code,
         Err(error) => error.report(),
+    }
+}
+
+/// Whether arguments that did not parse still ask for text (`-q`,
+/// `--output-format text`), so the usage error is a plain line.
+fn asks_for_text(args: impl Iterator<Item = String>) -> bool {
+    let args: Vec<String> = args.collect();
+    args.iter().any(|arg| arg == "-q" || arg == "--quiet" || arg == "--output-format=text")
+        || args
+            .windows(2)
+            .any(|pair| pair[0] == "--output-format" && pair[1] == "text")
+}
+
+/// The subcommand's name, for the log.
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Run(_) => "run",
+        Command::Demo(_) => "demo",
+        Command::Models { .. } => "models",
+        Command::Session(_) => "session",
+        Command::Schema(_) => "schema",
+        Command::Doctor { .. } => "doctor",
+        Command::Completion { .. } => "completion",
+        Command::Man => "man",
     }
 }
 

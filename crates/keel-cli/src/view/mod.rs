@@ -56,8 +56,9 @@ pub struct View {
     calls: Vec<Call>,
     /// Rows of the live block now on screen.
     drawn: usize,
-    /// The next label in the current parallel batch.
+    /// The next label in the current batch, and how many calls it has.
     batch_position: usize,
+    batch_size: usize,
     queued: [VecDeque<String>; 2],
     /// Lines waiting for a line boundary.
     deferred: Vec<String>,
@@ -80,6 +81,7 @@ impl View {
             calls: Vec::new(),
             drawn: 0,
             batch_position: 0,
+            batch_size: 0,
             queued: [VecDeque::new(), VecDeque::new()],
             deferred: Vec::new(),
             prompts,
@@ -227,10 +229,11 @@ impl View {
             }
             RunEventKind::MessageUpdate { delta } => self.delta(delta),
             RunEventKind::MessageEnd {
-                message: Message::Assistant(_),
+                message: Message::Assistant(message),
             } => {
                 self.close_line();
                 self.batch_position = 0;
+                self.batch_size = message.tool_calls().count();
             }
             RunEventKind::ToolExecutionStart {
                 call_id,
@@ -332,7 +335,7 @@ impl View {
 
     fn start_call(&mut self, id: &str, tool: &str, arguments: &serde_json::Value, mode: BatchMode) {
         self.close_line();
-        let label = (mode == BatchMode::Parallel).then(|| {
+        let label = (mode == BatchMode::Parallel && self.batch_size > 1).then(|| {
             self.batch_position += 1;
             format!("[{}]", self.batch_position)
         });
