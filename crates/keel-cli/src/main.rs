@@ -89,7 +89,8 @@ fn main() -> ExitCode {
 /// `--output-format text`), so the usage error is a plain line.
 fn asks_for_text(args: impl Iterator<Item = String>) -> bool {
     let args: Vec<String> = args.collect();
-    args.iter().any(|arg| arg == "-q" || arg == "--quiet" || arg == "--output-format=text")
+    args.iter()
+        .any(|arg| arg == "-q" || arg == "--quiet" || arg == "--output-format=text")
         || args
             .windows(2)
             .any(|pair| pair[0] == "--output-format" && pair[1] == "text")

@@ -62,7 +62,11 @@ impl Terminal {
         std::thread::spawn(move || {
             let mut buffer = [0u8; 4096];
             while let Ok(read) = stdout.read(&mut buffer) {
-                if read == 0 || sender.send((Instant::now(), buffer[..read].to_vec())).is_err() {
+                if read == 0
+                    || sender
+                        .send((Instant::now(), buffer[..read].to_vec()))
+                        .is_err()
+                {
                     break;
                 }
             }
@@ -180,7 +184,10 @@ fn loop_output_appears_while_the_call_runs() {
     let mut terminal = Terminal::start(&args, dir.path(), false);
     assert_live(&mut terminal);
     let screen = terminal.finish();
-    assert!(screen.contains('\u{1b}'), "a terminal gets colour: {screen:?}");
+    assert!(
+        screen.contains('\u{1b}'),
+        "a terminal gets colour: {screen:?}"
+    );
     assert!(screen.contains("bash echo tick 1; sleep 1"), "{screen}");
     assert!(screen.contains("settled"), "{screen}");
     assert!(!screen.contains("{\""), "no JSON in the view: {screen}");
@@ -192,8 +199,17 @@ fn no_color_output_has_no_escape_codes_and_is_still_live() {
     let mut terminal = Terminal::start(&args, dir.path(), true);
     assert_live(&mut terminal);
     let screen = terminal.finish();
-    assert!(!screen.contains('\u{1b}'), "an escape code with NO_COLOR: {screen:?}");
-    for shown in ["→ bash echo tick 1", "│ tick 3", "✓ bash", "The loop ticked.", "── settled"] {
+    assert!(
+        !screen.contains('\u{1b}'),
+        "an escape code with NO_COLOR: {screen:?}"
+    );
+    for shown in [
+        "→ bash echo tick 1",
+        "│ tick 3",
+        "✓ bash",
+        "The loop ticked.",
+        "── settled",
+    ] {
         assert!(screen.contains(shown), "{shown:?} missing: {screen}");
     }
 }
@@ -221,8 +237,14 @@ fn ask_prompts_one_line_and_always_holds_for_the_session() {
     let screen = terminal.finish();
     let prompts: Vec<&str> = screen.lines().filter(|l| l.contains("? allow")).collect();
     assert_eq!(prompts.len(), 2, "the rule answered the repeat: {screen}");
-    assert!(prompts[0].contains("? allow bash echo one >> log.txt"), "{screen}");
-    assert!(!screen.contains("\"command\""), "no JSON arguments: {screen}");
+    assert!(
+        prompts[0].contains("? allow bash echo one >> log.txt"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains("\"command\""),
+        "no JSON arguments: {screen}"
+    );
     let log = std::fs::read_to_string(dir.path().join("ws/log.txt")).unwrap();
     assert_eq!(log, "one\none\n", "allowed twice, denied once");
     let sessions = dir.path().join("sessions");

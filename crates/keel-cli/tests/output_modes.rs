@@ -76,7 +76,12 @@ fn json_is_one_result_object_with_totals_changes_and_session() {
     assert_eq!(line["totals"]["input_tokens"], 3000);
     assert!((line["totals"]["cost_usd"].as_f64().unwrap() - 0.03).abs() < 1e-9);
     assert_eq!(line["workspace_changes"]["changed_paths"][0], "b.txt");
-    assert!(line["session"]["path"].as_str().unwrap().ends_with(".jsonl"));
+    assert!(
+        line["session"]["path"]
+            .as_str()
+            .unwrap()
+            .ends_with(".jsonl")
+    );
 }
 
 #[test]
@@ -140,23 +145,42 @@ fn errors_are_one_plain_line_for_people_and_json_for_programs() {
     assert_eq!(piped.status.code(), Some(2));
     let line: Value = serde_json::from_slice(&piped.stdout).unwrap();
     assert_eq!(line["type"], "startup_error");
-    let plain = keel(&[&run[..], &["--output-format", "text"]].concat(), dir.path());
+    let plain = keel(
+        &[&run[..], &["--output-format", "text"]].concat(),
+        dir.path(),
+    );
     assert_eq!(plain.status.code(), Some(2));
     assert!(plain.stdout.is_empty());
     let stderr = text(&plain.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.starts_with("keel: ") && !stderr.contains('{'), "{stderr}");
-    let usage = keel(&["run", "--bogus", "--output-format", "text", "x"], dir.path());
+    assert!(
+        stderr.starts_with("keel: ") && !stderr.contains('{'),
+        "{stderr}"
+    );
+    let usage = keel(
+        &["run", "--bogus", "--output-format", "text", "x"],
+        dir.path(),
+    );
     let stderr = text(&usage.stderr);
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
-    assert!(stderr.contains("--bogus") && stderr.contains("[usage]"), "{stderr}");
+    assert!(
+        stderr.contains("--bogus") && stderr.contains("[usage]"),
+        "{stderr}"
+    );
 }
 
 #[test]
 fn demo_permissions_in_the_view_shows_no_json() {
     let dir = tempfile::tempdir().unwrap();
     for case in ["standard", "host-disconnect", "resume"] {
-        let args = ["demo", "permissions", "--case", case, "--output-format", "text"];
+        let args = [
+            "demo",
+            "permissions",
+            "--case",
+            case,
+            "--output-format",
+            "text",
+        ];
         let output = keel(&args, dir.path());
         let view = text(&output.stdout);
         assert!(!view.contains("{\""), "{case}: {view}");
@@ -168,22 +192,48 @@ fn demo_permissions_in_the_view_shows_no_json() {
 fn help_explains_the_modes_and_lists_cases_and_schema_names() {
     let dir = tempfile::tempdir().unwrap();
     let help = text(&keel(&["--help"], dir.path()).stdout);
-    for shown in ["keel run -q PROMPT", "stream-json", "plan ", "ask ", "auto ", "full ", "KEEL_LOG", "Examples:"] {
+    for shown in [
+        "keel run -q PROMPT",
+        "stream-json",
+        "plan ",
+        "ask ",
+        "auto ",
+        "full ",
+        "KEEL_LOG",
+        "Examples:",
+    ] {
         assert!(help.contains(shown), "{shown:?} missing from --help");
     }
     let demo_help = text(&keel(&["demo", "--help"], dir.path()).stdout);
-    for name in ["streamed-run", "tool-loop", "run-control", "session-tree", "permissions"] {
+    for name in [
+        "streamed-run",
+        "tool-loop",
+        "run-control",
+        "session-tree",
+        "permissions",
+    ] {
         let refused = keel(&["demo", name, "--case", "nope"], dir.path());
         let message: Value = serde_json::from_slice(&refused.stdout).unwrap();
-        let cases = message["message"].as_str().unwrap().rsplit("cases: ").next().unwrap();
+        let cases = message["message"]
+            .as_str()
+            .unwrap()
+            .rsplit("cases: ")
+            .next()
+            .unwrap();
         for case in cases.split(", ") {
-            assert!(demo_help.contains(case), "{name} --case {case} missing from demo --help");
+            assert!(
+                demo_help.contains(case),
+                "{name} --case {case} missing from demo --help"
+            );
         }
     }
     let schema_help = text(&keel(&["schema", "--help"], dir.path()).stdout);
     let all: Value = serde_json::from_slice(&keel(&["schema"], dir.path()).stdout).unwrap();
     for name in all.as_object().unwrap().keys() {
-        assert!(schema_help.contains(&format!("  {name} ")), "{name} missing from schema --help");
+        assert!(
+            schema_help.contains(&format!("  {name} ")),
+            "{name} missing from schema --help"
+        );
     }
 }
 
@@ -194,11 +244,17 @@ fn completions_and_the_man_page_are_generated() {
         let output = keel(&["completion", shell], dir.path());
         assert!(output.status.success());
         let script = text(&output.stdout);
-        assert!(script.contains("keel") && script.contains("output-format"), "{shell}");
+        assert!(
+            script.contains("keel") && script.contains("output-format"),
+            "{shell}"
+        );
     }
     let man = keel(&["man"], dir.path());
     assert!(man.status.success());
-    assert!(text(&man.stdout).starts_with(".ie \\n(.g .ds Aq") || text(&man.stdout).contains(".TH keel"));
+    assert!(
+        text(&man.stdout).starts_with(".ie \\n(.g .ds Aq")
+            || text(&man.stdout).contains(".TH keel")
+    );
 }
 
 #[test]
@@ -213,7 +269,46 @@ fn the_log_file_gets_diagnostics_without_colour_codes() {
         .unwrap();
     assert!(output.status.success());
     let written = std::fs::read_to_string(&log).unwrap();
-    assert!(written.contains("DEBUG") || written.contains("INFO"), "{written}");
+    assert!(
+        written.contains("DEBUG") || written.contains("INFO"),
+        "{written}"
+    );
     assert!(!written.contains('\u{1b}'), "{written:?}");
-    assert!(text(&output.stderr).is_empty(), "diagnostics went to the file");
+    assert!(
+        text(&output.stderr).is_empty(),
+        "diagnostics went to the file"
+    );
+}
+
+#[test]
+fn steering_is_noted_at_a_line_boundary_and_shown_between_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "demo",
+        "run-control",
+        "--case",
+        "steering",
+        "--output-format",
+        "text",
+    ];
+    let view = text(&keel(&args, dir.path()).stdout);
+    let lines: Vec<&str> = view.lines().collect();
+    // The model was streaming its first sentence when the host steered.
+    assert!(
+        lines.contains(&"I'll look at the project layout first."),
+        "{view}"
+    );
+    let queued = lines
+        .iter()
+        .position(|l| l.starts_with("+ queued steering: Focus"))
+        .unwrap();
+    let injected = lines
+        .iter()
+        .position(|l| l.starts_with("› you (steering): Focus"))
+        .unwrap();
+    let tool_end = lines
+        .iter()
+        .position(|l| l.starts_with("✓ read README.md"))
+        .unwrap();
+    assert!(queued < tool_end && tool_end < injected, "{view}");
 }

@@ -93,3 +93,45 @@ pub struct StartupErrorLine {
     /// What went wrong and what to do, in words.
     pub message: String,
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::RunState;
+
+    #[test]
+    fn every_line_is_tagged_by_type_and_round_trips() {
+        let result = HostLine::Result(Box::new(ResultLine {
+            result: RunResult {
+                run_id: "r".into(),
+                session_id: "s".into(),
+                state: RunState::Settled,
+                message: None,
+                error: None,
+            },
+            totals: RunTotals {
+                turns: 2,
+                cost_usd: Some(0.5),
+                ..RunTotals::default()
+            },
+            workspace_changes: None,
+            session: None,
+        }));
+        let value = serde_json::to_value(&result).unwrap();
+        assert_eq!(value["type"], "result");
+        assert_eq!(value["state"], "settled", "the result's fields are inline");
+        assert_eq!(value["totals"]["turns"], 2);
+        assert_eq!(serde_json::from_value::<HostLine>(value).unwrap(), result);
+        let session = json!({"type": "session", "id": "s", "path": "/p"});
+        assert!(matches!(
+            serde_json::from_value::<HostLine>(session).unwrap(),
+            HostLine::Session(_)
+        ));
+        let error = json!({"type": "startup_error", "code": "usage", "message": "m"});
+        assert!(serde_json::from_value::<HostLine>(error).is_ok());
+    }
+}
