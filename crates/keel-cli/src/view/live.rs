@@ -65,6 +65,10 @@ impl Call {
                 if c == '\n' || !self.partial.is_empty() {
                     complete.push(std::mem::take(&mut self.partial));
                 }
+            } else if c == '\t' {
+                // A tab's width depends on the column: spaces keep the
+                // block's line widths countable.
+                self.partial.push_str("    ");
             } else {
                 self.partial.push(c);
             }
