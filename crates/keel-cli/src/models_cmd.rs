@@ -48,6 +48,7 @@ pub fn run(config: Option<PathBuf>) -> Result<ExitCode, StartupError> {
             }
         } else {
             say(json!({
+                "type": "provider",
                 "provider": name,
                 "api": provider.api,
                 "base_url": provider.base_url,

@@ -109,7 +109,7 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
             ));
         } else {
             let line = json!({
-                "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
+                "type": "session_summary", "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
                 "torn_tail": torn_json(info.torn.as_ref()),
@@ -218,7 +218,7 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
     let id = store.fork(&source, &entry).await.map_err(session_error)?;
     say(format!(
         "{}",
-        json!({"session": {"id": id, "parent_session": source, "forked_at": entry}})
+        json!({"type": "fork", "session": {"id": id, "parent_session": source, "forked_at": entry}})
     ));
     Ok(ExitCode::SUCCESS)
 }
