@@ -75,7 +75,11 @@ impl Answers {
                 prompt(keys, *palette, &title, reason, &cancelled).await
             }
             Source::Lines(lines) => {
-                let line = read_line(lines).await;
+                let line = tokio::select! {
+                    line = read_line(lines) => line,
+                    // A signal cancelled the run: stop waiting for a line.
+                    () = self.cancelled.notified() => None,
+                };
                 answers::answer_line(line.as_deref(), request_id)
             }
         };
