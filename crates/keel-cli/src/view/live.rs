@@ -16,6 +16,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::describe::clip;
+use crate::escape::visible;
 
 /// Output lines a running call shows under its title.
 pub const TAIL_LINES: usize = 4;
@@ -56,8 +57,9 @@ impl Call {
         }
     }
 
-    /// Takes streamed output; returns the lines it completed. A carriage
-    /// return ends a line too, so a progress bar shows its latest state.
+    /// Takes streamed output (raw: it is escaped when shown); returns the
+    /// lines it completed. A carriage return ends a line too, so a progress
+    /// bar shows its latest state.
     pub fn take_output(&mut self, data: &str) -> Vec<String> {
         let mut complete = Vec::new();
         for c in data.chars() {
@@ -120,7 +122,7 @@ pub fn block(calls: &[Call], width: usize) -> Vec<BlockLine> {
         }
         let skip = shown.len().saturating_sub(TAIL_LINES);
         for line in shown.into_iter().skip(skip) {
-            lines.push(BlockLine::Output(clip(line, room)));
+            lines.push(BlockLine::Output(clip(&visible(line), room)));
         }
     }
     lines
@@ -145,6 +147,18 @@ mod tests {
             "the partial line replaces the oldest"
         );
         assert!(matches!(&lines[4], BlockLine::Output(line) if line == "7"));
+    }
+
+    #[test]
+    fn output_is_shown_with_control_characters_escaped() {
+        let mut call = Call::new("c".into(), None, "bash".into());
+        call.take_output("\x1b]52;c;eA==\x07 and \x1b[8mhidden\n");
+        let lines = block(&[call], 80);
+        assert!(
+            matches!(&lines[1], BlockLine::Output(line)
+                if line == "\\x1b]52;c;eA==\\x07 and \\x1b[8mhidden"),
+            "control characters are shown escaped"
+        );
     }
 
     #[test]

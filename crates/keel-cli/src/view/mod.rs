@@ -359,7 +359,7 @@ impl View {
         let Some(position) = self.calls.iter().position(|call| call.id == id) else {
             return;
         };
-        let complete = self.calls[position].take_output(&visible(data));
+        let complete = self.calls[position].take_output(data);
         if self.live {
             self.erase();
             self.draw();
@@ -376,7 +376,7 @@ impl View {
         let mut lines = Vec::new();
         for (index, line) in complete.iter().enumerate() {
             match first + index {
-                n if n < PRINTED_LINES => lines.push(format!("  {prefix}│ {line}")),
+                n if n < PRINTED_LINES => lines.push(format!("  {prefix}│ {}", visible(line))),
                 n if n == PRINTED_LINES => lines.push(format!("  {prefix}│ …")),
                 _ => {}
             }
