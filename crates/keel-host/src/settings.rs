@@ -367,7 +367,15 @@ impl UserFile {
 pub(crate) fn read_table(path: &Path, required: bool) -> Result<Option<toml::Table>, HostError> {
     let text = match std::fs::read_to_string(path) {
         Ok(text) => text,
-        Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
+        // A workspace that is a file (or absent) has no project layer; the
+        // kernel's own workspace check reports it.
+        Err(error)
+            if !required
+                && matches!(
+                    error.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+        {
             return Ok(None);
         }
         Err(error) => {
