@@ -201,3 +201,27 @@ fn input_that_ends_before_a_user_message_is_a_startup_error() {
     assert_eq!(code, 2);
     assert!(seen[0].to_string().contains("user_message"), "{seen:?}");
 }
+
+#[test]
+fn a_signal_between_runs_ends_keel_with_its_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = script(dir.path(), json!([{"content": text("done")}]));
+    let mut keel = command(dir.path());
+    keel.args(["run", "--input-format", "stream-json", "--script", &script])
+        .arg("--workspace")
+        .arg(dir.path());
+    let mut live = Live::start(keel);
+    live.send(&control(json!({"type": "user_message", "text": "one run"})));
+    assert_eq!(live.result()["state"], "settled");
+    // keel now waits for the next message, stdin still open: SIGTERM ends it.
+    live.wait_for("the session line", |value| {
+        value.get("session").is_some() || value["type"] == "session"
+    });
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &live.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (code, _, _) = live.finish();
+    assert_eq!(code, 143);
+}

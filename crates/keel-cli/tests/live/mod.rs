@@ -70,6 +70,11 @@ impl Live {
         }
     }
 
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Writes one line to stdin.
     pub fn send(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is still open");
