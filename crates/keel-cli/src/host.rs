@@ -20,13 +20,19 @@ where
         output.event(&event);
         react(&event, run).await;
     }
+    Ok(finish(run, output).await)
+}
+
+/// After the run's last event: prints the result and the workspace's
+/// changes, and returns the result.
+pub async fn finish(run: &AgentRun, output: &Output) -> RunResult {
     let result = run.result().await;
     output.result(&result);
     match run.workspace_changes().await {
         Ok(changes) => output.workspace(&changes),
         Err(error) => tracing::warn!(%error, "no workspace changes to report"),
     }
-    Ok(result)
+    result
 }
 
 /// Exit code 0 only for a settled run.

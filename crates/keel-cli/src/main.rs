@@ -18,6 +18,7 @@ mod run_cmd;
 mod session_cmd;
 mod signals;
 mod startup;
+mod stream_input;
 
 use std::process::ExitCode;
 
@@ -45,7 +46,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run_cmd::run(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
-            Command::Models { config } => models_cmd::run(config),
+            Command::Models { settings } => models_cmd::run(settings),
             Command::Schema(args) => startup::print_schema(args),
             Command::Doctor { json } => doctor::run(json),
         }

@@ -34,6 +34,13 @@ impl Received {
 /// If the handlers cannot be installed, it waits forever and signals keep
 /// their default action (the process ends).
 pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible {
+    on_signal(received, || run.cancel()).await
+}
+
+/// Calls `cancel` on the first signal (for a host that runs several runs
+/// in turn, e.g. `--input-format stream-json`); otherwise as
+/// [`cancel_on_signal`].
+pub async fn on_signal(received: &Received, cancel: impl Fn()) -> Infallible {
     let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
         signal(SignalKind::interrupt()),
         signal(SignalKind::terminate()),
@@ -61,7 +68,7 @@ pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible
                     .0
                     .compare_exchange(0, number, Ordering::SeqCst, Ordering::SeqCst);
                 eprintln!("keel: cancelling the run (press Ctrl-C again to exit at once)");
-                run.cancel();
+                cancel();
             }
         }
     }
