@@ -6,6 +6,13 @@
 //! enforces: shell in `plan` runs read-only, in `auto` workspace-write, and
 //! only `full` runs unsandboxed. Nothing is ever allowed that the matrix
 //! does not allow; what cannot be classified is never treated as safe.
+//!
+//! Git's and Keel's metadata in the workspace (`.git`, `.keel`; scope
+//! `metadata`) is not part of the writable workspace: a call that writes it
+//! — a `write` into `.git/hooks`, a `git commit` — is denied in `plan` and
+//! asks in `ask` and `auto`, like anything outside. An approved one stays
+//! as confined as a workspace call (the kernel then makes just that
+//! metadata writable in its sandbox), with network only if it needs it.
 
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
 use keel_tools::sandbox::SandboxLevel;
@@ -68,7 +75,8 @@ impl PermissionPolicy for MatrixPolicy {
 
 /// The level of a host-approved call: the least that lets it do what its
 /// intent says — network only for network commands, and no OS sandbox only
-/// when it acts outside the workspace (the host approved exactly that). A
+/// when it acts outside the workspace (the host approved exactly that);
+/// writing the workspace's metadata keeps the sandbox. A
 /// call whose scope or kind could not be determined stays sandboxed: the
 /// host approved a command it could not see the reach of, not that reach.
 fn approved_level(mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
@@ -87,14 +95,22 @@ fn ask_reason(
     intent: &OperationIntent,
 ) -> String {
     let level = approved_level(mode, intent);
-    let consequence = match (kind, level) {
-        (
-            IntentKind::Shell | IntentKind::Network | IntentKind::Unknown,
-            SandboxLevel::Unsandboxed,
-        ) => "; if approved, it runs without the OS sandbox",
-        (_, SandboxLevel::WorkspaceWriteNetwork) => {
+    let command = matches!(
+        kind,
+        IntentKind::Shell | IntentKind::Network | IntentKind::Unknown
+    );
+    let metadata = intent.scope == IntentScope::Metadata;
+    let consequence = match (level, metadata) {
+        (SandboxLevel::Unsandboxed, _) if command => {
+            "; if approved, it runs without the OS sandbox"
+        }
+        (SandboxLevel::WorkspaceWriteNetwork, true) => {
+            "; if approved, it runs sandboxed with network access and `.git`/`.keel` writable"
+        }
+        (SandboxLevel::WorkspaceWriteNetwork, false) => {
             "; if approved, it runs sandboxed with network access"
         }
+        (_, true) if command => "; if approved, it runs sandboxed with `.git`/`.keel` writable",
         _ => "",
     };
     format!(
@@ -121,5 +137,6 @@ fn where_(scope: IntentScope) -> &'static str {
         IntentScope::Workspace => "inside the workspace",
         IntentScope::Outside => "outside the workspace",
         IntentScope::Unknown => "in a scope that could not be determined",
+        IntentScope::Metadata => "into git's or Keel's metadata (`.git`, `.keel`)",
     }
 }
