@@ -64,9 +64,8 @@ impl PermissionPolicy for MatrixPolicy {
             (Ask | Auto, Read) if inside => PolicyDecision::Allow(SandboxLevel::WorkspaceWrite),
             (Auto, Write | Shell) if inside => PolicyDecision::Allow(SandboxLevel::WorkspaceWrite),
             (Plan, kind) => PolicyDecision::Deny(format!(
-                "`{tool_name}` {} {}, which plan mode does not allow",
-                what(kind),
-                where_(intent.scope)
+                "{}, which plan mode does not allow",
+                describe(tool_name, kind, intent.scope)
             )),
             (Ask | Auto, kind) => PolicyDecision::Ask(ask_reason(mode, tool_name, kind, intent)),
         }
@@ -113,11 +112,21 @@ fn ask_reason(
         (_, true) if command => "; if approved, it runs sandboxed with `.git`/`.keel` writable",
         _ => "",
     };
-    format!(
-        "`{tool_name}` {} {}{consequence}",
-        what(kind),
-        where_(intent.scope)
-    )
+    format!("{}{consequence}", describe(tool_name, kind, intent.scope))
+}
+
+/// "`bash` runs a shell command inside the workspace", and the like.
+fn describe(tool_name: &str, kind: IntentKind, scope: IntentScope) -> String {
+    match (kind, scope) {
+        (IntentKind::Write, IntentScope::Metadata) => {
+            format!("`{tool_name}` writes git's or Keel's metadata (`.git`, `.keel`)")
+        }
+        (_, IntentScope::Metadata) => format!(
+            "`{tool_name}` {} and writes git's or Keel's metadata (`.git`, `.keel`)",
+            what(kind)
+        ),
+        _ => format!("`{tool_name}` {} {}", what(kind), where_(scope)),
+    }
 }
 
 fn what(kind: IntentKind) -> &'static str {
@@ -137,6 +146,43 @@ fn where_(scope: IntentScope) -> &'static str {
         IntentScope::Workspace => "inside the workspace",
         IntentScope::Outside => "outside the workspace",
         IntentScope::Unknown => "in a scope that could not be determined",
-        IntentScope::Metadata => "into git's or Keel's metadata (`.git`, `.keel`)",
+        IntentScope::Metadata => "in git's or Keel's metadata (`.git`, `.keel`)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decide(mode: PermissionMode, tool: &str, kind: IntentKind) -> PolicyDecision {
+        let intent = OperationIntent::new(kind, IntentScope::Metadata);
+        MatrixPolicy.evaluate(mode, tool, &intent)
+    }
+
+    #[test]
+    fn metadata_reasons_say_what_is_written_and_what_an_approval_widens() {
+        let metadata = "git's or Keel's metadata (`.git`, `.keel`)";
+        assert_eq!(
+            decide(PermissionMode::Auto, "bash", IntentKind::Shell),
+            PolicyDecision::Ask(format!(
+                "`bash` runs a shell command and writes {metadata}; if approved, it runs sandboxed with `.git`/`.keel` writable"
+            ))
+        );
+        assert_eq!(
+            decide(PermissionMode::Ask, "bash", IntentKind::Network),
+            PolicyDecision::Ask(format!(
+                "`bash` reaches the network and writes {metadata}; if approved, it runs sandboxed with network access and `.git`/`.keel` writable"
+            ))
+        );
+        assert_eq!(
+            decide(PermissionMode::Auto, "write", IntentKind::Write),
+            PolicyDecision::Ask(format!("`write` writes {metadata}"))
+        );
+        assert_eq!(
+            decide(PermissionMode::Plan, "bash", IntentKind::Shell),
+            PolicyDecision::Deny(format!(
+                "`bash` runs a shell command and writes {metadata}, which plan mode does not allow"
+            ))
+        );
     }
 }
