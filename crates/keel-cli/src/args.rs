@@ -36,11 +36,10 @@ pub enum Command {
     Run(Box<RunArgs>),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),
-    /// List the configured providers and models.
+    /// List the configured providers, models and aliases.
     Models {
-        /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        settings: ConfigArgs,
     },
     /// Inspect and branch stored sessions.
     #[command(subcommand)]
@@ -75,10 +74,17 @@ pub struct StoreArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// List sessions, newest activity first.
+    /// List the sessions of this workspace (the current directory or
+    /// --workspace), newest activity first; --all lists every one.
     List {
         #[command(flatten)]
         store: StoreArgs,
+        /// List the sessions of every workspace.
+        #[arg(long, conflicts_with = "workspace")]
+        all: bool,
+        /// List the sessions of this workspace instead of the current directory's.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
     },
     /// Show a session and its active branch.
     Show {
@@ -119,27 +125,28 @@ pub enum SessionCommand {
 pub struct RunArgs {
     /// The provider: `scripted` (needs --script) or one from the configuration
     /// (`keel models` lists them: deepseek, anthropic, openai, openrouter,
-    /// openai-compatible, …).
-    #[arg(long, default_value = "scripted")]
-    pub provider: String,
+    /// openai-compatible, …). Default: `provider` in config.toml, or
+    /// `scripted` when --script is given.
+    #[arg(long)]
+    pub provider: Option<String>,
     /// The API base URL, overriding the configured one (e.g. a local server).
     #[arg(long)]
     pub base_url: Option<String>,
-    /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
     /// The script file for the scripted provider.
     #[arg(long)]
     pub script: Option<PathBuf>,
     /// The workspace directory (default: the current directory).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// The model id to request.
+    /// The model id or alias (`sonnet`, `opus`, `haiku`, `chat`, `reasoner`,
+    /// …: `keel models` lists them). Default: `model` in config.toml, else
+    /// the provider's default model.
     #[arg(long)]
     pub model: Option<String>,
-    /// The permission mode, fixed for the run.
-    #[arg(long, value_enum, default_value_t = Mode::Auto)]
-    pub mode: Mode,
+    /// The permission mode, fixed for the run. Default: `mode` in
+    /// config.toml, else auto.
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
     /// Who enforces the OS sandbox of commands: `os` (Keel, with Linux
     /// namespaces, Landlock and seccomp; fails closed where they are
     /// missing) or `external` (the host already runs Keel inside an
@@ -174,11 +181,24 @@ pub struct RunArgs {
     /// Continue this session (id or unique prefix) on its active leaf.
     #[arg(long)]
     pub session: Option<String>,
-    /// With --session: fork the session at this entry and continue there.
-    #[arg(long, requires = "session")]
+    /// With --session or --continue: fork the session at this entry and
+    /// continue there.
+    #[arg(long)]
     pub fork: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
+    // Configuration, input and session selection (issue 15, cli-config).
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    /// Continue the latest session of this workspace.
+    #[arg(long = "continue", conflicts_with = "session")]
+    pub continue_latest: bool,
+    /// How standard input is read: `text` (the prompt, when none is given,
+    /// then permission answers) or `stream-json` (one host-control message
+    /// per line: user_message, steer, follow_up, cancel, permission_answer;
+    /// see `keel schema host_control`).
+    #[arg(long, value_enum, default_value_t = InputFormat::Text)]
+    pub input_format: InputFormat,
     // --- output and budget (cli-view) ---
     #[command(flatten)]
     pub output: OutputArgs,
@@ -190,6 +210,31 @@ pub struct RunArgs {
     /// The prompt; `@FILE` reads it from a file, and `-` (or no prompt with
     /// standard input not a terminal) reads it from standard input.
     pub prompt: Option<String>,
+}
+
+/// Where the configuration comes from: the file, a profile, overrides.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Apply the profile [profiles.NAME] of the configuration.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Override one configuration key (repeatable): a dotted key and a TOML
+    /// value, e.g. `-c model=opus`, `-c 'tools=["read","bash"]'`,
+    /// `-c providers.local.base_url=http://127.0.0.1:8080/v1`.
+    #[arg(short = 'c', long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+/// How `keel run` reads standard input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    /// The prompt (when none is given) and permission answers, as text lines.
+    Text,
+    /// One JSON host-control message per line (`keel schema host_control`).
+    StreamJson,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -197,6 +197,8 @@ fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, Star
         max_attempts: 4,
         base_delay: Duration::from_millis(10),
         max_delay: Duration::from_secs(1),
+        // Demos are deterministic: their delays are exact.
+        jitter_percent: 0,
         ..RetryPolicy::default()
     };
     demo_kernel(case.script, root, Arc::new(MemoryStore::new()), Some(retry))

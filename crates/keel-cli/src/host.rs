@@ -33,6 +33,11 @@ where
         output.event(&event);
         react(&event, run).await;
     }
+    Ok(end(run).await)
+}
+
+/// After the run's last event: its result and the workspace's changes.
+pub async fn end(run: &AgentRun) -> (RunResult, Option<WorkspaceChanges>) {
     let result = run.result().await;
     let changes = match run.workspace_changes().await {
         Ok(changes) => Some(changes),
@@ -41,7 +46,7 @@ where
             None
         }
     };
-    Ok((result, changes))
+    (result, changes)
 }
 
 /// Drives `run` with `react` and prints its end (without a session line).

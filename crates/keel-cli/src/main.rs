@@ -22,6 +22,7 @@ mod run_cmd;
 mod session_cmd;
 mod signals;
 mod startup;
+mod stream_input;
 mod style;
 mod tty;
 mod view;
@@ -68,7 +69,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run_cmd::run(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
-            Command::Models { config } => models_cmd::run(config),
+            Command::Models { settings } => models_cmd::run(settings),
             Command::Schema(args) => startup::print_schema(args),
             Command::Doctor { json } => doctor::run(json),
             Command::Completion { shell } => install::completion(shell),

@@ -20,7 +20,17 @@ use crate::startup::StartupError;
 
 pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
     match command {
-        SessionCommand::List { store } => list(&open_store(&store)?).await,
+        SessionCommand::List {
+            store,
+            all,
+            workspace,
+        } => {
+            let workspace = match all {
+                true => None,
+                false => Some(sessions::workspace_root(workspace.as_deref())?),
+            };
+            list(&open_store(&store)?, workspace.as_deref()).await
+        }
         SessionCommand::Show { id, store } => show(&open_store(&store)?, &id).await,
         SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id).await,
         SessionCommand::Fork { id, entry, store } => fork(&open_store(&store)?, &id, &entry).await,
@@ -78,13 +88,31 @@ fn torn_json(torn: Option<&TornTail>) -> serde_json::Value {
     )
 }
 
-async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
-    let sessions = store.list().await.map_err(session_error)?;
+/// The sessions of `workspace` (every one for `None`): a table on a
+/// terminal (the workspace column only with every workspace), else one JSON
+/// object per session.
+async fn list(
+    store: &JsonlStore,
+    workspace: Option<&std::path::Path>,
+) -> Result<ExitCode, StartupError> {
+    let (sessions, others) = sessions::sessions_of(store, workspace).await?;
     let terminal = std::io::stdout().is_terminal();
     if terminal {
+        match workspace {
+            Some(root) => say(format!("sessions of {}", root.display())),
+            None => say("sessions of every workspace"),
+        }
         say(format!(
-            "{:<36}  {:>7}  {:>9}  {:<20}  TITLE",
-            "ID", "ENTRIES", "SIZE", "LAST ACTIVITY"
+            "{:<36}  {:>7}  {:>9}  {:<20}  {}TITLE",
+            "ID",
+            "ENTRIES",
+            "SIZE",
+            "LAST ACTIVITY",
+            if workspace.is_none() {
+                "WORKSPACE  "
+            } else {
+                ""
+            }
         ));
     }
     for info in sessions {
@@ -100,8 +128,12 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 })
                 .or(info.title)
                 .unwrap_or_default();
+            let place = match workspace {
+                Some(_) => String::new(),
+                None => format!("{}  ", info.workspace.as_deref().unwrap_or("-")),
+            };
             say(format!(
-                "{:<36}  {:>7}  {:>9}  {:<20}  {title}",
+                "{:<36}  {:>7}  {:>9}  {:<20}  {place}{title}",
                 info.id,
                 info.entries,
                 human_size(info.bytes),
@@ -112,10 +144,15 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 "type": "session_summary", "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
-                "torn_tail": torn_json(info.torn.as_ref()),
+                "torn_tail": torn_json(info.torn.as_ref()), "workspace": info.workspace,
             });
             say(line);
         }
+    }
+    if terminal && others > 0 {
+        say(format!(
+            "({others} more in other workspaces or none: keel session list --all)"
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }

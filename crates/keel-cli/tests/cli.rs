@@ -150,6 +150,10 @@ fn startup_errors_are_one_json_line_with_exit_2() {
     );
     assert_eq!(
         startup_error(&keel(&["run", "hello"], None, "")),
+        "no_provider"
+    );
+    assert_eq!(
+        startup_error(&keel(&["run", "--provider", "scripted", "hello"], None, "")),
         "script_required"
     );
     assert_eq!(

@@ -363,7 +363,17 @@ fn keel_run_calls_a_tool_for_real_and_settles() {
         startup_error.is_none(),
         "keel run refused to start: {startup_error:?}"
     );
-    let context = format!("exit: {status}\nanswers: {answers:#?}\nstderr: {stderr}");
+    // The run's end and any error line, so a failure says why the run ended.
+    let ends: Vec<&Value> = lines
+        .iter()
+        .filter(|line| {
+            line["type"] == "run_failed"
+                || line.get("result").is_some()
+                || line.get("error").is_some()
+        })
+        .collect();
+    let context =
+        format!("exit: {status}\nanswers: {answers:#?}\nends: {ends:#?}\nstderr: {stderr}");
 
     // The model called `read` (parsed by the server from its `<tool_call>`
     // text into a Chat Completions tool call) and Keel ran it.

@@ -51,8 +51,10 @@ impl Fixture {
         let mut all = vec!["session"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--session-dir", &sessions]);
+        // In the workspace the runs used: `session list` shows its sessions.
         let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
             .args(&all)
+            .current_dir(self.dir.path())
             .output()
             .unwrap();
         (
@@ -267,6 +269,7 @@ impl Fixture {
             .arg("session")
             .args(args)
             .args(["--session-dir", &sessions])
+            .current_dir(self.dir.path())
             .output()
             .unwrap()
     }
@@ -468,7 +471,13 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
         .unwrap();
     assert!(made.success());
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["session", "list", "--session-dir", &fixture.sessions()])
+        .args([
+            "session",
+            "list",
+            "--all",
+            "--session-dir",
+            &fixture.sessions(),
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();

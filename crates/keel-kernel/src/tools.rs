@@ -6,10 +6,13 @@
 //! calls it has. Then, per call: `tool_execution_start` → host approval when
 //! the policy asked (that decision recorded on its own) → execute with
 //! streamed progress, inside the OS sandbox level the decision carries →
-//! `tool_execution_end`. Where the policy would ask, a session rule the
-//! host made earlier (an answer with scope `always`, see `rules`) decides
-//! instead, and is checked again just before asking, so a rule made for
-//! one call of a batch already decides the later calls of that batch.
+//! `tool_execution_end`. A call whose intent writes git's or Keel's
+//! metadata (scope `metadata`) and was allowed or approved runs with that
+//! metadata writable; every other call sees it read-only. Where the policy
+//! would ask, a session rule the host made earlier (an answer with scope
+//! `always`, see `rules`) decides instead, and is checked again just before
+//! asking, so a rule made for one call of a batch already decides the
+//! later calls of that batch.
 //!
 //! Classifying a batch up front is sound because an intent only chooses
 //! between allow, deny and ask: every tool re-resolves its paths inside the
@@ -23,9 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EntryPayload, IntentKind, OperationIntent, PermissionAnswer,
-    PermissionDecision, PermissionMode, PermissionResolution, PermissionRule, PermissionScope,
-    RunEventKind, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage, ToolStatus,
+    BatchMode, DecisionSource, EntryPayload, IntentKind, IntentScope, OperationIntent,
+    PermissionAnswer, PermissionDecision, PermissionMode, PermissionResolution, PermissionRule,
+    PermissionScope, RunEventKind, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage,
+    ToolStatus,
 };
 use keel_session::SessionError;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
@@ -55,8 +59,9 @@ pub(crate) struct ToolRunner<'a> {
 enum Verdict {
     /// It must not run: the error becomes its result.
     Refused(ToolError),
-    /// It runs, its processes confined at this level.
-    Run(PreparedCall, SandboxLevel),
+    /// It runs, its processes confined at this level (metadata writable
+    /// when the flag says so).
+    Run(PreparedCall, SandboxLevel, bool),
     /// The host decides.
     Ask {
         prepared: PreparedCall,
@@ -138,7 +143,8 @@ impl ToolRunner<'_> {
             PolicyDecision::Allow(level) => {
                 let reason = allowed_reason(self.mode, &intent, level);
                 let decision = record(PermissionResolution::Approved, reason);
-                (Verdict::Run(prepared, level), decision)
+                let metadata = writes_metadata(&intent);
+                (Verdict::Run(prepared, level, metadata), decision)
             }
             PolicyDecision::Deny(reason) => {
                 let error = denied(format!("Permission denied: {reason}"));
@@ -148,10 +154,11 @@ impl ToolRunner<'_> {
             PolicyDecision::Ask(reason) => {
                 match self.rules.matching(call, &prepared.arguments, &intent) {
                     Some(rule) => {
+                        let metadata = writes_metadata(&intent);
                         let (allowed, decision) =
                             self.by_rule(call, &prepared.arguments, intent, &rule);
                         let verdict = match allowed {
-                            Ok(level) => Verdict::Run(prepared, level),
+                            Ok(level) => Verdict::Run(prepared, level, metadata),
                             Err(error) => Verdict::Refused(error),
                         };
                         (verdict, Some(decision))
@@ -262,26 +269,29 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         verdict: Verdict,
     ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
-        let (prepared, level) = match verdict {
+        let (prepared, level, metadata) = match verdict {
             Verdict::Refused(error) => return Ok(Err(error)),
-            Verdict::Run(prepared, level) => (prepared, level),
+            Verdict::Run(prepared, level, metadata) => (prepared, level, metadata),
             Verdict::Ask {
                 prepared,
                 intent,
                 reason,
-            } => match self
-                .authorize_by_host(call, &prepared.arguments, intent, reason)
-                .await?
-            {
-                Ok(level) => (prepared, level),
-                Err(error) => return Ok(Err(error)),
-            },
+            } => {
+                let metadata = writes_metadata(&intent);
+                match self
+                    .authorize_by_host(call, &prepared.arguments, intent, reason)
+                    .await?
+                {
+                    Ok(level) => (prepared, level, metadata),
+                    Err(error) => return Ok(Err(error)),
+                }
+            }
         };
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return Ok(Err(error));
         }
-        Ok(self.execute(call, prepared, level).await)
+        Ok(self.execute(call, prepared, level, metadata).await)
     }
 
     /// Asks the host and records its decision; the level to run at, or why not.
@@ -386,10 +396,12 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         prepared: PreparedCall,
         level: SandboxLevel,
+        metadata_writable: bool,
     ) -> Result<ToolOutput, ToolError> {
         let sandbox = Sandbox {
             level,
             config: self.parts.sandbox.clone(),
+            metadata_writable,
         };
         let (sender, mut progress) = mpsc::unbounded_channel();
         let context = ToolContext {
@@ -421,6 +433,13 @@ impl ToolRunner<'_> {
         }
         outcome
     }
+}
+
+/// Whether a call that runs may write git's and Keel's metadata: only when
+/// its intent said it would, so that the allow or the host's approval was
+/// of exactly that.
+fn writes_metadata(intent: &OperationIntent) -> bool {
+    intent.scope == IntentScope::Metadata
 }
 
 /// The recorded reason of a policy allow, naming the sandbox of commands.

@@ -1,9 +1,11 @@
 //! What a host sends to a run: steering, follow-ups, cancellation and
 //! answers to permission requests.
 //!
-//! These are the control calls of `AgentRun` as data, so that every host
-//! surface (the CLI's stdin, a JSON-RPC server, an editor adapter) speaks the
-//! same messages and their schema is checked in (`schema/host_control.json`).
+//! These are the control calls of `AgentRun` (and `create_run`, for a user
+//! message between runs) as data, so that every host surface (the CLI's
+//! `--input-format stream-json`, a JSON-RPC server, an editor adapter)
+//! speaks the same messages and their schema is checked in
+//! (`schema/host_control.json`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -76,6 +78,12 @@ impl From<HostDecision> for PermissionResolution {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum HostControl {
+    /// A user message: with no run active it starts the next run (in the
+    /// same session); while a run is active it is queued as a follow-up.
+    UserMessage {
+        /// The message.
+        text: String,
+    },
     /// Queue a steering message, injected after the current tool batch.
     Steer {
         /// The message.

@@ -88,6 +88,10 @@ pub enum IntentScope {
     Outside,
     /// Could not be determined; never treated as inside.
     Unknown,
+    /// Git's or Keel's own metadata inside the workspace (a `.git`, `.keel`
+    /// at the root): read-only below `full` unless the host approves the
+    /// call, which then may write just that.
+    Metadata,
 }
 
 /// A decision on one permission question.

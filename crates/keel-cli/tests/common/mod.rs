@@ -33,6 +33,8 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
         "XDG_DATA_HOME",
         std::env::temp_dir().join(format!("keel-test-data-{}", std::process::id())),
     );
+    // Nor read the user's configuration.
+    command.env("XDG_CONFIG_HOME", "/nonexistent/keel-test-config");
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
