@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A marker no other process on the machine has in its command line.
+/// A marker no other process on the machine has in its command line: the
+/// tests of this file run at the same time, so each call gets its own.
 fn marker() -> String {
-    format!("31.{}", std::process::id() % 1000 + 100)
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("31.{}{n}", std::process::id() % 1000 + 100)
 }
 
 fn script(dir: &Path, marker: &str) -> std::path::PathBuf {
