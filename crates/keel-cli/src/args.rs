@@ -109,6 +109,9 @@ pub enum SessionCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Summarise the oldest part of a session's context into a checkpoint,
+    /// with the session's own provider and model (or the ones given).
+    Compact(Box<CompactArgs>),
     /// Write the whole session as one JSON document.
     Export {
         /// The session id (or a unique prefix).
@@ -119,6 +122,35 @@ pub enum SessionCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+}
+
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// The session id (or a unique prefix).
+    pub id: String,
+    /// What the summary should keep in particular.
+    #[arg(long)]
+    pub instructions: Option<String>,
+    /// The provider (default: the one the session last ran with).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The model (default: the one the session last ran with).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The API base URL, overriding the configured one.
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// The script file, for the scripted provider.
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The model's context window in tokens, overriding the catalog's.
+    #[arg(long)]
+    pub context_window: Option<u64>,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 #[derive(Debug, Args)]
@@ -174,6 +206,14 @@ pub struct RunArgs {
     /// workspace and the tools). Small local models may need a shorter one.
     #[arg(long)]
     pub system_prompt: Option<String>,
+    /// Text added after the system prompt (Keel's default or
+    /// --system-prompt), e.g. house rules for this run.
+    #[arg(long)]
+    pub append_system_prompt: Option<String>,
+    /// The model's context window in tokens, overriding the catalog's (e.g.
+    /// a local server started with a small context); runs compact to fit it.
+    #[arg(long)]
+    pub context_window: Option<u64>,
     /// The tools to offer, comma-separated (default: read,write,edit,bash;
     /// also available: grep, find, ls).
     #[arg(long, value_delimiter = ',')]
@@ -309,6 +349,7 @@ pub enum DemoName {
     /// What each --mode lets through (cases: standard, cancel,
     /// host-disconnect, resume).
     Permissions,
+    ContextCompaction,
 }
 
 #[derive(Debug, Args)]

@@ -134,6 +134,7 @@ fn cases(name: DemoName) -> &'static [&'static str] {
         ],
         DemoName::SessionTree => &["success", "invalid-entry"],
         DemoName::Permissions => &["standard", "cancel", "host-disconnect", "resume"],
+        DemoName::ContextCompaction => &["success", "overflow", "summary-error"],
     }
 }
 
@@ -162,6 +163,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         DemoName::Permissions => {
             let mode = PermissionMode::from(args.mode);
             return crate::demo_permissions::run(case_name, mode, directory.path(), &output).await;
+        }
+        DemoName::ContextCompaction => {
+            return crate::demo_compaction::run(case_name, directory.path(), &output).await;
         }
         _ => {}
     }

@@ -8,7 +8,9 @@
 
 mod args;
 mod ask;
+mod compact_cmd;
 mod demo;
+mod demo_compaction;
 mod demo_permissions;
 mod demo_session;
 mod doctor;

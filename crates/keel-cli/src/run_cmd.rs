@@ -209,6 +209,8 @@ fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
 /// The host configuration with the flags that have no configuration key.
 fn host_config(args: &RunArgs, mut config: keel_host::HostConfig) -> keel_host::HostConfig {
     config.system_prompt = args.system_prompt.clone();
+    config.append_system_prompt = args.append_system_prompt.clone();
+    config.context_window = args.context_window;
     config.sandbox.mode = args.sandbox.into();
     config.sandbox.env.extend(args.sandbox_env.iter().cloned());
     config

@@ -12,7 +12,9 @@ use keel_session::SessionStore;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{ToolRegistry, Workspace};
 
+use crate::checkpoint::CompactionSettings;
 use crate::policy::PermissionPolicy;
+use crate::project::Instructions;
 use keel_provider::retry::RetryPolicy;
 
 /// Everything an [`crate::AgentKernel`] shares with each of its runs.
@@ -27,6 +29,16 @@ pub(crate) struct KernelParts {
     pub(crate) sandbox: Arc<SandboxConfig>,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_output_tokens: Option<u32>,
+    /// Added after the system prompt, default or not.
+    pub(crate) append_system_prompt: Option<String>,
+    /// Where runs look for project instructions.
+    pub(crate) instructions: Instructions,
+    /// The model's context window, when known (from the catalog).
+    pub(crate) context_window: Option<u64>,
+    /// The most tokens the model may write in one response (from the catalog).
+    pub(crate) output_limit: Option<u32>,
+    /// When and how much runs compact.
+    pub(crate) compaction: CompactionSettings,
 }
 
 /// What the host asks for when it starts a run.

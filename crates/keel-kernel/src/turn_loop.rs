@@ -21,16 +21,41 @@ use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
+use crate::compaction::{ContextBudget, Interrupted, Seams};
 use crate::parts::{KernelParts, RunSpec};
 use crate::rules::SessionRules;
+use crate::pipeline::Frame;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
+
+/// What a compaction works with, borrowed field by field from a
+/// `TurnLoop` so that its `budget` stays mutable.
+macro_rules! seams {
+    ($run:expr) => {
+        Seams {
+            parts: $run.parts,
+            frame: &$run.frame,
+            writer: &$run.writer,
+            emitter: &$run.shared.emitter,
+            cancel: &$run.shared.cancel,
+        }
+    };
+}
 
 /// Why a step stopped the loop early.
 enum Stop {
     Cancelled,
     Failed(RunError),
+}
+
+impl From<Interrupted> for Stop {
+    fn from(interrupted: Interrupted) -> Self {
+        match interrupted {
+            Interrupted::Cancelled => Stop::Cancelled,
+            Interrupted::Failed(error) => Stop::Failed(error),
+        }
+    }
 }
 
 impl From<SessionError> for Stop {
@@ -90,6 +115,10 @@ struct TurnLoop<'a> {
     parts: &'a KernelParts,
     shared: &'a RunShared,
     writer: SessionWriter,
+    /// What every request of the run carries (the pipeline's fixed part).
+    frame: Frame,
+    /// Token accounting and compaction triggers.
+    budget: ContextBudget,
     mode: PermissionMode,
     max_turns: Option<u32>,
     max_cost_usd: Option<f64>,
@@ -108,10 +137,12 @@ impl<'a> TurnLoop<'a> {
         spec: &RunSpec,
         repair: Option<Repair>,
     ) -> Result<Self, Stop> {
+        let (frame, instructions) = crate::pipeline::open(parts);
         shared.emitter.emit(RunEventKind::RunStarted {
             provider: parts.provider.name().to_owned(),
             model: parts.model.clone(),
             mode: spec.mode,
+            instructions,
         });
         if let Some(repair) = repair {
             shared.emitter.emit(RunEventKind::SessionRepaired {
@@ -128,10 +159,13 @@ impl<'a> TurnLoop<'a> {
         }
         let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
         let rules = writer.rules().await;
+        let budget = ContextBudget::new(parts, &frame);
         let run = Self {
             parts,
             shared,
             writer,
+            frame,
+            budget,
             mode: spec.mode,
             max_turns: spec.max_turns,
             max_cost_usd: spec.max_cost_usd,
@@ -198,9 +232,11 @@ impl<'a> TurnLoop<'a> {
             if !calls.is_empty() {
                 self.run_tools(&calls).await?;
             }
-            self.shared
-                .emitter
-                .emit(RunEventKind::TurnEnd { turn: self.turn });
+            let context = self.budget.usage(&self.writer).await;
+            self.shared.emitter.emit(RunEventKind::TurnEnd {
+                turn: self.turn,
+                context: Some(context),
+            });
             if self.shared.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
@@ -280,22 +316,37 @@ impl<'a> TurnLoop<'a> {
     }
 
     /// Streams one response, retrying retryable errors, and persists it.
-    async fn stream_with_retry(&self) -> Result<AssistantMessage, Stop> {
-        // A retry rebuilds the request instead of keeping a copy: nothing
-        // is stored between attempts, so it is the same request.
-        let mut first = Some(self.request().await?);
+    /// Makes room in the context first; a context overflow compacts and
+    /// retries once.
+    async fn stream_with_retry(&mut self) -> Result<AssistantMessage, Stop> {
+        self.budget.make_room(&seams!(self)).await?;
+        let mut overflowed = false;
         let mut attempts = self.parts.retry.start();
         loop {
-            let request = match first.take() {
-                Some(request) => request,
-                None => self.request().await?,
-            };
+            // A retry rebuilds the request instead of keeping a copy: nothing
+            // is stored between attempts, so it is the same request (unless
+            // a compaction made room in between).
+            let (request, estimate) = self.request().await;
             let error = match self.stream_once(request, &attempts).await? {
-                Ok(message) => return self.persist_assistant(message).await,
+                Ok(message) => {
+                    self.budget.observe(&estimate, &message.usage);
+                    return self.persist_assistant(message).await;
+                }
                 Err(error) => error,
             };
             if self.shared.cancel.is_cancelled() || error.kind == ProviderErrorKind::Cancelled {
                 return Err(Stop::Cancelled);
+            }
+            if error.kind == ProviderErrorKind::ContextOverflow {
+                if overflowed {
+                    return Err(Stop::Failed(still_too_long(error)));
+                }
+                overflowed = true;
+                self.budget
+                    .after_overflow(&seams!(self), &estimate, &error.message)
+                    .await?;
+                attempts = self.parts.retry.start();
+                continue;
             }
             let Some(retry) = attempts.after_failure(&error) else {
                 return Err(Stop::Failed(provider_failure(error, attempts.attempt())));
@@ -390,19 +441,11 @@ impl<'a> TurnLoop<'a> {
         Ok(message)
     }
 
-    async fn request(&self) -> Result<ModelRequest, Stop> {
-        let messages = self.writer.project_context().await;
-        Ok(ModelRequest {
-            model: self.parts.model.clone(),
-            system_prompt: self.parts.system_prompt.clone(),
-            messages: keel_provider::transform::adapt_history(
-                messages,
-                self.parts.provider.name(),
-                &self.parts.model,
-            ),
-            tools: self.parts.tools.specs(),
-            max_output_tokens: self.parts.max_output_tokens,
-        })
+    /// The next request, built by the pipeline, and its estimate.
+    async fn request(&mut self) -> (ModelRequest, crate::tokens::Estimate) {
+        let estimate = self.budget.estimate(&self.writer).await;
+        let request = self.frame.request(self.writer.project_context().await);
+        (request, estimate)
     }
 
     /// Runs the batch and persists its results, in call order, as one group.
@@ -428,6 +471,19 @@ impl<'a> TurnLoop<'a> {
         }
         Ok(())
     }
+}
+
+/// The error of a request that overflowed again right after a compaction.
+fn still_too_long(error: ProviderError) -> RunError {
+    RunError::new(
+        ErrorSource::Provider,
+        RunErrorCode::ContextOverflow,
+        format!(
+            "the request is still larger than the model's context window after compacting \
+             (the provider said: {})",
+            error.message
+        ),
+    )
 }
 
 fn provider_failure(error: ProviderError, attempts: u32) -> RunError {

@@ -65,6 +65,10 @@ pub enum RunErrorCode {
     /// The host set a budget, but a response's cost is unknown (the model
     /// has no prices).
     CostUnknown,
+    /// Compaction could not write a checkpoint (the summary request failed,
+    /// the summary was unusable, or nothing could be compacted); nothing was
+    /// written.
+    CompactionFailed,
     /// The run's task ended abnormally (a bug).
     KernelPanic,
     /// The run ended without publishing a result (a bug).
@@ -90,6 +94,7 @@ impl RunErrorCode {
             Self::TurnLimit => "turn_limit",
             Self::BudgetExceeded => "budget_exceeded",
             Self::CostUnknown => "cost_unknown",
+            Self::CompactionFailed => "compaction_failed",
             Self::KernelPanic => "kernel_panic",
             Self::KernelLost => "kernel_lost",
         }

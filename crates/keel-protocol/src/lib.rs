@@ -10,6 +10,7 @@
 //! tagged with a `type` (or `role`) field, and the JSON Schemas generated from
 //! these types are checked into `schema/` (see [`schema::all`]).
 
+pub mod context;
 pub mod control;
 pub mod error;
 pub mod event;
@@ -23,6 +24,10 @@ pub mod schema;
 pub mod session;
 pub mod tool;
 
+pub use context::{
+    CheckpointEvidence, CheckpointMetrics, CommandEvidence, CompactionTrigger, ContextUsage,
+    InstructionFile, InstructionScope, ToolErrorEvidence,
+};
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};

@@ -211,9 +211,35 @@ impl View {
                 provider,
                 model,
                 mode,
+                instructions,
             } => {
                 let line = format!("keel · {provider} · {model} · mode {}", mode.as_str());
                 let line = self.palette.paint(style::DIM, &visible(&line));
+                self.line(&line);
+                if !instructions.is_empty() {
+                    let paths: Vec<&str> = instructions.iter().map(|f| f.path.as_str()).collect();
+                    let line = format!("instructions: {}", paths.join(", "));
+                    let line = self.palette.paint(style::DIM, &visible(&line));
+                    self.line(&line);
+                }
+            }
+            RunEventKind::CompactionSucceeded {
+                tokens_before,
+                tokens_after,
+                covered_entries,
+                ..
+            } => {
+                self.close_line();
+                let line = format!(
+                    "context compacted: {covered_entries} entries summarised, ~{tokens_before} → ~{tokens_after} tokens"
+                );
+                let line = self.palette.paint(style::DIM, &line);
+                self.line(&line);
+            }
+            RunEventKind::CompactionFailed { error, .. } => {
+                self.close_line();
+                let line = format!("! compaction failed: {}", visible(&error.message));
+                let line = self.palette.paint(style::WARN, &line);
                 self.line(&line);
             }
             RunEventKind::Warning { message, .. } => {

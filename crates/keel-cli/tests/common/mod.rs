@@ -143,7 +143,7 @@ fn check_stream_invariants(events: &[Value], result: &Value) {
 }
 
 /// One compact JSON line per event, without the volatile fields: run and
-/// session ids and timestamps are dropped, other ids numbered by first
+/// session ids and timestamps are dropped, context estimates blanked, other ids numbered by first
 /// appearance, and the two host-timed kinds (`message_queued`,
 /// `tool_execution_update`) left out and counted at the end. The events of a
 /// parallel tool batch interleave by completion, so that region is printed
@@ -171,6 +171,29 @@ pub fn normalize(events: &[Value]) -> String {
         let object = event.as_object_mut().unwrap();
         for volatile in ["run_id", "session_id", "timestamp", "seq"] {
             object.remove(volatile);
+        }
+        // Token estimates count the system prompt, which names the
+        // temporary workspace, the date and the shell; a learned window
+        // comes from such an estimate.
+        if let Some(tokens) = object
+            .get_mut("context")
+            .and_then(|context| context.get_mut("estimated_tokens"))
+        {
+            *tokens = Value::from("<estimated>");
+        }
+        if kind.starts_with("compaction_") {
+            for key in ["tokens_before", "tokens_after", "window"] {
+                if let Some(value) = object.get_mut(key) {
+                    *value = Value::from("<estimated>");
+                }
+            }
+        }
+        if let Some(window) = object
+            .get_mut("context")
+            .and_then(|context| context.get_mut("window"))
+            .filter(|window| **window != 8_192)
+        {
+            *window = Value::from("<learned>");
         }
         let starts_parallel = kind == "tool_execution_start" && event["batch_mode"] == "parallel";
         let ends_region =
