@@ -35,11 +35,7 @@ use crate::startup::StartupError;
 /// The window the `success` case declares.
 const WINDOW: u64 = 8_192;
 
-pub async fn run(
-    case: &str,
-    workspace: &Path,
-    output: &Output,
-) -> Result<ExitCode, StartupError> {
+pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCode, StartupError> {
     let (script, window) = match case {
         "success" => (
             include_str!("../demos/context-compaction-success.json"),
@@ -75,10 +71,8 @@ pub async fn run(
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    let result = host::drive_and_finish(
-        &run,
-        output,
-        async |event: &RunEvent, handle: &AgentRun| {
+    let result =
+        host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
             if let RunEventKind::PermissionRequested {
                 request_id, intent, ..
             } = &event.kind
@@ -86,8 +80,7 @@ pub async fn run(
                 // A stale id only means the run moved on.
                 let _ = handle.resolve_permission(request_id, approve_inside(intent));
             }
-        },
-    )
-    .await?;
+        })
+        .await?;
     Ok(host::exit_code(&result))
 }
