@@ -3,9 +3,9 @@
 //! The session's own provider and model (from its last `configuration`
 //! entry, unless `--provider`/`--model` say otherwise) summarise the oldest
 //! part of its context into a checkpoint appended at its leaf, through
-//! `AgentKernel::compact`. Prints one JSON line (`{"compaction": …}`, or a
+//! `AgentKernel::compact`. Prints one typed JSON line (`"type": "compaction"`, or a
 //! sentence on a terminal); exit code 0 when a checkpoint was written, 1
-//! when the compaction failed (`{"compaction_failed": …}`, nothing
+//! when the compaction failed (`"type": "compaction_failed"`, nothing
 //! written), 2 for a startup error.
 
 use std::io::IsTerminal;
@@ -83,7 +83,7 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
                     report.tokens_after
                 ));
             } else {
-                say(json!({"compaction": {
+                say(json!({"type": "compaction", "compaction": {
                     "session_id": id,
                     "checkpoint_id": report.checkpoint_id,
                     "covered_entries": report.covered_entries,
@@ -98,7 +98,9 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             if terminal {
                 say(format!("session {id}: {} ({})", error.message, error.code));
             } else {
-                say(json!({"compaction_failed": {"session_id": id, "error": error}}));
+                say(
+                    json!({"type": "compaction_failed", "compaction_failed": {"session_id": id, "error": error}}),
+                );
             }
             Ok(ExitCode::from(1))
         }

@@ -36,9 +36,9 @@ fn line(stdout: &str, key: &str) -> Value {
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
         .find_map(|value| {
             if value["type"] == key {
-                Some(value)
+                value.get(key).cloned().or(Some(value))
             } else {
-                value.get(key).cloned()
+                None
             }
         })
         .unwrap_or_else(|| panic!("no {key} line in {stdout}"))
