@@ -3,16 +3,16 @@
 //! The session's own provider and model (from its last `configuration`
 //! entry, unless `--provider`/`--model` say otherwise) summarise the oldest
 //! part of its context into a checkpoint appended at its leaf, through
-//! `AgentKernel::compact`. Prints one JSON line (`{"compaction": …}`, or a
+//! `AgentKernel::compact`. Prints one typed JSON line (`"type": "compaction"`, or a
 //! sentence on a terminal); exit code 0 when a checkpoint was written, 1
-//! when the compaction failed (`{"compaction_failed": …}`, nothing
+//! when the compaction failed (`"type": "compaction_failed"`, nothing
 //! written), 2 for a startup error.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use keel_host::{HostConfig, ProviderChoice, sessions};
+use keel_host::{Choices, Settings, Sources, sessions};
 use keel_kernel::KernelError;
 use keel_protocol::EntryPayload;
 use serde_json::json;
@@ -45,19 +45,29 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             "the session never ran, so it names no provider: pass --provider",
         )
     })?;
-    let choice = ProviderChoice::named(
-        &provider,
-        args.model.or(model),
-        args.base_url,
-        args.config,
-        args.script,
-    );
-    let mut config = HostConfig::new(choice);
-    // The workspace only frames the summary request (its environment); a
-    // session whose workspace is gone is compacted from the current one.
-    config.workspace = workspace
+    // The session's workspace only frames the summary request (its
+    // environment); a session whose workspace is gone is compacted from the
+    // current one.
+    let workspace = workspace
         .map(std::path::PathBuf::from)
         .filter(|path| path.is_dir());
+    let settings = Settings::load(&Sources {
+        config_file: args.config,
+        profile: None,
+        overrides: Vec::new(),
+        workspace: None,
+    })?;
+    let mut config = settings
+        .resolve(Choices {
+            provider: Some(provider),
+            model: args.model.or(model),
+            base_url: args.base_url,
+            script: args.script,
+            workspace: workspace.clone(),
+            ..Choices::default()
+        })?
+        .config;
+    config.workspace = workspace;
     config.context_window = args.context_window;
     let store = Arc::new(store);
     let kernel = config.kernel(store.clone())?;
@@ -73,7 +83,7 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
                     report.tokens_after
                 ));
             } else {
-                say(json!({"compaction": {
+                say(json!({"type": "compaction", "compaction": {
                     "session_id": id,
                     "checkpoint_id": report.checkpoint_id,
                     "covered_entries": report.covered_entries,
@@ -88,7 +98,9 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             if terminal {
                 say(format!("session {id}: {} ({})", error.message, error.code));
             } else {
-                say(json!({"compaction_failed": {"session_id": id, "error": error}}));
+                say(
+                    json!({"type": "compaction_failed", "compaction_failed": {"session_id": id, "error": error}}),
+                );
             }
             Ok(ExitCode::from(1))
         }

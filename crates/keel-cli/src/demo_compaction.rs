@@ -35,7 +35,7 @@ use crate::startup::StartupError;
 /// The window the `success` case declares.
 const WINDOW: u64 = 8_192;
 
-pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError> {
+pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCode, StartupError> {
     let (script, window) = match case {
         "success" => (
             include_str!("../demos/context-compaction-success.json"),
@@ -71,10 +71,8 @@ pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError>
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    let result = host::drive(
-        &run,
-        &Output::detect(),
-        async |event: &RunEvent, handle: &AgentRun| {
+    let result =
+        host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
             if let RunEventKind::PermissionRequested {
                 request_id, intent, ..
             } = &event.kind
@@ -82,9 +80,7 @@ pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError>
                 // A stale id only means the run moved on.
                 let _ = handle.resolve_permission(request_id, approve_inside(intent));
             }
-        },
-    )
-    .await
-    .map_err(|error| StartupError::new("host", error.to_string()))?;
+        })
+        .await?;
     Ok(host::exit_code(&result))
 }

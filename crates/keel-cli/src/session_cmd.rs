@@ -20,7 +20,17 @@ use crate::startup::StartupError;
 
 pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
     match command {
-        SessionCommand::List { store } => list(&open_store(&store)?).await,
+        SessionCommand::List {
+            store,
+            all,
+            workspace,
+        } => {
+            let workspace = match all {
+                true => None,
+                false => Some(sessions::workspace_root(workspace.as_deref())?),
+            };
+            list(&open_store(&store)?, workspace.as_deref()).await
+        }
         SessionCommand::Show { id, store } => show(&open_store(&store)?, &id).await,
         SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id).await,
         SessionCommand::Fork { id, entry, store } => fork(&open_store(&store)?, &id, &entry).await,
@@ -79,13 +89,31 @@ fn torn_json(torn: Option<&TornTail>) -> serde_json::Value {
     )
 }
 
-async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
-    let sessions = store.list().await.map_err(session_error)?;
+/// The sessions of `workspace` (every one for `None`): a table on a
+/// terminal (the workspace column only with every workspace), else one JSON
+/// object per session.
+async fn list(
+    store: &JsonlStore,
+    workspace: Option<&std::path::Path>,
+) -> Result<ExitCode, StartupError> {
+    let (sessions, others) = sessions::sessions_of(store, workspace).await?;
     let terminal = std::io::stdout().is_terminal();
     if terminal {
+        match workspace {
+            Some(root) => say(format!("sessions of {}", root.display())),
+            None => say("sessions of every workspace"),
+        }
         say(format!(
-            "{:<36}  {:>7}  {:>9}  {:<20}  TITLE",
-            "ID", "ENTRIES", "SIZE", "LAST ACTIVITY"
+            "{:<36}  {:>7}  {:>9}  {:<20}  {}TITLE",
+            "ID",
+            "ENTRIES",
+            "SIZE",
+            "LAST ACTIVITY",
+            if workspace.is_none() {
+                "WORKSPACE  "
+            } else {
+                ""
+            }
         ));
     }
     for info in sessions {
@@ -101,8 +129,12 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 })
                 .or(info.title)
                 .unwrap_or_default();
+            let place = match workspace {
+                Some(_) => String::new(),
+                None => format!("{}  ", info.workspace.as_deref().unwrap_or("-")),
+            };
             say(format!(
-                "{:<36}  {:>7}  {:>9}  {:<20}  {title}",
+                "{:<36}  {:>7}  {:>9}  {:<20}  {place}{title}",
                 info.id,
                 info.entries,
                 human_size(info.bytes),
@@ -110,13 +142,18 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
             ));
         } else {
             let line = json!({
-                "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
+                "type": "session_summary", "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
-                "torn_tail": torn_json(info.torn.as_ref()),
+                "torn_tail": torn_json(info.torn.as_ref()), "workspace": info.workspace,
             });
             say(line);
         }
+    }
+    if terminal && others > 0 {
+        say(format!(
+            "({others} more in other workspaces or none: keel session list --all)"
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -284,7 +321,7 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
     let id = store.fork(&source, &entry).await.map_err(session_error)?;
     say(format!(
         "{}",
-        json!({"session": {"id": id, "parent_session": source, "forked_at": entry}})
+        json!({"type": "fork", "session": {"id": id, "parent_session": source, "forked_at": entry}})
     ));
     Ok(ExitCode::SUCCESS)
 }
@@ -500,18 +537,24 @@ pub fn describe(entry: &Entry) -> String {
         EntryPayload::Message {
             message: Message::ToolResult(result),
         } => format!(
-            "{} result ({:?}): {}",
+            "{} result ({}): {}",
             result.tool_name,
-            result.status,
+            wire_name(&result.status),
             result.text()
-        )
-        .to_lowercase(),
+        ),
         EntryPayload::Checkpoint { summary, .. } => format!("checkpoint: {summary}"),
         EntryPayload::PermissionDecision { decision } => format!(
-            "permission: {} {:?} by {:?}",
-            decision.tool_name, decision.resolution, decision.source
-        )
-        .to_lowercase(),
+            "permission: {} {} by {}",
+            decision.tool_name,
+            wire_name(&decision.resolution),
+            wire_name(&decision.source)
+        ),
+        EntryPayload::PermissionRule { rule } => format!(
+            "permission rule: {} {} always (from call {})",
+            rule.tool_name,
+            wire_name(&rule.resolution),
+            rule.call_id
+        ),
         EntryPayload::BranchSummary { summary, .. } => format!("branch summary: {summary}"),
         EntryPayload::Label { target_id, label } => {
             format!("label {}: {label}", short_id(target_id))
@@ -521,6 +564,14 @@ pub fn describe(entry: &Entry) -> String {
         other => other.kind().to_owned(),
     };
     one_line(&text, 90)
+}
+
+/// An enum value as the wire spells it (`session_rule`), not as Rust does.
+fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 fn one_line(text: &str, max: usize) -> String {

@@ -34,7 +34,13 @@ fn line(stdout: &str, key: &str) -> Value {
     stdout
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find_map(|value| value.get(key).cloned())
+        .find_map(|value| {
+            if value["type"] == key {
+                value.get(key).cloned().or(Some(value))
+            } else {
+                None
+            }
+        })
         .unwrap_or_else(|| panic!("no {key} line in {stdout}"))
 }
 

@@ -36,44 +36,22 @@ pub enum ProviderChoice {
         /// The model id to report.
         model: Option<String>,
     },
-    /// A provider from the configuration (built-in catalog merged with
-    /// `config.toml`), its key read from the variable the config names.
+    /// A provider from the catalog (built-in, merged with `config.toml`:
+    /// see [`crate::settings::Settings`]), its key read from the variable
+    /// the catalog names.
     Configured {
-        /// The provider's name in the configuration.
+        /// The provider's name in the catalog.
         name: String,
-        /// The model (default: the provider's default model).
+        /// The model id or alias (default: the provider's default model).
         model: Option<String>,
         /// Overrides the provider's base URL.
         base_url: Option<String>,
-        /// The configuration file (default: the user's `config.toml`).
-        config_file: Option<PathBuf>,
+        /// The catalog.
+        catalog: Arc<Config>,
     },
 }
 
 impl ProviderChoice {
-    /// The provider a host names: `scripted` (with its script file) or a
-    /// configured provider.
-    pub fn named(
-        name: &str,
-        model: Option<String>,
-        base_url: Option<String>,
-        config_file: Option<PathBuf>,
-        script: Option<PathBuf>,
-    ) -> Self {
-        if name == "scripted" {
-            return Self::ScriptFile {
-                path: script,
-                model,
-            };
-        }
-        Self::Configured {
-            name: name.to_owned(),
-            model,
-            base_url,
-            config_file,
-        }
-    }
-
     /// Builds the provider, the model id to send and what the catalog
     /// knows about the model.
     fn connect(&self) -> Result<Connected, HostError> {
@@ -96,11 +74,10 @@ impl ProviderChoice {
                 name,
                 model,
                 base_url,
-                config_file,
+                catalog,
             } => {
-                let config = Config::load(config_file.as_deref())?;
                 let resolved =
-                    config.resolve(name, model.as_deref(), base_url.as_deref(), &|variable| {
+                    catalog.resolve(name, model.as_deref(), base_url.as_deref(), &|variable| {
                         std::env::var(variable).ok()
                     })?;
                 Ok(Connected {

@@ -25,7 +25,8 @@
 //!    (project instructions and the environment), `system_prompt` (the
 //!    default prompt, kept in `system_prompt.md`).
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
-//!    `emitter` (the gapless event stream).
+//!    `emitter` (the gapless event stream), `rules` (session rules: host
+//!    answers that hold for later matching calls).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome; `pipeline` — the context pipeline, the one place
 //!    a provider request is built.
@@ -52,6 +53,7 @@ mod permission;
 mod pipeline;
 pub mod policy;
 mod project;
+mod rules;
 mod run;
 mod session_writer;
 mod shared;

@@ -47,7 +47,7 @@ pub(crate) struct KernelParts {
 ///
 /// Built with [`RunSpec::new`] and its builder methods, so that fields added
 /// later (budgets, instructions) do not break hosts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct RunSpec {
     /// The user's prompt.
@@ -58,6 +58,9 @@ pub struct RunSpec {
     pub mode: PermissionMode,
     /// Fail the run after this many turns (no limit when `None`).
     pub max_turns: Option<u32>,
+    /// Fail the run before the next model request once the cost of its
+    /// responses so far, in USD, passes this (no limit when `None`).
+    pub max_cost_usd: Option<f64>,
 }
 
 impl RunSpec {
@@ -90,6 +93,16 @@ impl RunSpec {
     /// Fails the run after `limit` turns (`None`: no limit).
     pub fn max_turns(mut self, limit: impl Into<Option<u32>>) -> Self {
         self.max_turns = limit.into();
+        self
+    }
+
+    /// Fails the run (`budget_exceeded`) before the next model request once
+    /// the cost of its responses so far passes `limit` USD (`None`: no
+    /// limit). A response whose cost is unknown (the model has no prices)
+    /// fails it too (`cost_unknown`): a budget that cannot be measured is
+    /// not kept by guessing.
+    pub fn max_cost_usd(mut self, limit: impl Into<Option<f64>>) -> Self {
+        self.max_cost_usd = limit.into();
         self
     }
 }

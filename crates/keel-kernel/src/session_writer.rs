@@ -18,6 +18,7 @@ use tokio::sync::Mutex;
 
 use crate::emitter::Emitter;
 use crate::ids::{new_id, now_ms};
+use crate::rules::SessionRules;
 
 /// See [`SessionWriter::context_summary`].
 pub(crate) struct ContextSummary {
@@ -57,6 +58,11 @@ impl SessionWriter {
             length: state.1.len(),
             configuration: crate::context::last_configuration(&state.1).cloned(),
         }
+    }
+
+    /// The session rules recorded on the context branch.
+    pub(crate) async fn rules(&self) -> SessionRules {
+        SessionRules::from_branch(&self.state.lock().await.1)
     }
 
     /// The messages of the context branch for a request, projected without

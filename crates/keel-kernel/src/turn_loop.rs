@@ -24,6 +24,7 @@ use crate::accumulator::{Accumulator, Finished};
 use crate::compaction::{ContextBudget, Interrupted, Seams};
 use crate::parts::{KernelParts, RunSpec};
 use crate::pipeline::Frame;
+use crate::rules::SessionRules;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
@@ -120,8 +121,12 @@ struct TurnLoop<'a> {
     budget: ContextBudget,
     mode: PermissionMode,
     max_turns: Option<u32>,
+    max_cost_usd: Option<f64>,
+    /// The cost of the run's responses so far, `None` once one was unknown.
+    cost_usd: Option<f64>,
     turn: u32,
     permission_requests: AtomicU64,
+    rules: SessionRules,
     last: Option<AssistantMessage>,
 }
 
@@ -153,6 +158,7 @@ impl<'a> TurnLoop<'a> {
             });
         }
         let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
+        let rules = writer.rules().await;
         let budget = ContextBudget::new(parts, &frame);
         let run = Self {
             parts,
@@ -162,8 +168,11 @@ impl<'a> TurnLoop<'a> {
             budget,
             mode: spec.mode,
             max_turns: spec.max_turns,
+            max_cost_usd: spec.max_cost_usd,
+            cost_usd: Some(0.0),
             turn: 0,
             permission_requests: AtomicU64::new(0),
+            rules,
             last: None,
         };
         run.record_configuration().await?;
@@ -215,6 +224,9 @@ impl<'a> TurnLoop<'a> {
                 .emitter
                 .emit(RunEventKind::TurnStart { turn: self.turn });
             let message = self.stream_with_retry().await?;
+            self.cost_usd = self
+                .cost_usd
+                .and_then(|so_far| Some(so_far + message.usage.cost_usd?));
             self.last = Some(message.clone());
             let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
             if !calls.is_empty() {
@@ -238,13 +250,36 @@ impl<'a> TurnLoop<'a> {
         }
     }
 
+    /// Fails the run before the next request when a turn or cost limit is reached.
     fn check_turn_budget(&self) -> Result<(), Stop> {
-        match self.max_turns {
-            Some(limit) if self.turn >= limit => Err(Stop::Failed(RunError::new(
+        let fail = |code, message| {
+            Err(Stop::Failed(RunError::new(
                 ErrorSource::Kernel,
+                code,
+                message,
+            )))
+        };
+        if let Some(limit) = self.max_turns
+            && self.turn >= limit
+        {
+            return fail(
                 RunErrorCode::TurnLimit,
                 format!("the run reached its limit of {limit} turns"),
-            ))),
+            );
+        }
+        match (self.max_cost_usd, self.cost_usd) {
+            (Some(limit), Some(cost)) if cost > limit => fail(
+                RunErrorCode::BudgetExceeded,
+                format!("the run's responses cost ${cost:.4}, past its budget of ${limit:.4}"),
+            ),
+            (Some(limit), None) => fail(
+                RunErrorCode::CostUnknown,
+                format!(
+                    "the cost of a response is unknown (the model has no prices), so the budget \
+                     of ${limit:.4} cannot be kept; set the model's input_price and output_price \
+                     in config.toml (0 for a free local model)"
+                ),
+            ),
             _ => Ok(()),
         }
     }
@@ -421,6 +456,7 @@ impl<'a> TurnLoop<'a> {
             writer: &self.writer,
             mode: self.mode,
             requests: &self.permission_requests,
+            rules: &self.rules,
         };
         let results = runner.run_batch(calls).await?;
         let payloads = results

@@ -20,6 +20,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("system_prompt", 1),
     ("parts", 2),
     ("emitter", 2),
+    ("rules", 2),
     ("shared", 3),
     ("pipeline", 3),
     ("session_writer", 4),

@@ -15,6 +15,7 @@ pub mod control;
 pub mod error;
 pub mod event;
 pub mod message;
+pub mod output;
 pub mod permission;
 pub mod provider_event;
 pub mod run;
@@ -34,9 +35,12 @@ pub use message::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
     Usage, UserContent, UserMessage,
 };
+pub use output::{
+    HostLine, ResultLine, RunTotals, SessionLine, StartupErrorLine, WorkspaceChangesLine,
+};
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,
-    PermissionResolution,
+    PermissionResolution, PermissionRule,
 };
 pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};

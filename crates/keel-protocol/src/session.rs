@@ -11,7 +11,7 @@ use serde_json::Value;
 use crate::TimestampMs;
 use crate::context::{CheckpointEvidence, CheckpointMetrics};
 use crate::message::Message;
-use crate::permission::{PermissionDecision, PermissionMode};
+use crate::permission::{PermissionDecision, PermissionMode, PermissionRule};
 
 /// One immutable node of the session tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -88,6 +88,12 @@ pub enum EntryPayload {
         /// The decision.
         decision: PermissionDecision,
     },
+    /// A session rule: a host answer that holds for every later matching
+    /// call on this branch of the session.
+    PermissionRule {
+        /// The rule.
+        rule: PermissionRule,
+    },
     /// A summary of a branch the conversation came back from.
     BranchSummary {
         /// The summary.
@@ -132,6 +138,7 @@ impl EntryPayload {
             Self::Message { .. } => "message",
             Self::Checkpoint { .. } => "checkpoint",
             Self::PermissionDecision { .. } => "permission_decision",
+            Self::PermissionRule { .. } => "permission_rule",
             Self::BranchSummary { .. } => "branch_summary",
             Self::Label { .. } => "label",
             Self::Custom { .. } => "custom",
