@@ -207,7 +207,7 @@ fn an_oversized_request_compacts_with_smollm2_and_ends_settled_or_typed() {
         |kind: &str| -> Vec<&Value> { lines.iter().filter(|line| line["type"] == kind).collect() };
     let result = lines
         .iter()
-        .find_map(|line| line.get("result").filter(|_| line.get("type").is_none()))
+        .find(|line| line["type"] == "result")
         .unwrap_or_else(|| panic!("no result line\nstdout: {stdout}\nstderr: {stderr}"));
     let context = format!(
         "exit: {status}\nresult: {result}\ncompaction events: {:?}\nstderr: {stderr}",
