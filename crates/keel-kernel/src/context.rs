@@ -1,18 +1,22 @@
-//! Projects the active branch into the messages of a model request.
+//! The context branch as a run holds it, and its projection into the
+//! messages of a model request.
 //!
 //! Only the active branch is visible: the latest checkpoint's summary stands
 //! in for everything it covers, then come the kept entries after it. Queued
 //! messages and partial output never appear here because they are never
-//! entries.
+//! entries. This is one stage of the request pipeline (`pipeline.rs`).
 //!
-//! The branch is kept as [`BranchEntry`] values whose messages are shared
-//! ([`Arc`]): a projection hands the request the same `Arc`s, so each turn
-//! copies pointers, never the history's text, and a resumed session costs
-//! one copy of its branch however many turns run (docs/benchmarks.md).
-//! Each message is adapted for the run's model once, as it enters the
-//! branch (`keel_provider::transform::adapt_message` moves another model's
-//! thinking into text), so the per-request `adapt_history` finds nothing to
-//! copy in it. Invariant: nothing here clones a [`Message`] of the branch.
+//! The branch is kept as [`BranchEntry`] values whose payloads are shared
+//! ([`Arc`]): a projection hands the request the same `Arc`s, and the
+//! accounting, compaction and session rules read the entries in place, so
+//! each turn copies pointers, never the history's text, and a resumed
+//! session costs one copy of its branch however many turns run
+//! (docs/benchmarks.md). Each message is adapted for the run's model once,
+//! as it enters the branch (`keel_provider::transform::adapt_message` moves
+//! another model's thinking into text); only a message that changes is
+//! held a second time, adapted, beside the stored one that everything but
+//! the request reads. The per-request `adapt_history` then finds nothing to
+//! copy. Invariant: nothing here clones a [`Message`] of the branch.
 
 use std::sync::Arc;
 
@@ -20,38 +24,34 @@ use keel_protocol::{Entry, EntryPayload, Message, UserMessage};
 use keel_provider::transform::adapt_message;
 
 /// One entry of the context branch as a run keeps it.
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct BranchEntry {
     /// The entry's id.
     pub(crate) id: String,
     payload: Payload,
 }
 
+#[derive(Debug, Clone, PartialEq)]
 enum Payload {
-    /// A message, shared with every request that carries it.
-    Message(Arc<Message>),
+    /// A message as stored, and as requests carry it when that differs.
+    Message {
+        stored: Arc<Message>,
+        adapted: Option<Arc<Message>>,
+    },
     /// Any other payload (configuration, checkpoint, decision, …).
-    Other(EntryPayload),
-}
-
-/// The model a run's requests go to: what its messages are adapted for.
-pub(crate) struct Target<'a> {
-    /// The provider's name.
-    pub(crate) provider: &'a str,
-    /// The model id.
-    pub(crate) model: &'a str,
+    Other(Arc<EntryPayload>),
 }
 
 impl BranchEntry {
-    /// The entry as the branch keeps it: its message adapted for `target`
-    /// and moved behind an `Arc`; its text is not copied.
-    pub(crate) fn new(entry: Entry, target: &Target<'_>) -> Self {
+    /// The entry as the branch keeps it, its message adapted for `model`
+    /// of `provider`; the stored message is moved, not copied.
+    pub(crate) fn new(entry: Entry, provider: &str, model: &str) -> Self {
         let payload = match entry.payload {
-            EntryPayload::Message { message } => Payload::Message(Arc::new(adapt_message(
-                message,
-                target.provider,
-                target.model,
-            ))),
-            other => Payload::Other(other),
+            EntryPayload::Message { message } => Payload::Message {
+                adapted: adapt_message(&message, provider, model).map(Arc::new),
+                stored: Arc::new(message),
+            },
+            other => Payload::Other(Arc::new(other)),
         };
         Self {
             id: entry.id,
@@ -59,40 +59,76 @@ impl BranchEntry {
         }
     }
 
-    fn message(&self) -> Option<&Arc<Message>> {
+    /// The entry's message as stored (`None` for any other entry).
+    pub(crate) fn message(&self) -> Option<&Message> {
         match &self.payload {
-            Payload::Message(message) => Some(message),
+            Payload::Message { stored, .. } => Some(stored),
             Payload::Other(_) => None,
         }
     }
 
-    fn other(&self) -> Option<&EntryPayload> {
+    /// The entry's message as a request carries it, shared.
+    fn sent(&self) -> Option<&Arc<Message>> {
         match &self.payload {
-            Payload::Message(_) => None,
+            Payload::Message { stored, adapted } => Some(adapted.as_ref().unwrap_or(stored)),
+            Payload::Other(_) => None,
+        }
+    }
+
+    /// The entry's payload when it is not a message (see [`Self::message`]).
+    pub(crate) fn payload(&self) -> Option<&EntryPayload> {
+        match &self.payload {
+            Payload::Message { .. } => None,
             Payload::Other(payload) => Some(payload),
         }
     }
 }
 
-/// The messages a request carries for this branch.
-pub(crate) fn project(branch: &[BranchEntry]) -> Vec<Arc<Message>> {
-    let mut messages = Vec::new();
-    let mut start = 0;
-    if let Some((position, summary, first_kept)) = latest_checkpoint(branch) {
-        messages.push(Arc::new(Message::User(UserMessage::text(format!(
-            "The conversation history before this point was compacted into the following summary:\n\n<summary>\n{summary}\n</summary>"
-        )))));
-        start = branch
+/// What of a context branch the model sees: the latest checkpoint (whose
+/// summary stands first), and the entries from its first kept entry on
+/// (the whole branch when there is no checkpoint).
+pub(crate) fn visible(branch: &[BranchEntry]) -> (Option<&BranchEntry>, &[BranchEntry]) {
+    let Some(position) = branch.iter().rposition(|entry| summary_of(entry).is_some()) else {
+        return (None, branch);
+    };
+    let checkpoint = &branch[position];
+    let start = match checkpoint.payload() {
+        Some(EntryPayload::Checkpoint {
+            first_kept_entry_id,
+            ..
+        }) => branch
             .iter()
-            .position(|entry| entry.id == first_kept)
-            .unwrap_or(position + 1);
+            .position(|entry| &entry.id == first_kept_entry_id)
+            .unwrap_or(position + 1),
+        _ => position + 1,
+    };
+    (Some(checkpoint), branch.get(start..).unwrap_or_default())
+}
+
+/// The summary of a checkpoint entry (`None` for any other entry).
+pub(crate) fn summary_of(entry: &BranchEntry) -> Option<&str> {
+    match entry.payload() {
+        Some(EntryPayload::Checkpoint { summary, .. }) => Some(summary),
+        _ => None,
     }
-    messages.extend(
-        branch
-            .iter()
-            .skip(start)
-            .filter_map(|entry| entry.message().cloned()),
-    );
+}
+
+/// The user message that stands in for what a checkpoint covers.
+pub(crate) fn summary_message(summary: &str) -> Message {
+    Message::User(UserMessage::text(format!(
+        "The conversation history before this point was compacted into the following summary:\n\n<summary>\n{summary}\n</summary>"
+    )))
+}
+
+/// The messages a request carries for this branch: the branch's own,
+/// shared; only the summary is new.
+pub(crate) fn project(branch: &[BranchEntry]) -> Vec<Arc<Message>> {
+    let (checkpoint, entries) = visible(branch);
+    let mut messages = Vec::with_capacity(entries.len() + 1);
+    if let Some(summary) = checkpoint.and_then(summary_of) {
+        messages.push(Arc::new(summary_message(summary)));
+    }
+    messages.extend(entries.iter().filter_map(BranchEntry::sent).cloned());
     messages
 }
 
@@ -101,30 +137,21 @@ pub(crate) fn project(branch: &[BranchEntry]) -> Vec<Arc<Message>> {
 /// `keel_session::from_latest_checkpoint`, which the store applies when the
 /// branch is read; the writer applies it here when it appends a checkpoint.
 pub(crate) fn from_latest_checkpoint(mut branch: Vec<BranchEntry>) -> Vec<BranchEntry> {
-    let Some((checkpoint_at, _, first_kept)) = latest_checkpoint(&branch) else {
+    let Some(checkpoint_at) = branch.iter().rposition(|entry| summary_of(entry).is_some()) else {
         return branch;
     };
-    let start = branch
-        .iter()
-        .position(|entry| entry.id == first_kept)
-        .unwrap_or(checkpoint_at)
-        .min(checkpoint_at);
+    let start = match branch[checkpoint_at].payload() {
+        Some(EntryPayload::Checkpoint {
+            first_kept_entry_id,
+            ..
+        }) => branch
+            .iter()
+            .position(|entry| &entry.id == first_kept_entry_id)
+            .unwrap_or(checkpoint_at)
+            .min(checkpoint_at),
+        _ => checkpoint_at,
+    };
     branch.split_off(start)
-}
-
-/// The latest checkpoint: its position, summary and first kept entry id.
-fn latest_checkpoint(branch: &[BranchEntry]) -> Option<(usize, &str, &str)> {
-    branch
-        .iter()
-        .enumerate()
-        .rev()
-        .find_map(|(position, entry)| match entry.other() {
-            Some(EntryPayload::Checkpoint {
-                summary,
-                first_kept_entry_id,
-            }) => Some((position, summary.as_str(), first_kept_entry_id.as_str())),
-            _ => None,
-        })
 }
 
 /// The last configuration on the branch, as `(provider, model, mode, tools)`.
@@ -132,6 +159,6 @@ pub(crate) fn last_configuration(branch: &[BranchEntry]) -> Option<&EntryPayload
     branch
         .iter()
         .rev()
-        .filter_map(BranchEntry::other)
+        .filter_map(BranchEntry::payload)
         .find(|payload| matches!(payload, EntryPayload::Configuration { .. }))
 }

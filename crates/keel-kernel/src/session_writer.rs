@@ -19,9 +19,11 @@ use keel_protocol::{Entry, EntryPayload, Message, RunEventKind};
 use keel_session::{SessionError, SessionStore};
 use tokio::sync::Mutex;
 
-use crate::context::{BranchEntry, Target};
+use crate::context::BranchEntry;
 use crate::emitter::Emitter;
 use crate::ids::{new_id, now_ms};
+use crate::pipeline::Frame;
+use crate::rules::SessionRules;
 
 /// See [`SessionWriter::context_summary`].
 pub(crate) struct ContextSummary {
@@ -42,24 +44,25 @@ pub(crate) struct SessionWriter {
 }
 
 impl SessionWriter {
-    /// Opens the session for a run whose requests go to `target`.
+    /// Opens the session for a run whose requests `frame` frames (the
+    /// branch's messages are adapted for its provider and model).
     pub(crate) async fn open(
         store: Arc<dyn SessionStore>,
         session_id: String,
-        target: &Target<'_>,
+        frame: &Frame,
     ) -> Result<Self, SessionError> {
         let leaf = store.leaf(&session_id).await?;
         let context = store
             .context_branch(&session_id)
             .await?
             .into_iter()
-            .map(|entry| BranchEntry::new(entry, target))
+            .map(|entry| BranchEntry::new(entry, &frame.provider, &frame.model))
             .collect();
         Ok(Self {
             store,
             session_id,
-            provider: target.provider.to_owned(),
-            model: target.model.to_owned(),
+            provider: frame.provider.clone(),
+            model: frame.model.clone(),
             state: Mutex::new((leaf, context)),
         })
     }
@@ -76,10 +79,21 @@ impl SessionWriter {
         }
     }
 
+    /// The session rules recorded on the context branch.
+    pub(crate) async fn rules(&self) -> SessionRules {
+        SessionRules::from_branch(&self.state.lock().await.1)
+    }
+
     /// The messages of the context branch for a request: the writer's own
     /// messages, shared, so a request copies no message of the branch.
     pub(crate) async fn project_context(&self) -> Vec<Arc<Message>> {
         crate::context::project(&self.state.lock().await.1)
+    }
+
+    /// Runs `read` on the context branch (the active branch from the latest
+    /// checkpoint's first kept entry), under the writer's lock.
+    pub(crate) async fn with_branch<R>(&self, read: impl FnOnce(&[BranchEntry]) -> R) -> R {
+        read(&self.state.lock().await.1)
     }
 
     /// Appends `payloads` atomically as a chain below the current leaf.
@@ -88,31 +102,38 @@ impl SessionWriter {
         emitter: &Emitter,
         payloads: Vec<EntryPayload>,
     ) -> Result<Vec<Entry>, SessionError> {
+        let identified = payloads
+            .into_iter()
+            .map(|payload| (new_id(), payload))
+            .collect();
+        self.append_identified(emitter, identified).await
+    }
+
+    /// [`Self::append`] with ids chosen by the caller (a checkpoint that
+    /// keeps nothing names itself as its first kept entry).
+    pub(crate) async fn append_identified(
+        &self,
+        emitter: &Emitter,
+        payloads: Vec<(String, EntryPayload)>,
+    ) -> Result<Vec<Entry>, SessionError> {
         let mut state = self.state.lock().await;
         let mut parent = state.0.clone();
         let timestamp = now_ms();
         let entries: Vec<Entry> = payloads
             .into_iter()
-            .map(|payload| {
-                let id = new_id();
-                Entry {
-                    id: id.clone(),
-                    parent_id: parent.replace(id),
-                    timestamp,
-                    payload,
-                }
+            .map(|(id, payload)| Entry {
+                id: id.clone(),
+                parent_id: parent.replace(id),
+                timestamp,
+                payload,
             })
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
         state.0 = parent;
-        let target = Target {
-            provider: &self.provider,
-            model: &self.model,
-        };
         state.1.extend(
             entries
                 .iter()
-                .map(|entry| BranchEntry::new(entry.clone(), &target)),
+                .map(|entry| BranchEntry::new(entry.clone(), &self.provider, &self.model)),
         );
         if entries
             .iter()

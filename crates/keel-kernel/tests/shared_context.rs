@@ -175,10 +175,7 @@ async fn every_request_shares_the_branch_messages_the_kernel_holds() {
 #[tokio::test]
 async fn messages_kept_after_a_checkpoint_are_shared_too() {
     let store = Arc::new(MemoryStore::new());
-    let checkpoint = EntryPayload::Checkpoint {
-        summary: "fifty questions were answered".into(),
-        first_kept_entry_id: "e96".into(),
-    };
+    let checkpoint = EntryPayload::checkpoint("fifty questions were answered", "e96");
     let id = session(&store, 50, vec![checkpoint]).await;
     let seen = resume(store, &id).await;
     let first = &seen[0];

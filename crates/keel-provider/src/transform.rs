@@ -28,7 +28,13 @@ pub fn adapt_history(
     target_provider: &str,
     target_model: &str,
 ) -> Vec<Arc<Message>> {
-    let mut ids = IdMap::default();
+    let mut ids = IdMap {
+        // Most histories need no renaming: then ids are passed through
+        // without the bookkeeping (a request of 10,000 messages is built
+        // for every turn).
+        identity: messages.iter().all(|message| ids_are_valid(message)),
+        ..IdMap::default()
+    };
     let mut out: Vec<Arc<Message>> = Vec::with_capacity(messages.len());
     let mut open_calls: Vec<(String, String)> = Vec::new();
     for message in messages {
@@ -93,10 +99,15 @@ fn adapt_assistant(
     same_model: bool,
     ids: &mut IdMap,
 ) -> Option<AssistantMessage> {
-    let call_ids: Vec<String> = assistant
-        .tool_calls()
-        .map(|call| ids.get(&call.id))
-        .collect();
+    // With every id valid nothing is renamed: no id is looked at.
+    let call_ids: Vec<String> = if ids.identity {
+        Vec::new()
+    } else {
+        assistant
+            .tool_calls()
+            .map(|call| ids.get(&call.id))
+            .collect()
+    };
     let renamed = assistant
         .tool_calls()
         .zip(&call_ids)
@@ -119,22 +130,28 @@ fn adapt_assistant(
     Some(adapted)
 }
 
-/// One message made valid for the target on its own: thinking written by
-/// another model becomes text, or is dropped when empty. The message is
-/// taken by value and its text moved, so this copies nothing. A caller that
-/// keeps a history for one target (the kernel's context branch) adapts each
-/// message once, as it enters the history; [`adapt_history`] then finds
-/// nothing more to rewrite in it. Tool-call ids and calls without results
-/// depend on the whole history, so only [`adapt_history`] handles them.
-pub fn adapt_message(message: Message, target_provider: &str, target_model: &str) -> Message {
+/// One message made valid for the target on its own, or `None` when it
+/// already is (then nothing is copied): thinking written by another model
+/// becomes text, or is dropped when empty. A caller that keeps a history
+/// for one target (the kernel's context branch) adapts each message once,
+/// as it enters the history; [`adapt_history`] then finds nothing more to
+/// rewrite in it. Tool-call ids and calls without results depend on the
+/// whole history, so only [`adapt_history`] handles them.
+pub fn adapt_message(
+    message: &Message,
+    target_provider: &str,
+    target_model: &str,
+) -> Option<Message> {
     match message {
-        Message::Assistant(mut assistant)
-            if !same_source(&assistant, target_provider, target_model) =>
+        Message::Assistant(assistant)
+            if has_thinking(assistant)
+                && !same_source(assistant, target_provider, target_model) =>
         {
-            thinking_as_text(&mut assistant);
-            Message::Assistant(assistant)
+            let mut adapted = assistant.clone();
+            thinking_as_text(&mut adapted);
+            Some(Message::Assistant(adapted))
         }
-        other => other,
+        _ => None,
     }
 }
 
@@ -182,23 +199,42 @@ fn close_orphans(out: &mut Vec<Arc<Message>>, open_calls: &mut Vec<(String, Stri
     }
 }
 
+/// Whether every tool-call id of `message` is one every API accepts.
+fn ids_are_valid(message: &Message) -> bool {
+    match message {
+        Message::Assistant(assistant) => assistant.tool_calls().all(|call| valid_id(&call.id)),
+        Message::ToolResult(result) => valid_id(&result.call_id),
+        Message::User(_) => true,
+    }
+}
+
+/// `[A-Za-z0-9_-]`, 1 to 64 characters.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// Consistent renaming of tool-call ids that some API would refuse.
 #[derive(Default)]
 struct IdMap {
+    /// Every id of the history is valid: nothing is renamed.
+    identity: bool,
     renamed: HashMap<String, String>,
     used: HashSet<String>,
 }
 
 impl IdMap {
     fn get(&mut self, id: &str) -> String {
+        if self.identity {
+            return id.to_owned();
+        }
         if let Some(renamed) = self.renamed.get(id) {
             return renamed.clone();
         }
-        let valid = !id.is_empty()
-            && id.len() <= 64
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let valid = valid_id(id);
         let mut candidate = if valid {
             id.to_owned()
         } else {
@@ -374,9 +410,18 @@ mod tests {
                 call("ok_1"),
             ],
         );
-        let own = adapt_message(message.clone(), "p", "a");
-        assert_eq!(own, message, "the target's own thinking stays");
-        let Message::Assistant(foreign) = adapt_message(message.clone(), "p", "b") else {
+        assert_eq!(
+            adapt_message(&message, "p", "a"),
+            None,
+            "the target's own thinking stays"
+        );
+        let user = Message::User(UserMessage::text("go"));
+        assert_eq!(
+            adapt_message(&user, "p", "b"),
+            None,
+            "only thinking changes"
+        );
+        let Some(Message::Assistant(foreign)) = adapt_message(&message, "p", "b") else {
             panic!()
         };
         assert_eq!(
