@@ -162,3 +162,106 @@ pub(crate) fn last_configuration(branch: &[BranchEntry]) -> Option<&EntryPayload
         .filter_map(BranchEntry::payload)
         .find(|payload| matches!(payload, EntryPayload::Configuration { .. }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use keel_protocol::{AssistantMessage, ContentBlock};
+
+    fn entry(id: &str, payload: EntryPayload) -> Entry {
+        Entry {
+            id: id.into(),
+            parent_id: None,
+            timestamp: 0,
+            payload,
+        }
+    }
+
+    fn thought(model: &str) -> Message {
+        Message::Assistant(AssistantMessage {
+            content: vec![
+                ContentBlock::Thinking {
+                    thinking: "hmm".into(),
+                    signature: Some("sig".into()),
+                },
+                ContentBlock::Text { text: "yes".into() },
+            ],
+            model: Some(model.into()),
+            provider: Some("p".into()),
+            ..AssistantMessage::default()
+        })
+    }
+
+    /// Everything but a request reads the message as stored; a request
+    /// carries it adapted, and a message that needs no change is one `Arc`.
+    #[test]
+    fn requests_carry_the_adapted_message_and_readers_the_stored_one() {
+        let branch: Vec<BranchEntry> = [
+            ("u", Message::User(UserMessage::text("go"))),
+            ("own", thought("m")),
+            ("foreign", thought("other")),
+        ]
+        .into_iter()
+        .map(|(id, message)| {
+            let payload = EntryPayload::Message {
+                message: message.clone(),
+            };
+            BranchEntry::new(entry(id, payload), "p", "m")
+        })
+        .collect();
+        assert_eq!(branch[2].message(), Some(&thought("other")));
+        let sent = project(&branch);
+        for position in 0..2 {
+            let Payload::Message { stored, adapted } = &branch[position].payload else {
+                panic!("a message");
+            };
+            assert!(adapted.is_none(), "entry {position} needs no adapting");
+            assert!(Arc::ptr_eq(stored, &sent[position]), "entry {position} was copied");
+        }
+        assert_eq!(*sent[1], thought("m"), "the run's own thinking stays");
+        let Message::Assistant(foreign) = sent[2].as_ref() else {
+            panic!("{:?}", sent[2]);
+        };
+        assert_eq!(
+            foreign.content,
+            [
+                ContentBlock::Text { text: "hmm".into() },
+                ContentBlock::Text { text: "yes".into() }
+            ]
+        );
+        let again = project(&branch);
+        assert!(sent.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
+    }
+
+    #[test]
+    fn a_checkpoint_hides_what_it_covers_and_keeps_the_rest() {
+        let message = |text: &str| EntryPayload::Message {
+            message: Message::User(UserMessage::text(text)),
+        };
+        let branch: Vec<BranchEntry> = vec![
+            entry("a", message("old")),
+            entry("b", message("kept")),
+            entry("c", EntryPayload::checkpoint("the summary", "b")),
+            entry("d", message("new")),
+        ]
+        .into_iter()
+        .map(|entry| BranchEntry::new(entry, "p", "m"))
+        .collect();
+        let (checkpoint, visible_entries) = visible(&branch);
+        assert_eq!(checkpoint.and_then(summary_of), Some("the summary"));
+        let ids: Vec<&str> = visible_entries.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["b", "c", "d"]);
+        let texts: Vec<String> = project(&branch)
+            .iter()
+            .map(|message| match message.as_ref() {
+                Message::User(user) => user.plain_text(),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert!(texts[0].contains("<summary>\nthe summary\n</summary>"));
+        assert_eq!(texts[1..], ["kept", "new"]);
+        let rest = from_latest_checkpoint(branch);
+        let ids: Vec<&str> = rest.iter().map(|e| e.id.as_str()).collect();
+        assert_eq!(ids, ["b", "c", "d"]);
+    }
+}
