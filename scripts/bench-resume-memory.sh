@@ -78,7 +78,11 @@ measure() {
   echo "| $name | $(mib "$kib") | $sent |"
 }
 
-resume=(run --workspace "$work/ws" --session-dir "$work/resume" --session "$id")
+# A window of 10^9 tokens: a 100 MB branch stays far below the compaction
+# threshold (the catalog's 200k window of the session's model would start a
+# compaction, which the stand-in, answering no summary, would fail).
+resume=(run --workspace "$work/ws" --session-dir "$work/resume" --session "$id"
+  --context-window 1000000000)
 export ANTHROPIC_API_KEY=stand-in OPENAI_API_KEY=stand-in
 echo "| Command (100 MB session, no checkpoints) | Peak RSS (median of $runs) | Body sent |"
 echo "|---|---|---|"

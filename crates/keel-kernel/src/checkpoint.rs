@@ -230,10 +230,10 @@ const MAX_ITEM_CHARS: usize = 4_000;
 pub(crate) fn transcript(covered: &[BranchEntry]) -> Vec<String> {
     let mut items = Vec::new();
     for entry in covered {
-        let Some(message) = entry.message() else {
+        let Some(message) = entry.stored() else {
             continue;
         };
-        match message {
+        match message.as_ref() {
             Message::User(user) => items.push(format!(
                 "[User]: {}",
                 cut(&user.plain_text(), MAX_ITEM_CHARS)

@@ -12,15 +12,20 @@
 //! each turn copies pointers, never the history's text, and a resumed
 //! session costs one copy of its branch however many turns run
 //! (docs/benchmarks.md). Each message is adapted for the run's model once,
-//! as it enters the branch (`keel_provider::transform::adapt_message` moves
-//! another model's thinking into text); only a message that changes is
-//! held a second time, adapted, beside the stored one that everything but
-//! the request reads. The per-request `adapt_history` then finds nothing to
-//! copy. Invariant: nothing here clones a [`Message`] of the branch.
+//! as it enters the branch (`keel_provider::transform::adapt_message` turns
+//! another model's thinking into text), and kept only in that form, so the
+//! per-request `adapt_history` finds nothing to copy. What the adaptation
+//! changed is remembered beside it (which text blocks were thinking, and
+//! the empty thinking it dropped), so the readers that must see the message
+//! as stored — token accounting, the compaction transcript — get it back
+//! exactly ([`BranchEntry::stored`]), signatures aside, which none of them
+//! reads. Invariant: nothing here keeps a second copy of a [`Message`] of
+//! the branch.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
-use keel_protocol::{Entry, EntryPayload, Message, UserMessage};
+use keel_protocol::{AssistantMessage, ContentBlock, Entry, EntryPayload, Message, UserMessage};
 use keel_provider::transform::adapt_message;
 
 /// One entry of the context branch as a run keeps it.
@@ -33,23 +38,43 @@ pub(crate) struct BranchEntry {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Payload {
-    /// A message as stored, and as requests carry it when that differs.
+    /// A message as requests carry it, shared with them; `origins` is set
+    /// when adapting it changed it: what became of each stored block.
     Message {
-        stored: Arc<Message>,
-        adapted: Option<Arc<Message>>,
+        message: Arc<Message>,
+        origins: Option<Arc<[Origin]>>,
     },
     /// Any other payload (configuration, checkpoint, decision, …).
     Other(Arc<EntryPayload>),
 }
 
+/// What became of one content block of a stored assistant message when it
+/// was adapted for the run's model.
+#[derive(Debug, Clone, PartialEq)]
+enum Origin {
+    /// Kept as it is: the next block of the adapted message.
+    Kept,
+    /// Another model's thinking: the next block, now text.
+    Thinking,
+    /// Another model's blank thinking, dropped; its text.
+    Dropped(String),
+}
+
 impl BranchEntry {
     /// The entry as the branch keeps it, its message adapted for `model`
-    /// of `provider`; the stored message is moved, not copied.
+    /// of `provider`: a message that needs no change is moved, not copied;
+    /// one that does is kept only adapted.
     pub(crate) fn new(entry: Entry, provider: &str, model: &str) -> Self {
         let payload = match entry.payload {
-            EntryPayload::Message { message } => Payload::Message {
-                adapted: adapt_message(&message, provider, model).map(Arc::new),
-                stored: Arc::new(message),
+            EntryPayload::Message { message } => match adapt_message(&message, provider, model) {
+                None => Payload::Message {
+                    message: Arc::new(message),
+                    origins: None,
+                },
+                Some(adapted) => Payload::Message {
+                    origins: Some(origins(&message)),
+                    message: Arc::new(adapted),
+                },
             },
             other => Payload::Other(Arc::new(other)),
         };
@@ -59,18 +84,54 @@ impl BranchEntry {
         }
     }
 
-    /// The entry's message as stored (`None` for any other entry).
+    /// The entry's message as a request carries it (`None` for any other
+    /// entry): as stored, except that another model's thinking is text.
+    /// Its tool calls and results are the stored ones.
     pub(crate) fn message(&self) -> Option<&Message> {
-        match &self.payload {
-            Payload::Message { stored, .. } => Some(stored),
-            Payload::Other(_) => None,
-        }
+        self.sent().map(AsRef::as_ref)
+    }
+
+    /// The entry's message as stored, rebuilt (a copy, for the moment it
+    /// is read) when adapting it changed it; another model's thinking comes
+    /// back without its signature.
+    pub(crate) fn stored(&self) -> Option<Cow<'_, Message>> {
+        let Payload::Message { message, origins } = &self.payload else {
+            return None;
+        };
+        let (Some(origins), Message::Assistant(adapted)) = (origins, message.as_ref()) else {
+            return Some(Cow::Borrowed(message));
+        };
+        let mut blocks = adapted.content.iter();
+        let content = origins
+            .iter()
+            .filter_map(|origin| match origin {
+                Origin::Kept => blocks.next().cloned(),
+                Origin::Thinking => blocks.next().map(|block| match block {
+                    ContentBlock::Text { text } => ContentBlock::Thinking {
+                        thinking: text.clone(),
+                        signature: None,
+                    },
+                    other => other.clone(),
+                }),
+                Origin::Dropped(thinking) => Some(ContentBlock::Thinking {
+                    thinking: thinking.clone(),
+                    signature: None,
+                }),
+            })
+            .collect();
+        Some(Cow::Owned(Message::Assistant(AssistantMessage {
+            content,
+            stop_reason: adapted.stop_reason,
+            usage: adapted.usage,
+            model: adapted.model.clone(),
+            provider: adapted.provider.clone(),
+        })))
     }
 
     /// The entry's message as a request carries it, shared.
     fn sent(&self) -> Option<&Arc<Message>> {
         match &self.payload {
-            Payload::Message { stored, adapted } => Some(adapted.as_ref().unwrap_or(stored)),
+            Payload::Message { message, .. } => Some(message),
             Payload::Other(_) => None,
         }
     }
@@ -82,6 +143,25 @@ impl BranchEntry {
             Payload::Other(payload) => Some(payload),
         }
     }
+}
+
+/// What `adapt_message` makes of each block of a stored message: another
+/// model's thinking becomes text, or is dropped when blank.
+fn origins(message: &Message) -> Arc<[Origin]> {
+    let Message::Assistant(assistant) = message else {
+        return Arc::new([]);
+    };
+    assistant
+        .content
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Thinking { thinking, .. } if thinking.trim().is_empty() => {
+                Origin::Dropped(thinking.clone())
+            }
+            ContentBlock::Thinking { .. } => Origin::Thinking,
+            _ => Origin::Kept,
+        })
+        .collect()
 }
 
 /// What of a context branch the model sees: the latest checkpoint (whose
@@ -165,8 +245,9 @@ pub(crate) fn last_configuration(branch: &[BranchEntry]) -> Option<&EntryPayload
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
-    use keel_protocol::{AssistantMessage, ContentBlock};
 
     fn entry(id: &str, payload: EntryPayload) -> Entry {
         Entry {
@@ -185,6 +266,10 @@ mod tests {
                     signature: Some("sig".into()),
                 },
                 ContentBlock::Text { text: "yes".into() },
+                ContentBlock::Thinking {
+                    thinking: " ".into(),
+                    signature: None,
+                },
             ],
             model: Some(model.into()),
             provider: Some("p".into()),
@@ -192,10 +277,11 @@ mod tests {
         })
     }
 
-    /// Everything but a request reads the message as stored; a request
-    /// carries it adapted, and a message that needs no change is one `Arc`.
+    /// A request carries each message as the branch holds it, one `Arc`;
+    /// another model's message is held only adapted, and the readers that
+    /// need it as stored get it back.
     #[test]
-    fn requests_carry_the_adapted_message_and_readers_the_stored_one() {
+    fn the_branch_holds_each_message_once_and_gives_back_the_stored_one() {
         let branch: Vec<BranchEntry> = [
             ("u", Message::User(UserMessage::text("go"))),
             ("own", thought("m")),
@@ -203,22 +289,17 @@ mod tests {
         ]
         .into_iter()
         .map(|(id, message)| {
-            let payload = EntryPayload::Message {
-                message: message.clone(),
-            };
+            let payload = EntryPayload::Message { message };
             BranchEntry::new(entry(id, payload), "p", "m")
         })
         .collect();
-        assert_eq!(branch[2].message(), Some(&thought("other")));
         let sent = project(&branch);
-        for position in 0..2 {
-            let Payload::Message { stored, adapted } = &branch[position].payload else {
-                panic!("a message");
-            };
-            assert!(adapted.is_none(), "entry {position} needs no adapting");
-            assert!(Arc::ptr_eq(stored, &sent[position]), "entry {position} was copied");
+        for (position, entry) in branch.iter().enumerate() {
+            let held = entry.sent().unwrap();
+            assert!(Arc::ptr_eq(held, &sent[position]), "{position} was copied");
         }
         assert_eq!(*sent[1], thought("m"), "the run's own thinking stays");
+        assert_eq!(branch[1].stored().unwrap().as_ref(), &thought("m"));
         let Message::Assistant(foreign) = sent[2].as_ref() else {
             panic!("{:?}", sent[2]);
         };
@@ -229,6 +310,16 @@ mod tests {
                 ContentBlock::Text { text: "yes".into() }
             ]
         );
+        let Some(Cow::Owned(Message::Assistant(stored))) = branch[2].stored() else {
+            panic!("rebuilt");
+        };
+        let Message::Assistant(mut original) = thought("other") else {
+            panic!()
+        };
+        if let ContentBlock::Thinking { signature, .. } = &mut original.content[0] {
+            *signature = None;
+        }
+        assert_eq!(stored, original, "as stored, the signature aside");
         let again = project(&branch);
         assert!(sent.iter().zip(&again).all(|(a, b)| Arc::ptr_eq(a, b)));
     }

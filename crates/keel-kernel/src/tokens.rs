@@ -196,9 +196,9 @@ struct Size {
 
 impl Size {
     fn of(entry: &BranchEntry) -> Self {
-        match entry.message() {
+        match entry.stored() {
             Some(message) => {
-                let (bytes, images) = message_bytes(message);
+                let (bytes, images) = message_bytes(&message);
                 Self {
                     bytes,
                     images,
@@ -214,7 +214,7 @@ impl Size {
     fn tokens(&mut self, entry: &BranchEntry) -> u64 {
         *self
             .tokens
-            .get_or_insert_with(|| entry.message().map_or(0, message_tokens))
+            .get_or_insert_with(|| entry.stored().map_or(0, |message| message_tokens(&message)))
     }
 }
 
@@ -355,8 +355,8 @@ impl Ledger {
     /// The o200k tokens of one entry as the model sees it (0 for an entry
     /// that is not a message or a checkpoint), cached.
     pub(crate) fn entry_tokens(&mut self, entry: &BranchEntry) -> u64 {
-        if let Some(message) = entry.message() {
-            return self.tokens_of(&entry.id, || message_tokens(message));
+        if let Some(message) = entry.stored() {
+            return self.tokens_of(&entry.id, || message_tokens(&message));
         }
         match entry.payload() {
             Some(keel_protocol::EntryPayload::Checkpoint { summary, .. }) => {
