@@ -22,14 +22,17 @@
 //!    reads either); `accumulator`, `context`, `permission`, `policy` —
 //!    pure data and rules over keel-protocol types.
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
-//!    `emitter` (the gapless event stream).
+//!    `emitter` (the gapless event stream), `journal` (the effect journal's
+//!    records and the pure recovery table).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome.
 //! 4. `session_writer` — the run's appends and its in-memory context branch.
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute.
-//! 6. `turn_loop` — stream, persist, run tools, inject, repeat.
-//! 7. `run` — [`AgentRun`], [`EventStream`] and the supervisor task.
-//! 8. `kernel` — [`AgentKernel`] and its builder.
+//! 6. `recovery` — completes the batch a crash interrupted, before a
+//!    resumed run's next turn.
+//! 7. `turn_loop` — stream, persist, run tools, inject, repeat.
+//! 8. `run` — [`AgentRun`], [`EventStream`] and the supervisor task.
+//! 9. `kernel` — [`AgentKernel`] and its builder.
 //!
 //! A new capability (compaction, the effect journal, hooks) is a module of
 //! its own at the layer it needs, called from the turn loop or the tool
@@ -39,10 +42,12 @@ mod accumulator;
 mod context;
 mod emitter;
 mod ids;
+pub mod journal;
 mod kernel;
 mod parts;
 mod permission;
 pub mod policy;
+mod recovery;
 mod run;
 mod session_writer;
 mod shared;

@@ -44,6 +44,9 @@ pub struct RunSpec {
     pub mode: PermissionMode,
     /// Fail the run after this many turns (no limit when `None`).
     pub max_turns: Option<u32>,
+    /// Continue the session's interrupted run instead of sending `prompt`
+    /// (set by [`crate::AgentKernel::resume`]).
+    pub(crate) resume: bool,
 }
 
 impl RunSpec {

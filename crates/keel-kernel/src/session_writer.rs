@@ -65,6 +65,11 @@ impl SessionWriter {
         crate::context::project(&self.state.lock().await.1)
     }
 
+    /// Runs `look` over the context branch without copying it.
+    pub(crate) async fn inspect<R>(&self, look: impl FnOnce(&[Entry]) -> R) -> R {
+        look(&self.state.lock().await.1)
+    }
+
     /// Appends `payloads` atomically as a chain below the current leaf.
     pub(crate) async fn append(
         &self,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EntryPayload, IntentKind, OperationIntent, PermissionDecision,
+    BatchMode, DecisionSource, EffectStarted, EntryPayload, IntentKind, OperationIntent, PermissionDecision,
     PermissionMode, PermissionResolution, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
     ToolResultMessage, ToolStatus,
 };
@@ -32,6 +32,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::journal::Overlay;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
 use crate::policy::PolicyDecision;
@@ -57,6 +58,7 @@ enum Verdict {
         prepared: PreparedCall,
         intent: OperationIntent,
         reason: String,
+        effect: Option<EffectStarted>,
     },
 }
 
@@ -89,12 +91,19 @@ impl ToolRunner<'_> {
     /// as one group.
     async fn decide_batch(&self, calls: &[ToolCall]) -> Result<Vec<Verdict>, SessionError> {
         let mut decisions = Vec::new();
+        let mut overlay = Overlay::new(&self.parts.workspace);
         let verdicts = calls
             .iter()
             .map(|call| {
-                let (verdict, decision) = self.decide(call);
+                let (verdict, decision) = self.decide(call, &mut overlay);
                 decisions
                     .extend(decision.map(|decision| EntryPayload::PermissionDecision { decision }));
+                // The effect journal rides in the decisions' group: one
+                // durable append for the batch (SPEC §8).
+                if let Verdict::Run(prepared, _) = &verdict {
+                    let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                    decisions.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+                }
                 verdict
             })
             .collect();
@@ -106,7 +115,11 @@ impl ToolRunner<'_> {
 
     /// The policy's verdict on one call, and the decision to record if the
     /// policy (not the host) decided.
-    fn decide(&self, call: &ToolCall) -> (Verdict, Option<PermissionDecision>) {
+    fn decide(
+        &self,
+        call: &ToolCall,
+        overlay: &mut Overlay<'_>,
+    ) -> (Verdict, Option<PermissionDecision>) {
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return (Verdict::Refused(error), None);
@@ -140,14 +153,16 @@ impl ToolRunner<'_> {
                 let decision = record(PermissionResolution::Denied, reason);
                 (Verdict::Refused(error), decision)
             }
-            PolicyDecision::Ask(reason) => (
-                Verdict::Ask {
+            PolicyDecision::Ask(reason) => {
+                let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                let verdict = Verdict::Ask {
                     prepared,
                     intent,
                     reason: with_findings(reason, &findings),
-                },
-                None,
-            ),
+                    effect,
+                };
+                (verdict, None)
+            }
         }
     }
 
@@ -215,8 +230,9 @@ impl ToolRunner<'_> {
                 prepared,
                 intent,
                 reason,
+                effect,
             } => match self
-                .authorize_by_host(call, &prepared.arguments, intent, reason)
+                .authorize_by_host(call, &prepared.arguments, intent, reason, effect)
                 .await?
             {
                 Ok(level) => (prepared, level),
@@ -237,16 +253,16 @@ impl ToolRunner<'_> {
         arguments: &Value,
         intent: OperationIntent,
         reason: String,
+        effect: Option<EffectStarted>,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
         let (resolution, source) = self.ask_host(call, arguments, &intent, &reason).await;
         let level = self.parts.policy.approved_level(self.mode, &intent);
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
-        self.writer
-            .append(
-                &self.shared.emitter,
-                vec![EntryPayload::PermissionDecision { decision }],
-            )
-            .await?;
+        let mut group = vec![EntryPayload::PermissionDecision { decision }];
+        if resolution == PermissionResolution::Approved {
+            group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+        }
+        self.writer.append(&self.shared.emitter, group).await?;
         Ok(match (resolution, source) {
             (PermissionResolution::Approved, _) => Ok(level),
             (PermissionResolution::Denied, DecisionSource::Kernel)

@@ -16,12 +16,14 @@ const LAYERS: &[(&str, u32)] = &[
     ("policy", 1),
     ("parts", 2),
     ("emitter", 2),
+    ("journal", 2),
     ("shared", 3),
     ("session_writer", 4),
     ("tools", 5),
-    ("turn_loop", 6),
-    ("run", 7),
-    ("kernel", 8),
+    ("recovery", 6),
+    ("turn_loop", 7),
+    ("run", 8),
+    ("kernel", 9),
 ];
 
 fn layer(module: &str) -> Option<u32> {

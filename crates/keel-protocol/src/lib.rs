@@ -11,6 +11,7 @@
 //! these types are checked into `schema/` (see [`schema::all`]).
 
 pub mod control;
+pub mod effect;
 pub mod error;
 pub mod event;
 pub mod message;
@@ -23,6 +24,7 @@ pub mod session;
 pub mod tool;
 
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
+pub use effect::{EffectStarted, FileEvidence, Idempotency, RecoveryAction, RunEndState};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
 pub use message::{

@@ -260,6 +260,10 @@ const KINDS: &[&str] = &[
     "permission_decision",
     "branch_summary",
     "label",
+    "run_start",
+    "run_end",
+    "effect_started",
+    "effect_recovered",
     "custom",
 ];
 

@@ -143,6 +143,10 @@ impl Tool for BashTool {
         })
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::Command
+    }
+
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Sequential
     }
