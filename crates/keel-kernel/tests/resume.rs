@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use keel_kernel::{AgentKernel, KernelError, RunSpec};
 use keel_protocol::{
-    Entry, EntryPayload, ExecutionMode, Idempotency, Message, PermissionMode, RecoveryAction,
+    Entry, EntryPayload, ExecutionMode, Idempotency, IntentKind, IntentScope, OperationIntent, Message, PermissionMode, RecoveryAction,
     RunEventKind, RunState, ToolErrorCode, ToolStatus,
 };
 use keel_provider::{Script, ScriptedProvider};
@@ -33,6 +33,9 @@ impl Tool for Hang {
     }
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Sequential
+    }
+    fn intent(&self, _arguments: &Value, _workspace: &Workspace) -> OperationIntent {
+        OperationIntent::new(IntentKind::Write, IntentScope::Workspace)
     }
     fn execute(&self, _arguments: Value, _context: ToolContext) -> ToolFuture<'_> {
         Box::pin(std::future::pending())
