@@ -44,6 +44,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run_cmd::run(*args).await,
+            Command::Resume(args) => run_cmd::resume(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
             Command::Models { settings } => models_cmd::run(settings),

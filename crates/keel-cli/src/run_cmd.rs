@@ -80,6 +80,68 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    drive(run, &store).await
+}
+
+/// `keel resume [SESSION]`: continues the run a crash interrupted (SPEC §8)
+/// under the mode the flags and configuration give now.
+pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
+    if args.session.is_none() && !args.continue_latest {
+        args.session = args.prompt.take();
+    }
+    if args.session.is_none() && !args.continue_latest {
+        return Err(StartupError::new(
+            "usage",
+            "keel resume needs the session to continue: SESSION, --session ID or --continue",
+        ));
+    }
+    if args.fork.is_some() || args.input_format == InputFormat::StreamJson {
+        return Err(StartupError::new(
+            "usage",
+            "keel resume continues a session in place: --fork and stream-json input do not apply",
+        ));
+    }
+    let setup = run_setup(&args)?;
+    for warning in &setup.warnings {
+        eprintln!("keel: warning: {}", warning.message);
+    }
+    let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
+    let workspace = match &args.workspace {
+        Some(given) => Some(sessions::workspace_root(Some(given))?),
+        None => None,
+    };
+    let continued = sessions::continued_session(
+        &store,
+        Resume {
+            session: args.session.as_deref(),
+            fork: None,
+            latest: args.continue_latest,
+            workspace: workspace.as_deref(),
+            workspace_given: args.workspace.is_some(),
+        },
+    )
+    .await?;
+    if let Some(repair) = &continued.repair {
+        eprintln!("keel: {}", session_cmd::repaired(repair));
+    }
+    let Some(session_id) = continued.session_id else {
+        return Err(StartupError::new("usage", "no session to resume"));
+    };
+    keel_tools::outputs::keep_after_runs(args.keep_outputs);
+    let kernel = host_config(&args, setup.config).kernel(store.clone())?;
+    let run = kernel
+        .resume(&session_id, setup.mode)
+        .await
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    drive(run, &store).await
+}
+
+/// Drives a started run to its end, answering permission requests, and
+/// prints where its session is.
+async fn drive(
+    run: AgentRun,
+    store: &Arc<keel_session::JsonlStore>,
+) -> Result<ExitCode, StartupError> {
     let output = Output::detect();
     let mut answers = Answers::new();
     let received = signals::Received::default();
@@ -93,7 +155,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     .map_err(|error| StartupError::new("host", error.to_string()))?;
     output.session(
         &result.session_id,
-        &sessions::session_file(&store, &result.session_id)?,
+        &sessions::session_file(store, &result.session_id)?,
     );
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),

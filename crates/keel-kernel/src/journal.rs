@@ -184,10 +184,7 @@ pub fn decide(
         );
     };
     match effect.idempotency {
-        Idempotency::ReadOnly => (
-            RecoveryAction::Rerun,
-            "read-only: safe to run again".into(),
-        ),
+        Idempotency::ReadOnly => (RecoveryAction::Rerun, "read-only: safe to run again".into()),
         Idempotency::WriteFile => {
             let applied = !effect.evidence.is_empty()
                 && effect.evidence.iter().all(|file| {

@@ -162,13 +162,7 @@ impl AgentKernel {
         if let Err(reason) = &baseline {
             tracing::warn!(%reason, "workspace changes will not be available for this run");
         }
-        AgentRun::start(
-            Arc::clone(&self.inner),
-            spec,
-            session_id,
-            baseline,
-            repair,
-        )
+        AgentRun::start(Arc::clone(&self.inner), spec, session_id, baseline, repair)
     }
 }
 

@@ -67,9 +67,7 @@ pub(crate) async fn recover(
         });
     }
     let settled = match last {
-        Some(Message::Assistant(message)) if message.tool_calls().next().is_none() => {
-            Some(message)
-        }
+        Some(Message::Assistant(message)) if message.tool_calls().next().is_none() => Some(message),
         _ => None,
     };
     if interruption.calls.is_empty() {

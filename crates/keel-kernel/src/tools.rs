@@ -20,9 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EffectStarted, EntryPayload, IntentKind, OperationIntent, PermissionDecision,
-    PermissionMode, PermissionResolution, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
-    ToolResultMessage, ToolStatus,
+    BatchMode, DecisionSource, EffectStarted, EntryPayload, IntentKind, OperationIntent,
+    PermissionDecision, PermissionMode, PermissionResolution, RunEventKind, ToolCall,
+    ToolErrorCode, ToolResultError, ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};

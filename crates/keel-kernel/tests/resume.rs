@@ -9,8 +9,9 @@ use std::time::Duration;
 
 use keel_kernel::{AgentKernel, KernelError, RunSpec};
 use keel_protocol::{
-    Entry, EntryPayload, ExecutionMode, Idempotency, IntentKind, IntentScope, OperationIntent, Message, PermissionMode, RecoveryAction,
-    RunEventKind, RunState, ToolErrorCode, ToolStatus,
+    Entry, EntryPayload, ExecutionMode, Idempotency, IntentKind, IntentScope, Message,
+    OperationIntent, PermissionMode, RecoveryAction, RunEventKind, RunState, ToolErrorCode,
+    ToolStatus,
 };
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
@@ -294,10 +295,7 @@ fn an_edit_whose_target_changed_is_a_conflict_not_a_rerun() {
             recovered(&after)[1],
             ("edit".into(), RecoveryAction::Conflict)
         );
-        assert_eq!(
-            results(&after)[1].2,
-            Some(ToolErrorCode::EffectConflict)
-        );
+        assert_eq!(results(&after)[1].2, Some(ToolErrorCode::EffectConflict));
         assert_eq!(
             std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
             "someone else\n"

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use keel_protocol::{
-    ExecutionMode, Idempotency, IntentKind, IntentScope, OperationIntent, ToolErrorCode, ToolProgress,
-    UserContent,
+    ExecutionMode, Idempotency, IntentKind, IntentScope, OperationIntent, ToolErrorCode,
+    ToolProgress, UserContent,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
