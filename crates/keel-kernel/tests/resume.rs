@@ -70,10 +70,10 @@ fn crash_in_batch(dir: &std::path::Path, store: Arc<MemoryStore>, calls: Value) 
             .unwrap();
         let mut events = run.events().unwrap();
         while let Some(event) = events.next().await {
-            if let RunEventKind::ToolExecutionStart { tool_name, .. } = &event.kind {
-                if tool_name == "hang" {
-                    break;
-                }
+            if let RunEventKind::ToolExecutionStart { tool_name, .. } = &event.kind
+                && tool_name == "hang"
+            {
+                break;
             }
         }
         let session = run.session_id().to_owned();
