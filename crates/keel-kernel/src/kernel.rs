@@ -39,7 +39,8 @@ pub enum KernelError {
     /// The prompt is empty.
     #[error("the prompt is empty")]
     EmptyPrompt,
-    /// The session's last run was interrupted: it must be resumed first.
+    /// The session's last run was interrupted with tool calls left without
+    /// results: it must be resumed first.
     #[error(
         "session {0} ends in an interrupted run; continue it with `keel resume {0}` \
          before starting a new one"
@@ -101,7 +102,7 @@ impl AgentKernel {
                 // Opening for writing is the one step that may cut a torn
                 // tail; the run reports it as `session_repaired`.
                 repair = store.open_for_writing(id).await?;
-                if self.interrupted(id).await? {
+                if self.dangling_calls(id).await? {
                     return Err(KernelError::Interrupted(id.clone()));
                 }
                 id.clone()
@@ -145,6 +146,13 @@ impl AgentKernel {
     pub async fn interrupted(&self, session_id: &str) -> Result<bool, KernelError> {
         let branch = self.inner.store.context_branch(session_id).await?;
         Ok(crate::journal::plan(&branch, &|_| None).is_interrupted())
+    }
+
+    /// Whether `session_id`'s active branch ends in tool calls without
+    /// results: a new run must not continue past them (only `resume` may).
+    async fn dangling_calls(&self, session_id: &str) -> Result<bool, KernelError> {
+        let branch = self.inner.store.context_branch(session_id).await?;
+        Ok(!crate::journal::plan(&branch, &|_| None).calls.is_empty())
     }
 
     async fn start(
