@@ -57,6 +57,7 @@ pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
             }
         } else {
             say(json!({
+                "type": "provider",
                 "provider": name,
                 "api": provider.api,
                 "base_url": provider.base_url,

@@ -1,28 +1,26 @@
-//! `keel run`: one prompt, one run, events on stdout.
+//! `keel run`: one prompt, one run, printed as `--output-format` says.
 //!
 //! Its defaults come from `config.toml` in layers (keel-host's `settings`);
 //! the flags override them. Warnings about the configuration (a project
 //! layer that tried to widen, a model outside the catalog) go to stderr
 //! before the run.
 //!
-//! When the policy asks, this host asks its user: on a terminal with a
-//! prompt on stderr, otherwise by reading one decision line from stdin
-//! (`{"request_id": …, "decision": "approve"|"deny"}` or a bare word). End of
-//! input, or anything not clearly an approval of that request, denies.
-//! With `--input-format stream-json`, stdin carries host-control messages
-//! instead (`stream_input`).
+//! When the policy asks, this host asks its user (see `ask`): one key on a
+//! terminal, one decision line on stdin otherwise. With `--input-format
+//! stream-json`, stdin carries host-control messages instead
+//! (`stream_input`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use keel_host::sessions::Resume;
-use keel_host::{Choices, RunSetup, Settings, Sources, answers, sessions};
-use keel_kernel::{AgentRun, ControlError, RunSpec};
-use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+use keel_host::{Choices, RunSetup, Settings, Sources, sessions};
+use keel_kernel::{AgentRun, RunSpec};
+use keel_protocol::{PermissionMode, RunEvent, SessionLine};
 
-use crate::args::{InputFormat, RunArgs};
+use crate::args::{InputFormat, OutputArgs, RunArgs};
+use crate::ask::Answers;
 use crate::host;
 use crate::output::Output;
 use crate::session_cmd;
@@ -55,9 +53,18 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
+    if let Some(budget) = args.max_budget_usd
+        && !(budget.is_finite() && budget >= 0.0)
+    {
+        return Err(StartupError::new(
+            "usage",
+            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
+        ));
+    }
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let mode = setup.mode;
     let max_turns = args.max_turns;
+    let budget = args.max_budget_usd;
     if args.input_format == InputFormat::StreamJson {
         let first = match args.prompt.as_deref() {
             Some(argument) => Some(prompt(Some(argument))?),
@@ -68,19 +75,23 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
                 .session_opt(session)
                 .mode(mode)
                 .max_turns(max_turns)
+                .max_cost_usd(budget)
         };
-        return stream_input::run(&kernel, &store, first, continued.session_id, spec).await;
+        let output = Output::new(&args.output, false);
+        return stream_input::run(&kernel, &store, output, first, continued.session_id, spec).await;
     }
     let prompt = prompt(args.prompt.as_deref())?;
     let spec = RunSpec::new(prompt)
         .session_opt(continued.session_id)
         .mode(mode)
-        .max_turns(max_turns);
+        .max_turns(max_turns)
+        .max_cost_usd(budget);
+    let received = signals::Received::install();
     let run = kernel
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    drive(run, &store).await
+    drive(run, &store, &args.output, &received).await
 }
 
 /// `keel resume [SESSION]`: continues the run a crash interrupted (SPEC §8)
@@ -129,11 +140,12 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     };
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
+    let received = signals::Received::install();
     let run = kernel
         .resume(&session_id, setup.mode)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    drive(run, &store).await
+    drive(run, &store, &args.output, &received).await
 }
 
 /// Drives a started run to its end, answering permission requests, and
@@ -141,22 +153,25 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
 async fn drive(
     run: AgentRun,
     store: &Arc<keel_session::JsonlStore>,
+    output: &OutputArgs,
+    received: &signals::Received,
 ) -> Result<ExitCode, StartupError> {
-    let output = Output::detect();
-    let mut answers = Answers::new();
-    let received = signals::Received::default();
+    let output = Output::new(output, Answers::on_terminal());
+    let mut answers = Answers::new(received.cancelled());
     let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
-        answers.answer(event, run).await;
+        answers.answer(event, run, &output).await;
     });
-    let result = tokio::select! {
+    let (result, changes) = tokio::select! {
         result = driven => result,
-        never = signals::cancel_on_signal(&run, &received) => match never {},
+        never = signals::cancel_on_signal(&run, received) => match never {},
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
-    output.session(
-        &result.session_id,
-        &sessions::session_file(store, &result.session_id)?,
-    );
+    let path = sessions::session_file(store, &result.session_id)?;
+    let session = SessionLine {
+        id: result.session_id.clone(),
+        path: path.display().to_string(),
+    };
+    host::finish(&output, &result, changes.as_ref(), Some(session))?;
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),
         None => host::exit_code(&result),
@@ -259,58 +274,10 @@ fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
 /// The host configuration with the flags that have no configuration key.
 fn host_config(args: &RunArgs, mut config: keel_host::HostConfig) -> keel_host::HostConfig {
     config.system_prompt = args.system_prompt.clone();
+    config.append_system_prompt = args.append_system_prompt.clone();
+    config.context_window = args.context_window;
+    config.environment = !args.no_environment;
     config.sandbox.mode = args.sandbox.into();
     config.sandbox.env.extend(args.sandbox_env.iter().cloned());
     config
-}
-
-/// Answers permission requests from the terminal or from stdin.
-struct Answers {
-    stdin: Option<Lines<BufReader<Stdin>>>,
-    terminal: bool,
-}
-
-impl Answers {
-    fn new() -> Self {
-        Self {
-            stdin: Some(BufReader::new(tokio::io::stdin()).lines()),
-            terminal: std::io::stdin().is_terminal(),
-        }
-    }
-
-    async fn answer(&mut self, event: &RunEvent, run: &AgentRun) {
-        let RunEventKind::PermissionRequested {
-            request_id,
-            tool_name,
-            reason,
-            arguments,
-            ..
-        } = &event.kind
-        else {
-            return;
-        };
-        if self.terminal {
-            eprint!("Allow {tool_name} {arguments}? ({reason}) [y/N] ");
-        }
-        let line = self.read_line().await;
-        let answer = answers::answer_line(line.as_deref(), request_id);
-        // A stale id means the run already moved on (e.g. it was cancelled).
-        if let Err(ControlError::UnsupportedScope(_)) = run.resolve_permission(request_id, answer) {
-            eprintln!(
-                "keel: answers that hold `always` are not supported yet; request {request_id} is denied"
-            );
-            let _ = run.resolve_permission(request_id, PermissionResolution::Denied);
-        }
-    }
-
-    async fn read_line(&mut self) -> Option<String> {
-        let lines = self.stdin.as_mut()?;
-        match lines.next_line().await {
-            Ok(Some(line)) => Some(line),
-            _ => {
-                self.stdin = None;
-                None
-            }
-        }
-    }
 }

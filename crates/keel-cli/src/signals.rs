@@ -8,25 +8,62 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel_kernel::AgentRun;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::Notify;
 
 /// A second SIGINT this soon after the first exits without waiting.
 pub const FORCE_WINDOW: Duration = Duration::from_secs(2);
 
-/// The signal that cancelled the run, if any.
+/// The signal handlers, and the signal that cancelled the run, if any.
 #[derive(Default)]
-pub struct Received(AtomicI32);
+pub struct Received(AtomicI32, Arc<Notify>, Mutex<Option<Streams>>);
+
+/// The three signals, listened for from the moment they are installed.
+struct Streams {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
 
 impl Received {
+    /// Installs the handlers now, before the run starts, so that a signal
+    /// sent while the run is being set up is not lost to its default action
+    /// (ending `keel` with the tool's processes left running). If they
+    /// cannot be installed, signals keep their default action.
+    pub fn install() -> Self {
+        let streams = match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(interrupt), Ok(terminate), Ok(hangup)) => Some(Streams {
+                interrupt,
+                terminate,
+                hangup,
+            }),
+            _ => {
+                tracing::warn!("signal handlers could not be installed");
+                None
+            }
+        };
+        Self(AtomicI32::new(0), Arc::default(), Mutex::new(streams))
+    }
+
     /// The exit code the signal calls for, if one was received.
     pub fn exit_code(&self) -> Option<u8> {
         match self.0.load(Ordering::SeqCst) {
             0 => None,
             signal => u8::try_from(128 + signal).ok(),
         }
+    }
+
+    /// Notified once when a signal cancels the run (a waiting prompt gives up).
+    pub fn cancelled(&self) -> Arc<Notify> {
+        Arc::clone(&self.1)
     }
 }
 
@@ -41,12 +78,17 @@ pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible
 /// in turn, e.g. `--input-format stream-json`); otherwise as
 /// [`cancel_on_signal`].
 pub async fn on_signal(received: &Received, cancel: impl Fn()) -> Infallible {
-    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("signal handlers could not be installed");
+    let streams = received
+        .2
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    let Some(Streams {
+        mut interrupt,
+        mut terminate,
+        mut hangup,
+    }) = streams
+    else {
         return std::future::pending().await;
     };
     let mut first: Option<Instant> = None;
@@ -58,6 +100,7 @@ pub async fn on_signal(received: &Received, cancel: impl Fn()) -> Infallible {
         };
         match first {
             Some(at) if number == libc::SIGINT && at.elapsed() <= FORCE_WINDOW => {
+                crate::tty::restore();
                 eprintln!("keel: interrupted again; exiting without waiting for the run");
                 std::process::exit(128 + libc::SIGINT);
             }
@@ -69,6 +112,7 @@ pub async fn on_signal(received: &Received, cancel: impl Fn()) -> Infallible {
                     .compare_exchange(0, number, Ordering::SeqCst, Ordering::SeqCst);
                 eprintln!("keel: cancelling the run (press Ctrl-C again to exit at once)");
                 cancel();
+                received.1.notify_one();
             }
         }
     }

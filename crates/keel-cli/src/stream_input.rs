@@ -15,8 +15,8 @@
 //!   one, lets the active run finish, and ends `keel` after it. A prompt
 //!   argument starts the first run without waiting for a message.
 //!
-//! Each run prints its events, result, workspace changes and session line,
-//! as `keel run` does. The exit code is the last run's (0 only for
+//! Each run prints its events, result, workspace changes and session line
+//! in the `--output-format` asked for, as `keel run` does. The exit code is the last run's (0 only for
 //! `settled`), or 128 + the signal that cancelled it; signals cancel the
 //! active run exactly as in text mode, and a signal between runs ends
 //! `keel`.
@@ -29,8 +29,9 @@ use std::process::ExitCode;
 
 use keel_host::sessions;
 use keel_kernel::{AgentKernel, AgentRun, ControlError, RunSpec};
-use keel_protocol::{HostControl, PermissionResolution, RunEventKind, RunResult};
+use keel_protocol::{HostControl, PermissionResolution, RunEventKind, RunResult, SessionLine};
 use keel_session::JsonlStore;
+use keel_tools::changes::WorkspaceChanges;
 use tokio::sync::{mpsc, watch};
 
 use crate::host;
@@ -48,16 +49,17 @@ type Input = Result<HostControl, String>;
 pub async fn run(
     kernel: &AgentKernel,
     store: &JsonlStore,
+    output: Output,
     first: Option<String>,
     session: Option<String>,
     spec: impl Fn(String, Option<String>) -> RunSpec,
 ) -> Result<ExitCode, StartupError> {
-    let received = signals::Received::default();
+    let received = signals::Received::install();
     let (signalled, watched) = watch::channel(false);
     let driver = Driver {
         kernel,
         store,
-        output: Output::detect(),
+        output,
         inputs: spawn_reader(),
         open: true,
         signalled: watched,
@@ -121,11 +123,13 @@ impl Driver<'_> {
                 }
             };
             session = Some(run.session_id().to_owned());
-            let result = self.drive(&run).await?;
-            self.output.session(
-                &result.session_id,
-                &sessions::session_file(self.store, &result.session_id)?,
-            );
+            let (result, changes) = self.drive(&run).await?;
+            let path = sessions::session_file(self.store, &result.session_id)?;
+            let line = SessionLine {
+                id: result.session_id.clone(),
+                path: path.display().to_string(),
+            };
+            host::finish(&self.output, &result, changes.as_ref(), Some(line))?;
             last = Some(result);
             if *self.signalled.borrow() {
                 return Ok(last);
@@ -155,9 +159,12 @@ impl Driver<'_> {
         None
     }
 
-    /// Prints the run's events while applying the messages that arrive,
-    /// then finishes it as `keel run` does.
-    async fn drive(&mut self, run: &AgentRun) -> Result<RunResult, StartupError> {
+    /// Prints the run's events while applying the messages that arrive;
+    /// returns its result and the workspace's changes.
+    async fn drive(
+        &mut self,
+        run: &AgentRun,
+    ) -> Result<(RunResult, Option<WorkspaceChanges>), StartupError> {
         let mut events = run
             .events()
             .map_err(|error| StartupError::new("host", error.to_string()))?;
@@ -166,8 +173,11 @@ impl Driver<'_> {
         if cancelled {
             run.cancel();
         }
+        let mut ticks = tokio::time::interval(crate::view::TICK);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
+                _ = ticks.tick(), if self.output.wants_ticks() => self.output.tick(),
                 event = events.next() => {
                     let Some(event) = event else { break };
                     self.output.event(&event);
@@ -195,7 +205,7 @@ impl Driver<'_> {
                 }
             }
         }
-        Ok(host::finish(run, &self.output).await)
+        Ok(host::end(run).await)
     }
 }
 
@@ -214,9 +224,9 @@ fn apply(run: &AgentRun, control: HostControl, pending: &mut Vec<String>) {
         _ => match control.permission_answer() {
             Some((request_id, answer)) => {
                 let outcome = run.resolve_permission(request_id, answer);
-                if let Err(ControlError::UnsupportedScope(_)) = &outcome {
+                if let Err(ControlError::UnsupportedScope(scope)) = &outcome {
                     eprintln!(
-                        "keel: answers that hold `always` are not supported yet; request {request_id} is denied"
+                        "keel: answers with scope {scope:?} are not supported; request {request_id} is denied"
                     );
                     deny(run, request_id);
                 }

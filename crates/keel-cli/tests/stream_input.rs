@@ -222,6 +222,8 @@ fn a_signal_between_runs_ends_keel_with_its_code() {
         .status()
         .unwrap();
     assert!(status.success());
+    // Closing stdin now would race the signal (end of input also ends keel).
+    live.wait_exit();
     let (code, _, _) = live.finish();
     assert_eq!(code, 143);
 }

@@ -38,7 +38,7 @@ pub(crate) async fn recover(
 ) -> Result<Recovered, SessionError> {
     let workspace = runner.parts.workspace.clone();
     let (interruption, last) = writer
-        .inspect(|branch| {
+        .with_branch(|branch| {
             let last = branch.iter().rev().find_map(|entry| match &entry.payload {
                 EntryPayload::Message { message } => Some(message.clone()),
                 _ => None,

@@ -20,8 +20,9 @@ pub enum PermissionScope {
     /// This request only.
     #[default]
     Once,
-    /// This request and every later one like it in the session (a session
-    /// rule). Hosts and kernels that do not keep session rules refuse it.
+    /// This request and every later one like it on this branch of the
+    /// session: the kernel records a `permission_rule` entry and decides
+    /// matching calls by it without asking (see [`crate::PermissionRule`]).
     Always,
 }
 

@@ -122,6 +122,18 @@ impl Live {
         result_of(&line).cloned().unwrap()
     }
 
+    /// Waits (stdin still open) until keel exits by itself.
+    pub fn wait_exit(&mut self) {
+        let deadline = Instant::now() + LIMIT;
+        while self.child.try_wait().unwrap().is_none() {
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("keel did not exit; seen: {:#?}", self.seen);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Closes stdin, waits for the exit, reads the rest of stdout; returns
     /// the exit code and stderr.
     pub fn finish(mut self) -> (i32, String, Vec<Value>) {
