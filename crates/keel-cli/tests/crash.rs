@@ -1,18 +1,18 @@
 //! The crash test of issue 17, through the `keel` binary: 100 runs of a
 //! scripted multi-turn task (writes, edits, and bash commands that each
-//! append one line to a counter file), each killed with SIGKILL after a
-//! random delay, then resumed with `keel resume` — and killed and resumed
-//! again when a random delay says so — until the run ends. Every run must
-//! end settled with the workspace of an uninterrupted run, except that a
-//! command reported as interrupted may be missing its line; no line is ever
-//! doubled, no entry in the file before a kill is missing after it, and
+//! append one line to a counter file), each killed with SIGKILL at a random
+//! failpoint (keel-failpoint's named points, armed through `KEEL_FAILPOINT`
+//! for a random hit) or after a random delay, then resumed with
+//! `keel resume` — and killed and resumed again, by the same two means,
+//! until the run ends. Every run must end settled with the workspace of an
+//! uninterrupted run, except that a command reported as interrupted may be
+//! missing its line; no line is ever doubled, no acknowledged entry (one of
+//! a complete group) in the file before a kill is missing after it, and
 //! every session file opens. Prints one summary line.
-//!
-//! Kills come after random delays only: the named failpoints of the issue
-//! are not built yet.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashSet;
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 const RUNS: u64 = 100;
+
+/// Processes that killed themselves at a failpoint.
+static FAILPOINT_KILLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// A small deterministic generator (xorshift), so a failure is replayable.
 struct Rng(u64);
@@ -72,16 +75,58 @@ fn keel(args: &[&str], script: &Path, workspace: &Path, sessions: &Path) -> Comm
         .arg(sessions)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .stderr(Stdio::null())
+        .env_remove(keel_failpoint::ENV);
     command
 }
 
+/// How an attempt is to be killed: at a failpoint (its Nth hit), or after
+/// a delay. A failpoint attempt still has a long delay as a backstop.
+struct Kill {
+    point: Option<String>,
+    delay: Duration,
+}
+
+impl Kill {
+    /// Half the attempts arm a random point for a random hit (1st to 4th),
+    /// the others are killed after a random delay below `max_ms`.
+    fn random(rng: &mut Rng, max_ms: u64) -> Self {
+        if rng.below(2) == 0 {
+            let points = keel_failpoint::POINTS;
+            let point = points[rng.below(points.len() as u64) as usize];
+            let hit = rng.below(4) + 1;
+            Self {
+                point: Some(format!("{point}:{hit}")),
+                delay: Duration::from_secs(60),
+            }
+        } else {
+            Self {
+                point: None,
+                delay: Duration::from_millis(rng.below(max_ms)),
+            }
+        }
+    }
+
+    /// Starts `command` armed as said and kills it as said.
+    fn run(&self, command: &mut Command) -> Option<bool> {
+        if let Some(point) = &self.point {
+            command.env(keel_failpoint::ENV, point);
+        }
+        kill_after(command.spawn().unwrap(), self.delay)
+    }
+}
+
 /// Waits up to `delay` for the child; kills it with SIGKILL if it is still
-/// running. Returns the exit status when it ended by itself.
+/// running. Returns the exit status when it ended by itself, `None` when it
+/// was killed (here, or by a failpoint).
 fn kill_after(mut child: Child, delay: Duration) -> Option<bool> {
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().unwrap() {
+            if status.signal() == Some(libc::SIGKILL) {
+                FAILPOINT_KILLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                return None;
+            }
             return Some(status.success());
         }
         if start.elapsed() >= delay {
@@ -101,14 +146,26 @@ fn session_file(sessions: &Path) -> Option<PathBuf> {
         .find(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
 }
 
-/// The entries of the file as they are on disk: ids, and the interrupted
-/// commands' recovery decisions.
+/// The acknowledged entries of the file as they are on disk: those of
+/// complete groups (a group's records carry its number `g` and size `n`; a
+/// kill between the records of a group leaves it torn and unacknowledged).
 fn entries(file: &Path) -> Vec<Value> {
-    std::fs::read_to_string(file)
+    let frames: Vec<Value> = std::fs::read_to_string(file)
         .unwrap_or_default()
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter_map(|line| line.pointer("/r/entry").cloned())
+        .collect();
+    let complete = |frame: &Value| {
+        let size = frames
+            .iter()
+            .filter(|other| other["g"] == frame["g"])
+            .count();
+        frame["n"].as_u64() == Some(size as u64)
+    };
+    frames
+        .iter()
+        .filter(|frame| complete(frame))
+        .filter_map(|frame| frame.pointer("/r/entry").cloned())
         .collect()
 }
 
@@ -142,14 +199,8 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
         let sessions = tempfile::tempdir().unwrap();
         let (ws, ss) = (workspace.path(), sessions.path());
         tally.runs += 1;
-        let delay = Duration::from_millis(rng.below(600));
-        let mut ended = kill_after(
-            keel(&["run"], &script_path, ws, ss)
-                .arg("count")
-                .spawn()
-                .unwrap(),
-            delay,
-        );
+        let mut ended =
+            Kill::random(&mut rng, 600).run(keel(&["run"], &script_path, ws, ss).arg("count"));
         let mut attempts = 0;
         let mut locked = false;
         loop {
@@ -164,13 +215,8 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
             assert!(attempts < 60, "run {run}: never settled");
             let Some(file) = session_file(ss) else {
                 // Killed before its session existed: nothing happened yet.
-                ended = kill_after(
-                    keel(&["run"], &script_path, ws, ss)
-                        .arg("count")
-                        .spawn()
-                        .unwrap(),
-                    Duration::from_millis(rng.below(600)),
-                );
+                ended = Kill::random(&mut rng, 600)
+                    .run(keel(&["run"], &script_path, ws, ss).arg("count"));
                 continue;
             };
             let before = ids(&entries(&file));
@@ -182,29 +228,27 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
                 // Killed before the prompt was acknowledged (the session is
                 // empty or holds only its configuration): there is no run
                 // to resume; the host runs it again.
-                ended = kill_after(
-                    keel(&["run", "--session", &id], &script_path, ws, ss)
-                        .arg("count")
-                        .spawn()
-                        .unwrap(),
-                    Duration::from_millis(rng.below(600)),
-                );
+                ended = Kill::random(&mut rng, 600)
+                    .run(keel(&["run", "--session", &id], &script_path, ws, ss).arg("count"));
                 continue;
             }
-            // Half the resumes are killed too.
-            let delay = if rng.below(2) == 0 {
-                Duration::from_millis(rng.below(400))
+            // Half the resumes run to their end; the others are killed too,
+            // at a failpoint or after a delay.
+            let kill = if rng.below(2) == 0 {
+                Kill::random(&mut rng, 400)
             } else {
-                Duration::from_secs(60)
+                Kill {
+                    point: None,
+                    delay: Duration::from_secs(60),
+                }
             };
             tally.resumes += 1;
             let log = scripts.path().join("resume.log");
-            let resumed = keel(&["resume", &id], &script_path, ws, ss)
-                .stderr(std::fs::File::create(&log).unwrap())
-                .stdout(std::fs::File::create(scripts.path().join("resume.out")).unwrap())
-                .spawn()
-                .unwrap();
-            ended = kill_after(resumed, delay);
+            ended = kill.run(
+                keel(&["resume", &id], &script_path, ws, ss)
+                    .stderr(std::fs::File::create(&log).unwrap())
+                    .stdout(std::fs::File::create(scripts.path().join("resume.out")).unwrap()),
+            );
             let after = ids(&entries(&file));
             tally.lost += before.difference(&after).count() as u64;
             let said = std::fs::read_to_string(&log).unwrap_or_default()
@@ -290,17 +334,24 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
         sorted.sort_unstable();
         assert_eq!(lines, sorted, "run {run}: the commands ran out of order");
     }
+    let at_failpoints = FAILPOINT_KILLS.load(std::sync::atomic::Ordering::Relaxed);
     println!(
-        "crash test: runs {}, kills {}, resumes {}, duplicated effects {}, lost entries {} \
-         (commands reported interrupted and missing their line: {}; resumes that found \
-         the session still locked by the dead run's command and retried: {})",
+        "crash test: runs {}, kills {} ({} at failpoints), resumes {}, duplicated effects {}, \
+         lost entries {} (commands reported interrupted and missing their line: {}; resumes \
+         that found the session still locked by the dead run's command and retried: {})",
         tally.runs,
         tally.kills,
+        at_failpoints,
         tally.resumes,
         tally.duplicated,
         tally.lost,
         tally.interrupted_lines,
         tally.locked
+    );
+    assert!(
+        keel_failpoint::ENABLED && at_failpoints > 0,
+        "no run was killed at a failpoint: is the test build of keel built with \
+         keel-failpoint's `enabled` feature?"
     );
     assert_eq!(tally.duplicated, 0, "an effect was done twice");
     assert_eq!(tally.lost, 0, "an acknowledged entry was lost");

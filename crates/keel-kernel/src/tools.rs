@@ -118,7 +118,13 @@ impl ToolRunner<'_> {
             })
             .collect();
         if !decisions.is_empty() {
+            let journaled = decisions
+                .iter()
+                .any(|payload| matches!(payload, EntryPayload::EffectStarted { .. }));
             self.writer.append(&self.shared.emitter, decisions).await?;
+            if journaled {
+                keel_failpoint::hit(keel_failpoint::AFTER_EFFECT_STARTED);
+            }
         }
         Ok(verdicts)
     }
@@ -337,11 +343,20 @@ impl ToolRunner<'_> {
             .then(|| rule_for(call, arguments, &intent, resolution));
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
         let mut group = vec![EntryPayload::PermissionDecision { decision }];
-        group.extend(rule.clone().map(|rule| EntryPayload::PermissionRule { rule }));
+        group.extend(
+            rule.clone()
+                .map(|rule| EntryPayload::PermissionRule { rule }),
+        );
         if resolution == PermissionResolution::Approved {
             group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
         }
+        let journaled = group
+            .iter()
+            .any(|payload| matches!(payload, EntryPayload::EffectStarted { .. }));
         self.writer.append(&self.shared.emitter, group).await?;
+        if journaled {
+            keel_failpoint::hit(keel_failpoint::AFTER_EFFECT_STARTED);
+        }
         if let Some(rule) = rule {
             self.rules.add(rule);
         }

@@ -500,6 +500,7 @@ impl<'a> TurnLoop<'a> {
         self.shared
             .emitter
             .emit(RunEventKind::MessageEnd { message: wrapped });
+        keel_failpoint::hit(keel_failpoint::AFTER_MESSAGE_END);
         Ok(message)
     }
 
@@ -520,6 +521,7 @@ impl<'a> TurnLoop<'a> {
             })
             .collect();
         self.writer.append(&self.shared.emitter, payloads).await?;
+        keel_failpoint::hit(keel_failpoint::AFTER_RESULT);
         for result in results {
             self.report_complete(Message::ToolResult(result));
         }

@@ -187,6 +187,7 @@ impl Tool for BashTool {
             listed.extend(context.sandbox.config.env.iter().cloned());
             let mut child = self.spawn(&arguments.command, root, &confinement, &listed)?;
             let mut group = GroupKiller::of(&child);
+            keel_failpoint::hit(keel_failpoint::IN_BASH);
             let mut pipes = Pipes {
                 stdout: child.stdout.take(),
                 stderr: child.stderr.take(),
