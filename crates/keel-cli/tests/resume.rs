@@ -132,6 +132,9 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
         String::from_utf8_lossy(&refused.stderr)
     );
     assert!(said.contains("keel resume"), "{said}");
+    assert!(said.contains("session_interrupted"), "{said}");
+    let (_, unchanged) = entries(sessions.path());
+    assert_eq!(unchanged, before, "the refused run appended nothing");
 
     let second = scripts.path().join("second.json");
     write_script(
