@@ -360,6 +360,9 @@ pub enum DemoName {
     /// host-disconnect, resume).
     Permissions,
     ContextCompaction,
+    /// A run killed with SIGKILL mid-batch, then resumed (case:
+    /// killed-mid-batch).
+    CrashRecovery,
 }
 
 #[derive(Debug, Args)]

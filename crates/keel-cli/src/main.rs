@@ -11,6 +11,7 @@ mod ask;
 mod compact_cmd;
 mod demo;
 mod demo_compaction;
+mod demo_crash;
 mod demo_permissions;
 mod demo_session;
 mod doctor;
