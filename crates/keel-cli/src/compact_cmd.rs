@@ -14,11 +14,10 @@ use std::sync::Arc;
 
 use keel_host::{Choices, Settings, Sources, sessions};
 use keel_kernel::KernelError;
-use keel_protocol::EntryPayload;
-use serde_json::json;
+use keel_protocol::{CompactionFailedLine, CompactionLine, EntryPayload, HostLine};
 
 use crate::args::CompactArgs;
-use crate::output::say;
+use crate::output::{print_json, say};
 use crate::session_cmd::{open_store, resolve_session, session_error};
 use crate::startup::StartupError;
 
@@ -83,14 +82,14 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
                     report.tokens_after
                 ));
             } else {
-                say(json!({"type": "compaction", "compaction": {
-                    "session_id": id,
-                    "checkpoint_id": report.checkpoint_id,
-                    "covered_entries": report.covered_entries,
-                    "tokens_before": report.tokens_before,
-                    "tokens_after": report.tokens_after,
-                    "path": sessions::session_file(&store, &id)?,
-                }}));
+                print_json(&HostLine::Compaction(CompactionLine {
+                    session_id: id.clone(),
+                    checkpoint_id: report.checkpoint_id,
+                    covered_entries: report.covered_entries as u64,
+                    tokens_before: report.tokens_before,
+                    tokens_after: report.tokens_after,
+                    path: sessions::session_file(&store, &id)?.display().to_string(),
+                }));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -98,9 +97,10 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             if terminal {
                 say(format!("session {id}: {} ({})", error.message, error.code));
             } else {
-                say(
-                    json!({"type": "compaction_failed", "compaction_failed": {"session_id": id, "error": error}}),
-                );
+                print_json(&HostLine::CompactionFailed(CompactionFailedLine {
+                    session_id: id.clone(),
+                    error,
+                }));
             }
             Ok(ExitCode::from(1))
         }

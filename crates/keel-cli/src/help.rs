@@ -94,4 +94,4 @@ Names:
   entry          one session entry
   tool_spec      a tool offered to the model
   host_control   what a host sends a run (steer, follow-up, cancel, answers)
-  host_line      keel's other output lines: result, workspace_changes, session, startup_error";
+  host_line      keel's other output lines: result, workspace_changes, session, startup_error, compaction, compaction_failed";

@@ -245,7 +245,7 @@ pub fn say(line: impl std::fmt::Display) {
 
 /// Serialises straight to stdout as one line (5x cheaper than going
 /// through a `Value`); a closed stdout (e.g. `| head`) must not abort the run.
-fn print_json(value: &impl serde::Serialize) {
+pub fn print_json(value: &impl serde::Serialize) {
     let mut stdout = std::io::stdout().lock();
     if serde_json::to_writer(&mut stdout, value).is_ok() {
         let _ = writeln!(stdout);

@@ -34,12 +34,11 @@ fn line(stdout: &str, key: &str) -> Value {
     stdout
         .lines()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find_map(|value| {
-            if value["type"] == key {
-                value.get(key).cloned().or(Some(value))
-            } else {
-                None
-            }
+        .find(|value| value["type"] == key)
+        .inspect(|value| {
+            // Every line keel prints is a typed `HostLine` (or an event).
+            serde_json::from_value::<keel_protocol::HostLine>(value.clone())
+                .unwrap_or_else(|error| panic!("{value} is not a HostLine: {error}"));
         })
         .unwrap_or_else(|| panic!("no {key} line in {stdout}"))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use keel_host::{HostConfig, ProviderChoice};
 use keel_kernel::RunSpec;
-use keel_protocol::{PermissionResolution, RunEventKind};
+use keel_protocol::{PermissionResolution, RunEventKind, RunState};
 use keel_provider::Script;
 use keel_session::MemoryStore;
 
@@ -18,7 +18,8 @@ const SCRIPT: &str = r#"{"turns":[
   {"expect":{"tool_result_contains":"hello"},"content":[{"type":"text","text":"Wrote and checked hello.txt."}]}]}"#;
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// Assembles a kernel through keel-host, runs one task to the end and checks its file.
+pub async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let project = tempfile::tempdir()?;
     let script = Script::from_json(SCRIPT)?;
     let kernel = HostConfig::new(ProviderChoice::Script {
@@ -58,5 +59,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         result.state,
         result.message.map(|m| m.text()).unwrap_or_default()
     );
+    if result.state != RunState::Settled {
+        return Err(format!("the run ended {:?}", result.state).into());
+    }
+    if std::fs::read_to_string(project.path().join("hello.txt"))? != "hello\n" {
+        return Err("hello.txt does not hold what the run wrote".into());
+    }
     Ok(())
 }

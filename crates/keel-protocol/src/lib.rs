@@ -38,7 +38,8 @@ pub use message::{
     Usage, UserContent, UserMessage,
 };
 pub use output::{
-    HostLine, ResultLine, RunTotals, SessionLine, StartupErrorLine, WorkspaceChangesLine,
+    CompactionFailedLine, CompactionLine, HostLine, ResultLine, RunTotals, SessionLine,
+    StartupErrorLine, WorkspaceChangesLine,
 };
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,

@@ -1,6 +1,6 @@
 //! The lines a host prints beside the `RunEvent`s: the result with the
-//! run's totals, the workspace's changes, where the session is stored, and
-//! a startup error.
+//! run's totals, the workspace's changes, where the session is stored, a
+//! startup error, and the outcome of a manual compaction.
 //!
 //! Each is tagged by `type` like the events, so a consumer of a host's JSON
 //! Lines (`keel run --output-format stream-json`) dispatches every line on
@@ -10,6 +10,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::error::RunError;
 use crate::run::RunResult;
 
 /// One line a host prints that is not a `RunEvent`, tagged by `type`.
@@ -28,6 +29,10 @@ pub enum HostLine {
     /// The host could not start (bad flag, missing file, unknown provider);
     /// no run started.
     StartupError(StartupErrorLine),
+    /// A manual compaction wrote a checkpoint (`keel session compact`).
+    Compaction(CompactionLine),
+    /// A manual compaction failed and wrote nothing.
+    CompactionFailed(CompactionFailedLine),
 }
 
 /// The `result` line.
@@ -92,6 +97,32 @@ pub struct StartupErrorLine {
     pub code: String,
     /// What went wrong and what to do, in words.
     pub message: String,
+}
+
+/// The `compaction` line: the checkpoint a manual compaction wrote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactionLine {
+    /// The compacted session.
+    pub session_id: String,
+    /// The checkpoint entry, now at the session's leaf.
+    pub checkpoint_id: String,
+    /// Entries the checkpoint covers.
+    pub covered_entries: u64,
+    /// Estimated tokens of the model context before.
+    pub tokens_before: u64,
+    /// Estimated tokens of the model context after.
+    pub tokens_after: u64,
+    /// The file that holds the session.
+    pub path: String,
+}
+
+/// The `compaction_failed` line: nothing was written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CompactionFailedLine {
+    /// The session that was to be compacted.
+    pub session_id: String,
+    /// Why it failed (code `compaction_failed` or the provider's).
+    pub error: RunError,
 }
 
 #[cfg(test)]
