@@ -60,12 +60,22 @@ fn kernel(dir: &std::path::Path, store: Arc<MemoryStore>, script: Value) -> Agen
 /// Runs `calls` in one batch and "crashes" when `hang` starts: the runtime
 /// is shut down without letting the run finish. Returns the session id.
 fn crash_in_batch(dir: &std::path::Path, store: Arc<MemoryStore>, calls: Value) -> String {
+    crash_in_batch_in(dir, store, calls, PermissionMode::Auto)
+}
+
+/// [`crash_in_batch`] with the crashed run in `mode`.
+fn crash_in_batch_in(
+    dir: &std::path::Path,
+    store: Arc<MemoryStore>,
+    calls: Value,
+    mode: PermissionMode,
+) -> String {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let script = json!({"turns": [{"content": calls}]});
     let kernel = kernel(dir, store, script);
     let session = runtime.block_on(async {
         let run = kernel
-            .create_run(RunSpec::new("go").mode(PermissionMode::Auto))
+            .create_run(RunSpec::new("go").mode(mode))
             .await
             .unwrap();
         let mut events = run.events().unwrap();
@@ -225,7 +235,9 @@ fn a_resume_applies_what_had_not_happened_and_runs_what_never_started() {
         {"type": "tool_call", "name": "edit", "arguments": {"path": "b.txt", "edits": [{"old_text": "one", "new_text": "two"}]}},
         {"type": "tool_call", "name": "nonexistent", "arguments": {}}
     ]);
-    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    // The crashed run had `full`; the resume gets the mode the host gives
+    // again (`auto`), never the interrupted run's.
+    let session = crash_in_batch_in(dir.path(), Arc::clone(&store), calls, PermissionMode::Full);
     assert!(!dir.path().join("a.txt").exists());
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async {
@@ -267,6 +279,14 @@ fn a_resume_applies_what_had_not_happened_and_runs_what_never_started() {
         let kinds: Vec<&str> = after.iter().map(Entry::kind).collect();
         assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 2);
         assert_eq!(kinds.last(), Some(&"run_end"));
+        let modes: Vec<PermissionMode> = after
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                EntryPayload::RunStart { mode, .. } => Some(*mode),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(modes, vec![PermissionMode::Full, PermissionMode::Auto]);
     });
 }
 
