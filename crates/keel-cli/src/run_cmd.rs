@@ -53,14 +53,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
-    if let Some(budget) = args.max_budget_usd
-        && !(budget.is_finite() && budget >= 0.0)
-    {
-        return Err(StartupError::new(
-            "usage",
-            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
-        ));
-    }
+    check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let mode = setup.mode;
     let max_turns = args.max_turns;
@@ -139,13 +132,30 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
         return Err(StartupError::new("usage", "no session to resume"));
     };
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
+    check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let received = signals::Received::install();
+    let spec = RunSpec::new("")
+        .session(session_id)
+        .mode(setup.mode)
+        .max_turns(args.max_turns)
+        .max_cost_usd(args.max_budget_usd);
     let run = kernel
-        .resume(&session_id, setup.mode)
+        .resume_with(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
     drive(run, &store, &args.output, &received).await
+}
+
+/// Refuses a `--max-budget-usd` that is not a number of USD, 0 or more.
+fn check_budget(budget: Option<f64>) -> Result<(), StartupError> {
+    match budget {
+        Some(budget) if !(budget.is_finite() && budget >= 0.0) => Err(StartupError::new(
+            "usage",
+            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
+        )),
+        _ => Ok(()),
+    }
 }
 
 /// Drives a started run to its end, answering permission requests, and

@@ -262,13 +262,25 @@ impl AgentKernel {
         session_id: &str,
         mode: keel_protocol::PermissionMode,
     ) -> Result<AgentRun, KernelError> {
-        let repair = self.inner.store.open_for_writing(session_id).await?;
-        if !self.interrupted(session_id).await? {
-            return Err(KernelError::NotInterrupted(session_id.to_owned()));
+        self.resume_with(RunSpec::new("").session(session_id).mode(mode))
+            .await
+    }
+
+    /// [`resume`](Self::resume) with the rest of a host's limits: the
+    /// resumed run takes `spec`'s session, mode, turn limit and cost budget
+    /// (both counted afresh); its prompt is not used, since the run goes on
+    /// from the interrupted one. Fails with [`KernelError::NotInterrupted`]
+    /// when `spec` names no session or one with nothing to resume.
+    pub async fn resume_with(&self, mut spec: RunSpec) -> Result<AgentRun, KernelError> {
+        let Some(session_id) = spec.session_id.clone() else {
+            return Err(KernelError::NotInterrupted("(none named)".into()));
+        };
+        let repair = self.inner.store.open_for_writing(&session_id).await?;
+        if !self.interrupted(&session_id).await? {
+            return Err(KernelError::NotInterrupted(session_id));
         }
-        let mut spec = RunSpec::new("").session(session_id).mode(mode);
         spec.resume = true;
-        Ok(self.start(spec, session_id.to_owned(), repair).await)
+        Ok(self.start(spec, session_id, repair).await)
     }
 
     /// Whether `session_id`'s active branch ends in an interrupted run.

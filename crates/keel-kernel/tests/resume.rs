@@ -322,3 +322,34 @@ fn an_edit_whose_target_changed_is_a_conflict_not_a_rerun() {
         );
     });
 }
+
+#[test]
+fn a_resumed_run_keeps_the_hosts_turn_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let calls = json!([{"type": "tool_call", "name": "hang", "arguments": {}}]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let script = json!({"turns": [
+            {"content": [{"type": "tool_call", "name": "write", "arguments": {"path": "c.txt", "content": "c\n"}}]},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]});
+        let kernel = kernel(dir.path(), Arc::clone(&store), script);
+        let spec = RunSpec::new("")
+            .session(&session)
+            .mode(PermissionMode::Auto)
+            .max_turns(1);
+        let run = kernel.resume_with(spec).await.unwrap();
+        let result = run.result().await;
+        assert_eq!(result.state, RunState::Failed, "{result:?}");
+        assert_eq!(
+            result.error.unwrap().code,
+            keel_protocol::RunErrorCode::TurnLimit
+        );
+        assert!(dir.path().join("c.txt").exists(), "the one turn ran");
+        // Without a session there is nothing to resume.
+        let error = kernel.resume_with(RunSpec::new("")).await.err().unwrap();
+        assert!(matches!(error, KernelError::NotInterrupted(_)), "{error}");
+    });
+}
