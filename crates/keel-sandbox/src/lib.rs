@@ -43,18 +43,22 @@
 
 mod capabilities;
 pub mod env;
+mod holder;
 mod landlock_rules;
 pub mod limits;
 mod namespaces;
+mod passing;
 pub mod probe;
 mod seccomp;
 mod sys;
 mod view;
+mod zygote;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use holder::{Call, CallEnd, CallSpec, END_LEN, read_end, spawn};
 pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::ResourceLimits;
 
@@ -187,7 +191,7 @@ pub enum SandboxError {
 }
 
 /// The shared sandbox settings handed to every tool call.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
     /// The level this call runs at.
     pub level: SandboxLevel,
@@ -203,6 +207,12 @@ impl Sandbox {
             config: Arc::new(SandboxConfig::default()),
         }
     }
+
+    /// Whether Keel enforces this sandbox itself (a confined level in
+    /// [`SandboxMode::Os`]).
+    pub fn is_enforced(&self) -> bool {
+        self.level != SandboxLevel::Unsandboxed && self.config.mode == SandboxMode::Os
+    }
 }
 
 /// A prepared confinement for one command: apply it to the command.
@@ -216,11 +226,18 @@ pub const SANDBOX_TMPDIR: &str = "/tmp";
 
 /// Prepares the confinement of one command run with `workspace` as root.
 pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, SandboxError> {
-    let enforced =
-        sandbox.level != SandboxLevel::Unsandboxed && sandbox.config.mode == SandboxMode::Os;
-    if !enforced {
+    if !sandbox.is_enforced() {
         return Ok(Confinement { launch: None });
     }
+    let launch = Launch::new(prepare(sandbox, workspace)?)?;
+    Ok(Confinement {
+        launch: Some(Arc::new(launch)),
+    })
+}
+
+/// Everything a confined command needs, planned on the host now: the view,
+/// a fresh Landlock ruleset, the seccomp filter. Fails closed.
+fn prepare(sandbox: &Sandbox, workspace: &Path) -> Result<Parts, SandboxError> {
     let abi = probe::require_landlock()?;
     probe::require_namespaces()?;
     let mut view = view::build(sandbox, workspace)?;
@@ -228,7 +245,7 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
         .into_iter()
         .map(|(path, grant)| (path, landlock_rules::grant_bits(grant, abi)))
         .collect();
-    let launch = Launch::new(Parts {
+    Ok(Parts {
         network: sandbox.level.allows_network(),
         view,
         workspace: view::c_path(workspace)?,
@@ -236,9 +253,6 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
         landlock: landlock_rules::build(sandbox, workspace)?,
         landlock_extra,
         filter: seccomp::filter(sandbox.level.allows_network())?,
-    })?;
-    Ok(Confinement {
-        launch: Some(Arc::new(launch)),
     })
 }
 

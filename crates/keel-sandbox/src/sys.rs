@@ -382,3 +382,186 @@ pub(crate) fn landlock_restrict(ruleset: RawFd) -> io::Result<()> {
     // SAFETY: the ruleset fd is open; the flags argument is 0; no pointers.
     check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) }).map(drop)
 }
+
+/// `struct clone_args` of `clone3(2)`.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `fork` into new namespaces (`flags`, `CLONE_NEW*`) with a pidfd of the
+/// child: `(0, -1)` in the child, `(pid, pidfd)` in the parent.
+pub(crate) fn fork_into(flags: libc::c_int) -> io::Result<(libc::pid_t, RawFd)> {
+    let mut pidfd: RawFd = -1;
+    let args = CloneArgs {
+        flags: u64::from((flags | libc::CLONE_PIDFD).cast_unsigned()),
+        pidfd: (&raw mut pidfd) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: without CLONE_VM and with no stack, clone3 behaves as fork:
+    // the child runs on a copy of this single-threaded process. `args` is
+    // a live `struct clone_args` of the size passed; the kernel writes the
+    // pidfd into `pidfd`, which outlives the call.
+    let pid = check_long(unsafe {
+        libc::syscall(libc::SYS_clone3, &raw const args, size_of::<CloneArgs>())
+    })?;
+    Ok((
+        libc::pid_t::try_from(pid).unwrap_or(libc::pid_t::MAX),
+        pidfd,
+    ))
+}
+
+/// Runs `entry(argument)` in a child that shares this process's memory,
+/// on `stack`, and suspends this process until the child execs or exits
+/// (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): no page table is
+/// copied. Returns the child's PID.
+///
+/// # Safety
+///
+/// `entry` must only make system calls through this module and must end
+/// in `execve` or [`exit`]; it must not return. `argument` must stay valid
+/// until this call returns, and nothing else may use `stack` meanwhile.
+pub(crate) unsafe fn spawn_sharing_memory(
+    stack: &mut [u8],
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    argument: *mut libc::c_void,
+) -> io::Result<libc::pid_t> {
+    // The stack grows down on every architecture Keel runs on; keep the
+    // top 16-byte aligned.
+    let top = stack.as_mut_ptr().wrapping_add(stack.len());
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: `top` is the aligned end of a live buffer nothing else uses
+    // while the child runs (this process is suspended until it execs or
+    // exits); the caller guarantees `entry` and `argument`.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            argument,
+        )
+    };
+    check(pid)?;
+    Ok(pid)
+}
+
+/// Moves the mount at `from` (relative to the directory `from_dir`) with
+/// everything beneath it to `to` (`move_mount(2)`).
+pub(crate) fn move_mount(from_dir: RawFd, from: &CStr, to: &CStr) -> io::Result<()> {
+    // SAFETY: both paths are NUL-terminated and alive for the call; the
+    // other arguments are integers.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from_dir,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            0u32,
+        )
+    })
+    .map(drop)
+}
+
+/// `dup2(2)`: `from` also as `to` (without close-on-exec).
+pub(crate) fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 takes integers only.
+    check(unsafe { libc::dup2(from, to) })
+}
+
+/// A close-on-exec duplicate of `fd` numbered `lowest` or above.
+pub(crate) fn dup_above(fd: RawFd, lowest: RawFd) -> io::Result<RawFd> {
+    // SAFETY: fcntl with F_DUPFD_CLOEXEC takes integers only.
+    let duplicate = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) };
+    check(duplicate)?;
+    Ok(duplicate)
+}
+
+/// Opens `path` (inside the view) with `flags`.
+pub(crate) fn open(path: &CStr, flags: libc::c_int) -> io::Result<RawFd> {
+    // SAFETY: `path` is NUL-terminated and alive for the call.
+    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    check(fd)?;
+    Ok(fd)
+}
+
+/// `execve(2)`; returns only with the reason it failed.
+///
+/// # Safety
+///
+/// `argv` and `envp` must be arrays of pointers to NUL-terminated strings,
+/// each ending with a null pointer, alive for the call.
+pub(crate) unsafe fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> io::Error {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        libc::execve(path, argv, envp);
+    }
+    io::Error::last_os_error()
+}
+
+/// Resets every signal's disposition to the default and empties the
+/// signal mask, so that a command starts as if from a fresh process
+/// (Rust ignores SIGPIPE, and ignored signals survive exec).
+pub(crate) fn reset_signals() {
+    for signal in 1..libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting a disposition to SIG_DFL takes no pointers;
+        // numbers the kernel does not accept fail harmlessly.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    // SAFETY: a live, emptied set the kernel only reads.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &raw const set, std::ptr::null_mut());
+    }
+}
+
+/// Sets SIGCHLD to be ignored when `automatic` (the kernel reaps children
+/// as they exit), or back to the default (children wait to be reaped).
+pub(crate) fn reap_children_automatically(automatic: bool) {
+    let disposition = if automatic {
+        libc::SIG_IGN
+    } else {
+        libc::SIG_DFL
+    };
+    // SAFETY: setting a disposition takes no pointers.
+    unsafe {
+        libc::signal(libc::SIGCHLD, disposition);
+    }
+}
+
+/// Sends `signal` to the process behind `pidfd`.
+pub(crate) fn pidfd_send_signal(pidfd: RawFd, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: integers and a null siginfo pointer, which the kernel allows.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    })
+    .map(drop)
+}
