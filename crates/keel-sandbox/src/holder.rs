@@ -88,6 +88,13 @@ impl Call {
     }
 }
 
+/// Blocks until the process behind `pidfd` (a call's init,
+/// [`Call::pidfd`]) has exited — and with it, for a call, every process of
+/// its PID namespace.
+pub fn wait_until_gone(pidfd: BorrowedFd<'_>) {
+    sys::wait_exited(pidfd.as_raw_fd());
+}
+
 impl Drop for Call {
     fn drop(&mut self) {
         self.kill();

@@ -278,6 +278,24 @@ pub(crate) fn has_exited(pidfd: RawFd) -> bool {
     ready != 0
 }
 
+/// Blocks until the process behind `pidfd` has exited (or polling it fails).
+pub(crate) fn wait_exited(pidfd: RawFd) {
+    let mut poll = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one live pollfd; a negative timeout blocks until ready.
+        let ready = unsafe { libc::poll(&raw mut poll, 1, -1) };
+        if ready != 0
+            && !(ready < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
+        {
+            return;
+        }
+    }
+}
+
 /// A pipe, both ends close-on-exec: (read, write).
 pub(crate) fn pipe() -> io::Result<(RawFd, RawFd)> {
     let mut fds = [0; 2];
