@@ -13,12 +13,15 @@
 //! directory replaced) gets a holder of its own, built afresh, so the
 //! holder's masks and binds always match the host as it is at the call.
 //!
-//! Lifetime: a holder lives while its `Arc<SandboxConfig>` does — a kernel
-//! keeps one for its life — and is dropped (its processes killed) at the
-//! next call of any sandbox after that, or when the kernel process exits
-//! (the holder sees its socket close; its relay dies with the thread that
-//! spawned it). No command outlives its call either way: each call has its
-//! own PID namespace, emptied before its end is reported.
+//! Lifetime: a run holds a [`RunHolders`] guard ([`hold`]); when the last
+//! guard of the process is dropped, every holder stops. Without a guard (a
+//! library user), a holder lives while its `Arc<SandboxConfig>` does and
+//! stops at the next call of any sandbox after that. Stopping closes the
+//! holder's socket: it exits, which ends its PID namespace, and is reaped.
+//! If the kernel process dies instead, the holder sees its socket close and
+//! its relay dies with the thread that spawned it. No command outlives its
+//! call either way: each call has its own PID namespace, emptied before its
+//! end is reported.
 //!
 //! Each call still gets its own Landlock ruleset, built here as for a
 //! per-call command, and the holder's view is never shared between two
@@ -282,6 +285,43 @@ fn identity(path: &Path) -> Option<(u64, u64, i64, i64)> {
 /// Holders alive, at most one per configuration, level and workspace.
 static HOLDERS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
+/// Runs holding the holders ([`hold`]).
+static RUNS: Mutex<usize> = Mutex::new(0);
+
+/// A run's hold on the namespace holders; see the module docs.
+#[derive(Debug)]
+#[must_use = "the holders stop when the last guard is dropped"]
+pub struct RunHolders(());
+
+/// Keeps the namespace holders this process starts until the guard is
+/// dropped; the last guard's drop stops them all (their processes exit and
+/// are reaped before it returns).
+pub fn hold() -> RunHolders {
+    *RUNS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+    RunHolders(())
+}
+
+impl Drop for RunHolders {
+    fn drop(&mut self) {
+        let mut runs = RUNS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *runs = runs.saturating_sub(1);
+        if *runs > 0 {
+            return;
+        }
+        let stopped: Vec<Entry> = std::mem::take(
+            &mut *HOLDERS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        drop(runs);
+        drop(stopped);
+    }
+}
+
 struct Entry {
     config: Weak<SandboxConfig>,
     level: SandboxLevel,
@@ -375,7 +415,8 @@ enum Failure {
 
 /// The kernel process's end of one holder.
 struct Holder {
-    socket: Mutex<UnixStream>,
+    /// Closed first when the holder stops: the holder exits at end of file.
+    socket: Option<Mutex<UnixStream>>,
     /// Dropping it tells the keeper thread to kill and reap the relay.
     stop: Option<mpsc::Sender<()>>,
     keeper: Option<std::thread::JoinHandle<()>>,
@@ -400,7 +441,7 @@ impl Holder {
             ))
         });
         let holder = Self {
-            socket: Mutex::new(ours),
+            socket: Some(Mutex::new(ours)),
             stop: Some(stop),
             keeper: Some(keeper),
         };
@@ -414,8 +455,10 @@ impl Holder {
 
     /// Sends one request; the pidfd of the call's init.
     fn call(&self, message: &[u8], fds: &[RawFd]) -> Result<OwnedFd, Failure> {
-        let socket = self
-            .socket
+        let Some(socket) = &self.socket else {
+            return Err(Failure::Gone(io::Error::from_raw_os_error(libc::EPIPE)));
+        };
+        let socket = socket
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let fd = socket.as_raw_fd();
@@ -444,6 +487,7 @@ impl Holder {
 
 impl Drop for Holder {
     fn drop(&mut self) {
+        drop(self.socket.take());
         drop(self.stop.take());
         if let Some(keeper) = self.keeper.take() {
             let _ = keeper.join();
@@ -452,7 +496,9 @@ impl Drop for Holder {
 }
 
 /// The keeper thread: spawns the relay, reports, and when told to stop
-/// kills and reaps it (the holder then dies by its parent-death signal).
+/// (after the holder's socket was closed, so the holder exits and its relay
+/// follows) reaps it — killing it if it has not ended within
+/// [`STOP_GRACE`].
 fn keep(
     launch: Launch,
     theirs: UnixStream,
@@ -489,6 +535,16 @@ fn keep(
     }
     // Blocks until the holder is dropped (its sender goes away).
     let _ = stopped.recv();
-    let _ = relay.kill();
+    let deadline = std::time::Instant::now() + STOP_GRACE;
+    while matches!(relay.try_wait(), Ok(None)) {
+        if std::time::Instant::now() >= deadline {
+            let _ = relay.kill();
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     let _ = relay.wait();
 }
+
+/// How long a stopping holder may take to exit before its relay is killed.
+const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);

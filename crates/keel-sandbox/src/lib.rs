@@ -58,7 +58,9 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-pub use holder::{Call, CallEnd, CallSpec, END_LEN, read_end, spawn, wait_until_gone};
+pub use holder::{
+    Call, CallEnd, CallSpec, END_LEN, RunHolders, hold, read_end, spawn, wait_until_gone,
+};
 pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::ResourceLimits;
 
