@@ -275,11 +275,25 @@ impl Launch {
     /// The command's own restrictions, enforcing the Landlock `ruleset`
     /// (with the view's own grants added); then the command is exec'd.
     pub(crate) fn command(&self, ruleset: RawFd) -> io::Result<()> {
+        self.command_session()?;
+        self.command_restrictions(ruleset)
+    }
+
+    /// The first half of [`Launch::command`], which needs nothing of the
+    /// command itself: a new session without a terminal, rlimits, the
+    /// workspace as working directory.
+    pub(crate) fn command_session(&self) -> io::Result<()> {
         sys::setsid()?;
         for (resource, limit) in &self.rlimits {
             sys::set_rlimit(*resource, limit)?;
         }
-        sys::chdir(&self.workspace)?;
+        sys::chdir(&self.workspace)
+    }
+
+    /// The second half of [`Launch::command`], once the command's
+    /// descriptors are in place: every other descriptor closes at exec,
+    /// `no_new_privs`, no capabilities, Landlock, seccomp.
+    pub(crate) fn command_restrictions(&self, ruleset: RawFd) -> io::Result<()> {
         sys::close_from(3, true)?;
         sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
         super::capabilities::drop_all()?;

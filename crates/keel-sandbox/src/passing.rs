@@ -149,7 +149,7 @@ pub(crate) fn read_exact(fd: RawFd, buffer: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes all of `bytes`, without raising SIGPIPE on a socket.
+/// Writes all of `bytes` to a socket, without raising SIGPIPE.
 pub(crate) fn write_all(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
     let mut done = 0;
     while let Some(rest) = bytes.get(done..).filter(|rest| !rest.is_empty()) {

@@ -261,9 +261,8 @@ pub(crate) fn parent_pid() -> libc::pid_t {
 
 /// A pidfd of this process, to learn later whether it is still alive.
 pub(crate) fn pidfd_of_self() -> io::Result<RawFd> {
-    // SAFETY: getpid cannot fail; pidfd_open takes integers.
-    let fd = check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) })?;
-    Ok(RawFd::try_from(fd).unwrap_or(-1))
+    // SAFETY: getpid cannot fail and takes no arguments.
+    pidfd_open(unsafe { libc::getpid() })
 }
 
 /// Whether the process behind `pidfd` has exited.
@@ -441,16 +440,17 @@ pub(crate) fn fork_into(flags: libc::c_int) -> io::Result<(libc::pid_t, RawFd)> 
     ))
 }
 
-/// Runs `entry(argument)` in a child that shares this process's memory,
-/// on `stack`, and suspends this process until the child execs or exits
-/// (`CLONE_VM | CLONE_VFORK`, as `posix_spawn` does): no page table is
-/// copied. Returns the child's PID.
+/// Runs `entry(argument)` in a child that shares this process's memory
+/// and descriptor table (`CLONE_VM | CLONE_FILES`, as a thread would, but a
+/// process of its own), on `stack`: no page table is copied. Returns the
+/// child's PID.
 ///
 /// # Safety
 ///
 /// `entry` must only make system calls through this module and must end
-/// in `execve` or [`exit`]; it must not return. `argument` must stay valid
-/// until this call returns, and nothing else may use `stack` meanwhile.
+/// in `execve` or [`exit`]; it must not return. Until it execs or exits,
+/// this process must not run (it waits in a system call), `argument` must
+/// stay valid, and nothing else may use `stack`.
 pub(crate) unsafe fn spawn_sharing_memory(
     stack: &mut [u8],
     entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
@@ -461,18 +461,49 @@ pub(crate) unsafe fn spawn_sharing_memory(
     let top = stack.as_mut_ptr().wrapping_add(stack.len());
     let top = top.wrapping_sub(top as usize % 16);
     // SAFETY: `top` is the aligned end of a live buffer nothing else uses
-    // while the child runs (this process is suspended until it execs or
-    // exits); the caller guarantees `entry` and `argument`.
+    // while the child runs; the caller guarantees `entry`, `argument` and
+    // that this process does not run meanwhile.
     let pid = unsafe {
         libc::clone(
             entry,
             top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD,
             argument,
         )
     };
     check(pid)?;
     Ok(pid)
+}
+
+/// Blocks until one of `fds` is readable (or hung up); a bit per
+/// descriptor, in order, set for those that are.
+pub(crate) fn wait_readable(fds: &[RawFd; 2]) -> u32 {
+    let mut polls = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    loop {
+        // SAFETY: two live pollfds; a negative timeout blocks until ready.
+        let ready = unsafe { libc::poll(polls.as_mut_ptr(), 2, -1) };
+        if ready > 0 {
+            return polls
+                .iter()
+                .enumerate()
+                .filter(|(_, poll)| poll.revents != 0)
+                .fold(0, |bits, (index, _)| bits | (1 << index));
+        }
+        if ready < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 0;
+        }
+    }
+}
+
+/// A pidfd of the process `pid` (as this process's PID namespace numbers it).
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<RawFd> {
+    // SAFETY: pidfd_open takes integers.
+    let fd = check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    Ok(RawFd::try_from(fd).unwrap_or(-1))
 }
 
 /// Moves the mount at `from` (relative to the directory `from_dir`) with

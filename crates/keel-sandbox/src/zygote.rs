@@ -1,22 +1,29 @@
 //! The namespace holder's side of a call: a long-lived process that keeps
-//! one run's namespaces and view, and starts each command in namespaces of
-//! its own inside them.
+//! one run's namespaces and view, and a call ready in namespaces of its own
+//! inside them before the kernel process asks for it.
 //!
 //! A holder is the init (PID 1) of a relay chain like a per-call command's
 //! (see [`super::namespaces`]): new user, mount, PID, IPC, UTS and (unless
 //! the level allows it) network namespaces, the view built once. It then
-//! waits on a Unix socket for requests from the kernel process. For each
-//! one it forks a *call init* into new mount, PID and IPC namespaces (with a
-//! pidfd the kernel process gets back, to kill the call), which mounts a
-//! fresh `/tmp`, `/dev/shm` and `/proc` over the holder's
-//! ([`super::view::View::per_call`]), starts the command sharing its memory
-//! (`CLONE_VM | CLONE_VFORK`: nothing is copied), waits for it, kills and
-//! reaps whatever it left, and only then writes how it ended to the call's
-//! status pipe. When the call init dies, its PID namespace dies with it; so
-//! a command and everything it started never outlive their call, as with
-//! per-call namespaces. When the kernel process closes its end of the
-//! socket (its run is over, or it died), the holder exits, and with it
-//! every process of its PID namespace.
+//! keeps one call *ready*: it forks a **call init** into new mount, PID and
+//! IPC namespaces, which mounts a fresh `/tmp`, `/dev/shm` and `/proc` over
+//! the holder's ([`super::view::View::per_call`]) and starts the **command**
+//! sharing its memory and descriptors (`CLONE_VM | CLONE_FILES`: nothing is
+//! copied), in its own session with its rlimits. The command waits on the
+//! holder's Unix socket for a request from the kernel process, tells the
+//! holder (which forks the next ready call), answers with a pidfd of its
+//! init (to kill the call: its PID namespace dies with it), puts the
+//! request's descriptors in place, enforces the rest of its restrictions
+//! and execs. The call init waits for it, kills and reaps whatever it left,
+//! and only then writes how it ended to the call's status pipe. A ready
+//! call serves exactly one request; so a command and everything it started
+//! never outlive their call, and each call's `/tmp` is new, as with
+//! per-call namespaces — but the fork, the mounts and half of the
+//! restrictions happen before the request, off its path.
+//!
+//! When the kernel process closes its end of the socket (its run is over,
+//! or it died), the ready command reads end of file, tells the holder, and
+//! the holder exits: every process of its PID namespace dies with it.
 //!
 //! Request: a header of four native-endian `u32` (magic, body length,
 //! argument count, environment count) carrying the descriptors stdout,
@@ -30,7 +37,8 @@
 //! Invariant: everything here runs after `fork` in a copy of a
 //! multi-threaded process. It allocates nothing: requests are read into
 //! [`Buffers`] allocated before the fork, and only the wrappers of
-//! [`super::sys`] and [`super::passing`] are called.
+//! [`super::sys`] and [`super::passing`] are called. While the command runs
+//! in the call init's memory, the init waits in a system call.
 
 use std::io;
 use std::os::fd::RawFd;
@@ -80,7 +88,7 @@ impl Buffers {
     }
 }
 
-/// One request, as the call init and its command see it.
+/// One request, as the command sees it.
 struct Request {
     path: *const libc::c_char,
     argv: *const *const libc::c_char,
@@ -91,52 +99,216 @@ struct Request {
     ruleset: RawFd,
 }
 
-/// The holder's loop: one request at a time, until end of file.
+/// Notices from a ready call to the holder, one byte each.
+const NEXT: u8 = b'n';
+/// The kernel process closed its end: the run is over.
+const QUIT: u8 = b'q';
+/// A request could not be read: the stream is out of step.
+const BROKEN: u8 = b'x';
+
+/// The holder's loop: keeps one call ready, until the run is over.
 pub(crate) fn serve(launch: &Launch, socket: RawFd, buffers: &mut Buffers) -> ! {
     sys::reset_signals();
     // Call inits are reaped by the kernel as they exit; their end goes to
     // the kernel process through their status pipes.
     sys::reap_children_automatically(true);
+    let Ok((notices, notify)) = sys::pipe() else {
+        sys::exit(1)
+    };
     loop {
-        let mut header = [0u8; HEADER_LEN];
-        let mut fds = [-1; REQUEST_FDS];
-        let received = match passing::receive(socket, &mut header, &mut fds) {
-            Ok((0, _)) => sys::exit(0),
-            Ok((read, count)) => read_rest(socket, &mut header, read).map(|()| count),
-            Err(error) => Err(error),
+        let init = match sys::fork_into(CALL_NAMESPACES) {
+            Ok((0, _)) => {
+                sys::close(notices);
+                call_init(launch, socket, notify, buffers)
+            }
+            Ok((_, init)) => init,
+            Err(_) => sys::exit(1),
         };
-        let errno =
-            match received.and_then(|count| read_request(socket, &header, &fds, count, buffers)) {
-                Ok(request) => start_call(launch, socket, &request, &mut buffers.stack),
-                // The stream cannot be resynchronised: the kernel process sees
-                // the holder gone and starts another.
-                Err(_) => sys::exit(1),
-            };
-        for fd in fds.into_iter().filter(|fd| *fd >= 0) {
-            sys::close(fd);
+        let ready = sys::wait_readable(&[notices, init]);
+        let mut notice = [0u8; 1];
+        if ready & 1 == 0 || sys::read(notices, &mut notice) != 1 {
+            // The ready call ended without a word: stop, so the kernel
+            // process sees the holder gone and starts another.
+            sys::exit(1);
         }
-        if let Some(errno) = errno {
-            let _ = passing::write_all(socket, &errno.to_ne_bytes());
+        sys::close(init);
+        match notice[0] {
+            NEXT => {}
+            QUIT => sys::exit(0),
+            _ => sys::exit(1),
         }
     }
 }
 
-/// Reads the rest of a header a stream delivered in parts.
-fn read_rest(socket: RawFd, header: &mut [u8; HEADER_LEN], read: usize) -> io::Result<()> {
-    match header.get_mut(read..) {
-        Some(rest) => passing::read_exact(socket, rest),
-        None => Ok(()),
+/// What the call init shares with its command (which runs in the init's
+/// memory until it execs). The command writes the last three fields.
+struct Shared<'a> {
+    launch: &'a Launch,
+    socket: RawFd,
+    notify: RawFd,
+    body: &'a mut [u8],
+    strings: &'a mut [usize],
+    /// Why the fresh mounts failed; 0 if they did not.
+    setup: i32,
+    /// Whether the command took a request.
+    taken: bool,
+    /// The request's status pipe.
+    status: RawFd,
+    /// Why the command could not start; 0 if it exec'd.
+    failure: i32,
+}
+
+/// PID 1 of a ready call's PID namespace: fresh mounts, the command
+/// (waiting for its request), then its end.
+fn call_init(launch: &Launch, socket: RawFd, notify: RawFd, buffers: &mut Buffers) -> ! {
+    sys::reap_children_automatically(false);
+    let setup = launch.fresh_mounts().err().map_or(0, |error| errno(&error));
+    let Buffers {
+        body,
+        strings,
+        stack,
+    } = buffers;
+    let mut shared = Shared {
+        launch,
+        socket,
+        notify,
+        body,
+        strings,
+        setup,
+        taken: false,
+        status: -1,
+        failure: 0,
+    };
+    // SAFETY: `command_entry` only makes system calls through `sys` and
+    // `passing` and ends in execve or _exit; this process only waits in
+    // `wait_for_all` (a system call) until the command has exec'd or
+    // exited; `shared` and `stack` outlive it and nothing else uses them.
+    #[allow(unsafe_code)]
+    let started = unsafe {
+        sys::spawn_sharing_memory(
+            stack,
+            command_entry,
+            (&raw mut shared).cast::<libc::c_void>(),
+        )
+    };
+    let Ok(command) = started else {
+        sys::write(notify, &[BROKEN]);
+        sys::exit(1)
+    };
+    let code = wait_for_all(command);
+    // SAFETY: the command wrote these (if at all) before it exec'd or
+    // exited; it no longer runs in this memory.
+    #[allow(unsafe_code)]
+    let (taken, status, failure) = unsafe {
+        (
+            std::ptr::read_volatile(&raw const shared.taken),
+            std::ptr::read_volatile(&raw const shared.status),
+            std::ptr::read_volatile(&raw const shared.failure),
+        )
+    };
+    if !taken {
+        sys::exit(0);
+    }
+    let status_u32 = u32::try_from(status).unwrap_or(0);
+    sys::close_range(0, status_u32.saturating_sub(1));
+    sys::close_range(status_u32 + 1, u32::MAX);
+    let (kind, value) = if failure != 0 {
+        (END_NOT_STARTED, failure)
+    } else {
+        (END_EXITED, code)
+    };
+    let mut record = [0u8; END_LEN];
+    record[..4].copy_from_slice(&kind.to_ne_bytes());
+    record[4..].copy_from_slice(&value.to_ne_bytes());
+    sys::write(status, &record);
+    sys::exit(0)
+}
+
+/// The command's first function, on its own stack in the call init's
+/// memory: waits for a request, answers it, execs.
+extern "C" fn command_entry(argument: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `argument` is the `Shared` of `call_init`, alive until this
+    // process execs or exits; the call init does not touch it meanwhile.
+    #[allow(unsafe_code)]
+    let shared = unsafe { &mut *argument.cast::<Shared<'_>>() };
+    // What needs nothing of the request happens before it arrives.
+    let early = if shared.setup != 0 {
+        shared.setup
+    } else {
+        shared
+            .launch
+            .command_session()
+            .err()
+            .map_or(0, |error| errno(&error))
+    };
+    let request = match read_request(shared.socket, shared.body, shared.strings) {
+        Ok(Some(request)) => request,
+        Ok(None) => {
+            sys::write(shared.notify, &[QUIT]);
+            sys::exit(0)
+        }
+        Err(_) => {
+            sys::write(shared.notify, &[BROKEN]);
+            sys::exit(1)
+        }
+    };
+    // SAFETY: as above; read by the call init once this process is gone
+    // from its memory.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::write_volatile(&raw mut shared.taken, true);
+        std::ptr::write_volatile(&raw mut shared.status, request.status);
+    }
+    sys::write(shared.notify, &[NEXT]);
+    let failure = match answer(shared.socket) {
+        Err(error) => errno(&error),
+        Ok(()) if early != 0 => early,
+        Ok(()) => errno(&exec_command(shared.launch, &request)),
+    };
+    // SAFETY: as above.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::ptr::write_volatile(&raw mut shared.failure, failure);
+    }
+    sys::exit(127)
+}
+
+/// Answers a request with a pidfd of this call's init (PID 1 here).
+fn answer(socket: RawFd) -> io::Result<()> {
+    match sys::pidfd_open(1) {
+        Ok(pidfd) => {
+            let sent = passing::send(socket, &0i32.to_ne_bytes(), &[pidfd]);
+            sys::close(pidfd);
+            sent
+        }
+        Err(error) => {
+            let _ = passing::write_all(socket, &errno(&error).to_ne_bytes());
+            Err(error)
+        }
     }
 }
 
-/// Checks the header, reads the body and lays out argv and envp.
+/// The errno of `error`, never 0.
+fn errno(error: &io::Error) -> i32 {
+    error.raw_os_error().unwrap_or(libc::EINVAL).max(1)
+}
+
+/// Reads one request (`None` at end of file), checks it and lays out argv
+/// and envp in `strings`, pointing into `body`.
 fn read_request(
     socket: RawFd,
-    header: &[u8; HEADER_LEN],
-    fds: &[RawFd; REQUEST_FDS],
-    count: usize,
-    buffers: &mut Buffers,
-) -> io::Result<Request> {
+    body: &mut [u8],
+    strings: &mut [usize],
+) -> io::Result<Option<Request>> {
+    let mut header = [0u8; HEADER_LEN];
+    let mut fds = [-1; REQUEST_FDS];
+    let (read, count) = passing::receive(socket, &mut header, &mut fds)?;
+    if read == 0 {
+        return Ok(None);
+    }
+    if let Some(rest) = header.get_mut(read..) {
+        passing::read_exact(socket, rest)?;
+    }
     let invalid = || io::Error::from_raw_os_error(libc::EINVAL);
     let word = |index: usize| {
         let mut bytes = [0u8; 4];
@@ -144,17 +316,17 @@ fn read_request(
         usize::try_from(u32::from_ne_bytes(bytes)).unwrap_or(usize::MAX)
     };
     let (magic, length, argc, envc) = (word(0), word(1), word(2), word(3));
-    let strings = 1usize.saturating_add(argc).saturating_add(envc);
+    let total = 1usize.saturating_add(argc).saturating_add(envc);
     if magic != MAGIC as usize
         || count != REQUEST_FDS
         || argc == 0
         || length == 0
-        || length > buffers.body.len()
-        || strings.saturating_add(2) > buffers.strings.len()
+        || length > body.len()
+        || total.saturating_add(2) > strings.len()
     {
         return Err(invalid());
     }
-    let body = buffers.body.get_mut(..length).ok_or_else(invalid)?;
+    let body = body.get_mut(..length).ok_or_else(invalid)?;
     passing::read_exact(socket, body)?;
     if body.last() != Some(&0) {
         return Err(invalid());
@@ -168,151 +340,49 @@ fn read_request(
             continue;
         }
         if slot == 1 + argc {
-            buffers.strings[slot] = 0;
+            strings[slot] = 0;
             slot += 1;
         }
-        let target = buffers.strings.get_mut(slot).ok_or_else(invalid)?;
-        *target = base + start;
+        *strings.get_mut(slot).ok_or_else(invalid)? = base + start;
         slot += 1;
         start = index + 1;
     }
     if slot == 1 + argc {
-        buffers.strings[slot] = 0;
+        strings[slot] = 0;
         slot += 1;
     }
-    if slot != strings + 1 {
+    if slot != total + 1 {
         return Err(invalid());
     }
-    *buffers.strings.get_mut(slot).ok_or_else(invalid)? = 0;
-    let pointer = |index: usize| buffers.strings.as_ptr().wrapping_add(index).cast();
-    Ok(Request {
-        path: buffers.strings[0] as *const libc::c_char,
+    *strings.get_mut(slot).ok_or_else(invalid)? = 0;
+    let pointer = |index: usize| strings.as_ptr().wrapping_add(index).cast();
+    Ok(Some(Request {
+        path: strings[0] as *const libc::c_char,
         argv: pointer(1),
         envp: pointer(argc + 2),
         stdout: fds[0],
         stderr: fds[1],
         status: fds[2],
         ruleset: fds[3],
-    })
+    }))
 }
 
-/// Forks the call init and answers the kernel process: `None` when the
-/// pidfd went with a success reply, or the errno to reply.
-fn start_call(launch: &Launch, socket: RawFd, request: &Request, stack: &mut [u8]) -> Option<i32> {
-    match sys::fork_into(CALL_NAMESPACES) {
-        Ok((0, _)) => {
-            sys::close(socket);
-            call_init(launch, request, stack)
-        }
-        Ok((_, pidfd)) => {
-            let sent = passing::send(socket, &0i32.to_ne_bytes(), &[pidfd]);
-            sys::close(pidfd);
-            if sent.is_err() {
-                sys::exit(1);
-            }
-            None
-        }
-        Err(error) => Some(error.raw_os_error().unwrap_or(libc::EAGAIN)),
-    }
-}
-
-/// PID 1 of the call's PID namespace: fresh mounts, the command, its end.
-fn call_init(launch: &Launch, request: &Request, stack: &mut [u8]) -> ! {
-    sys::reap_children_automatically(false);
-    let started = launch
-        .fresh_mounts()
-        .and_then(|()| start_command(launch, request, stack));
-    // Only the status pipe stays open: the kernel process's output pipes
-    // must see end of file once the command and its children are gone.
-    let status = request.status;
-    let status_u32 = u32::try_from(status).unwrap_or(0);
-    sys::close_range(0, status_u32.saturating_sub(1));
-    sys::close_range(status_u32 + 1, u32::MAX);
-    let (kind, value) = match started {
-        Ok(command) => (END_EXITED, wait_for_all(command)),
-        Err(error) => (
-            END_NOT_STARTED,
-            error.raw_os_error().unwrap_or(libc::EINVAL),
-        ),
-    };
-    let mut record = [0u8; END_LEN];
-    record[..4].copy_from_slice(&kind.to_ne_bytes());
-    record[4..].copy_from_slice(&value.to_ne_bytes());
-    sys::write(status, &record);
-    sys::exit(0)
-}
-
-/// What the command's start shares with the call init.
-struct Shared<'a> {
-    launch: &'a Launch,
-    request: &'a Request,
-    /// The errno that stopped the command before its exec; 0 if it exec'd.
-    failure: i32,
-}
-
-/// Starts the command sharing this process's memory; its PID once it has
-/// exec'd, or why it could not.
-fn start_command(launch: &Launch, request: &Request, stack: &mut [u8]) -> io::Result<libc::pid_t> {
-    let mut shared = Shared {
-        launch,
-        request,
-        failure: 0,
-    };
-    // SAFETY: `command_entry` only makes system calls through `sys` and
-    // ends in execve or _exit; `shared` outlives the call, which returns
-    // only once the child has exec'd or exited; `stack` is used by nobody
-    // else meanwhile.
-    #[allow(unsafe_code)]
-    let pid = unsafe {
-        sys::spawn_sharing_memory(
-            stack,
-            command_entry,
-            (&raw mut shared).cast::<libc::c_void>(),
-        )
-    }?;
-    // SAFETY: the child wrote `failure` (if at all) before it exited; it
-    // no longer runs in this memory.
-    #[allow(unsafe_code)]
-    let failure = unsafe { std::ptr::read_volatile(&raw const shared.failure) };
-    if failure != 0 {
-        let _ = sys::wait(pid);
-        return Err(io::Error::from_raw_os_error(failure));
-    }
-    Ok(pid)
-}
-
-/// The command's first function, on its own stack in the call init's memory.
-extern "C" fn command_entry(argument: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `argument` is the `Shared` of `start_command`, alive until
-    // this process execs or exits (the call init is suspended until then).
-    #[allow(unsafe_code)]
-    let shared = unsafe { &mut *argument.cast::<Shared<'_>>() };
-    let error = exec_command(shared.launch, shared.request);
-    let errno = error.raw_os_error().unwrap_or(libc::EINVAL).max(1);
-    // SAFETY: as above; written before this process exits.
-    #[allow(unsafe_code)]
-    unsafe {
-        std::ptr::write_volatile(&raw mut shared.failure, errno);
-    }
-    sys::exit(127)
-}
-
-/// Standard descriptors, the command's restrictions, exec; returns only
-/// with the reason it failed.
+/// Standard descriptors, the rest of the command's restrictions, exec;
+/// returns only with the reason it failed.
 fn exec_command(launch: &Launch, request: &Request) -> io::Error {
     let prepared = (|| -> io::Result<()> {
         let null = sys::open(c"/dev/null", libc::O_RDONLY | libc::O_CLOEXEC)?;
         sys::dup2(null, 0)?;
         sys::dup2(request.stdout, 1)?;
         sys::dup2(request.stderr, 2)?;
-        launch.command(request.ruleset)
+        launch.command_restrictions(request.ruleset)
     })();
     if let Err(error) = prepared {
         return error;
     }
     // SAFETY: `read_request` laid out argv and envp as null-terminated
     // arrays of pointers into the request body, which stays alive (the
-    // call init is suspended until this exec).
+    // call init waits until this exec).
     #[allow(unsafe_code)]
     unsafe {
         sys::execve(request.path, request.argv, request.envp)
