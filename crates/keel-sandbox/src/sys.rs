@@ -418,11 +418,14 @@ struct CloneArgs {
 }
 
 /// `fork` into new namespaces (`flags`, `CLONE_NEW*`) with a pidfd of the
-/// child: `(0, -1)` in the child, `(pid, pidfd)` in the parent.
+/// child: `(0, -1)` in the child, `(pid, pidfd)` in the parent. Uses
+/// `clone3`, or `clone` where a container's seccomp profile refuses
+/// `clone3` with ENOSYS.
 pub(crate) fn fork_into(flags: libc::c_int) -> io::Result<(libc::pid_t, RawFd)> {
     let mut pidfd: RawFd = -1;
+    let flags = flags | libc::CLONE_PIDFD;
     let args = CloneArgs {
-        flags: u64::from((flags | libc::CLONE_PIDFD).cast_unsigned()),
+        flags: u64::from(flags.cast_unsigned()),
         pidfd: (&raw mut pidfd) as u64,
         exit_signal: libc::SIGCHLD as u64,
         ..CloneArgs::default()
@@ -431,13 +434,42 @@ pub(crate) fn fork_into(flags: libc::c_int) -> io::Result<(libc::pid_t, RawFd)> 
     // the child runs on a copy of this single-threaded process. `args` is
     // a live `struct clone_args` of the size passed; the kernel writes the
     // pidfd into `pidfd`, which outlives the call.
-    let pid = check_long(unsafe {
+    let pid = match check_long(unsafe {
         libc::syscall(libc::SYS_clone3, &raw const args, size_of::<CloneArgs>())
-    })?;
+    }) {
+        Err(error) if error.raw_os_error() == Some(libc::ENOSYS) => {
+            legacy_fork_into(flags, &mut pidfd)?
+        }
+        other => other?,
+    };
     Ok((
         libc::pid_t::try_from(pid).unwrap_or(libc::pid_t::MAX),
         pidfd,
     ))
+}
+
+/// [`fork_into`] with `clone(2)`, where the pidfd goes to the third
+/// argument (`parent_tid`) on x86-64 and AArch64.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn legacy_fork_into(flags: libc::c_int, pidfd: &mut RawFd) -> io::Result<libc::c_long> {
+    // SAFETY: without CLONE_VM and with a null stack, clone behaves as
+    // fork; the kernel writes the pidfd through the live `pidfd`.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::c_ulong::from((flags | libc::SIGCHLD).cast_unsigned()),
+            0usize,
+            std::ptr::from_mut(pidfd),
+            0usize,
+            0usize,
+        )
+    })
+}
+
+/// [`fork_into`] without `clone3`: not provided on this architecture.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn legacy_fork_into(_flags: libc::c_int, _pidfd: &mut RawFd) -> io::Result<libc::c_long> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
 }
 
 /// Runs `entry(argument)` in a child that shares this process's memory
