@@ -6,17 +6,21 @@
 //! the operating system enforce *what* it may touch, so that a command the
 //! shell analysis misjudged (a `python3 -c` opening a socket, say) still
 //! cannot read the user's keys, write outside the workspace, reach the
-//! network, talk to the terminal or outlive its call. [`confine`] prepares
-//! one command at a [`SandboxLevel`]; [`Confinement::apply`] installs it on
-//! a [`std::process::Command`]; [`env`](mod@env) builds the child's environment;
-//! [`probe`] tells `keel doctor` what this machine can enforce.
+//! network, talk to the terminal or outlive its call. [`spawn`] starts a
+//! command at a [`SandboxLevel`] in namespaces held for the run (the `bash`
+//! tool's path: [`hold`] keeps them for a run); [`confine`] prepares one
+//! command on its own and [`Confinement::apply`] installs it on a
+//! [`std::process::Command`]; [`env`](mod@env) builds the child's
+//! environment; [`probe`] tells `keel doctor` what this machine can enforce.
 //!
-//! Each confined command runs in new user, mount, PID, IPC, UTS and (unless
-//! the network was approved) network namespaces, in a constructed view of
-//! the filesystem ([`view`]), in a new session with no controlling terminal,
-//! with rlimits ([`ResourceLimits`]), no capabilities, `no_new_privs`, a
-//! Landlock ruleset and a seccomp filter; when it exits, its PID namespace
-//! and everything left in it die ([`namespaces`]).
+//! Each confined command runs in new PID, mount and IPC namespaces, inside
+//! user, mount, UTS and (unless the network was approved) network
+//! namespaces that a holder keeps per run and view (`holder`, `zygote`;
+//! per command with [`confine`]), in a constructed view of the filesystem
+//! ([`view`]), in a new session with no controlling terminal, with rlimits
+//! ([`ResourceLimits`]), no capabilities, `no_new_privs`, a Landlock
+//! ruleset and a seccomp filter; when it exits, its PID namespace and
+//! everything left in it die ([`namespaces`]).
 //!
 //! This is an engine crate under `keel-tools`, which re-exports it as
 //! `keel_tools::sandbox`. It knows nothing of tools, the workspace type or
@@ -31,8 +35,9 @@
 //!   the kernel process: Landlock binds only the calling thread and its
 //!   future children.
 //! - Everything that allocates or opens files on the host happens in the
-//!   parent ([`confine`]); the child makes only system calls on data
-//!   prepared there, which is safe after `fork`.
+//!   parent ([`confine`], [`spawn`]); the children (and a holder, a fork of
+//!   the kernel process) make only system calls on data prepared there,
+//!   which is safe after `fork`.
 //! - Fail closed: a level other than [`SandboxLevel::Unsandboxed`] that
 //!   cannot be enforced makes [`confine`] fail, and nothing runs. Only the
 //!   host can choose to run without Keel's sandbox, with

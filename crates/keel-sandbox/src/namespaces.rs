@@ -1,4 +1,5 @@
-//! Starting a command inside its own Linux namespaces.
+//! Starting a command (or a namespace holder) inside its own Linux
+//! namespaces.
 //!
 //! `std::process::Command` forks a child of the kernel process and, before
 //! it execs the shell, runs [`Launch::run_in_child`]. That child becomes a
@@ -19,6 +20,13 @@
 //!    its rlimits, marks every inherited descriptor close-on-exec, drops its
 //!    capabilities, enforces Landlock and seccomp, and returns to `std`,
 //!    which execs the shell.
+//!
+//! A namespace holder ([`Launch::hold_in_child`]) is the same chain without
+//! a command of its own: its init builds the view once and then serves the
+//! run's calls ([`super::zygote`]), each of which mounts
+//! [`Launch::fresh_mounts`] and runs the command's restrictions in two
+//! halves ([`Launch::command_session`] before its request,
+//! [`Launch::command_restrictions`] after).
 //!
 //! The relay and the init die with their parent (`PR_SET_PDEATHSIG`), so
 //! killing the relay (a timeout, a cancellation, the kernel process dying)
