@@ -36,6 +36,9 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         .session_opt(continued.session_id)
         .mode(PermissionMode::from(args.mode))
         .max_turns(args.max_turns);
+    // Before the run starts: a signal may come as soon as its first
+    // command runs.
+    let handlers = signals::Handlers::install();
     let run = kernel
         .create_run(spec)
         .await
@@ -48,7 +51,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     });
     let result = tokio::select! {
         result = driven => result,
-        never = signals::cancel_on_signal(&run, &received) => match never {},
+        never = signals::cancel_on_signal(handlers, &run, &received) => match never {},
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
     output.session(

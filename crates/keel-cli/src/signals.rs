@@ -1,6 +1,6 @@
 //! Signals during `keel run`: the first SIGINT, SIGTERM or SIGHUP cancels
-//! the run through `AgentRun::cancel`, so the running tool's whole process
-//! group is killed and the session records the cut-short calls; a second
+//! the run through `AgentRun::cancel`, so every process of the running
+//! tool is killed and the session records the cut-short calls; a second
 //! SIGINT within [`FORCE_WINDOW`] exits at once.
 //!
 //! The exit code after a signal is 128 + its number (130 for SIGINT, 143 for
@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use keel_kernel::AgentRun;
-use tokio::signal::unix::{SignalKind, signal};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 
 /// A second SIGINT this soon after the first exits without waiting.
 pub const FORCE_WINDOW: Duration = Duration::from_secs(2);
@@ -30,16 +30,50 @@ impl Received {
     }
 }
 
+/// The handlers of the signals that cancel a run, installed before the run
+/// starts: a signal that arrives once the run's first command is running
+/// must find them (a sandboxed command starts within a millisecond).
+pub struct Handlers {
+    interrupt: Signal,
+    terminate: Signal,
+    hangup: Signal,
+}
+
+impl Handlers {
+    /// Installs the handlers; `None` (with a warning) if they cannot be, and
+    /// signals then keep their default action (the process ends).
+    pub fn install() -> Option<Self> {
+        match (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            (Ok(interrupt), Ok(terminate), Ok(hangup)) => Some(Self {
+                interrupt,
+                terminate,
+                hangup,
+            }),
+            _ => {
+                tracing::warn!("signal handlers could not be installed");
+                None
+            }
+        }
+    }
+}
+
 /// Cancels `run` on the first signal; never returns (race it against the run).
-/// If the handlers cannot be installed, it waits forever and signals keep
-/// their default action (the process ends).
-pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible {
-    let (Ok(mut interrupt), Ok(mut terminate), Ok(mut hangup)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        tracing::warn!("signal handlers could not be installed");
+/// Without handlers, it waits forever.
+pub async fn cancel_on_signal(
+    handlers: Option<Handlers>,
+    run: &AgentRun,
+    received: &Received,
+) -> Infallible {
+    let Some(Handlers {
+        mut interrupt,
+        mut terminate,
+        mut hangup,
+    }) = handlers
+    else {
         return std::future::pending().await;
     };
     let mut first: Option<Instant> = None;
