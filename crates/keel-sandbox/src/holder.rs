@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, Weak, mpsc};
 
 use super::namespaces::Launch;
 use super::view::{Step, View};
-use super::zygote::{self, Buffers};
+use super::zygote;
 use super::{Sandbox, SandboxConfig, SandboxError, SandboxLevel, passing, sys};
 
 /// A command to start in a holder.
@@ -506,19 +506,18 @@ fn keep(
     stopped: &mpsc::Receiver<()>,
 ) {
     let socket = theirs.as_raw_fd();
-    let mut buffers = Buffers::new();
     let mut command = std::process::Command::new("keel-sandbox-holder");
     command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // SAFETY: the closure runs in the forked child before exec. It only
-    // reads `launch`, writes `buffers` (both prepared here) and makes
-    // system calls through `sys` and `passing` (see `namespaces` and
-    // `zygote`); it allocates nothing and takes no locks.
+    // reads `launch` (prepared here) and makes system calls through `sys`
+    // and `passing` (see `namespaces` and `zygote`); it allocates nothing
+    // on the heap and takes no locks.
     #[allow(unsafe_code)]
     unsafe {
-        command.pre_exec(move || launch.hold_in_child(socket, &mut buffers));
+        command.pre_exec(move || launch.hold_in_child(socket));
     }
     let spawned = command.spawn();
     drop(command);

@@ -141,12 +141,8 @@ impl Launch {
     /// builds the view once and then serves calls on `socket` until the
     /// kernel process closes its end ([`super::zygote`]). Returns only with
     /// the error that stopped the set-up.
-    pub(crate) fn hold_in_child(
-        &self,
-        socket: RawFd,
-        buffers: &mut super::zygote::Buffers,
-    ) -> io::Result<()> {
-        self.relay(|relay, status| self.hold(relay, status, socket, buffers))
+    pub(crate) fn hold_in_child(&self, socket: RawFd) -> io::Result<()> {
+        self.relay(|relay, status| self.hold(relay, status, socket))
     }
 
     /// The relay: new namespaces, then `child` in the forked init (PID 1),
@@ -195,19 +191,14 @@ impl Launch {
     /// PID 1 of a holder's PID namespace: builds the view, keeps only the
     /// socket and serves calls, each in PID, mount and IPC namespaces of
     /// its own ([`super::zygote::serve`]).
-    fn hold(
-        &self,
-        relay: RawFd,
-        status: RawFd,
-        socket: RawFd,
-        buffers: &mut super::zygote::Buffers,
-    ) -> io::Result<()> {
+    fn hold(&self, relay: RawFd, status: RawFd, socket: RawFd) -> io::Result<()> {
         sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
         if sys::has_exited(relay) {
             sys::exit(1);
         }
         sys::close(relay);
         self.build_view()?;
+        let mut buffers = super::zygote::Buffers::map()?;
         // The relay's status pipe closes with the rest; the relay then
         // waits for this process. Closing the spawner's error pipe tells it
         // the view is built.
@@ -227,7 +218,7 @@ impl Launch {
                 sys::close(null);
             }
         }
-        super::zygote::serve(self, socket, buffers)
+        super::zygote::serve(self, socket, &mut buffers)
     }
 
     /// What a holder's call needs afresh in its own mount namespace: a

@@ -507,6 +507,47 @@ pub(crate) unsafe fn spawn_sharing_memory(
     Ok(pid)
 }
 
+/// A fresh private anonymous mapping of `count` zeroed `T`s, never
+/// unmapped (it lasts as long as the process). Its pages cost memory only
+/// once touched. `T` must be valid when all bits are zero.
+fn map_zeroed<T: Copy>(count: usize) -> io::Result<&'static mut [T]> {
+    let length = count
+        .checked_mul(size_of::<T>())
+        .filter(|length| *length > 0);
+    let Some(length) = length else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: an anonymous private mapping at an address the kernel picks
+    // touches no existing memory.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the mapping is page-aligned (so aligned for `T`), `length`
+    // bytes long, zero-filled (valid `T`s, the callers' types being plain
+    // integers), referenced by nothing else and never unmapped.
+    Ok(unsafe { std::slice::from_raw_parts_mut(address.cast::<T>(), count) })
+}
+
+/// [`map_zeroed`] bytes.
+pub(crate) fn map_bytes(count: usize) -> io::Result<&'static mut [u8]> {
+    map_zeroed(count)
+}
+
+/// [`map_zeroed`] machine words.
+pub(crate) fn map_words(count: usize) -> io::Result<&'static mut [usize]> {
+    map_zeroed(count)
+}
+
 /// Blocks until one of `fds` is readable (or hung up); a bit per
 /// descriptor, in order, set for those that are.
 pub(crate) fn wait_readable(fds: &[RawFd; 2]) -> u32 {

@@ -35,8 +35,9 @@
 //! [`END_NOT_STARTED`] with an errno: nothing ran).
 //!
 //! Invariant: everything here runs after `fork` in a copy of a
-//! multi-threaded process. It allocates nothing: requests are read into
-//! [`Buffers`] allocated before the fork, and only the wrappers of
+//! multi-threaded process. It allocates nothing on the heap: requests are
+//! read into [`Buffers`], pages the holder maps for itself, and only the
+//! wrappers of
 //! [`super::sys`] and [`super::passing`] are called. While the command runs
 //! in the call init's memory, the init waits in a system call.
 
@@ -68,23 +69,24 @@ const CALL_NAMESPACES: libc::c_int = libc::CLONE_NEWNS | libc::CLONE_NEWPID | li
 /// Stack of the command between its start and its exec.
 const COMMAND_STACK: usize = 256 << 10;
 
-/// Memory the holder works in, allocated before it is forked.
+/// Memory the holder works in: anonymous pages it maps for itself (so the
+/// kernel process never holds them), touched only as used.
 pub(crate) struct Buffers {
-    body: Vec<u8>,
-    /// Pointers into `body` (as integers, so the buffers can be moved
-    /// between threads): the path, argv and a null, the environment and a null.
-    strings: Vec<usize>,
-    stack: Vec<u8>,
+    body: &'static mut [u8],
+    /// Pointers into `body` (as integers): the path, argv and a null, the
+    /// environment and a null.
+    strings: &'static mut [usize],
+    stack: &'static mut [u8],
 }
 
 impl Buffers {
-    /// Room for the largest request. Untouched pages cost no memory.
-    pub(crate) fn new() -> Self {
-        Self {
-            body: vec![0; MAX_BODY],
-            strings: vec![0; MAX_STRINGS + 2],
-            stack: vec![0; COMMAND_STACK],
-        }
+    /// Maps room for the largest request and the command's stack.
+    pub(crate) fn map() -> io::Result<Self> {
+        Ok(Self {
+            body: sys::map_bytes(MAX_BODY)?,
+            strings: sys::map_words(MAX_STRINGS + 2)?,
+            stack: sys::map_bytes(COMMAND_STACK)?,
+        })
     }
 }
 
