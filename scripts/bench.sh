@@ -113,8 +113,8 @@ check_counter() {
 
 # One checked run, then $turn_runs timed runs, with sessions in directory $1.
 # The checked run must exit 0 with exactly one settled result line (the
-# object whose only key is "result": events carrying a `result` field have
-# other keys too, and a `{"session": …}` line may follow it) and leave the
+# line of type "result"; `workspace_changes` and `session` lines follow it)
+# and leave the
 # counter at $turns. Sets t_med t_min t_p90 t_max (ms), t_rss (KB), t_cpu
 # (median user + system CPU), events.
 bench_turns() {
@@ -130,7 +130,7 @@ bench_turns() {
   local check_py='
 import json, sys
 lines = [json.loads(line) for line in open(sys.argv[1], encoding="utf-8")]
-results = [line["result"] for line in lines if list(line) == ["result"]]
+results = [line for line in lines if line.get("type") == "result"]
 if len(results) != 1 or results[0].get("state") != "settled":
     sys.exit(f"expected one settled result line, got {len(results)}: {results[-1:]}")
 print(sum(1 for line in lines if "type" in line and "seq" in line))

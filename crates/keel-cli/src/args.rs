@@ -7,23 +7,39 @@ use keel_protocol::PermissionMode;
 
 /// Keel: a headless coding-agent kernel.
 #[derive(Debug, Parser)]
-#[command(name = "keel", version, about)]
+#[command(
+    name = "keel",
+    version,
+    about,
+    long_about = crate::help::LONG_ABOUT,
+    after_help = crate::help::AFTER_HELP,
+    after_long_help = crate::help::AFTER_LONG_HELP
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    // --- terminal and diagnostics (cli-view) ---
+    /// When to colour the terminal view: `auto` (a terminal, unless
+    /// NO_COLOR is set), `always` or `never`.
+    #[arg(long, value_enum, global = true, default_value_t = ColorArg::Auto)]
+    pub color: ColorArg,
+    /// Write diagnostics (filtered by KEEL_LOG, default `info` here) to this
+    /// file instead of stderr, without colour codes.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the agent on a prompt in a workspace.
+    #[command(after_help = crate::help::RUN_EXAMPLES)]
     Run(Box<RunArgs>),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),
-    /// List the configured providers and models.
+    /// List the configured providers, models and aliases.
     Models {
-        /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
-        #[arg(long)]
-        config: Option<PathBuf>,
+        #[command(flatten)]
+        settings: ConfigArgs,
     },
     /// Inspect and branch stored sessions.
     #[command(subcommand)]
@@ -36,6 +52,16 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    // --- install helpers (cli-view) ---
+    /// Print a shell completion script (e.g. `keel completion bash >
+    /// ~/.local/share/bash-completion/completions/keel`).
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: ShellArg,
+    },
+    /// Print keel's man page (roff; `keel man | man -l -`).
+    Man,
 }
 
 /// Where sessions are stored.
@@ -48,10 +74,17 @@ pub struct StoreArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// List sessions, newest activity first.
+    /// List the sessions of this workspace (the current directory or
+    /// --workspace), newest activity first; --all lists every one.
     List {
         #[command(flatten)]
         store: StoreArgs,
+        /// List the sessions of every workspace.
+        #[arg(long, conflicts_with = "workspace")]
+        all: bool,
+        /// List the sessions of this workspace instead of the current directory's.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
     },
     /// Show a session and its active branch.
     Show {
@@ -76,6 +109,9 @@ pub enum SessionCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Summarise the oldest part of a session's context into a checkpoint,
+    /// with the session's own provider and model (or the ones given).
+    Compact(Box<CompactArgs>),
     /// Write the whole session as one JSON document.
     Export {
         /// The session id (or a unique prefix).
@@ -89,30 +125,60 @@ pub enum SessionCommand {
 }
 
 #[derive(Debug, Args)]
-pub struct RunArgs {
-    /// The provider: `scripted` (needs --script) or one from the configuration
-    /// (`keel models` lists them: deepseek, anthropic, openai, openrouter,
-    /// openai-compatible, …).
-    #[arg(long, default_value = "scripted")]
-    pub provider: String,
-    /// The API base URL, overriding the configured one (e.g. a local server).
+pub struct CompactArgs {
+    /// The session id (or a unique prefix).
+    pub id: String,
+    /// What the summary should keep in particular.
+    #[arg(long)]
+    pub instructions: Option<String>,
+    /// The provider (default: the one the session last ran with).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The model (default: the one the session last ran with).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The API base URL, overriding the configured one.
     #[arg(long)]
     pub base_url: Option<String>,
     /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The script file, for the scripted provider.
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// The model's context window in tokens, overriding the catalog's.
+    #[arg(long)]
+    pub context_window: Option<u64>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The provider: `scripted` (needs --script) or one from the configuration
+    /// (`keel models` lists them: deepseek, anthropic, openai, openrouter,
+    /// openai-compatible, …). Default: `provider` in config.toml, or
+    /// `scripted` when --script is given.
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The API base URL, overriding the configured one (e.g. a local server).
+    #[arg(long)]
+    pub base_url: Option<String>,
     /// The script file for the scripted provider.
     #[arg(long)]
     pub script: Option<PathBuf>,
     /// The workspace directory (default: the current directory).
     #[arg(long)]
     pub workspace: Option<PathBuf>,
-    /// The model id to request.
+    /// The model id or alias (`sonnet`, `opus`, `haiku`, `chat`, `reasoner`,
+    /// …: `keel models` lists them). Default: `model` in config.toml, else
+    /// the provider's default model.
     #[arg(long)]
     pub model: Option<String>,
-    /// The permission mode, fixed for the run.
-    #[arg(long, value_enum, default_value_t = Mode::Auto)]
-    pub mode: Mode,
+    /// The permission mode, fixed for the run. Default: `mode` in
+    /// config.toml, else auto.
+    #[arg(long, value_enum)]
+    pub mode: Option<Mode>,
     /// Who enforces the OS sandbox of commands: `os` (Keel, with Linux
     /// namespaces, Landlock and seccomp; fails closed where they are
     /// missing) or `external` (the host already runs Keel inside an
@@ -140,6 +206,18 @@ pub struct RunArgs {
     /// workspace and the tools). Small local models may need a shorter one.
     #[arg(long)]
     pub system_prompt: Option<String>,
+    /// Text added after the system prompt (Keel's default or
+    /// --system-prompt), e.g. house rules for this run.
+    #[arg(long)]
+    pub append_system_prompt: Option<String>,
+    /// The model's context window in tokens, overriding the catalog's (e.g.
+    /// a local server started with a small context); runs compact to fit it.
+    #[arg(long)]
+    pub context_window: Option<u64>,
+    /// Leave the environment (date, working directory, OS, shell, git) out
+    /// of the system prompt; very small local models may need it.
+    #[arg(long)]
+    pub no_environment: bool,
     /// The tools to offer, comma-separated (default: read,write,edit,bash;
     /// also available: grep, find, ls).
     #[arg(long, value_delimiter = ',')]
@@ -147,19 +225,67 @@ pub struct RunArgs {
     /// Continue this session (id or unique prefix) on its active leaf.
     #[arg(long)]
     pub session: Option<String>,
-    /// With --session: fork the session at this entry and continue there.
-    #[arg(long, requires = "session")]
+    /// With --session or --continue: fork the session at this entry and
+    /// continue there.
+    #[arg(long)]
     pub fork: Option<String>,
     #[command(flatten)]
     pub store: StoreArgs,
+    // Configuration, input and session selection (issue 15, cli-config).
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    /// Continue the latest session of this workspace.
+    #[arg(long = "continue", conflicts_with = "session")]
+    pub continue_latest: bool,
+    /// How standard input is read: `text` (the prompt, when none is given,
+    /// then permission answers) or `stream-json` (one host-control message
+    /// per line: user_message, steer, follow_up, cancel, permission_answer;
+    /// see `keel schema host_control`).
+    #[arg(long, value_enum, default_value_t = InputFormat::Text)]
+    pub input_format: InputFormat,
+    // --- output and budget (cli-view) ---
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// Stop the run (failed, `budget_exceeded`) before the next model
+    /// request once its responses cost more than this many USD; a model
+    /// without prices stops it too (`cost_unknown`).
+    #[arg(long, value_name = "USD")]
+    pub max_budget_usd: Option<f64>,
     /// The prompt; `@FILE` reads it from a file, and `-` (or no prompt with
     /// standard input not a terminal) reads it from standard input.
     pub prompt: Option<String>,
 }
 
+/// Where the configuration comes from: the file, a profile, overrides.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigArgs {
+    /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Apply the profile [profiles.NAME] of the configuration.
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Override one configuration key (repeatable): a dotted key and a TOML
+    /// value, e.g. `-c model=opus`, `-c 'tools=["read","bash"]'`,
+    /// `-c providers.local.base_url=http://127.0.0.1:8080/v1`.
+    #[arg(short = 'c', long = "set", value_name = "KEY=VALUE")]
+    pub overrides: Vec<String>,
+}
+
+/// How `keel run` reads standard input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum InputFormat {
+    /// The prompt (when none is given) and permission answers, as text lines.
+    Text,
+    /// One JSON host-control message per line (`keel schema host_control`).
+    StreamJson,
+}
+
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum SandboxArg {
+    /// Keel confines commands (namespaces, Landlock, seccomp).
     Os,
+    /// The host already isolates Keel (a container).
     External,
 }
 
@@ -174,9 +300,13 @@ impl From<SandboxArg> for keel_tools::sandbox::SandboxMode {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum Mode {
+    /// Read-only: reads and sandboxed read-only commands; no writes.
     Plan,
+    /// Workspace reads run; everything else asks you first.
     Ask,
+    /// Workspace reads, writes and sandboxed commands run; outside and network ask.
     Auto,
+    /// Everything runs without asking and without the OS sandbox.
     Full,
 }
 
@@ -192,29 +322,96 @@ impl From<Mode> for PermissionMode {
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = crate::help::DEMO_CASES)]
 pub struct DemoArgs {
     /// The scenario.
     #[arg(value_enum)]
     pub name: DemoName,
-    /// The case of the scenario (default: its first case).
+    /// The case of the scenario (default: its first case; the cases are
+    /// listed below).
     #[arg(long)]
     pub case: Option<String>,
     /// The permission mode (the `permissions` scenario only).
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
     pub mode: Mode,
+    #[command(flatten)]
+    pub output: OutputArgs,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum DemoName {
+    /// One streamed answer with thinking (cases: success, provider-error).
     StreamedRun,
+    /// A scripted model fixing a bug with the real tools (cases: success,
+    /// mixed-batch, failure).
     ToolLoop,
+    /// Steering, follow-ups, cancellation and retries (cases: steering,
+    /// follow-up, cancel, retry-success, retry-failure).
     RunControl,
+    /// Branches and forks of a stored session (cases: success, invalid-entry).
     SessionTree,
+    /// What each --mode lets through (cases: standard, cancel,
+    /// host-disconnect, resume).
     Permissions,
+    ContextCompaction,
 }
 
 #[derive(Debug, Args)]
+#[command(after_help = crate::help::SCHEMA_NAMES)]
 pub struct SchemaArgs {
-    /// Print only this schema (e.g. `run_event`).
+    /// Print only this schema (the names are listed below).
     pub name: Option<String>,
+}
+
+// --- output, colour and install helpers (cli-view) ---
+
+/// How a run's output is printed.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// `text`: the human view; `json`: one JSON object when the run ends;
+    /// `stream-json`: JSON Lines, every event as it happens; `auto`: text on
+    /// a terminal, stream-json otherwise.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Auto)]
+    pub output_format: OutputFormat,
+    /// Also write the run's final message to FILE.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output_last_message: Option<PathBuf>,
+    /// Print only the run's final message (errors still go to stderr).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// The `--output-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// Text on a terminal, stream-json otherwise.
+    Auto,
+    /// The human view.
+    Text,
+    /// One JSON object when the run ends.
+    Json,
+    /// JSON Lines as the run goes.
+    StreamJson,
+}
+
+/// The `--color` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorArg {
+    /// Colour on a terminal unless NO_COLOR is set.
+    Auto,
+    /// Always colour (and redraw live output).
+    Always,
+    /// Never colour: no escape codes at all.
+    Never,
+}
+
+/// The shells `keel completion` writes for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ShellArg {
+    /// GNU bash.
+    Bash,
+    /// Z shell.
+    Zsh,
+    /// fish.
+    Fish,
 }

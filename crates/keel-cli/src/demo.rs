@@ -134,6 +134,7 @@ fn cases(name: DemoName) -> &'static [&'static str] {
         ],
         DemoName::SessionTree => &["success", "invalid-entry"],
         DemoName::Permissions => &["standard", "cancel", "host-disconnect", "resume"],
+        DemoName::ContextCompaction => &["success", "overflow", "summary-error"],
     }
 }
 
@@ -154,13 +155,17 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         std::fs::write(directory.path().join(path), content)
             .map_err(|error| StartupError::new("workspace", error.to_string()))?;
     }
+    let output = Output::new(&args.output, false);
     match args.name {
         DemoName::SessionTree => {
-            return crate::demo_session::run(case_name, directory.path()).await;
+            return crate::demo_session::run(case_name, directory.path(), &output).await;
         }
         DemoName::Permissions => {
             let mode = PermissionMode::from(args.mode);
-            return crate::demo_permissions::run(case_name, mode, directory.path()).await;
+            return crate::demo_permissions::run(case_name, mode, directory.path(), &output).await;
+        }
+        DemoName::ContextCompaction => {
+            return crate::demo_compaction::run(case_name, directory.path(), &output).await;
         }
         _ => {}
     }
@@ -180,15 +185,14 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         behaviour: case.host,
         steered: false,
     };
-    let result = host::drive(
+    let result = host::drive_and_finish(
         &run,
-        &Output::detect(),
+        &output,
         async |event: &RunEvent, handle: &AgentRun| {
             reactor.react(event, handle, &run);
         },
     )
-    .await
-    .map_err(|error| StartupError::new("host", error.to_string()))?;
+    .await?;
     Ok(host::exit_code(&result))
 }
 
@@ -197,6 +201,8 @@ fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, Star
         max_attempts: 4,
         base_delay: Duration::from_millis(10),
         max_delay: Duration::from_secs(1),
+        // Demos are deterministic: their delays are exact.
+        jitter_percent: 0,
         ..RetryPolicy::default()
     };
     demo_kernel(case.script, root, Arc::new(MemoryStore::new()), Some(retry))

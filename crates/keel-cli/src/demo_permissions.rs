@@ -21,17 +21,25 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use keel_kernel::{AgentKernel, AgentRun, RunSpec};
-use keel_protocol::{EntryPayload, PermissionMode, RunEvent, RunEventKind, RunResult};
+use keel_protocol::{
+    DecisionSource, EntryPayload, PermissionMode, PermissionResolution, RunEvent, RunEventKind,
+    RunResult,
+};
 use keel_session::{MemoryStore, SessionStore};
 use serde_json::json;
 
 use crate::demo::{approve_inside, demo_kernel};
 use crate::host;
-use crate::output::{Output, say};
+use crate::output::Output;
 use crate::startup::StartupError;
 
 /// Runs case `case` in `mode`; `root` holds the fixture project.
-pub async fn run(case: &str, mode: PermissionMode, root: &Path) -> Result<ExitCode, StartupError> {
+pub async fn run(
+    case: &str,
+    mode: PermissionMode,
+    root: &Path,
+    output: &Output,
+) -> Result<ExitCode, StartupError> {
     let workspace = root.join("ws");
     std::fs::create_dir_all(&workspace).map_err(workspace_error)?;
     for name in ["README.md", "calc.sh", "check.sh"] {
@@ -47,21 +55,31 @@ pub async fn run(case: &str, mode: PermissionMode, root: &Path) -> Result<ExitCo
     let store = Arc::new(MemoryStore::new());
     let kernel = demo_kernel(script, &workspace, store.clone(), None)?;
     let result = match case {
-        "standard" => one_run(&kernel, mode, None, Host::ApproveInside).await?,
-        "cancel" => one_run(&kernel, mode, None, Host::CancelWhenAsked).await?,
-        "host-disconnect" => disconnecting_run(&kernel, mode).await?,
+        "standard" => one_run(&kernel, mode, Host::ApproveInside, output).await?,
+        "cancel" => one_run(&kernel, mode, Host::CancelWhenAsked, output).await?,
+        "host-disconnect" => disconnecting_run(&kernel, mode, output).await?,
         _ => {
-            let first = one_run(&kernel, mode, None, Host::ApproveInside).await?;
-            say(json!({"resume": {"session_id": first.session_id, "mode_given": null}}));
+            let first = one_run(&kernel, mode, Host::ApproveInside, output).await?;
+            output.note(
+                "resume",
+                json!({"session_id": first.session_id, "mode_given": null}),
+                || {
+                    format!(
+                        "── continuing session {} without giving a mode",
+                        first.session_id
+                    )
+                },
+            );
             one_run_spec(
                 &kernel,
                 RunSpec::new("Continue.").session(first.session_id.clone()),
                 Host::ApproveInside,
+                output,
             )
             .await?
         }
     };
-    print_decisions(store.as_ref(), &result.session_id).await?;
+    print_decisions(store.as_ref(), &result.session_id, output).await?;
     Ok(host::exit_code(&result))
 }
 
@@ -77,34 +95,29 @@ enum Host {
 async fn one_run(
     kernel: &AgentKernel,
     mode: PermissionMode,
-    session_id: Option<String>,
     host_kind: Host,
+    output: &Output,
 ) -> Result<RunResult, StartupError> {
     let spec = RunSpec::new("Show what this mode allows.")
-        .session_opt(session_id)
         .mode(mode)
         .max_turns(10);
-    one_run_spec(kernel, spec, host_kind).await
+    one_run_spec(kernel, spec, host_kind, output).await
 }
 
 async fn one_run_spec(
     kernel: &AgentKernel,
     spec: RunSpec,
     host_kind: Host,
+    output: &Output,
 ) -> Result<RunResult, StartupError> {
     let run = kernel
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    host::drive(
-        &run,
-        &Output::detect(),
-        async |event: &RunEvent, run: &AgentRun| {
-            answer(host_kind, event, run);
-        },
-    )
+    host::drive_and_finish(&run, output, async |event: &RunEvent, run: &AgentRun| {
+        answer(host_kind, event, run);
+    })
     .await
-    .map_err(|error| StartupError::new("host", error.to_string()))
 }
 
 fn answer(host_kind: Host, event: &RunEvent, run: &AgentRun) {
@@ -127,6 +140,7 @@ fn answer(host_kind: Host, event: &RunEvent, run: &AgentRun) {
 async fn disconnecting_run(
     kernel: &AgentKernel,
     mode: PermissionMode,
+    output: &Output,
 ) -> Result<RunResult, StartupError> {
     let spec = RunSpec::new("Show what this mode allows.")
         .mode(mode)
@@ -135,7 +149,6 @@ async fn disconnecting_run(
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    let output = Output::detect();
     let mut events = run
         .events()
         .map_err(|error| StartupError::new("host", error.to_string()))?;
@@ -146,24 +159,59 @@ async fn disconnecting_run(
         }
     }
     drop(events);
-    say(json!({"host": "disconnected"}));
+    output.note("host_disconnected", json!({}), || {
+        "── the host stopped listening: nobody can answer the request".to_owned()
+    });
     let result = run.result().await;
-    output.result(&result);
+    host::finish(output, &result, None, None)?;
     Ok(result)
 }
 
-/// Prints the session's permission decisions, one JSON line each.
-async fn print_decisions(store: &dyn SessionStore, session_id: &str) -> Result<(), StartupError> {
+/// Prints the session's permission decisions: one JSON line each, or one
+/// plain line each in the view.
+async fn print_decisions(
+    store: &dyn SessionStore,
+    session_id: &str,
+    output: &Output,
+) -> Result<(), StartupError> {
     let entries = store
         .entries(session_id)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
     for entry in entries {
         if let EntryPayload::PermissionDecision { decision } = entry.payload {
-            say(json!({ "permission_decision": decision }));
+            let human = || {
+                format!(
+                    "decision: {} {} by {} ({}; arguments sha256 {}…)",
+                    decision.tool_name,
+                    resolution_word(decision.resolution),
+                    source_word(decision.source),
+                    decision.reason,
+                    decision.arguments_sha256.get(..12).unwrap_or_default()
+                )
+            };
+            let fields = serde_json::to_value(&decision).unwrap_or_default();
+            output.note("permission_decision", fields, human);
         }
     }
     Ok(())
+}
+
+fn resolution_word(resolution: PermissionResolution) -> &'static str {
+    match resolution {
+        PermissionResolution::Approved => "allowed",
+        PermissionResolution::Denied => "denied",
+    }
+}
+
+fn source_word(source: DecisionSource) -> &'static str {
+    match source {
+        DecisionSource::Policy => "the policy",
+        DecisionSource::Host => "the host",
+        DecisionSource::Kernel => "the kernel",
+        DecisionSource::SessionRule => "a session rule",
+        _ => "another source",
+    }
 }
 
 fn workspace_error(error: std::io::Error) -> StartupError {

@@ -22,11 +22,10 @@ use serde_json::json;
 use crate::demo::demo_kernel;
 use crate::host;
 use crate::output::Output;
-use crate::output::say;
 use crate::session_cmd::{draw_tree, session_error};
 use crate::startup::StartupError;
 
-pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError> {
+pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCode, StartupError> {
     let sessions = tempfile::Builder::new()
         .prefix("keel-demo-sessions-")
         .tempdir()
@@ -39,8 +38,8 @@ pub async fn run(case: &str, workspace: &Path) -> Result<ExitCode, StartupError>
         None,
     )?;
     match case {
-        "success" => success(&kernel, &store).await,
-        "invalid-entry" => invalid_entry(&kernel, &store).await,
+        "success" => success(&kernel, &store, output).await,
+        "invalid-entry" => invalid_entry(&kernel, &store, output).await,
         other => Err(StartupError::new(
             "unknown_case",
             format!("unknown case `{other}`; cases: success, invalid-entry"),
@@ -52,6 +51,7 @@ async fn one_run(
     kernel: &AgentKernel,
     prompt: &str,
     session_id: Option<String>,
+    output: &Output,
 ) -> Result<RunResult, StartupError> {
     let spec = RunSpec::new(prompt)
         .session_opt(session_id)
@@ -61,13 +61,15 @@ async fn one_run(
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    host::drive(&run, &Output::detect(), async |_, _| {})
-        .await
-        .map_err(|error| StartupError::new("host", error.to_string()))
+    host::drive_and_finish(&run, output, async |_, _| {}).await
 }
 
-async fn success(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitCode, StartupError> {
-    let first = one_run(kernel, "What does calc.sh do?", None).await?;
+async fn success(
+    kernel: &AgentKernel,
+    store: &JsonlStore,
+    output: &Output,
+) -> Result<ExitCode, StartupError> {
+    let first = one_run(kernel, "What does calc.sh do?", None, output).await?;
     let session = first.session_id.clone();
     let entries = store.entries(&session).await.map_err(session_error)?;
     let root = entries
@@ -83,23 +85,31 @@ async fn success(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitCode, S
         .set_leaf(&session, &root)
         .await
         .map_err(session_error)?;
-    report(
-        json!({"branch": {"session_id": session, "leaf": root}}),
+    output.note(
+        "branch",
+        json!({"session_id": session, "leaf": root}),
         || format!("── leaf moved back to {root}"),
     );
-    let second = one_run(kernel, "Summarise the README.", Some(session.clone())).await?;
+    let second = one_run(
+        kernel,
+        "Summarise the README.",
+        Some(session.clone()),
+        output,
+    )
+    .await?;
 
     let fork = store.fork(&session, &answer).await.map_err(session_error)?;
-    report(
-        json!({"fork": {"session_id": fork, "parent_session": session, "forked_at": answer}}),
+    output.note(
+        "fork",
+        json!({"session_id": fork, "parent_session": session, "forked_at": answer}),
         || format!("── forked {session} at {answer} into {fork}"),
     );
-    let third = one_run(kernel, "How do I fix it?", Some(fork.clone())).await?;
+    let third = one_run(kernel, "How do I fix it?", Some(fork.clone()), output).await?;
 
     for id in [&session, &fork] {
         let snapshot = store.snapshot(id).map_err(session_error)?;
         let lines = draw_tree(&snapshot);
-        report(json!({"tree": {"session_id": id, "lines": lines}}), || {
+        output.note("tree", json!({"session_id": id, "lines": lines}), || {
             format!("session {id}:\n{}", lines.join("\n"))
         });
     }
@@ -113,8 +123,12 @@ async fn success(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitCode, S
     })
 }
 
-async fn invalid_entry(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitCode, StartupError> {
-    let _ = one_run(kernel, "What does calc.sh do?", None).await?;
+async fn invalid_entry(
+    kernel: &AgentKernel,
+    store: &JsonlStore,
+    output: &Output,
+) -> Result<ExitCode, StartupError> {
+    let _ = one_run(kernel, "What does calc.sh do?", None, output).await?;
     let listed = store.list().await.map_err(session_error)?;
     let session = listed
         .first()
@@ -135,22 +149,14 @@ async fn invalid_entry(kernel: &AgentKernel, store: &JsonlStore) -> Result<ExitC
     let after = store.entries(&session).await.map_err(session_error)?.len();
     for outcome in [refused.err(), locked.err()].into_iter().flatten() {
         let error = session_error(outcome);
-        report(
-            json!({"session_error": {"code": error.code(), "message": error.message()}}),
+        output.note(
+            "session_error",
+            json!({"code": error.code(), "message": error.message()}),
             || format!("refused ({}): {}", error.code(), error.message()),
         );
     }
-    report(
-        json!({"entries": {"before": before, "after": after}}),
-        || format!("entries before: {before}, after: {after}"),
-    );
+    output.note("entries", json!({"before": before, "after": after}), || {
+        format!("entries before: {before}, after: {after}")
+    });
     Ok(ExitCode::from(1))
-}
-
-/// Prints a demo step: JSON when piped, text on a terminal.
-fn report(value: serde_json::Value, human: impl FnOnce() -> String) {
-    match Output::detect() {
-        Output::Json => say(value),
-        Output::Human => say(human()),
-    }
 }

@@ -42,6 +42,7 @@ pub fn run(json_output: bool) -> Result<ExitCode, StartupError> {
     let sandbox = |level| Sandbox {
         level,
         config: std::sync::Arc::new(SandboxConfig::default()),
+        metadata_writable: false,
     };
     let live: Vec<(&str, Result<(), String>)> = LEVELS
         .iter()

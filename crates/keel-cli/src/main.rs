@@ -3,21 +3,31 @@
 //! Every subcommand parses its arguments, assembles a kernel, drives runs
 //! through the public `AgentRun` seam and prints JSON Lines (or a human view
 //! on a terminal). Exit codes: 0 only for a settled run, 1 for a failed or
-//! cancelled one, 2 for a startup error, printed as one JSON line.
+//! cancelled one, 2 for a startup error (one plain line on a terminal, one
+//! JSON line otherwise).
 
 mod args;
+mod ask;
+mod compact_cmd;
 mod demo;
+mod demo_compaction;
 mod demo_permissions;
 mod demo_session;
 mod doctor;
 mod escape;
+mod help;
 mod host;
+mod install;
 mod models_cmd;
 mod output;
 mod run_cmd;
 mod session_cmd;
 mod signals;
 mod startup;
+mod stream_input;
+mod style;
+mod tty;
+mod view;
 
 use std::process::ExitCode;
 
@@ -29,9 +39,25 @@ use crate::startup::StartupError;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(error) => return startup::usage_error(error),
+        Err(error) => {
+            if asks_for_text(std::env::args()) {
+                startup::set_plain_errors(true);
+            }
+            return startup::usage_error(error);
+        }
     };
-    init_tracing();
+    style::set_choice(cli.color);
+    if let Some(format) = output_format(&cli.command) {
+        startup::set_plain_errors(format == args::OutputFormat::Text);
+    }
+    if let Err(error) = init_tracing(cli.log_file.as_deref()) {
+        return error.report();
+    }
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        command = command_name(&cli.command),
+        "keel starting"
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -45,23 +71,92 @@ fn main() -> ExitCode {
             Command::Run(args) => run_cmd::run(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
-            Command::Models { config } => models_cmd::run(config),
+            Command::Models { settings } => models_cmd::run(settings),
             Command::Schema(args) => startup::print_schema(args),
             Command::Doctor { json } => doctor::run(json),
+            Command::Completion { shell } => install::completion(shell),
+            Command::Man => install::man(),
         }
     });
+    // Dropping the runtime ends the runs' tasks (which removes their kept
+    // tool outputs), but would also wait for a blocked read of standard
+    // input for ever: wait a bounded time instead.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
         Ok(code) => code,
         Err(error) => error.report(),
     }
 }
 
-/// Diagnostics go to stderr, off unless `KEEL_LOG` asks for them.
-fn init_tracing() {
+/// Whether arguments that did not parse still ask for text (`-q`,
+/// `--output-format text`), so the usage error is a plain line.
+fn asks_for_text(args: impl Iterator<Item = String>) -> bool {
+    let args: Vec<String> = args.collect();
+    args.iter()
+        .any(|arg| arg == "-q" || arg == "--quiet" || arg == "--output-format=text")
+        || args
+            .windows(2)
+            .any(|pair| pair[0] == "--output-format" && pair[1] == "text")
+}
+
+/// The subcommand's name, for the log.
+fn command_name(command: &Command) -> &'static str {
+    match command {
+        Command::Run(_) => "run",
+        Command::Demo(_) => "demo",
+        Command::Models { .. } => "models",
+        Command::Session(_) => "session",
+        Command::Schema(_) => "schema",
+        Command::Doctor { .. } => "doctor",
+        Command::Completion { .. } => "completion",
+        Command::Man => "man",
+    }
+}
+
+/// The output format a command names explicitly, if any.
+fn output_format(command: &Command) -> Option<args::OutputFormat> {
+    let output = match command {
+        Command::Run(args) => &args.output,
+        Command::Demo(args) => &args.output,
+        _ => return None,
+    };
+    match (output.quiet, output.output_format) {
+        (true, _) => Some(args::OutputFormat::Text),
+        (false, args::OutputFormat::Auto) => None,
+        (false, format) => Some(format),
+    }
+}
+
+/// Diagnostics, filtered by `KEEL_LOG`: to stderr (off unless `KEEL_LOG`
+/// asks, coloured only on a terminal), or to `--log-file` (`info` unless
+/// `KEEL_LOG` says otherwise, never coloured).
+fn init_tracing(log_file: Option<&std::path::Path>) -> Result<(), StartupError> {
+    use std::io::IsTerminal;
+    let default = if log_file.is_some() { "info" } else { "off" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match log_file {
+        Some(path) => {
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .map_err(|error| {
+                    StartupError::new(
+                        "log_file",
+                        format!("cannot open the log file {}: {error}", path.display()),
+                    )
+                })?;
+            builder
+                .with_ansi(false)
+                .with_writer(std::sync::Mutex::new(file))
+                .init();
+        }
+        None => builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_writer(std::io::stderr)
+            .init(),
+    }
+    Ok(())
 }

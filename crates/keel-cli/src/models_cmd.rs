@@ -1,22 +1,28 @@
 //! `keel models`: the configured providers and models, and which keys are set.
 //!
 //! It reads the same configuration as `keel run` (built-in catalog plus
-//! `config.toml` or `--config`) and reports, for each provider, whether its
-//! key variable is set — never the key itself.
+//! `config.toml` or `--config`, with `--profile` and `-c`) and reports, for
+//! each provider, its models and aliases and whether its key variable is
+//! set — never the key itself.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
-use keel_provider::config::Config;
+use keel_host::{Settings, Sources};
 use serde_json::json;
 
+use crate::args::ConfigArgs;
 use crate::output::say;
 use crate::startup::StartupError;
 
-pub fn run(config: Option<PathBuf>) -> Result<ExitCode, StartupError> {
-    let config = Config::load(config.as_deref())
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
+    let settings = Settings::load(&Sources {
+        config_file: args.config,
+        profile: args.profile,
+        overrides: args.overrides,
+        workspace: None,
+    })?;
+    let config = settings.catalog;
     let terminal = std::io::stdout().is_terminal();
     for (name, provider) in &config.providers {
         let key = match &provider.api_key_env {
@@ -36,6 +42,9 @@ pub fn run(config: Option<PathBuf>) -> Result<ExitCode, StartupError> {
                 provider.base_url.as_deref().unwrap_or("base_url not set"),
                 provider.default_model.as_deref().unwrap_or("-"),
             ));
+            for (alias, id) in &provider.aliases {
+                say(format!("  {alias:<24} → {id}"));
+            }
             for (id, info) in &provider.models {
                 say(format!(
                     "  {id:<24} context {:>8}  output {:>7}  $/M in {:>6} out {:>6} cache-read {:>6}",
@@ -48,6 +57,7 @@ pub fn run(config: Option<PathBuf>) -> Result<ExitCode, StartupError> {
             }
         } else {
             say(json!({
+                "type": "provider",
                 "provider": name,
                 "api": provider.api,
                 "base_url": provider.base_url,
@@ -55,6 +65,7 @@ pub fn run(config: Option<PathBuf>) -> Result<ExitCode, StartupError> {
                 "key": key,
                 "default_model": provider.default_model,
                 "models": provider.models,
+                "aliases": provider.aliases,
             }));
         }
     }

@@ -1,79 +1,236 @@
-//! Prints run events: JSON Lines for programs, a readable view for people.
+//! Prints a run: JSON for programs, the terminal view for people, or only
+//! the final message.
 //!
-//! The JSON form is the wire format: one event object per line, then one
-//! `{"result": …}` line. The human view is chosen only when stdout is a
-//! terminal and never parsed by anything; every piece of model or tool text
-//! in it passes through [`visible`], so no control character reaches the
-//! terminal raw (see `escape`).
+//! `--output-format` picks the form: `stream-json` prints every event as one
+//! JSON line as it happens, then a `result` line (with the run's totals), a
+//! `workspace_changes` line and a `session` line — every line tagged by
+//! `type` (the events' types, and `keel_protocol::HostLine`'s); `json`
+//! prints one `result` object holding all of that when the run ends; `text`
+//! is the view (`crate::view`); `auto` is text on a terminal, stream-json
+//! otherwise. `-q` prints only the final message; `-o FILE` also writes the
+//! final message to FILE. A host's own steps (a demo's) are `note`s: a
+//! typed JSON line, or a plain line in the view — never JSON in the view.
 
+use std::cell::RefCell;
 use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::Instant;
 
 use keel_protocol::{
-    ContentBlock, Message, ProviderEvent, RunEvent, RunEventKind, RunResult, ToolStatus,
+    HostLine, Message, ResultLine, RunEvent, RunEventKind, RunResult, RunTotals, SessionLine,
+    WorkspaceChangesLine,
 };
-use serde_json::json;
+use keel_tools::changes::WorkspaceChanges;
+use serde_json::Value;
 
+use crate::args::{OutputArgs, OutputFormat};
 use crate::escape::visible;
+use crate::startup::StartupError;
+use crate::style::{self, Palette};
+use crate::view::View;
 
-/// Where and how events are printed.
-pub enum Output {
-    /// JSON Lines on stdout.
+/// Where and how a run is printed.
+pub struct Output {
+    state: RefCell<State>,
+}
+
+enum Form {
+    StreamJson,
     Json,
-    /// A human view on a terminal.
-    Human,
+    View(Box<View>),
+    Quiet,
+}
+
+struct State {
+    form: Form,
+    last_message: Option<PathBuf>,
+    totals: RunTotals,
+    started: Instant,
 }
 
 impl Output {
-    /// JSON Lines unless stdout is a terminal.
-    pub fn detect() -> Self {
-        if std::io::stdout().is_terminal() {
-            Self::Human
-        } else {
-            Self::Json
+    /// The output `args` ask for; `prompts` says whether the host asks its
+    /// user for permissions on the terminal itself.
+    pub fn new(args: &OutputArgs, prompts: bool) -> Self {
+        let format = match args.output_format {
+            OutputFormat::Auto if std::io::stdout().is_terminal() => OutputFormat::Text,
+            OutputFormat::Auto => OutputFormat::StreamJson,
+            other => other,
+        };
+        let form = match (args.quiet, format) {
+            (true, _) => Form::Quiet,
+            (false, OutputFormat::Json) => Form::Json,
+            (false, OutputFormat::Text) => Form::View(Box::new(View::new(
+                Palette::for_stream(style::choice(), false),
+                prompts,
+            ))),
+            _ => Form::StreamJson,
+        };
+        Self {
+            state: RefCell::new(State {
+                form,
+                last_message: args.output_last_message.clone(),
+                totals: RunTotals::default(),
+                started: Instant::now(),
+            }),
         }
     }
 
-    /// Prints one event.
+    /// Whether the view wants [`Output::tick`] called while a call runs.
+    pub fn wants_ticks(&self) -> bool {
+        matches!(self.state.borrow().form, Form::View(_))
+    }
+
+    /// Prints one event (and counts its turns, tokens and cost).
     pub fn event(&self, event: &RunEvent) {
-        match self {
-            Self::Json => print_line(event),
-            Self::Human => print_human(event),
+        let mut state = self.state.borrow_mut();
+        state.count(event);
+        match &mut state.form {
+            Form::StreamJson => print_json(event),
+            Form::View(view) => view.event(event),
+            Form::Json | Form::Quiet => {}
         }
     }
 
-    /// Prints the final result.
-    pub fn result(&self, result: &RunResult) {
-        match self {
-            Self::Json => print_json(&json!({ "result": result })),
-            Self::Human => {
-                let mut line = format!("\n── run {:?}", result.state);
-                if let Some(error) = &result.error {
-                    line.push_str(&format!(": {} ({})", error.message, error.code));
+    /// Lets the view redraw running calls.
+    pub fn tick(&self) {
+        if let Form::View(view) = &mut self.state.borrow_mut().form {
+            view.tick();
+        }
+    }
+
+    /// Clears the view's live lines before the host writes to the terminal.
+    pub fn suspend(&self) {
+        if let Form::View(view) = &mut self.state.borrow_mut().form {
+            view.suspend();
+        }
+    }
+
+    /// A step of the host's own: `{"type": kind, …fields}` as JSON, the
+    /// `human` line in the view, nothing with `-q`.
+    pub fn note(&self, kind: &str, fields: Value, human: impl FnOnce() -> String) {
+        match &mut self.state.borrow_mut().form {
+            Form::StreamJson | Form::Json => {
+                let mut line = serde_json::Map::new();
+                line.insert("type".into(), Value::from(kind));
+                match fields {
+                    Value::Object(fields) => line.extend(fields),
+                    other => {
+                        line.insert("value".into(), other);
+                    }
                 }
-                say(line.to_lowercase());
+                print_json(&line);
+            }
+            Form::View(view) => view.note(&human()),
+            Form::Quiet => {}
+        }
+    }
+
+    /// Prints the run's end: the result with its totals, the workspace's
+    /// changes and the session (each when known); writes `-o`'s file.
+    pub fn finish(
+        &self,
+        result: &RunResult,
+        changes: Option<&WorkspaceChanges>,
+        session: Option<SessionLine>,
+    ) -> Result<(), StartupError> {
+        let mut state = self.state.borrow_mut();
+        state.totals.duration_ms =
+            u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let final_text = result
+            .message
+            .as_ref()
+            .map(|message| message.text())
+            .unwrap_or_default();
+        let changes = changes.map(|changes| WorkspaceChangesLine {
+            changed_paths: changes.changed_paths.clone(),
+            patch: changes.patch.clone(),
+        });
+        let totals = state.totals.clone();
+        match &mut state.form {
+            Form::StreamJson => {
+                print_json(&HostLine::Result(Box::new(ResultLine {
+                    result: result.clone(),
+                    totals,
+                    workspace_changes: None,
+                    session: None,
+                })));
+                if let Some(changes) = changes {
+                    print_json(&HostLine::WorkspaceChanges(changes));
+                }
+                if let Some(session) = session {
+                    print_json(&HostLine::Session(session));
+                }
+            }
+            Form::Json => print_json(&HostLine::Result(Box::new(ResultLine {
+                result: result.clone(),
+                totals,
+                workspace_changes: changes,
+                session,
+            }))),
+            Form::View(view) => {
+                view.finish(result, &totals);
+                if let Some(changes) = changes {
+                    view.changes(&changes.changed_paths, &changes.patch);
+                }
+                if let Some(session) = session {
+                    view.note(&format!("── session {} ({})", session.id, session.path));
+                }
+            }
+            Form::Quiet => {
+                if !final_text.is_empty() {
+                    say(final_text.trim_end());
+                }
+                if let Some(error) = &result.error {
+                    eprintln!(
+                        "keel: the run failed ({}): {}",
+                        error.code.as_str(),
+                        visible(&error.message)
+                    );
+                } else if result.state == keel_protocol::RunState::Cancelled {
+                    eprintln!("keel: the run was cancelled");
+                }
             }
         }
+        if let Some(path) = &state.last_message {
+            std::fs::write(path, &final_text).map_err(|error| {
+                StartupError::new(
+                    "output_last_message",
+                    format!(
+                        "cannot write the final message to {}: {error}",
+                        path.display()
+                    ),
+                )
+            })?;
+        }
+        Ok(())
     }
 }
 
-impl Output {
-    /// Prints the workspace's changes since the run started.
-    pub fn workspace(&self, changes: &keel_tools::changes::WorkspaceChanges) {
-        match self {
-            Self::Json => print_json(&json!({"workspace": changes})),
-            Self::Human if changes.is_empty() => say("── no workspace changes"),
-            Self::Human => {
-                say(format!("── changed: {}", changes.changed_paths.join(", ")));
-                say(changes.patch.trim_end());
+impl State {
+    /// Adds an event to the run's totals (a new run starts them afresh).
+    fn count(&mut self, event: &RunEvent) {
+        match &event.kind {
+            RunEventKind::RunStarted { .. } => {
+                self.totals = RunTotals {
+                    cost_usd: Some(0.0),
+                    ..RunTotals::default()
+                };
+                self.started = Instant::now();
             }
-        }
-    }
-
-    /// Prints where the run's session is stored.
-    pub fn session(&self, id: &str, path: &std::path::Path) {
-        match self {
-            Self::Json => print_json(&json!({"session": {"id": id, "path": path}})),
-            Self::Human => say(format!("── session {id} ({})", path.display())),
+            RunEventKind::TurnStart { .. } => self.totals.turns += 1,
+            RunEventKind::MessageEnd {
+                message: Message::Assistant(message),
+            } => {
+                let usage = &message.usage;
+                let totals = &mut self.totals;
+                totals.input_tokens += usage.input_tokens;
+                totals.output_tokens += usage.output_tokens;
+                totals.cache_read_tokens += usage.cache_read_tokens;
+                totals.cache_write_tokens += usage.cache_write_tokens;
+                totals.cost_usd = totals.cost_usd.and_then(|sum| Some(sum + usage.cost_usd?));
+            }
+            _ => {}
         }
     }
 }
@@ -86,113 +243,12 @@ pub fn say(line: impl std::fmt::Display) {
     let _ = stdout.flush();
 }
 
-/// Serialises straight to stdout (5x cheaper than going through a `Value`).
-fn print_line(event: &RunEvent) {
+/// Serialises straight to stdout as one line (5x cheaper than going
+/// through a `Value`); a closed stdout (e.g. `| head`) must not abort the run.
+fn print_json(value: &impl serde::Serialize) {
     let mut stdout = std::io::stdout().lock();
-    // A closed stdout (e.g. `| head`) must not abort the run.
-    if serde_json::to_writer(&mut stdout, event).is_ok() {
+    if serde_json::to_writer(&mut stdout, value).is_ok() {
         let _ = writeln!(stdout);
     }
     let _ = stdout.flush();
-}
-
-fn print_json(value: &serde_json::Value) {
-    let mut stdout = std::io::stdout().lock();
-    // A closed stdout (e.g. `| head`) must not abort the run.
-    let _ = writeln!(stdout, "{value}");
-    let _ = stdout.flush();
-}
-
-fn print_human(event: &RunEvent) {
-    let mut out = std::io::stdout().lock();
-    let _ = write_human(&mut out, event);
-    let _ = out.flush();
-}
-
-/// Writes the human view of one event; text from the model or a tool is
-/// escaped, Keel's own styling is not.
-fn write_human(out: &mut impl Write, event: &RunEvent) -> std::io::Result<()> {
-    match &event.kind {
-        RunEventKind::MessageUpdate {
-            delta: ProviderEvent::TextDelta { delta, .. },
-        } => write!(out, "{}", visible(delta)),
-        RunEventKind::MessageUpdate {
-            delta: ProviderEvent::ThinkingDelta { delta, .. },
-        } => write!(out, "\x1b[2m{}\x1b[0m", visible(delta)),
-        RunEventKind::MessageEnd {
-            message: Message::Assistant(message),
-        } => {
-            let text = message
-                .content
-                .iter()
-                .any(|block| matches!(block, ContentBlock::Text { .. }));
-            if text { writeln!(out) } else { Ok(()) }
-        }
-        RunEventKind::ToolExecutionStart {
-            tool_name,
-            arguments,
-            ..
-        } => {
-            let shown = short(&arguments.to_string(), 120);
-            writeln!(out, "→ {} {}", visible(tool_name), visible(&shown))
-        }
-        RunEventKind::ToolExecutionEnd { result } => {
-            let mark = match result.status {
-                ToolStatus::Success => "✓",
-                ToolStatus::Error => "✗",
-                ToolStatus::Cancelled => "⊘",
-            };
-            let shown = short(&result.text(), 200);
-            writeln!(
-                out,
-                "{mark} {} {}",
-                visible(&result.tool_name),
-                visible(&shown)
-            )
-        }
-        RunEventKind::PermissionRequested {
-            tool_name, reason, ..
-        } => {
-            writeln!(
-                out,
-                "? permission for {}: {}",
-                visible(tool_name),
-                visible(reason)
-            )
-        }
-        RunEventKind::PermissionResolved {
-            resolution, source, ..
-        } => {
-            writeln!(out, "  {resolution:?} by {source:?}")
-        }
-        RunEventKind::ProviderRetry {
-            attempt,
-            max_attempts,
-            delay_ms,
-            error,
-        } => writeln!(
-            out,
-            "↻ retry {attempt}/{max_attempts} in {delay_ms} ms: {}",
-            visible(&error.message)
-        ),
-        RunEventKind::MessageQueued { queue, text } => {
-            writeln!(out, "+ queued ({queue:?}): {}", visible(text))
-        }
-        RunEventKind::MessageDropped { text, .. } => {
-            writeln!(out, "- dropped: {}", visible(text))
-        }
-        RunEventKind::Warning { message, .. } => {
-            writeln!(out, "! warning: {}", visible(message))
-        }
-        _ => Ok(()),
-    }
-}
-
-fn short(text: &str, max: usize) -> String {
-    let line = text.lines().next().unwrap_or_default();
-    match line.char_indices().nth(max) {
-        Some((cut, _)) => format!("{}…", &line[..cut]),
-        None if line.len() < text.len() => format!("{line} …"),
-        None => line.to_owned(),
-    }
 }

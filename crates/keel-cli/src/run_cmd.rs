@@ -1,63 +1,112 @@
-//! `keel run`: one prompt, one run, events on stdout.
+//! `keel run`: one prompt, one run, printed as `--output-format` says.
 //!
-//! When the policy asks, this host asks its user: on a terminal with a
-//! prompt on stderr, otherwise by reading one decision line from stdin
-//! (`{"request_id": …, "decision": "approve"|"deny"}` or a bare word). End of
-//! input, or anything not clearly an approval of that request, denies.
+//! Its defaults come from `config.toml` in layers (keel-host's `settings`);
+//! the flags override them. Warnings about the configuration (a project
+//! layer that tried to widen, a model outside the catalog) go to stderr
+//! before the run.
+//!
+//! When the policy asks, this host asks its user (see `ask`): one key on a
+//! terminal, one decision line on stdin otherwise. With `--input-format
+//! stream-json`, stdin carries host-control messages instead
+//! (`stream_input`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use keel_host::{HostConfig, ProviderChoice, answers, sessions};
-use keel_kernel::{AgentRun, ControlError, RunSpec};
-use keel_protocol::{PermissionMode, PermissionResolution, RunEvent, RunEventKind};
-use keel_tools::sandbox::SandboxConfig;
-use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
+use keel_host::sessions::Resume;
+use keel_host::{Choices, RunSetup, Settings, Sources, sessions};
+use keel_kernel::{AgentRun, RunSpec};
+use keel_protocol::{PermissionMode, RunEvent, SessionLine};
 
-use crate::args::RunArgs;
+use crate::args::{InputFormat, RunArgs};
+use crate::ask::Answers;
 use crate::host;
 use crate::output::Output;
 use crate::session_cmd;
 use crate::signals;
 use crate::startup::StartupError;
+use crate::stream_input;
 
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
+    check_combinations(&args)?;
+    let setup = run_setup(&args)?;
+    for warning in &setup.warnings {
+        eprintln!("keel: warning: {}", warning.message);
+    }
     let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
-    let continued =
-        sessions::continued_session(&store, args.session.as_deref(), args.fork.as_deref()).await?;
+    let workspace = match &args.workspace {
+        Some(given) if args.session.is_some() || args.continue_latest => {
+            Some(sessions::workspace_root(Some(given))?)
+        }
+        _ => None,
+    };
+    let resume = Resume {
+        session: args.session.as_deref(),
+        fork: args.fork.as_deref(),
+        latest: args.continue_latest,
+        workspace: workspace.as_deref(),
+        workspace_given: args.workspace.is_some(),
+    };
+    let continued = sessions::continued_session(&store, resume).await?;
     if let Some(repair) = &continued.repair {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
-    let kernel = host_config(&args).kernel(store.clone())?;
+    if let Some(budget) = args.max_budget_usd
+        && !(budget.is_finite() && budget >= 0.0)
+    {
+        return Err(StartupError::new(
+            "usage",
+            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
+        ));
+    }
+    let kernel = host_config(&args, setup.config).kernel(store.clone())?;
+    let mode = setup.mode;
+    let max_turns = args.max_turns;
+    let budget = args.max_budget_usd;
+    if args.input_format == InputFormat::StreamJson {
+        let first = match args.prompt.as_deref() {
+            Some(argument) => Some(prompt(Some(argument))?),
+            None => None,
+        };
+        let spec = move |prompt: String, session: Option<String>| {
+            RunSpec::new(prompt)
+                .session_opt(session)
+                .mode(mode)
+                .max_turns(max_turns)
+                .max_cost_usd(budget)
+        };
+        let output = Output::new(&args.output, false);
+        return stream_input::run(&kernel, &store, output, first, continued.session_id, spec).await;
+    }
     let prompt = prompt(args.prompt.as_deref())?;
     let spec = RunSpec::new(prompt)
         .session_opt(continued.session_id)
-        .mode(PermissionMode::from(args.mode))
-        .max_turns(args.max_turns);
-    // Before the run starts: a signal may come as soon as its first
-    // command runs.
-    let handlers = signals::Handlers::install();
+        .mode(mode)
+        .max_turns(max_turns)
+        .max_cost_usd(budget);
+    let received = signals::Received::install();
     let run = kernel
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    let output = Output::detect();
-    let mut answers = Answers::new();
-    let received = signals::Received::default();
+    let output = Output::new(&args.output, Answers::on_terminal());
+    let mut answers = Answers::new(received.cancelled());
     let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
-        answers.answer(event, run).await;
+        answers.answer(event, run, &output).await;
     });
-    let result = tokio::select! {
+    let (result, changes) = tokio::select! {
         result = driven => result,
-        never = signals::cancel_on_signal(handlers, &run, &received) => match never {},
+        never = signals::cancel_on_signal(&run, &received) => match never {},
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
-    output.session(
-        &result.session_id,
-        &sessions::session_file(&store, &result.session_id)?,
-    );
+    let path = sessions::session_file(&store, &result.session_id)?;
+    let session = SessionLine {
+        id: result.session_id.clone(),
+        path: path.display().to_string(),
+    };
+    host::finish(&output, &result, changes.as_ref(), Some(session))?;
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),
         None => host::exit_code(&result),
@@ -114,78 +163,56 @@ fn read_prompt(source: impl std::io::Read, what: &str) -> Result<String, Startup
         .map_err(|_| StartupError::new("prompt_not_utf8", format!("{what} is not valid UTF-8")))
 }
 
-/// The host configuration the arguments describe.
-fn host_config(args: &RunArgs) -> HostConfig {
-    let provider = ProviderChoice::named(
-        &args.provider,
-        args.model.clone(),
-        args.base_url.clone(),
-        args.config.clone(),
-        args.script.clone(),
-    );
-    let mut config = HostConfig::new(provider);
-    config.workspace = args.workspace.clone();
-    config.tools = args.tools.clone();
-    config.system_prompt = args.system_prompt.clone();
-    config.sandbox = SandboxConfig {
-        mode: args.sandbox.into(),
-        ..SandboxConfig::default()
+/// Flag combinations clap's attributes cannot express.
+fn check_combinations(args: &RunArgs) -> Result<(), StartupError> {
+    if args.fork.is_some() && args.session.is_none() && !args.continue_latest {
+        return Err(StartupError::new(
+            "usage",
+            "--fork needs --session ID or --continue: it names an entry of that session",
+        ));
+    }
+    if args.input_format == InputFormat::StreamJson && args.prompt.as_deref() == Some("-") {
+        return Err(StartupError::new(
+            "usage",
+            "with --input-format stream-json, standard input carries control messages: \
+             send the prompt as {\"type\": \"user_message\", \"text\": …} instead of `-`",
+        ));
+    }
+    Ok(())
+}
+
+/// The settings' layers (config.toml, --profile, -c, the project layer of
+/// the workspace) resolved with the flags.
+fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
+    let workspace = match &args.workspace {
+        Some(workspace) => Some(workspace.clone()),
+        None => std::env::current_dir().ok(),
     };
-    config
-        .sandbox
-        .readable
-        .extend(args.sandbox_read.iter().cloned());
+    let settings = Settings::load(&Sources {
+        config_file: args.settings.config.clone(),
+        profile: args.settings.profile.clone(),
+        overrides: args.settings.overrides.clone(),
+        workspace,
+    })?;
+    Ok(settings.resolve(Choices {
+        provider: args.provider.clone(),
+        model: args.model.clone(),
+        base_url: args.base_url.clone(),
+        script: args.script.clone(),
+        mode: args.mode.map(PermissionMode::from),
+        tools: args.tools.clone(),
+        sandbox_read: args.sandbox_read.clone(),
+        workspace: args.workspace.clone(),
+    })?)
+}
+
+/// The host configuration with the flags that have no configuration key.
+fn host_config(args: &RunArgs, mut config: keel_host::HostConfig) -> keel_host::HostConfig {
+    config.system_prompt = args.system_prompt.clone();
+    config.append_system_prompt = args.append_system_prompt.clone();
+    config.context_window = args.context_window;
+    config.environment = !args.no_environment;
+    config.sandbox.mode = args.sandbox.into();
     config.sandbox.env.extend(args.sandbox_env.iter().cloned());
     config
-}
-
-/// Answers permission requests from the terminal or from stdin.
-struct Answers {
-    stdin: Option<Lines<BufReader<Stdin>>>,
-    terminal: bool,
-}
-
-impl Answers {
-    fn new() -> Self {
-        Self {
-            stdin: Some(BufReader::new(tokio::io::stdin()).lines()),
-            terminal: std::io::stdin().is_terminal(),
-        }
-    }
-
-    async fn answer(&mut self, event: &RunEvent, run: &AgentRun) {
-        let RunEventKind::PermissionRequested {
-            request_id,
-            tool_name,
-            reason,
-            arguments,
-            ..
-        } = &event.kind
-        else {
-            return;
-        };
-        if self.terminal {
-            eprint!("Allow {tool_name} {arguments}? ({reason}) [y/N] ");
-        }
-        let line = self.read_line().await;
-        let answer = answers::answer_line(line.as_deref(), request_id);
-        // A stale id means the run already moved on (e.g. it was cancelled).
-        if let Err(ControlError::UnsupportedScope(_)) = run.resolve_permission(request_id, answer) {
-            eprintln!(
-                "keel: answers that hold `always` are not supported yet; request {request_id} is denied"
-            );
-            let _ = run.resolve_permission(request_id, PermissionResolution::Denied);
-        }
-    }
-
-    async fn read_line(&mut self) -> Option<String> {
-        let lines = self.stdin.as_mut()?;
-        match lines.next_line().await {
-            Ok(Some(line)) => Some(line),
-            _ => {
-                self.stdin = None;
-                None
-            }
-        }
-    }
 }

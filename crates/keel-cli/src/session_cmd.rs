@@ -20,13 +20,24 @@ use crate::startup::StartupError;
 
 pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
     match command {
-        SessionCommand::List { store } => list(&open_store(&store)?).await,
+        SessionCommand::List {
+            store,
+            all,
+            workspace,
+        } => {
+            let workspace = match all {
+                true => None,
+                false => Some(sessions::workspace_root(workspace.as_deref())?),
+            };
+            list(&open_store(&store)?, workspace.as_deref()).await
+        }
         SessionCommand::Show { id, store } => show(&open_store(&store)?, &id).await,
         SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id).await,
         SessionCommand::Fork { id, entry, store } => fork(&open_store(&store)?, &id, &entry).await,
         SessionCommand::Export { id, output, store } => {
             export(&open_store(&store)?, &id, output.as_deref()).await
         }
+        SessionCommand::Compact(args) => crate::compact_cmd::run(*args).await,
     }
 }
 
@@ -78,13 +89,31 @@ fn torn_json(torn: Option<&TornTail>) -> serde_json::Value {
     )
 }
 
-async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
-    let sessions = store.list().await.map_err(session_error)?;
+/// The sessions of `workspace` (every one for `None`): a table on a
+/// terminal (the workspace column only with every workspace), else one JSON
+/// object per session.
+async fn list(
+    store: &JsonlStore,
+    workspace: Option<&std::path::Path>,
+) -> Result<ExitCode, StartupError> {
+    let (sessions, others) = sessions::sessions_of(store, workspace).await?;
     let terminal = std::io::stdout().is_terminal();
     if terminal {
+        match workspace {
+            Some(root) => say(format!("sessions of {}", root.display())),
+            None => say("sessions of every workspace"),
+        }
         say(format!(
-            "{:<36}  {:>7}  {:>9}  {:<20}  TITLE",
-            "ID", "ENTRIES", "SIZE", "LAST ACTIVITY"
+            "{:<36}  {:>7}  {:>9}  {:<20}  {}TITLE",
+            "ID",
+            "ENTRIES",
+            "SIZE",
+            "LAST ACTIVITY",
+            if workspace.is_none() {
+                "WORKSPACE  "
+            } else {
+                ""
+            }
         ));
     }
     for info in sessions {
@@ -100,8 +129,12 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
                 })
                 .or(info.title)
                 .unwrap_or_default();
+            let place = match workspace {
+                Some(_) => String::new(),
+                None => format!("{}  ", info.workspace.as_deref().unwrap_or("-")),
+            };
             say(format!(
-                "{:<36}  {:>7}  {:>9}  {:<20}  {title}",
+                "{:<36}  {:>7}  {:>9}  {:<20}  {place}{title}",
                 info.id,
                 info.entries,
                 human_size(info.bytes),
@@ -109,13 +142,18 @@ async fn list(store: &JsonlStore) -> Result<ExitCode, StartupError> {
             ));
         } else {
             let line = json!({
-                "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
+                "type": "session_summary", "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
-                "torn_tail": torn_json(info.torn.as_ref()),
+                "torn_tail": torn_json(info.torn.as_ref()), "workspace": info.workspace,
             });
             say(line);
         }
+    }
+    if terminal && others > 0 {
+        say(format!(
+            "({others} more in other workspaces or none: keel session list --all)"
+        ));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -143,16 +181,21 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
         if let Some(torn) = reader.torn() {
             say(format!("! {}", torn_note(torn)));
         }
+        let mut context = Context::default();
         for entry in reader.active_entries() {
             let entry = entry.map_err(session_error)?;
+            context.push(&entry);
             say(format!("  {}  {}", short_id(&entry.id), describe(&entry)));
         }
+        say(context.line());
         return Ok(ExitCode::SUCCESS);
     }
+    let mut context = Context::default();
     to_stdout(|sink| {
         let mut written = sink.write_all(b"{\"branch\":[");
         for (position, entry) in reader.active_entries().enumerate() {
             let entry = entry.map_err(session_error)?;
+            context.push(&entry);
             let item = json!({
                 "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(&entry),
             });
@@ -162,7 +205,8 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
                 .and_then(|()| serde_json::to_writer(&mut *sink, &item).map_err(Into::into));
         }
         let tail = format!(
-            "],\"created\":{},\"entries\":{},\"id\":{},\"leaf\":{},\"parent_session\":{},\"torn_tail\":{},\"workspace\":{}}}\n",
+            "],\"context\":{},\"created\":{},\"entries\":{},\"id\":{},\"leaf\":{},\"parent_session\":{},\"torn_tail\":{},\"workspace\":{}}}\n",
+            context.json(),
             reader.created(),
             reader.len(),
             json_text(Some(reader.id())),
@@ -174,6 +218,65 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
         Ok(written.and_then(|()| sink.write_all(tail.as_bytes())))
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// How full the session's model context is, gathered while `show` reads
+/// the active branch: a cheap estimate (no tokenizer is loaded), the
+/// tokens the provider reported for the latest response, and the window
+/// the catalog gives the model the session last ran with.
+#[derive(Default)]
+struct Context {
+    usage: keel_kernel::tokens::BranchUsage,
+    model: Option<(String, String)>,
+}
+
+impl Context {
+    fn push(&mut self, entry: &Entry) {
+        self.usage.push(entry);
+        if let EntryPayload::Configuration {
+            provider, model, ..
+        } = &entry.payload
+        {
+            self.model = Some((provider.clone(), model.clone()));
+        }
+    }
+
+    fn window(&self) -> Option<u64> {
+        let (provider, model) = self.model.as_ref()?;
+        let config = keel_provider::config::Config::load(None).ok()?;
+        config
+            .providers
+            .get(provider)?
+            .models
+            .get(model)?
+            .context_window
+    }
+
+    fn json(&self) -> serde_json::Value {
+        json!({
+            "estimated_tokens": self.usage.estimated_tokens(),
+            "reported_tokens": self.usage.reported_tokens(),
+            "window": self.window(),
+            "checkpoints": self.usage.checkpoints(),
+        })
+    }
+
+    fn line(&self) -> String {
+        let mut line = format!("context: ~{} tokens", self.usage.estimated_tokens());
+        if let Some(window) = self.window() {
+            let percent = self.usage.estimated_tokens() * 100 / window.max(1);
+            line.push_str(&format!(" of {window} ({percent} %)"));
+        }
+        line.push_str(" in messages (estimated; a run adds its system prompt and tools)");
+        if let Some(reported) = self.usage.reported_tokens() {
+            line.push_str(&format!(", {reported} reported for the last response"));
+        }
+        match self.usage.checkpoints() {
+            0 => line,
+            1 => format!("{line}, 1 checkpoint"),
+            count => format!("{line}, {count} checkpoints"),
+        }
+    }
 }
 
 /// Runs `write` against a buffered stdout; a closed stdout (e.g. `| head`)
@@ -218,7 +321,7 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
     let id = store.fork(&source, &entry).await.map_err(session_error)?;
     say(format!(
         "{}",
-        json!({"session": {"id": id, "parent_session": source, "forked_at": entry}})
+        json!({"type": "fork", "session": {"id": id, "parent_session": source, "forked_at": entry}})
     ));
     Ok(ExitCode::SUCCESS)
 }
@@ -434,18 +537,24 @@ pub fn describe(entry: &Entry) -> String {
         EntryPayload::Message {
             message: Message::ToolResult(result),
         } => format!(
-            "{} result ({:?}): {}",
+            "{} result ({}): {}",
             result.tool_name,
-            result.status,
+            wire_name(&result.status),
             result.text()
-        )
-        .to_lowercase(),
+        ),
         EntryPayload::Checkpoint { summary, .. } => format!("checkpoint: {summary}"),
         EntryPayload::PermissionDecision { decision } => format!(
-            "permission: {} {:?} by {:?}",
-            decision.tool_name, decision.resolution, decision.source
-        )
-        .to_lowercase(),
+            "permission: {} {} by {}",
+            decision.tool_name,
+            wire_name(&decision.resolution),
+            wire_name(&decision.source)
+        ),
+        EntryPayload::PermissionRule { rule } => format!(
+            "permission rule: {} {} always (from call {})",
+            rule.tool_name,
+            wire_name(&rule.resolution),
+            rule.call_id
+        ),
         EntryPayload::BranchSummary { summary, .. } => format!("branch summary: {summary}"),
         EntryPayload::Label { target_id, label } => {
             format!("label {}: {label}", short_id(target_id))
@@ -455,6 +564,14 @@ pub fn describe(entry: &Entry) -> String {
         other => other.kind().to_owned(),
     };
     one_line(&text, 90)
+}
+
+/// An enum value as the wire spells it (`session_rule`), not as Rust does.
+fn wire_name(value: &impl serde::Serialize) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(name)) => name,
+        _ => String::new(),
+    }
 }
 
 fn one_line(text: &str, max: usize) -> String {

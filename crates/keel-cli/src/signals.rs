@@ -1,6 +1,6 @@
 //! Signals during `keel run`: the first SIGINT, SIGTERM or SIGHUP cancels
-//! the run through `AgentRun::cancel`, so every process of the running
-//! tool is killed and the session records the cut-short calls; a second
+//! the run through `AgentRun::cancel`, so the running tool's whole process
+//! group is killed and the session records the cut-short calls; a second
 //! SIGINT within [`FORCE_WINDOW`] exits at once.
 //!
 //! The exit code after a signal is 128 + its number (130 for SIGINT, 143 for
@@ -8,47 +8,39 @@
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use keel_kernel::AgentRun;
 use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::Notify;
 
 /// A second SIGINT this soon after the first exits without waiting.
 pub const FORCE_WINDOW: Duration = Duration::from_secs(2);
 
-/// The signal that cancelled the run, if any.
+/// The signal handlers, and the signal that cancelled the run, if any.
 #[derive(Default)]
-pub struct Received(AtomicI32);
+pub struct Received(AtomicI32, Arc<Notify>, Mutex<Option<Streams>>);
 
-impl Received {
-    /// The exit code the signal calls for, if one was received.
-    pub fn exit_code(&self) -> Option<u8> {
-        match self.0.load(Ordering::SeqCst) {
-            0 => None,
-            signal => u8::try_from(128 + signal).ok(),
-        }
-    }
-}
-
-/// The handlers of the signals that cancel a run, installed before the run
-/// starts: a signal that arrives once the run's first command is running
-/// must find them (a sandboxed command starts within a millisecond).
-pub struct Handlers {
+/// The three signals, listened for from the moment they are installed.
+struct Streams {
     interrupt: Signal,
     terminate: Signal,
     hangup: Signal,
 }
 
-impl Handlers {
-    /// Installs the handlers; `None` (with a warning) if they cannot be, and
-    /// signals then keep their default action (the process ends).
-    pub fn install() -> Option<Self> {
-        match (
+impl Received {
+    /// Installs the handlers now, before the run starts, so that a signal
+    /// sent while the run is being set up is not lost to its default action
+    /// (ending `keel` with the tool's processes left running). If they
+    /// cannot be installed, signals keep their default action.
+    pub fn install() -> Self {
+        let streams = match (
             signal(SignalKind::interrupt()),
             signal(SignalKind::terminate()),
             signal(SignalKind::hangup()),
         ) {
-            (Ok(interrupt), Ok(terminate), Ok(hangup)) => Some(Self {
+            (Ok(interrupt), Ok(terminate), Ok(hangup)) => Some(Streams {
                 interrupt,
                 terminate,
                 hangup,
@@ -57,22 +49,45 @@ impl Handlers {
                 tracing::warn!("signal handlers could not be installed");
                 None
             }
+        };
+        Self(AtomicI32::new(0), Arc::default(), Mutex::new(streams))
+    }
+
+    /// The exit code the signal calls for, if one was received.
+    pub fn exit_code(&self) -> Option<u8> {
+        match self.0.load(Ordering::SeqCst) {
+            0 => None,
+            signal => u8::try_from(128 + signal).ok(),
         }
+    }
+
+    /// Notified once when a signal cancels the run (a waiting prompt gives up).
+    pub fn cancelled(&self) -> Arc<Notify> {
+        Arc::clone(&self.1)
     }
 }
 
 /// Cancels `run` on the first signal; never returns (race it against the run).
-/// Without handlers, it waits forever.
-pub async fn cancel_on_signal(
-    handlers: Option<Handlers>,
-    run: &AgentRun,
-    received: &Received,
-) -> Infallible {
-    let Some(Handlers {
+/// If the handlers cannot be installed, it waits forever and signals keep
+/// their default action (the process ends).
+pub async fn cancel_on_signal(run: &AgentRun, received: &Received) -> Infallible {
+    on_signal(received, || run.cancel()).await
+}
+
+/// Calls `cancel` on the first signal (for a host that runs several runs
+/// in turn, e.g. `--input-format stream-json`); otherwise as
+/// [`cancel_on_signal`].
+pub async fn on_signal(received: &Received, cancel: impl Fn()) -> Infallible {
+    let streams = received
+        .2
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take();
+    let Some(Streams {
         mut interrupt,
         mut terminate,
         mut hangup,
-    }) = handlers
+    }) = streams
     else {
         return std::future::pending().await;
     };
@@ -85,6 +100,7 @@ pub async fn cancel_on_signal(
         };
         match first {
             Some(at) if number == libc::SIGINT && at.elapsed() <= FORCE_WINDOW => {
+                crate::tty::restore();
                 eprintln!("keel: interrupted again; exiting without waiting for the run");
                 std::process::exit(128 + libc::SIGINT);
             }
@@ -95,7 +111,8 @@ pub async fn cancel_on_signal(
                     .0
                     .compare_exchange(0, number, Ordering::SeqCst, Ordering::SeqCst);
                 eprintln!("keel: cancelling the run (press Ctrl-C again to exit at once)");
-                run.cancel();
+                cancel();
+                received.1.notify_one();
             }
         }
     }

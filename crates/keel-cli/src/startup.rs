@@ -1,8 +1,13 @@
-//! Startup errors: one JSON line on stdout, exit code 2.
+//! Startup errors: exit code 2, and one line — plain on stderr when a
+//! person reads the output (a terminal, or `--output-format text`), a
+//! `{"type": "startup_error", "code": …, "message": …}` line on stdout when a
+//! program does.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::OnceLock;
 
-use serde_json::json;
+use keel_protocol::{HostLine, StartupErrorLine};
 
 use crate::output::say;
 
@@ -42,10 +47,36 @@ impl StartupError {
 
     /// Prints the error line and returns exit code 2.
     pub fn report(self) -> ExitCode {
-        let line = json!({"startup_error": {"code": self.code, "message": self.message}});
-        say(line);
+        if plain_errors() {
+            let first = self.message.lines().next().unwrap_or_default();
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("keel: {} [{}]", crate::escape::visible(first), self.code);
+        } else {
+            let line = HostLine::StartupError(StartupErrorLine {
+                code: self.code,
+                message: self.message,
+            });
+            match serde_json::to_string(&line) {
+                Ok(line) => say(line),
+                Err(error) => eprintln!("keel: {error}"),
+            }
+        }
         ExitCode::from(2)
     }
+}
+
+/// Whether errors are for a person: set from `--output-format` when given,
+/// else whether stdout is a terminal.
+static PLAIN_ERRORS: OnceLock<bool> = OnceLock::new();
+
+/// Records, once, whether errors are for a person (`--output-format text`)
+/// or a program (`json`, `stream-json`).
+pub fn set_plain_errors(plain: bool) {
+    let _ = PLAIN_ERRORS.set(plain);
+}
+
+fn plain_errors() -> bool {
+    *PLAIN_ERRORS.get_or_init(|| std::io::stdout().is_terminal())
 }
 
 /// Reports a command-line parse error; `--help` and `--version` print normally.
@@ -61,7 +92,14 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     let message = error.render().to_string();
-    StartupError::new("usage", message.trim().to_owned()).report()
+    let mut message = message.trim().to_owned();
+    if plain_errors() {
+        message = format!(
+            "{} (see --help)",
+            message.lines().next().unwrap_or_default()
+        );
+    }
+    StartupError::new("usage", message).report()
 }
 
 /// `keel schema [NAME]`.

@@ -150,6 +150,10 @@ fn startup_errors_are_one_json_line_with_exit_2() {
     );
     assert_eq!(
         startup_error(&keel(&["run", "hello"], None, "")),
+        "no_provider"
+    );
+    assert_eq!(
+        startup_error(&keel(&["run", "--provider", "scripted", "hello"], None, "")),
         "script_required"
     );
     assert_eq!(
@@ -273,11 +277,7 @@ fn the_run_patch_reproduces_the_final_workspace_with_git_apply() {
         "",
     );
     assert_eq!(output.code, 0, "{:?}", output.result);
-    let workspace = &output
-        .extras
-        .iter()
-        .find(|line| line.get("workspace").is_some())
-        .unwrap()["workspace"];
+    let workspace = common::extra(&output, "workspace_changes");
     let paths: Vec<&str> = workspace["changed_paths"]
         .as_array()
         .unwrap()

@@ -69,6 +69,23 @@ fn run_control_retry_failure() {
 }
 
 #[test]
+fn context_compaction_success() {
+    check("context-compaction", "success", "settled");
+}
+
+#[test]
+fn context_compaction_overflow() {
+    check("context-compaction", "overflow", "settled");
+}
+
+#[test]
+fn context_compaction_summary_error() {
+    let output = demo("context-compaction", "summary-error");
+    assert_eq!(output.result["error"]["code"], "compaction_failed");
+    check("context-compaction", "summary-error", "failed");
+}
+
+#[test]
 fn an_unknown_case_is_a_startup_error() {
     let output = demo("tool-loop", "nope");
     assert_eq!(output.code, 2);

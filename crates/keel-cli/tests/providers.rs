@@ -163,9 +163,10 @@ fn a_missing_key_is_a_startup_error_naming_the_variable() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     let line: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(line["startup_error"]["code"], "missing_api_key");
+    assert_eq!(line["type"], "startup_error");
+    assert_eq!(line["code"], "missing_api_key");
     assert!(
-        line["startup_error"]["message"]
+        line["message"]
             .as_str()
             .unwrap()
             .contains("DEEPSEEK_API_KEY")

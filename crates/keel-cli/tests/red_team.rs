@@ -13,11 +13,15 @@
 //! secrets in its environment under secret-looking and harmless names, a
 //! fake home holding an SSH key and toolchain credentials, and, beside it,
 //! another terminal, a process with a secret in its argv, TCP/UDP
-//! listeners and a Unix socket standing for a daemon's.
+//! listeners and a Unix socket standing for a daemon's. The attacks on
+//! git's and Keel's metadata (`red_team/git_attacks.rs`) run in a workspace
+//! that is a repository; the approved `git commit` is answered on stdin.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "red_team/attacks.rs"]
 mod attacks;
+#[path = "red_team/git_attacks.rs"]
+mod git_attacks;
 #[path = "red_team/pty.rs"]
 mod pty;
 
@@ -33,6 +37,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use attacks::*;
+use git_attacks::{ALLOWED_IN_A_REPOSITORY, GIT_ATTACKS};
 use pty::Pty;
 
 /// One attacker's world: a workspace beside another project and a home.
@@ -44,6 +49,8 @@ struct World {
     keel_terminal: Pty,
     other_terminal: Pty,
     inherited: std::fs::File,
+    /// The workspace repository's `HEAD`, when it is one.
+    head: Option<String>,
 }
 
 impl World {
@@ -88,7 +95,36 @@ impl World {
             keel_terminal: Pty::open(),
             other_terminal: Pty::open(),
             inherited,
+            head: None,
         }
+    }
+
+    /// A world whose workspace is a git repository with one commit, and
+    /// holds Keel's project configuration (`.keel/config.toml`).
+    fn with_repository() -> World {
+        let mut world = World::new();
+        let ws = world.ws();
+        std::fs::create_dir_all(ws.join(".keel")).unwrap();
+        std::fs::write(ws.join(".keel/config.toml"), "mode = \"auto\"\n").unwrap();
+        world.git(&["init", "-q"]);
+        world.git(&["add", "inside.txt"]);
+        world.git(&["commit", "-q", "-m", "start"]);
+        world.head = Some(world.git(&["rev-parse", "HEAD"]));
+        world
+    }
+
+    /// The user's own git in the workspace.
+    fn git(&self, args: &[&str]) -> String {
+        let output = Command::new("git")
+            .current_dir(self.ws())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", self.root().join("home"))
+            .args(["-c", "user.name=U", "-c", "user.email=u@example.com"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "git {args:?}: {output:?}");
+        String::from_utf8_lossy(&output.stdout).trim().to_owned()
     }
 
     fn root(&self) -> &Path {
@@ -112,8 +148,17 @@ impl World {
     }
 
     /// Runs one call (and `then`, a `bash` call in the next turn) through
-    /// `keel run` in `mode`; returns everything printed.
-    fn run(&self, mode: &str, tool: &str, arguments: &Value, then: Option<&Value>) -> String {
+    /// `keel run` in `mode`, the host answering permission requests with
+    /// `answers` on stdin (none: end of input, which denies); returns
+    /// everything printed.
+    fn run(
+        &self,
+        mode: &str,
+        tool: &str,
+        arguments: &Value,
+        then: Option<&Value>,
+        answers: Option<&str>,
+    ) -> String {
         let mut turns = vec![json!({"content": [
             {"type": "tool_call", "name": tool, "arguments": arguments}
         ]})];
@@ -144,7 +189,12 @@ impl World {
             )
             .env("XDG_DATA_HOME", self.root().join("data"))
             .env("TMPDIR", self.root().join("keel-tmp"))
-            .stdin(Stdio::null());
+            .stdin(match answers {
+                Some(_) => Stdio::piped(),
+                None => Stdio::null(),
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
         for dir in real_toolchains() {
             command.arg("--sandbox-read").arg(dir);
         }
@@ -162,7 +212,12 @@ impl World {
             command.pre_exec(move || pty::become_session_leader_on(terminal, inherited));
         }
         command.arg("red team");
-        let output = command.output().unwrap();
+        let mut child = command.spawn().unwrap();
+        if let (Some(answers), Some(mut stdin)) = (answers, child.stdin.take()) {
+            use std::io::Write as _;
+            stdin.write_all(answers.as_bytes()).unwrap();
+        }
+        let output = child.wait_with_output().unwrap();
         let printed = format!(
             "{}{}",
             String::from_utf8_lossy(&output.stdout),
@@ -262,6 +317,11 @@ fn blocked(world: &World, effect: Effect, printed: &str) -> bool {
             printed.len() <= limit && left == 0
         }
         Fails => call_result(printed)["status"] != "success",
+        NotContaining(path, text) => {
+            let content = std::fs::read_to_string(world.ws().join(path)).unwrap_or_default();
+            !content.contains(text)
+        }
+        HeadUnchanged => world.head.as_deref() == Some(world.git(&["rev-parse", "HEAD"]).as_str()),
     }
 }
 
@@ -322,13 +382,16 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
     let mut tried = 0;
     let mut failures = Vec::new();
     for mode in ["plan", "auto", "ask"] {
-        for attack in ATTACKS {
-            let world = World::new();
+        for attack in ATTACKS.iter().chain(GIT_ATTACKS) {
+            let world = match attack.repository {
+                true => World::with_repository(),
+                false => World::new(),
+            };
             let arguments: Value = serde_json::from_str(&world.fill(attack.arguments)).unwrap();
             let then: Option<Value> = attack
                 .then
                 .map(|then| serde_json::from_str(&world.fill(then)).unwrap());
-            let printed = world.run(mode, attack.tool, &arguments, then.as_ref());
+            let printed = world.run(mode, attack.tool, &arguments, then.as_ref(), None);
             tried += 1;
             if !blocked(&world, attack.effect, &printed) {
                 failures.push(format!(
@@ -339,10 +402,26 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
         }
     }
     let mut allowed_ok = 0;
-    for (mode, name, tool, arguments, expected) in ALLOWED {
-        let world = World::new();
+    let in_a_repository =
+        ALLOWED_IN_A_REPOSITORY
+            .iter()
+            .map(|&(mode, name, tool, arguments, expected, approve)| {
+                (mode, name, tool, arguments, expected, Some(approve))
+            });
+    let allowed = ALLOWED
+        .iter()
+        .map(|&(mode, name, tool, arguments, expected)| {
+            (mode, name, tool, arguments, expected, None)
+        })
+        .chain(in_a_repository);
+    for (mode, name, tool, arguments, expected, repository) in allowed {
+        let world = match repository {
+            Some(_) => World::with_repository(),
+            None => World::new(),
+        };
         let arguments: Value = serde_json::from_str(&world.fill(arguments)).unwrap();
-        let printed = world.run(mode, tool, &arguments, None);
+        let answers = (repository == Some(true)).then_some("approve\n");
+        let printed = world.run(mode, tool, &arguments, None, answers);
         let result = call_result(&printed);
         if result["status"] == "success" && result.to_string().contains(expected) {
             allowed_ok += 1;
@@ -359,7 +438,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             .count();
     println!(
         "red team: {tried} attacks tried, {blocked_count} blocked; {} allowed counterparts, {allowed_ok} succeeded",
-        ALLOWED.len()
+        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len()
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -193,7 +193,10 @@ fn planted_repository_code_never_runs_in_a_git_workspace() {
          && echo '*.z filter=z' >> .gitattributes && echo z > c.z",
     )));
     let printed = world.run("full", &calls);
-    assert!(printed.contains("\"workspace\""), "no report: {printed}");
+    assert!(
+        printed.contains("\"type\":\"workspace_changes\""),
+        "no report: {printed}"
+    );
     assert!(
         printed.contains("new.txt"),
         "the report misses new.txt: {printed}"

@@ -51,8 +51,10 @@ impl Fixture {
         let mut all = vec!["session"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--session-dir", &sessions]);
+        // In the workspace the runs used: `session list` shows its sessions.
         let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
             .args(&all)
+            .current_dir(self.dir.path())
             .output()
             .unwrap();
         (
@@ -63,11 +65,7 @@ impl Fixture {
 }
 
 fn session_line(output: &common::Output) -> &Value {
-    &output
-        .extras
-        .iter()
-        .find(|line| line.get("session").is_some())
-        .expect("a session line")["session"]
+    common::extra(output, "session")
 }
 
 #[test]
@@ -216,14 +214,10 @@ fn the_session_tree_demo_branches_and_forks() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
-    let results: Vec<&Value> = lines
-        .iter()
-        .filter_map(|l| l.get("result"))
-        .filter(|r| l_is_result(r))
-        .collect();
+    let results: Vec<&Value> = lines.iter().filter(|l| l["type"] == "result").collect();
     assert_eq!(results.len(), 3);
     assert!(results.iter().all(|r| r["state"] == "settled"));
-    let trees: Vec<&Value> = lines.iter().filter_map(|l| l.get("tree")).collect();
+    let trees: Vec<&Value> = lines.iter().filter(|l| l["type"] == "tree").collect();
     let original = trees[0]["lines"].as_array().unwrap();
     assert!(
         original
@@ -252,19 +246,15 @@ fn the_session_tree_demo_branches_and_forks() {
         .collect();
     let codes: Vec<&str> = lines
         .iter()
-        .filter_map(|l| l.get("session_error"))
+        .filter(|l| l["type"] == "session_error")
         .map(|e| e["code"].as_str().unwrap())
         .collect();
     assert_eq!(codes, ["invalid_entry", "session_locked"]);
-    let counts = lines.iter().find_map(|l| l.get("entries")).unwrap();
+    let counts = lines.iter().find(|l| l["type"] == "entries").unwrap();
     assert_eq!(
         counts["before"], counts["after"],
         "nothing stored was changed"
     );
-}
-
-fn l_is_result(value: &Value) -> bool {
-    value.get("state").is_some()
 }
 
 impl Fixture {
@@ -279,6 +269,7 @@ impl Fixture {
             .arg("session")
             .args(args)
             .args(["--session-dir", &sessions])
+            .current_dir(self.dir.path())
             .output()
             .unwrap()
     }
@@ -420,7 +411,7 @@ fn a_renamed_copy_is_refused_naming_both_ids() {
     for (code, error) in [
         (
             shown.status.code(),
-            serde_json::from_slice::<Value>(&shown.stdout).unwrap()["startup_error"].clone(),
+            serde_json::from_slice::<Value>(&shown.stdout).unwrap(),
         ),
         (Some(resumed.code), resumed.startup_error.unwrap()),
     ] {
@@ -463,7 +454,7 @@ fn a_create_that_cannot_write_leaves_no_file() {
         String::from_utf8_lossy(&output.stdout)
     );
     let error: Value = serde_json::from_slice(&output.stdout).unwrap();
-    assert_eq!(error["startup_error"]["code"], "session_io", "{error}");
+    assert_eq!(error["code"], "session_io", "{error}");
     let left: Vec<_> = std::fs::read_dir(&sessions).unwrap().flatten().collect();
     assert!(left.is_empty(), "no session file is left: {left:?}");
 }
@@ -480,7 +471,13 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
         .unwrap();
     assert!(made.success());
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["session", "list", "--session-dir", &fixture.sessions()])
+        .args([
+            "session",
+            "list",
+            "--all",
+            "--session-dir",
+            &fixture.sessions(),
+        ])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
@@ -507,8 +504,5 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
     assert_eq!(ids, [id], "the FIFO is skipped");
     let shown = fixture.session_output(&["show", "a-fifo"]);
     let error: Value = serde_json::from_slice(&shown.stdout).unwrap();
-    assert_eq!(
-        error["startup_error"]["code"], "session_not_found",
-        "{error}"
-    );
+    assert_eq!(error["code"], "session_not_found", "{error}");
 }

@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// A marker no other process on the machine has in its command line.
+/// A marker no other process on the machine has in its command line: the
+/// tests of this file run at the same time, so each call gets its own.
 fn marker() -> String {
-    format!("31.{}", std::process::id() % 1000 + 100)
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(1);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("31.{}{n}", std::process::id() % 1000 + 100)
 }
 
 fn script(dir: &Path, marker: &str) -> std::path::PathBuf {
@@ -134,8 +137,7 @@ fn check_cancelled(mut running: Running, expected_code: i32) {
     let result = lines
         .iter()
         .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .filter(|value| value.as_object().is_some_and(|object| object.len() == 1))
-        .find_map(|value| value.get("result").cloned());
+        .find(|value| value["type"] == "result");
     if expected_code != 130 || result.is_some() {
         let result = result.expect("a result line");
         assert_eq!(result["state"], "cancelled", "{result}");
@@ -174,4 +176,63 @@ fn a_second_sigint_exits_at_once() {
     std::thread::sleep(Duration::from_millis(300));
     send(&running.child, "INT");
     check_cancelled(running, 130);
+}
+
+/// SIGINT while `ask` waits for an answer on a pipe that stays open: the
+/// wait ends, the request is denied and the run ends cancelled, at once.
+#[test]
+fn a_signal_ends_the_wait_for_a_piped_answer() {
+    let workspace = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let script = script(scripts.path(), &marker());
+    let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        .args(["run", "--mode", "ask", "--script"])
+        .arg(&script)
+        .arg("--workspace")
+        .arg(workspace.path())
+        .arg("--session-dir")
+        .arg(workspace.path().join("sessions"))
+        .arg("ask first")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let _open_stdin = child.stdin.take();
+    let stdout = child.stdout.take().unwrap();
+    let (sender, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if sender.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let line = lines.recv_timeout(Duration::from_secs(20)).unwrap();
+        if line.contains("\"permission_requested\"") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no permission request");
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let ended = wait_until(Duration::from_secs(10), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        child.kill().unwrap();
+    }
+    assert!(ended, "keel kept waiting for an answer after SIGINT");
+    assert_eq!(child.wait().unwrap().code(), Some(130));
+    let rest: Vec<Value> = lines
+        .try_iter()
+        .filter_map(|line| serde_json::from_str(&line).ok())
+        .collect();
+    let result = rest.iter().find(|line| line["type"] == "result").unwrap();
+    assert_eq!(result["state"], "cancelled", "{result}");
 }

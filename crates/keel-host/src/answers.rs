@@ -5,10 +5,12 @@
 //! older object without a `type` (`{"request_id": …, "decision": …}`), or a
 //! bare word. Only an explicit approval of exactly this request approves;
 //! end of input, anything unreadable, another request's id and every other
-//! word deny. An answer with scope `always` keeps its scope, so the kernel
-//! can refuse what it does not support rather than silently narrowing it.
+//! word deny. An answer with scope `always` keeps its scope: the kernel
+//! records it as a session rule that decides later matching calls.
 
-use keel_protocol::{HostControl, HostDecision, PermissionAnswer, PermissionResolution};
+use keel_protocol::{
+    HostControl, HostDecision, PermissionAnswer, PermissionResolution, PermissionScope,
+};
 use serde_json::Value;
 
 /// The answer one line (`None`: end of input) gives to request `request_id`.
@@ -33,7 +35,14 @@ pub fn answer_line(line: Option<&str>, request_id: &str) -> PermissionAnswer {
         .get("decision")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    PermissionAnswer::once(resolution(id_matches && is_approval(decision)))
+    let scope = match value.get("scope").and_then(Value::as_str) {
+        Some("always") => PermissionScope::Always,
+        _ => PermissionScope::Once,
+    };
+    PermissionAnswer {
+        resolution: resolution(id_matches && is_approval(decision)),
+        scope,
+    }
 }
 
 /// Whether a word is an approval: the words [`HostDecision::Approve`]
@@ -57,8 +66,6 @@ fn resolution(approved: bool) -> PermissionResolution {
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
-
-    use keel_protocol::PermissionScope;
 
     use super::*;
 
@@ -101,5 +108,11 @@ mod tests {
         );
         assert_eq!(answer.scope, PermissionScope::Always);
         assert_eq!(answer.resolution, PermissionResolution::Approved);
+        let legacy = answer_line(
+            Some(r#"{"request_id": "r1", "decision": "deny", "scope": "always"}"#),
+            "r1",
+        );
+        assert_eq!(legacy.scope, PermissionScope::Always);
+        assert_eq!(legacy.resolution, PermissionResolution::Denied);
     }
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use keel_kernel::{AgentKernel, RetryPolicy};
-use keel_provider::config::Config;
+use keel_provider::config::{Config, ModelInfo};
 use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::SessionStore;
@@ -36,71 +36,67 @@ pub enum ProviderChoice {
         /// The model id to report.
         model: Option<String>,
     },
-    /// A provider from the configuration (built-in catalog merged with
-    /// `config.toml`), its key read from the variable the config names.
+    /// A provider from the catalog (built-in, merged with `config.toml`:
+    /// see [`crate::settings::Settings`]), its key read from the variable
+    /// the catalog names.
     Configured {
-        /// The provider's name in the configuration.
+        /// The provider's name in the catalog.
         name: String,
-        /// The model (default: the provider's default model).
+        /// The model id or alias (default: the provider's default model).
         model: Option<String>,
         /// Overrides the provider's base URL.
         base_url: Option<String>,
-        /// The configuration file (default: the user's `config.toml`).
-        config_file: Option<PathBuf>,
+        /// The catalog.
+        catalog: Arc<Config>,
     },
 }
 
 impl ProviderChoice {
-    /// The provider a host names: `scripted` (with its script file) or a
-    /// configured provider.
-    pub fn named(
-        name: &str,
-        model: Option<String>,
-        base_url: Option<String>,
-        config_file: Option<PathBuf>,
-        script: Option<PathBuf>,
-    ) -> Self {
-        if name == "scripted" {
-            return Self::ScriptFile {
-                path: script,
-                model,
-            };
-        }
-        Self::Configured {
-            name: name.to_owned(),
-            model,
-            base_url,
-            config_file,
-        }
-    }
-
-    /// Builds the provider and the model id to send.
-    fn connect(&self) -> Result<(Arc<dyn Provider>, Option<String>), HostError> {
+    /// Builds the provider, the model id to send and what the catalog
+    /// knows about the model.
+    fn connect(&self) -> Result<Connected, HostError> {
         match self {
-            Self::Script { script, model } => Ok((
-                Arc::new(ScriptedProvider::new(script.clone())),
-                model.clone(),
-            )),
+            Self::Script { script, model } => Ok(Connected {
+                provider: Arc::new(ScriptedProvider::new(script.clone())),
+                model: model.clone(),
+                info: ModelInfo::default(),
+            }),
             Self::ScriptFile { path, model } => {
                 let path = path.as_ref().ok_or(HostError::ScriptRequired)?;
                 let script = Script::from_file(path)?;
-                Ok((Arc::new(ScriptedProvider::new(script)), model.clone()))
+                Ok(Connected {
+                    provider: Arc::new(ScriptedProvider::new(script)),
+                    model: model.clone(),
+                    info: ModelInfo::default(),
+                })
             }
             Self::Configured {
                 name,
                 model,
                 base_url,
-                config_file,
+                catalog,
             } => {
-                let config = Config::load(config_file.as_deref())?;
                 let resolved =
-                    config.resolve(name, model.as_deref(), base_url.as_deref(), &|variable| {
+                    catalog.resolve(name, model.as_deref(), base_url.as_deref(), &|variable| {
                         std::env::var(variable).ok()
                     })?;
-                Ok((connect(&resolved), Some(resolved.model)))
+                Ok(Connected {
+                    provider: connect(&resolved),
+                    model: Some(resolved.model),
+                    info: resolved.info,
+                })
             }
         }
     }
+}
+
+/// A provider built from a [`ProviderChoice`].
+struct Connected {
+    provider: Arc<dyn Provider>,
+    /// The model id to send (`None`: the provider's name).
+    model: Option<String>,
+    /// What the catalog knows about the model.
+    info: ModelInfo,
 }
 
 /// Everything a host resolved from its arguments and configuration.
@@ -116,6 +112,14 @@ pub struct HostConfig {
     pub sandbox: SandboxConfig,
     /// Replaces the kernel's default system prompt.
     pub system_prompt: Option<String>,
+    /// Added after the system prompt (the default one or a replacement).
+    pub append_system_prompt: Option<String>,
+    /// The model's context window in tokens, overriding the catalog's (a
+    /// local model served with a small context).
+    pub context_window: Option<u64>,
+    /// Whether requests state the environment (date, working directory,
+    /// OS, shell, git); default true.
+    pub environment: bool,
     /// How retryable provider errors are retried (default: the kernel's).
     pub retry: Option<RetryPolicy>,
 }
@@ -129,6 +133,9 @@ impl HostConfig {
             tools: None,
             sandbox: SandboxConfig::default(),
             system_prompt: None,
+            append_system_prompt: None,
+            context_window: None,
+            environment: true,
             retry: None,
         }
     }
@@ -141,7 +148,11 @@ impl HostConfig {
 
     /// Assembles the kernel, its runs stored in `store`.
     pub fn kernel(&self, store: Arc<dyn SessionStore>) -> Result<AgentKernel, HostError> {
-        let (provider, model) = self.provider.connect()?;
+        let Connected {
+            provider,
+            model,
+            info,
+        } = self.provider.connect()?;
         let root = match &self.workspace {
             Some(root) => root.clone(),
             None => {
@@ -161,6 +172,18 @@ impl HostConfig {
         }
         if let Some(prompt) = &self.system_prompt {
             builder = builder.system_prompt(prompt.clone());
+        }
+        if let Some(text) = &self.append_system_prompt {
+            builder = builder.append_system_prompt(text.clone());
+        }
+        if !self.environment {
+            builder = builder.environment(false);
+        }
+        if let Some(window) = self.context_window.or(info.context_window) {
+            builder = builder.context_window(window);
+        }
+        if let Some(limit) = info.max_output {
+            builder = builder.output_limit(limit);
         }
         if let Some(retry) = self.retry {
             builder = builder.retry(retry);

@@ -12,6 +12,50 @@ pub enum HostError {
     /// The scripted provider was chosen without a script.
     #[error("the scripted provider needs --script FILE")]
     ScriptRequired,
+    /// No provider was chosen and the configuration names none.
+    #[error(
+        "no provider: pass --provider NAME (`keel models` lists them) or --script FILE, \
+         or set `provider` in config.toml"
+    )]
+    NoProvider,
+    /// A `-c KEY=VALUE` override that cannot be read.
+    #[error("cannot use the override `{text}`: {why}")]
+    Override {
+        /// The override as given.
+        text: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// `--profile` names a profile the configuration does not define.
+    #[error("no profile `{name}` in config.toml; defined: {}", list_or_none(known))]
+    UnknownProfile {
+        /// The name asked for.
+        name: String,
+        /// The profiles defined.
+        known: Vec<String>,
+    },
+    /// A session is resumed from another workspace than the one it
+    /// belongs to, and the host did not name the workspace explicitly.
+    #[error(
+        "session `{session}` belongs to workspace {session_workspace}, not to {workspace}; \
+         run it there, or pass --workspace to say which workspace to use"
+    )]
+    WorkspaceMismatch {
+        /// The session.
+        session: String,
+        /// The workspace the session records.
+        session_workspace: String,
+        /// The workspace of this run.
+        workspace: String,
+    },
+    /// `--continue` found no session of this workspace.
+    #[error(
+        "no session of workspace {workspace} to continue (`keel session list --all` shows every one)"
+    )]
+    NothingToContinue {
+        /// The workspace.
+        workspace: String,
+    },
     /// The script could not be read or parsed.
     #[error(transparent)]
     InvalidScript(#[from] ScriptError),
@@ -63,6 +107,11 @@ impl HostError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::ScriptRequired => "script_required",
+            Self::NoProvider => "no_provider",
+            Self::Override { .. } => "config_override",
+            Self::UnknownProfile { .. } => "unknown_profile",
+            Self::WorkspaceMismatch { .. } => "session_workspace",
+            Self::NothingToContinue { .. } => "no_session_to_continue",
             Self::InvalidScript(_) => "invalid_script",
             Self::Config(error) => error.code(),
             Self::Workspace(_) => "workspace",
@@ -72,6 +121,14 @@ impl HostError {
             Self::NoSessionDir => "session_dir",
             Self::NotFound { what, .. } | Self::Ambiguous { what, .. } => not_found_code(what),
         }
+    }
+}
+
+fn list_or_none(names: &[String]) -> String {
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
     }
 }
 

@@ -2,7 +2,9 @@
 //!
 //! Every host — the `keel` CLI, a server, an editor adapter, an evaluator —
 //! needs the same few things before it can drive the `AgentKernel` →
-//! `AgentRun` seam: a provider chosen by name from the configuration, tools
+//! `AgentRun` seam: its defaults read from `config.toml` in layers
+//! ([`settings`], with the narrowing [`project`] layer), a provider chosen
+//! by name from the configuration, tools
 //! chosen by name, the sandbox settings, a session store and the sessions in
 //! it found by a short id, and the host-control messages (permission answers)
 //! read from its user. This crate does exactly that, so that no host copies
@@ -19,7 +21,11 @@ pub mod answers;
 mod assemble;
 mod error;
 pub mod modes;
+mod overrides;
+pub mod project;
 pub mod sessions;
+pub mod settings;
 
 pub use assemble::{HostConfig, ProviderChoice, tools_by_name};
 pub use error::HostError;
+pub use settings::{Choices, RunSetup, Settings, Sources};

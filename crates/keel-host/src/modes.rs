@@ -22,7 +22,7 @@ pub struct MatrixRow {
 }
 
 /// The rows of SPEC §7, in its order.
-pub const ROWS: [MatrixRow; 6] = [
+pub const ROWS: [MatrixRow; 7] = [
     MatrixRow {
         name: "reads inside the workspace",
         tool: "read",
@@ -52,6 +52,12 @@ pub const ROWS: [MatrixRow; 6] = [
         tool: "bash",
         kind: IntentKind::Network,
         scope: IntentScope::Workspace,
+    },
+    MatrixRow {
+        name: "writes to `.git` or `.keel` (`git commit`)",
+        tool: "bash",
+        kind: IntentKind::Shell,
+        scope: IntentScope::Metadata,
     },
     MatrixRow {
         name: "unknown or extension tools",
@@ -148,6 +154,12 @@ mod tests {
             auto.contains("asks the host: anything outside the workspace, network"),
             "{auto}"
         );
+        assert!(auto.contains("writes to `.git` or `.keel`"), "{auto}");
+        assert!(
+            plan.contains("denied: writes inside the workspace, anything outside"),
+            "{plan}"
+        );
+        assert!(plan.contains("writes to `.git` or `.keel`"), "{plan}");
         let full = describe(PermissionMode::Full, false);
         assert!(
             full.contains("shell inside the workspace (unsandboxed)"),

@@ -1,5 +1,14 @@
-//! Finding sessions: the store a host uses, and sessions and entries named
-//! by a short id.
+//! Finding sessions: the store a host uses, sessions and entries named by a
+//! short id, and the sessions of one workspace.
+//!
+//! A session records the workspace it was created for (the canonical root,
+//! in its header). A host resumes a session only in that workspace unless
+//! it names the workspace explicitly ([`Resume::workspace_given`]): a
+//! session id typed in the wrong directory is refused, naming both
+//! workspaces, instead of silently running there. `--continue` picks the
+//! session of this workspace with the latest activity. Sessions recorded
+//! without a workspace belong to none: they resume anywhere and are never
+//! picked by `--continue`.
 //!
 //! Ids may be shortened to a unique prefix or suffix (an entry's 8
 //! characters that `session tree` shows); the store resolves session ids
@@ -8,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_session::{JsonlStore, Repair, SessionStore};
+use keel_session::{JsonlStore, Repair, SessionInfo, SessionStore};
 
 use crate::HostError;
 
@@ -59,17 +68,73 @@ pub struct Continued {
     pub repair: Option<Repair>,
 }
 
-/// The session a run continues: `session` (a short id) opened for writing,
-/// or a new fork of it at `fork` (a short entry id; the source is only read).
+/// Which session a run continues, as a host was asked.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Resume<'a> {
+    /// A session id (or unique prefix or suffix).
+    pub session: Option<&'a str>,
+    /// With `session`: fork it at this entry (short id) and continue there.
+    pub fork: Option<&'a str>,
+    /// Continue the latest session of the workspace (ignored with `session`).
+    pub latest: bool,
+    /// The workspace the run works in (canonical: see [`workspace_root`]).
+    pub workspace: Option<&'a Path>,
+    /// Whether the host named the workspace explicitly, which allows
+    /// resuming a session of another workspace there.
+    pub workspace_given: bool,
+}
+
+/// The canonical root of the workspace `given` (default: the current
+/// directory), as sessions record it.
+pub fn workspace_root(given: Option<&Path>) -> Result<PathBuf, HostError> {
+    let root = match given {
+        Some(root) => root.to_path_buf(),
+        None => std::env::current_dir().map_err(|error| HostError::Workspace(error.to_string()))?,
+    };
+    std::fs::canonicalize(&root)
+        .map_err(|error| HostError::Workspace(format!("{}: {error}", root.display())))
+}
+
+/// The sessions of `workspace` (every session for `None`), newest activity
+/// first, and how many others the store holds.
+pub async fn sessions_of(
+    store: &dyn SessionStore,
+    workspace: Option<&Path>,
+) -> Result<(Vec<SessionInfo>, usize), HostError> {
+    let all = store.list().await?;
+    let Some(workspace) = workspace else {
+        return Ok((all, 0));
+    };
+    let total = all.len();
+    let mine: Vec<SessionInfo> = all
+        .into_iter()
+        .filter(|info| belongs(info.workspace.as_deref(), workspace))
+        .collect();
+    let others = total - mine.len();
+    Ok((mine, others))
+}
+
+fn belongs(recorded: Option<&str>, workspace: &Path) -> bool {
+    recorded.is_some_and(|recorded| Path::new(recorded) == workspace)
+}
+
+/// The session a run continues (see [`Resume`]): `session` opened for
+/// writing, or a new fork of it at `fork` (the source is only read), or the
+/// latest session of the workspace (with none of them asked: a new session).
 pub async fn continued_session(
     store: &JsonlStore,
-    session: Option<&str>,
-    fork: Option<&str>,
+    resume: Resume<'_>,
 ) -> Result<Continued, HostError> {
-    let Some(wanted) = session else {
-        return Ok(Continued::default());
+    let id = match (resume.session, resume.latest) {
+        (Some(wanted), _) => {
+            let id = resolve_session(store, wanted).await?;
+            check_workspace(store, &id, &resume).await?;
+            id
+        }
+        (None, true) => latest(store, &resume).await?,
+        (None, false) => return Ok(Continued::default()),
     };
-    let id = resolve_session(store, wanted).await?;
+    let fork = resume.fork;
     let Some(entry) = fork else {
         let repair = store.open_for_writing(&id).await?;
         return Ok(Continued {
@@ -86,6 +151,53 @@ pub async fn continued_session(
     Ok(Continued {
         session_id: Some(fork),
         repair: None,
+    })
+}
+
+/// The latest session of the workspace (with no damage).
+async fn latest(store: &JsonlStore, resume: &Resume<'_>) -> Result<String, HostError> {
+    let workspace = match resume.workspace {
+        Some(workspace) => workspace.to_path_buf(),
+        None => workspace_root(None)?,
+    };
+    let (mine, _) = sessions_of(store, Some(&workspace)).await?;
+    mine.into_iter()
+        .find(|info| info.problem.is_none())
+        .map(|info| info.id)
+        .ok_or_else(|| HostError::NothingToContinue {
+            workspace: workspace.display().to_string(),
+        })
+}
+
+/// Refuses a session of another workspace unless the host named one.
+async fn check_workspace(
+    store: &JsonlStore,
+    id: &str,
+    resume: &Resume<'_>,
+) -> Result<(), HostError> {
+    if resume.workspace_given {
+        return Ok(());
+    }
+    let recorded = store
+        .list()
+        .await?
+        .into_iter()
+        .find(|info| info.id == id)
+        .and_then(|info| info.workspace);
+    let Some(recorded) = recorded else {
+        return Ok(());
+    };
+    let workspace = match resume.workspace {
+        Some(workspace) => workspace.to_path_buf(),
+        None => workspace_root(None)?,
+    };
+    if belongs(Some(&recorded), &workspace) {
+        return Ok(());
+    }
+    Err(HostError::WorkspaceMismatch {
+        session: id.to_owned(),
+        session_workspace: recorded,
+        workspace: workspace.display().to_string(),
     })
 }
 

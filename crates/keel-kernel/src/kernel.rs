@@ -5,15 +5,22 @@
 
 use std::sync::Arc;
 
+use keel_protocol::{CompactionTrigger, RunError};
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
 use keel_tools::changes::Baseline;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
+use crate::checkpoint::CompactionSettings;
+use crate::compaction::{ContextBudget, Interrupted, Seams};
+use crate::emitter::Emitter;
+use crate::ids::new_id;
 use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
+use crate::project::Instructions;
 use crate::run::AgentRun;
+use crate::session_writer::SessionWriter;
 use keel_provider::retry::RetryPolicy;
 
 /// A configured kernel: provider, tools, store, workspace and policy.
@@ -39,6 +46,53 @@ pub enum KernelError {
     /// The prompt is empty.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// A manual compaction wrote nothing (the error says why).
+    #[error("{0}")]
+    Compaction(RunError),
+}
+
+/// The model context a run on a session would start from
+/// ([`AgentKernel::preview_request`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct RequestPreview {
+    /// The request, exactly as the pipeline builds it, before the run's
+    /// prompt is added.
+    pub request: keel_provider::ModelRequest,
+    /// Its estimated size and the window.
+    pub context: keel_protocol::ContextUsage,
+}
+
+/// A session's model context, read through the pipeline
+/// ([`AgentKernel::context_view`]).
+pub struct ContextView {
+    writer: SessionWriter,
+    frame: crate::pipeline::Frame,
+    budget: ContextBudget,
+}
+
+impl ContextView {
+    /// The request the next turn would send (before a run's prompt), and
+    /// its estimate.
+    pub async fn request(&mut self) -> RequestPreview {
+        let context = self.budget.usage(&self.writer).await;
+        let request = self.frame.request(self.writer.project_context().await);
+        RequestPreview { request, context }
+    }
+}
+
+/// What a manual compaction ([`AgentKernel::compact`]) wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CompactionReport {
+    /// The checkpoint entry, now on the session's active branch.
+    pub checkpoint_id: String,
+    /// Estimated tokens of the model context before.
+    pub tokens_before: u64,
+    /// Estimated tokens after.
+    pub tokens_after: u64,
+    /// Entries the checkpoint covers.
+    pub covered_entries: usize,
 }
 
 impl KernelError {
@@ -49,6 +103,7 @@ impl KernelError {
             Self::Tool(_) => "tool_registration",
             Self::Session(error) => error.code(),
             Self::EmptyPrompt => "empty_prompt",
+            Self::Compaction(error) => error.code.as_str(),
         }
     }
 }
@@ -67,6 +122,80 @@ impl AgentKernel {
     /// The workspace tools act in.
     pub fn workspace(&self) -> &Arc<Workspace> {
         &self.inner.workspace
+    }
+
+    /// Compacts `session_id` now (a manual compaction): the run's own
+    /// provider and model summarise the oldest part of its active branch
+    /// into a checkpoint appended at the leaf, with `instructions` as
+    /// additional focus for the summary. Must not be called while a run
+    /// writes to the session.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future before it returns writes nothing unless the
+    /// checkpoint was already being appended; a checkpoint is one append,
+    /// so it is either in the session whole or not at all.
+    pub async fn compact(
+        &self,
+        session_id: &str,
+        instructions: Option<&str>,
+    ) -> Result<CompactionReport, KernelError> {
+        let store = &self.inner.store;
+        store.open_for_writing(session_id).await?;
+        let writer = SessionWriter::open(Arc::clone(store), session_id.to_owned()).await?;
+        let (frame, _) = crate::pipeline::open(&self.inner);
+        let mut budget = ContextBudget::new(&self.inner, &frame);
+        // Nobody consumes these events; the report and the error say it all.
+        let (events, _ignored) = tokio::sync::mpsc::unbounded_channel();
+        let emitter = Emitter::new(new_id(), session_id.to_owned(), events);
+        let cancel = tokio_util::sync::CancellationToken::new();
+        let seams = Seams {
+            parts: &self.inner,
+            frame: &frame,
+            writer: &writer,
+            emitter: &emitter,
+            cancel: &cancel,
+        };
+        match budget
+            .compact(&seams, CompactionTrigger::Manual, instructions)
+            .await
+        {
+            Ok(done) => Ok(CompactionReport {
+                checkpoint_id: done.entry_id,
+                tokens_before: done.tokens_before,
+                tokens_after: done.tokens_after,
+                covered_entries: done.covered_entries,
+            }),
+            Err(Interrupted::Failed(error)) => Err(KernelError::Compaction(error)),
+            Err(Interrupted::Cancelled) => Err(KernelError::Compaction(RunError::new(
+                keel_protocol::ErrorSource::Kernel,
+                keel_protocol::RunErrorCode::CompactionFailed,
+                "compaction failed: cancelled",
+            ))),
+        }
+    }
+
+    /// The request the next turn of a run on `session_id` would send,
+    /// before the run's prompt: the same pipeline (`pipeline.rs`) over the
+    /// session's active branch from its latest checkpoint. Reads only; for
+    /// hosts that show the model context, and for measuring the pipeline.
+    pub async fn preview_request(&self, session_id: &str) -> Result<RequestPreview, KernelError> {
+        Ok(self.context_view(session_id).await?.request().await)
+    }
+
+    /// A read-only view of `session_id`'s model context, opened once and
+    /// asked for the next request as often as needed (as a run's turn loop
+    /// does: its estimate then counts only what was appended since).
+    pub async fn context_view(&self, session_id: &str) -> Result<ContextView, KernelError> {
+        let writer =
+            SessionWriter::open(Arc::clone(&self.inner.store), session_id.to_owned()).await?;
+        let (frame, _) = crate::pipeline::open(&self.inner);
+        let budget = ContextBudget::new(&self.inner, &frame);
+        Ok(ContextView {
+            writer,
+            frame,
+            budget,
+        })
     }
 
     /// Starts a run. Must be called inside a Tokio runtime; the run proceeds
@@ -134,6 +263,12 @@ pub struct AgentKernelBuilder {
     sandbox: SandboxConfig,
     retry: RetryPolicy,
     max_output_tokens: Option<u32>,
+    append_system_prompt: Option<String>,
+    instructions: Option<Instructions>,
+    no_environment: bool,
+    context_window: Option<u64>,
+    output_limit: Option<u32>,
+    compaction: CompactionSettings,
 }
 
 impl AgentKernelBuilder {
@@ -149,9 +284,51 @@ impl AgentKernelBuilder {
         self
     }
 
-    /// Replaces the default system prompt.
+    /// Replaces the default system prompt. Project instructions and the
+    /// environment are still added after it.
     pub fn system_prompt(mut self, prompt: impl Into<String>) -> Self {
         self.system_prompt = Some(prompt.into());
+        self
+    }
+
+    /// Adds text after the system prompt (the default one or a replacement).
+    pub fn append_system_prompt(mut self, text: impl Into<String>) -> Self {
+        self.append_system_prompt = Some(text.into());
+        self
+    }
+
+    /// Where runs look for `AGENTS.md` files (default:
+    /// [`Instructions::default`]; [`Instructions::none`] turns them off).
+    pub fn project_instructions(mut self, instructions: Instructions) -> Self {
+        self.instructions = Some(instructions);
+        self
+    }
+
+    /// Whether requests state the environment — date, working directory,
+    /// OS, shell, git (default: yes). A very small local model may follow
+    /// its instructions more reliably without it.
+    pub fn environment(mut self, state_it: bool) -> Self {
+        self.no_environment = !state_it;
+        self
+    }
+
+    /// The model's context window in tokens (from the catalog); without it
+    /// a run compacts only when the provider reports an overflow.
+    pub fn context_window(mut self, tokens: u64) -> Self {
+        self.context_window = Some(tokens);
+        self
+    }
+
+    /// The most tokens the model may write in one response (from the
+    /// catalog); caps what a summary request asks for.
+    pub fn output_limit(mut self, tokens: u32) -> Self {
+        self.output_limit = Some(tokens);
+        self
+    }
+
+    /// When and how much runs compact (default: [`CompactionSettings::default`]).
+    pub fn compaction(mut self, settings: CompactionSettings) -> Self {
+        self.compaction = settings;
         self
     }
 
@@ -215,7 +392,7 @@ impl AgentKernelBuilder {
         let model = self.model.unwrap_or_else(|| provider.name().to_owned());
         let system_prompt = self
             .system_prompt
-            .unwrap_or_else(|| default_system_prompt(&workspace, &tools.names()));
+            .unwrap_or_else(|| crate::system_prompt::default_prompt(&tools.names()));
         let inner = KernelParts {
             provider,
             model,
@@ -227,21 +404,15 @@ impl AgentKernelBuilder {
             sandbox: Arc::new(self.sandbox),
             retry: self.retry,
             max_output_tokens: self.max_output_tokens,
+            append_system_prompt: self.append_system_prompt,
+            instructions: self.instructions.unwrap_or_default(),
+            environment: !self.no_environment,
+            context_window: self.context_window,
+            output_limit: self.output_limit,
+            compaction: self.compaction,
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),
         })
     }
-}
-
-fn default_system_prompt(workspace: &Workspace, tools: &[String]) -> String {
-    format!(
-        "You are a coding agent working in the workspace at {root}.\n\
-         Use the tools to inspect and change files and to run commands; paths are relative to the workspace.\n\
-         Available tools: {tools}.\n\
-         Read a file before editing it, make the smallest change that solves the task, \
-         verify your work by running it, and finish with a short summary of what you changed.",
-        root = workspace.root().display(),
-        tools = tools.join(", "),
-    )
 }

@@ -20,13 +20,19 @@
 //!
 //! 1. `ids` — run and entry ids and the clock (the only place the kernel
 //!    reads either); `accumulator`, `context`, `permission`, `policy` —
-//!    pure data and rules over keel-protocol types.
+//!    pure data and rules over keel-protocol types; `tokens` (token
+//!    accounting), `checkpoint` (the rules of compaction), `project`
+//!    (project instructions and the environment), `system_prompt` (the
+//!    default prompt, kept in `system_prompt.md`).
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
-//!    `emitter` (the gapless event stream).
+//!    `emitter` (the gapless event stream), `rules` (session rules: host
+//!    answers that hold for later matching calls).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
-//!    the loop's outcome.
+//!    the loop's outcome; `pipeline` — the context pipeline, the one place
+//!    a provider request is built.
 //! 4. `session_writer` — the run's appends and its in-memory context branch.
-//! 5. `tools` — the tool pipeline: validate, classify, decide, execute.
+//! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
+//!    `compaction` — token budgets and checkpoints, driven.
 //! 6. `turn_loop` — stream, persist, run tools, inject, repeat.
 //! 7. `run` — [`AgentRun`], [`EventStream`] and the supervisor task.
 //! 8. `kernel` — [`AgentKernel`] and its builder.
@@ -36,22 +42,33 @@
 //! pipeline through a small seam — not another branch inside them.
 
 mod accumulator;
+mod checkpoint;
+mod compaction;
 mod context;
 mod emitter;
 mod ids;
 mod kernel;
 mod parts;
 mod permission;
+mod pipeline;
 pub mod policy;
+mod project;
+mod rules;
 mod run;
 mod session_writer;
 mod shared;
+mod system_prompt;
+pub mod tokens;
 mod tools;
 mod turn_loop;
 
+pub use checkpoint::CompactionSettings;
 pub use keel_provider::retry::RetryPolicy;
-pub use kernel::{AgentKernel, AgentKernelBuilder, KernelError};
+pub use kernel::{
+    AgentKernel, AgentKernelBuilder, CompactionReport, ContextView, KernelError, RequestPreview,
+};
 pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
+pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};
 pub use run::{AgentRun, EventStream};
 pub use shared::ControlError;

@@ -12,7 +12,9 @@ use keel_session::SessionStore;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{ToolRegistry, Workspace};
 
+use crate::checkpoint::CompactionSettings;
 use crate::policy::PermissionPolicy;
+use crate::project::Instructions;
 use keel_provider::retry::RetryPolicy;
 
 /// Everything an [`crate::AgentKernel`] shares with each of its runs.
@@ -27,13 +29,25 @@ pub(crate) struct KernelParts {
     pub(crate) sandbox: Arc<SandboxConfig>,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_output_tokens: Option<u32>,
+    /// Added after the system prompt, default or not.
+    pub(crate) append_system_prompt: Option<String>,
+    /// Where runs look for project instructions.
+    pub(crate) instructions: Instructions,
+    /// Whether requests state the environment.
+    pub(crate) environment: bool,
+    /// The model's context window, when known (from the catalog).
+    pub(crate) context_window: Option<u64>,
+    /// The most tokens the model may write in one response (from the catalog).
+    pub(crate) output_limit: Option<u32>,
+    /// When and how much runs compact.
+    pub(crate) compaction: CompactionSettings,
 }
 
 /// What the host asks for when it starts a run.
 ///
 /// Built with [`RunSpec::new`] and its builder methods, so that fields added
 /// later (budgets, instructions) do not break hosts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct RunSpec {
     /// The user's prompt.
@@ -44,6 +58,9 @@ pub struct RunSpec {
     pub mode: PermissionMode,
     /// Fail the run after this many turns (no limit when `None`).
     pub max_turns: Option<u32>,
+    /// Fail the run before the next model request once the cost of its
+    /// responses so far, in USD, passes this (no limit when `None`).
+    pub max_cost_usd: Option<f64>,
 }
 
 impl RunSpec {
@@ -76,6 +93,16 @@ impl RunSpec {
     /// Fails the run after `limit` turns (`None`: no limit).
     pub fn max_turns(mut self, limit: impl Into<Option<u32>>) -> Self {
         self.max_turns = limit.into();
+        self
+    }
+
+    /// Fails the run (`budget_exceeded`) before the next model request once
+    /// the cost of its responses so far passes `limit` USD (`None`: no
+    /// limit). A response whose cost is unknown (the model has no prices)
+    /// fails it too (`cost_unknown`): a budget that cannot be measured is
+    /// not kept by guessing.
+    pub fn max_cost_usd(mut self, limit: impl Into<Option<f64>>) -> Self {
+        self.max_cost_usd = limit.into();
         self
     }
 }

@@ -6,6 +6,13 @@
 //! enforces: shell in `plan` runs read-only, in `auto` workspace-write, and
 //! only `full` runs unsandboxed. Nothing is ever allowed that the matrix
 //! does not allow; what cannot be classified is never treated as safe.
+//!
+//! Git's and Keel's metadata in the workspace (`.git`, `.keel`; scope
+//! `metadata`) is not part of the writable workspace: a call that writes it
+//! — a `write` into `.git/hooks`, a `git commit` — is denied in `plan` and
+//! asks in `ask` and `auto`, like anything outside. An approved one stays
+//! as confined as a workspace call (the kernel then makes just that
+//! metadata writable in its sandbox), with network only if it needs it.
 
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
 use keel_tools::sandbox::SandboxLevel;
@@ -57,9 +64,8 @@ impl PermissionPolicy for MatrixPolicy {
             (Ask | Auto, Read) if inside => PolicyDecision::Allow(SandboxLevel::WorkspaceWrite),
             (Auto, Write | Shell) if inside => PolicyDecision::Allow(SandboxLevel::WorkspaceWrite),
             (Plan, kind) => PolicyDecision::Deny(format!(
-                "`{tool_name}` {} {}, which plan mode does not allow",
-                what(kind),
-                where_(intent.scope)
+                "{}, which plan mode does not allow",
+                describe(tool_name, kind, intent.scope)
             )),
             (Ask | Auto, kind) => PolicyDecision::Ask(ask_reason(mode, tool_name, kind, intent)),
         }
@@ -68,7 +74,8 @@ impl PermissionPolicy for MatrixPolicy {
 
 /// The level of a host-approved call: the least that lets it do what its
 /// intent says — network only for network commands, and no OS sandbox only
-/// when it acts outside the workspace (the host approved exactly that). A
+/// when it acts outside the workspace (the host approved exactly that);
+/// writing the workspace's metadata keeps the sandbox. A
 /// call whose scope or kind could not be determined stays sandboxed: the
 /// host approved a command it could not see the reach of, not that reach.
 fn approved_level(mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
@@ -87,21 +94,39 @@ fn ask_reason(
     intent: &OperationIntent,
 ) -> String {
     let level = approved_level(mode, intent);
-    let consequence = match (kind, level) {
-        (
-            IntentKind::Shell | IntentKind::Network | IntentKind::Unknown,
-            SandboxLevel::Unsandboxed,
-        ) => "; if approved, it runs without the OS sandbox",
-        (_, SandboxLevel::WorkspaceWriteNetwork) => {
+    let command = matches!(
+        kind,
+        IntentKind::Shell | IntentKind::Network | IntentKind::Unknown
+    );
+    let metadata = intent.scope == IntentScope::Metadata;
+    let consequence = match (level, metadata) {
+        (SandboxLevel::Unsandboxed, _) if command => {
+            "; if approved, it runs without the OS sandbox"
+        }
+        (SandboxLevel::WorkspaceWriteNetwork, true) => {
+            "; if approved, it runs sandboxed with network access and `.git`/`.keel` writable"
+        }
+        (SandboxLevel::WorkspaceWriteNetwork, false) => {
             "; if approved, it runs sandboxed with network access"
         }
+        (_, true) if command => "; if approved, it runs sandboxed with `.git`/`.keel` writable",
         _ => "",
     };
-    format!(
-        "`{tool_name}` {} {}{consequence}",
-        what(kind),
-        where_(intent.scope)
-    )
+    format!("{}{consequence}", describe(tool_name, kind, intent.scope))
+}
+
+/// "`bash` runs a shell command inside the workspace", and the like.
+fn describe(tool_name: &str, kind: IntentKind, scope: IntentScope) -> String {
+    match (kind, scope) {
+        (IntentKind::Write, IntentScope::Metadata) => {
+            format!("`{tool_name}` writes git's or Keel's metadata (`.git`, `.keel`)")
+        }
+        (_, IntentScope::Metadata) => format!(
+            "`{tool_name}` {} and writes git's or Keel's metadata (`.git`, `.keel`)",
+            what(kind)
+        ),
+        _ => format!("`{tool_name}` {} {}", what(kind), where_(scope)),
+    }
 }
 
 fn what(kind: IntentKind) -> &'static str {
@@ -121,5 +146,43 @@ fn where_(scope: IntentScope) -> &'static str {
         IntentScope::Workspace => "inside the workspace",
         IntentScope::Outside => "outside the workspace",
         IntentScope::Unknown => "in a scope that could not be determined",
+        IntentScope::Metadata => "in git's or Keel's metadata (`.git`, `.keel`)",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decide(mode: PermissionMode, tool: &str, kind: IntentKind) -> PolicyDecision {
+        let intent = OperationIntent::new(kind, IntentScope::Metadata);
+        MatrixPolicy.evaluate(mode, tool, &intent)
+    }
+
+    #[test]
+    fn metadata_reasons_say_what_is_written_and_what_an_approval_widens() {
+        let metadata = "git's or Keel's metadata (`.git`, `.keel`)";
+        assert_eq!(
+            decide(PermissionMode::Auto, "bash", IntentKind::Shell),
+            PolicyDecision::Ask(format!(
+                "`bash` runs a shell command and writes {metadata}; if approved, it runs sandboxed with `.git`/`.keel` writable"
+            ))
+        );
+        assert_eq!(
+            decide(PermissionMode::Ask, "bash", IntentKind::Network),
+            PolicyDecision::Ask(format!(
+                "`bash` reaches the network and writes {metadata}; if approved, it runs sandboxed with network access and `.git`/`.keel` writable"
+            ))
+        );
+        assert_eq!(
+            decide(PermissionMode::Auto, "write", IntentKind::Write),
+            PolicyDecision::Ask(format!("`write` writes {metadata}"))
+        );
+        assert_eq!(
+            decide(PermissionMode::Plan, "bash", IntentKind::Shell),
+            PolicyDecision::Deny(format!(
+                "`bash` runs a shell command and writes {metadata}, which plan mode does not allow"
+            ))
+        );
     }
 }

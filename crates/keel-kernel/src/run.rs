@@ -125,16 +125,21 @@ impl AgentRun {
     /// call (and exact arguments and intent) that request was issued for.
     ///
     /// Takes a [`PermissionAnswer`] or a bare [`keel_protocol::PermissionResolution`]
-    /// (meaning once). The kernel keeps no session rules yet, so an answer
-    /// with [`PermissionScope::Always`] is refused and the request stays pending.
+    /// (meaning once). An answer with [`PermissionScope::Always`] also makes a
+    /// session rule: the kernel records it as a `permission_rule` entry with
+    /// the decision, and decides later calls of the same tool with the same
+    /// intent and exactly the same target (command or path) by it, in this
+    /// run and in later runs on this branch of the session, without asking.
+    /// A scope this kernel does not know is refused and the request stays pending.
     pub fn resolve_permission(
         &self,
         request_id: &str,
         answer: impl Into<PermissionAnswer>,
     ) -> Result<(), ControlError> {
         let answer = answer.into();
-        if answer.scope != PermissionScope::Once {
-            return Err(ControlError::UnsupportedScope(answer.scope));
+        match answer.scope {
+            PermissionScope::Once | PermissionScope::Always => {}
+            other => return Err(ControlError::UnsupportedScope(other)),
         }
         let sender = self
             .shared
@@ -142,7 +147,7 @@ impl AgentRun {
             .remove(request_id)
             .ok_or_else(|| ControlError::UnknownPermissionRequest(request_id.to_owned()))?;
         sender
-            .send(answer.resolution)
+            .send(answer)
             .map_err(|_| ControlError::UnknownPermissionRequest(request_id.to_owned()))
     }
 

@@ -18,6 +18,7 @@ use tokio::sync::Mutex;
 
 use crate::emitter::Emitter;
 use crate::ids::{new_id, now_ms};
+use crate::rules::SessionRules;
 
 /// See [`SessionWriter::context_summary`].
 pub(crate) struct ContextSummary {
@@ -59,10 +60,21 @@ impl SessionWriter {
         }
     }
 
+    /// The session rules recorded on the context branch.
+    pub(crate) async fn rules(&self) -> SessionRules {
+        SessionRules::from_branch(&self.state.lock().await.1)
+    }
+
     /// The messages of the context branch for a request, projected without
     /// first copying the branch.
     pub(crate) async fn project_context(&self) -> Vec<Message> {
         crate::context::project(&self.state.lock().await.1)
+    }
+
+    /// Runs `read` on the context branch (the active branch from the latest
+    /// checkpoint's first kept entry), under the writer's lock.
+    pub(crate) async fn with_branch<R>(&self, read: impl FnOnce(&[Entry]) -> R) -> R {
+        read(&self.state.lock().await.1)
     }
 
     /// Appends `payloads` atomically as a chain below the current leaf.
@@ -71,19 +83,30 @@ impl SessionWriter {
         emitter: &Emitter,
         payloads: Vec<EntryPayload>,
     ) -> Result<Vec<Entry>, SessionError> {
+        let identified = payloads
+            .into_iter()
+            .map(|payload| (new_id(), payload))
+            .collect();
+        self.append_identified(emitter, identified).await
+    }
+
+    /// [`Self::append`] with ids chosen by the caller (a checkpoint that
+    /// keeps nothing names itself as its first kept entry).
+    pub(crate) async fn append_identified(
+        &self,
+        emitter: &Emitter,
+        payloads: Vec<(String, EntryPayload)>,
+    ) -> Result<Vec<Entry>, SessionError> {
         let mut state = self.state.lock().await;
         let mut parent = state.0.clone();
         let timestamp = now_ms();
         let entries: Vec<Entry> = payloads
             .into_iter()
-            .map(|payload| {
-                let id = new_id();
-                Entry {
-                    id: id.clone(),
-                    parent_id: parent.replace(id),
-                    timestamp,
-                    payload,
-                }
+            .map(|(id, payload)| Entry {
+                id: id.clone(),
+                parent_id: parent.replace(id),
+                timestamp,
+                payload,
             })
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use keel_protocol::{
-    AssistantMessage, PermissionResolution, PermissionScope, QueueKind, RunError, RunEvent,
+    AssistantMessage, PermissionAnswer, PermissionScope, QueueKind, RunError, RunEvent,
     RunEventKind, RunResult, RunState,
 };
 use tokio::sync::{mpsc, oneshot, watch};
@@ -42,9 +42,9 @@ pub enum ControlError {
     /// No pending permission request has this id.
     #[error("no pending permission request `{0}` (stale, already resolved, or never issued)")]
     UnknownPermissionRequest(String),
-    /// The answer's scope is not kept by this kernel (session rules are not
-    /// implemented yet); answer `once` instead.
-    #[error("permission answers with scope `{0:?}` are not supported yet; answer once")]
+    /// The answer's scope is not one this kernel keeps (it keeps `once` and
+    /// `always`); answer with one of those instead.
+    #[error("permission answers with scope `{0:?}` are not supported; answer once or always")]
     UnsupportedScope(PermissionScope),
     /// The workspace's changes cannot be computed.
     #[error("workspace changes are unavailable: {0}")]
@@ -71,7 +71,7 @@ pub(crate) struct RunShared {
     pub(crate) emitter: Emitter,
     pub(crate) cancel: CancellationToken,
     control: Mutex<Control>,
-    permissions: Mutex<HashMap<String, oneshot::Sender<PermissionResolution>>>,
+    permissions: Mutex<HashMap<String, oneshot::Sender<PermissionAnswer>>>,
     /// False once the host dropped the event stream: nobody can answer a
     /// permission request any more, so every request is denied.
     host_listening: AtomicBool,
@@ -151,7 +151,7 @@ impl RunShared {
     pub(crate) fn register_permission(
         &self,
         request_id: String,
-    ) -> oneshot::Receiver<PermissionResolution> {
+    ) -> oneshot::Receiver<PermissionAnswer> {
         let (sender, receiver) = oneshot::channel();
         self.permissions().insert(request_id, sender);
         receiver
@@ -238,7 +238,7 @@ impl RunShared {
 
     pub(crate) fn permissions(
         &self,
-    ) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionResolution>>> {
+    ) -> MutexGuard<'_, HashMap<String, oneshot::Sender<PermissionAnswer>>> {
         self.permissions
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -6,7 +6,13 @@
 //! calls it has. Then, per call: `tool_execution_start` → host approval when
 //! the policy asked (that decision recorded on its own) → execute with
 //! streamed progress, inside the OS sandbox level the decision carries →
-//! `tool_execution_end`.
+//! `tool_execution_end`. A call whose intent writes git's or Keel's
+//! metadata (scope `metadata`) and was allowed or approved runs with that
+//! metadata writable; every other call sees it read-only. Where the policy
+//! would ask, a session rule the host made earlier (an answer with scope
+//! `always`, see `rules`) decides instead, and is checked again just before
+//! asking, so a rule made for one call of a batch already decides the
+//! later calls of that batch.
 //!
 //! Classifying a batch up front is sound because an intent only chooses
 //! between allow, deny and ask: every tool re-resolves its paths inside the
@@ -20,9 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EntryPayload, IntentKind, OperationIntent, PermissionDecision,
-    PermissionMode, PermissionResolution, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
-    ToolResultMessage, ToolStatus,
+    BatchMode, DecisionSource, EntryPayload, IntentKind, IntentScope, OperationIntent,
+    PermissionAnswer, PermissionDecision, PermissionMode, PermissionResolution, PermissionRule,
+    PermissionScope, RunEventKind, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage,
+    ToolStatus,
 };
 use keel_session::SessionError;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
@@ -35,6 +42,7 @@ use tracing::Instrument;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
 use crate::policy::PolicyDecision;
+use crate::rules::{SessionRules, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
 
@@ -44,14 +52,16 @@ pub(crate) struct ToolRunner<'a> {
     pub(crate) writer: &'a SessionWriter,
     pub(crate) mode: PermissionMode,
     pub(crate) requests: &'a AtomicU64,
+    pub(crate) rules: &'a SessionRules,
 }
 
 /// What the policy made of one call before the batch runs.
 enum Verdict {
     /// It must not run: the error becomes its result.
     Refused(ToolError),
-    /// It runs, its processes confined at this level.
-    Run(PreparedCall, SandboxLevel),
+    /// It runs, its processes confined at this level (metadata writable
+    /// when the flag says so).
+    Run(PreparedCall, SandboxLevel, bool),
     /// The host decides.
     Ask {
         prepared: PreparedCall,
@@ -133,22 +143,73 @@ impl ToolRunner<'_> {
             PolicyDecision::Allow(level) => {
                 let reason = allowed_reason(self.mode, &intent, level);
                 let decision = record(PermissionResolution::Approved, reason);
-                (Verdict::Run(prepared, level), decision)
+                let metadata = writes_metadata(&intent);
+                (Verdict::Run(prepared, level, metadata), decision)
             }
             PolicyDecision::Deny(reason) => {
                 let error = denied(format!("Permission denied: {reason}"));
                 let decision = record(PermissionResolution::Denied, reason);
                 (Verdict::Refused(error), decision)
             }
-            PolicyDecision::Ask(reason) => (
-                Verdict::Ask {
-                    prepared,
-                    intent,
-                    reason: with_findings(reason, &findings),
-                },
-                None,
-            ),
+            PolicyDecision::Ask(reason) => {
+                match self.rules.matching(call, &prepared.arguments, &intent) {
+                    Some(rule) => {
+                        let metadata = writes_metadata(&intent);
+                        let (allowed, decision) =
+                            self.by_rule(call, &prepared.arguments, intent, &rule);
+                        let verdict = match allowed {
+                            Ok(level) => Verdict::Run(prepared, level, metadata),
+                            Err(error) => Verdict::Refused(error),
+                        };
+                        (verdict, Some(decision))
+                    }
+                    None => (
+                        Verdict::Ask {
+                            prepared,
+                            intent,
+                            reason: with_findings(reason, &findings),
+                        },
+                        None,
+                    ),
+                }
+            }
         }
+    }
+
+    /// A session rule's decision on a call the policy would ask about: the
+    /// level to run at (or why not), and the decision to record.
+    fn by_rule(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        intent: OperationIntent,
+        rule: &PermissionRule,
+    ) -> (Result<SandboxLevel, ToolError>, PermissionDecision) {
+        let (allowed, reason) = match rule.resolution {
+            PermissionResolution::Approved => (
+                Ok(self.parts.policy.approved_level(self.mode, &intent)),
+                format!(
+                    "allowed by the session rule made when the host answered call {} with always",
+                    rule.call_id
+                ),
+            ),
+            PermissionResolution::Denied => {
+                let reason = format!(
+                    "denied by the session rule made when the host answered call {} with always",
+                    rule.call_id
+                );
+                (Err(denied(format!("Permission {reason}"))), reason)
+            }
+        };
+        let decision = self.decision(
+            call,
+            arguments,
+            intent,
+            rule.resolution,
+            DecisionSource::SessionRule,
+            reason,
+        );
+        (allowed, decision)
     }
 
     fn decision(
@@ -208,26 +269,29 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         verdict: Verdict,
     ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
-        let (prepared, level) = match verdict {
+        let (prepared, level, metadata) = match verdict {
             Verdict::Refused(error) => return Ok(Err(error)),
-            Verdict::Run(prepared, level) => (prepared, level),
+            Verdict::Run(prepared, level, metadata) => (prepared, level, metadata),
             Verdict::Ask {
                 prepared,
                 intent,
                 reason,
-            } => match self
-                .authorize_by_host(call, &prepared.arguments, intent, reason)
-                .await?
-            {
-                Ok(level) => (prepared, level),
-                Err(error) => return Ok(Err(error)),
-            },
+            } => {
+                let metadata = writes_metadata(&intent);
+                match self
+                    .authorize_by_host(call, &prepared.arguments, intent, reason)
+                    .await?
+                {
+                    Ok(level) => (prepared, level, metadata),
+                    Err(error) => return Ok(Err(error)),
+                }
+            }
         };
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return Ok(Err(error));
         }
-        Ok(self.execute(call, prepared, level).await)
+        Ok(self.execute(call, prepared, level, metadata).await)
     }
 
     /// Asks the host and records its decision; the level to run at, or why not.
@@ -238,15 +302,32 @@ impl ToolRunner<'_> {
         intent: OperationIntent,
         reason: String,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
-        let (resolution, source) = self.ask_host(call, arguments, &intent, &reason).await;
+        // A rule made for an earlier call of this batch decides without asking.
+        if let Some(rule) = self.rules.matching(call, arguments, &intent) {
+            let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
+            self.writer
+                .append(
+                    &self.shared.emitter,
+                    vec![EntryPayload::PermissionDecision { decision }],
+                )
+                .await?;
+            return Ok(allowed);
+        }
+        let (answer, source) = self.ask_host(call, arguments, &intent, &reason).await;
+        let resolution = answer.resolution;
         let level = self.parts.policy.approved_level(self.mode, &intent);
+        let rule = (source == DecisionSource::Host && answer.scope == PermissionScope::Always)
+            .then(|| rule_for(call, arguments, &intent, resolution));
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
-        self.writer
-            .append(
-                &self.shared.emitter,
-                vec![EntryPayload::PermissionDecision { decision }],
-            )
-            .await?;
+        let mut payloads = vec![EntryPayload::PermissionDecision { decision }];
+        payloads.extend(
+            rule.clone()
+                .map(|rule| EntryPayload::PermissionRule { rule }),
+        );
+        self.writer.append(&self.shared.emitter, payloads).await?;
+        if let Some(rule) = rule {
+            self.rules.add(rule);
+        }
         Ok(match (resolution, source) {
             (PermissionResolution::Approved, _) => Ok(level),
             (PermissionResolution::Denied, DecisionSource::Kernel)
@@ -272,7 +353,7 @@ impl ToolRunner<'_> {
         arguments: &Value,
         intent: &OperationIntent,
         reason: &str,
-    ) -> (PermissionResolution, DecisionSource) {
+    ) -> (PermissionAnswer, DecisionSource) {
         let number = self.requests.fetch_add(1, Ordering::Relaxed) + 1;
         let bound = binding(&call.id, &call.name, arguments, intent);
         let request_id = format!("perm-{number}-{}", bound.get(..16).unwrap_or(&bound));
@@ -285,11 +366,14 @@ impl ToolRunner<'_> {
             intent: intent.clone(),
             reason: reason.to_owned(),
         });
-        let kernel_denies = (PermissionResolution::Denied, DecisionSource::Kernel);
-        let (resolution, source) = if self.shared.host_listening() {
+        let kernel_denies = (
+            PermissionAnswer::once(PermissionResolution::Denied),
+            DecisionSource::Kernel,
+        );
+        let (answer, source) = if self.shared.host_listening() {
             tokio::select! {
                 answer = answer => match answer {
-                    Ok(resolution) => (resolution, DecisionSource::Host),
+                    Ok(answer) => (answer, DecisionSource::Host),
                     Err(_) => kernel_denies,
                 },
                 () = self.shared.cancel.cancelled() => kernel_denies,
@@ -300,10 +384,10 @@ impl ToolRunner<'_> {
         self.shared.forget_permission(&request_id);
         self.shared.emitter.emit(RunEventKind::PermissionResolved {
             request_id,
-            resolution,
+            resolution: answer.resolution,
             source,
         });
-        (resolution, source)
+        (answer, source)
     }
 
     /// Executes the tool, forwarding its progress before its end event.
@@ -312,10 +396,12 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         prepared: PreparedCall,
         level: SandboxLevel,
+        metadata_writable: bool,
     ) -> Result<ToolOutput, ToolError> {
         let sandbox = Sandbox {
             level,
             config: self.parts.sandbox.clone(),
+            metadata_writable,
         };
         let (sender, mut progress) = mpsc::unbounded_channel();
         let context = ToolContext {
@@ -347,6 +433,13 @@ impl ToolRunner<'_> {
         }
         outcome
     }
+}
+
+/// Whether a call that runs may write git's and Keel's metadata: only when
+/// its intent said it would, so that the allow or the host's approval was
+/// of exactly that.
+fn writes_metadata(intent: &OperationIntent) -> bool {
+    intent.scope == IntentScope::Metadata
 }
 
 /// The recorded reason of a policy allow, naming the sandbox of commands.

@@ -21,15 +21,41 @@ use keel_tools::sandbox::SandboxMode;
 use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
+use crate::compaction::{ContextBudget, Interrupted, Seams};
 use crate::parts::{KernelParts, RunSpec};
+use crate::pipeline::Frame;
+use crate::rules::SessionRules;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
+
+/// What a compaction works with, borrowed field by field from a
+/// `TurnLoop` so that its `budget` stays mutable.
+macro_rules! seams {
+    ($run:expr) => {
+        Seams {
+            parts: $run.parts,
+            frame: &$run.frame,
+            writer: &$run.writer,
+            emitter: &$run.shared.emitter,
+            cancel: &$run.shared.cancel,
+        }
+    };
+}
 
 /// Why a step stopped the loop early.
 enum Stop {
     Cancelled,
     Failed(RunError),
+}
+
+impl From<Interrupted> for Stop {
+    fn from(interrupted: Interrupted) -> Self {
+        match interrupted {
+            Interrupted::Cancelled => Stop::Cancelled,
+            Interrupted::Failed(error) => Stop::Failed(error),
+        }
+    }
 }
 
 impl From<SessionError> for Stop {
@@ -89,10 +115,18 @@ struct TurnLoop<'a> {
     parts: &'a KernelParts,
     shared: &'a RunShared,
     writer: SessionWriter,
+    /// What every request of the run carries (the pipeline's fixed part).
+    frame: Frame,
+    /// Token accounting and compaction triggers.
+    budget: ContextBudget,
     mode: PermissionMode,
     max_turns: Option<u32>,
+    max_cost_usd: Option<f64>,
+    /// The cost of the run's responses so far, `None` once one was unknown.
+    cost_usd: Option<f64>,
     turn: u32,
     permission_requests: AtomicU64,
+    rules: SessionRules,
     last: Option<AssistantMessage>,
 }
 
@@ -103,10 +137,12 @@ impl<'a> TurnLoop<'a> {
         spec: &RunSpec,
         repair: Option<Repair>,
     ) -> Result<Self, Stop> {
+        let (frame, instructions) = crate::pipeline::open(parts);
         shared.emitter.emit(RunEventKind::RunStarted {
             provider: parts.provider.name().to_owned(),
             model: parts.model.clone(),
             mode: spec.mode,
+            instructions,
         });
         if let Some(repair) = repair {
             shared.emitter.emit(RunEventKind::SessionRepaired {
@@ -122,14 +158,21 @@ impl<'a> TurnLoop<'a> {
             });
         }
         let writer = SessionWriter::open(parts.store.clone(), shared.session_id.clone()).await?;
+        let rules = writer.rules().await;
+        let budget = ContextBudget::new(parts, &frame);
         let run = Self {
             parts,
             shared,
             writer,
+            frame,
+            budget,
             mode: spec.mode,
             max_turns: spec.max_turns,
+            max_cost_usd: spec.max_cost_usd,
+            cost_usd: Some(0.0),
             turn: 0,
             permission_requests: AtomicU64::new(0),
+            rules,
             last: None,
         };
         run.record_configuration().await?;
@@ -181,14 +224,19 @@ impl<'a> TurnLoop<'a> {
                 .emitter
                 .emit(RunEventKind::TurnStart { turn: self.turn });
             let message = self.stream_with_retry().await?;
+            self.cost_usd = self
+                .cost_usd
+                .and_then(|so_far| Some(so_far + message.usage.cost_usd?));
             self.last = Some(message.clone());
             let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
             if !calls.is_empty() {
                 self.run_tools(&calls).await?;
             }
-            self.shared
-                .emitter
-                .emit(RunEventKind::TurnEnd { turn: self.turn });
+            let context = self.budget.usage(&self.writer).await;
+            self.shared.emitter.emit(RunEventKind::TurnEnd {
+                turn: self.turn,
+                context: Some(context),
+            });
             if self.shared.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
@@ -202,13 +250,36 @@ impl<'a> TurnLoop<'a> {
         }
     }
 
+    /// Fails the run before the next request when a turn or cost limit is reached.
     fn check_turn_budget(&self) -> Result<(), Stop> {
-        match self.max_turns {
-            Some(limit) if self.turn >= limit => Err(Stop::Failed(RunError::new(
+        let fail = |code, message| {
+            Err(Stop::Failed(RunError::new(
                 ErrorSource::Kernel,
+                code,
+                message,
+            )))
+        };
+        if let Some(limit) = self.max_turns
+            && self.turn >= limit
+        {
+            return fail(
                 RunErrorCode::TurnLimit,
                 format!("the run reached its limit of {limit} turns"),
-            ))),
+            );
+        }
+        match (self.max_cost_usd, self.cost_usd) {
+            (Some(limit), Some(cost)) if cost > limit => fail(
+                RunErrorCode::BudgetExceeded,
+                format!("the run's responses cost ${cost:.4}, past its budget of ${limit:.4}"),
+            ),
+            (Some(limit), None) => fail(
+                RunErrorCode::CostUnknown,
+                format!(
+                    "the cost of a response is unknown (the model has no prices), so the budget \
+                     of ${limit:.4} cannot be kept; set the model's input_price and output_price \
+                     in config.toml (0 for a free local model)"
+                ),
+            ),
             _ => Ok(()),
         }
     }
@@ -245,22 +316,37 @@ impl<'a> TurnLoop<'a> {
     }
 
     /// Streams one response, retrying retryable errors, and persists it.
-    async fn stream_with_retry(&self) -> Result<AssistantMessage, Stop> {
-        // A retry rebuilds the request instead of keeping a copy: nothing
-        // is stored between attempts, so it is the same request.
-        let mut first = Some(self.request().await?);
+    /// Makes room in the context first; a context overflow compacts and
+    /// retries once.
+    async fn stream_with_retry(&mut self) -> Result<AssistantMessage, Stop> {
+        self.budget.make_room(&seams!(self)).await?;
+        let mut overflowed = false;
         let mut attempts = self.parts.retry.start();
         loop {
-            let request = match first.take() {
-                Some(request) => request,
-                None => self.request().await?,
-            };
+            // A retry rebuilds the request instead of keeping a copy: nothing
+            // is stored between attempts, so it is the same request (unless
+            // a compaction made room in between).
+            let (request, estimate) = self.request().await;
             let error = match self.stream_once(request, &attempts).await? {
-                Ok(message) => return self.persist_assistant(message).await,
+                Ok(message) => {
+                    self.budget.observe(&estimate, &message.usage);
+                    return self.persist_assistant(message).await;
+                }
                 Err(error) => error,
             };
             if self.shared.cancel.is_cancelled() || error.kind == ProviderErrorKind::Cancelled {
                 return Err(Stop::Cancelled);
+            }
+            if error.kind == ProviderErrorKind::ContextOverflow {
+                if overflowed {
+                    return Err(Stop::Failed(still_too_long(error)));
+                }
+                overflowed = true;
+                self.budget
+                    .after_overflow(&seams!(self), &estimate, &error.message)
+                    .await?;
+                attempts = self.parts.retry.start();
+                continue;
             }
             let Some(retry) = attempts.after_failure(&error) else {
                 return Err(Stop::Failed(provider_failure(error, attempts.attempt())));
@@ -355,19 +441,11 @@ impl<'a> TurnLoop<'a> {
         Ok(message)
     }
 
-    async fn request(&self) -> Result<ModelRequest, Stop> {
-        let messages = self.writer.project_context().await;
-        Ok(ModelRequest {
-            model: self.parts.model.clone(),
-            system_prompt: self.parts.system_prompt.clone(),
-            messages: keel_provider::transform::adapt_history(
-                messages,
-                self.parts.provider.name(),
-                &self.parts.model,
-            ),
-            tools: self.parts.tools.specs(),
-            max_output_tokens: self.parts.max_output_tokens,
-        })
+    /// The next request, built by the pipeline, and its estimate.
+    async fn request(&mut self) -> (ModelRequest, crate::tokens::Estimate) {
+        let estimate = self.budget.estimate(&self.writer).await;
+        let request = self.frame.request(self.writer.project_context().await);
+        (request, estimate)
     }
 
     /// Runs the batch and persists its results, in call order, as one group.
@@ -378,6 +456,7 @@ impl<'a> TurnLoop<'a> {
             writer: &self.writer,
             mode: self.mode,
             requests: &self.permission_requests,
+            rules: &self.rules,
         };
         let results = runner.run_batch(calls).await?;
         let payloads = results
@@ -392,6 +471,19 @@ impl<'a> TurnLoop<'a> {
         }
         Ok(())
     }
+}
+
+/// The error of a request that overflowed again right after a compaction.
+fn still_too_long(error: ProviderError) -> RunError {
+    RunError::new(
+        ErrorSource::Provider,
+        RunErrorCode::ContextOverflow,
+        format!(
+            "the request is still larger than the model's context window after compacting \
+             (the provider said: {})",
+            error.message
+        ),
+    )
 }
 
 fn provider_failure(error: ProviderError, attempts: u32) -> RunError {

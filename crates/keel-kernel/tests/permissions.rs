@@ -18,7 +18,7 @@ use keel_tools::{Tool, ToolContext, ToolFuture, ToolOutput, Workspace};
 use serde_json::{Value, json};
 
 /// A tool whose intent is whatever its arguments say; it reports the
-/// sandbox level it was given.
+/// sandbox level it was given (`+metadata` when `.git`/`.keel` are writable).
 struct Probe;
 
 impl Tool for Probe {
@@ -38,7 +38,14 @@ impl Tool for Probe {
         serde_json::from_value(arguments.clone()).unwrap()
     }
     fn execute(&self, _arguments: Value, context: ToolContext) -> ToolFuture<'_> {
-        Box::pin(async move { Ok(ToolOutput::text(context.sandbox.level.as_str())) })
+        Box::pin(async move {
+            let metadata = match context.sandbox.metadata_writable {
+                true => "+metadata",
+                false => "",
+            };
+            let level = context.sandbox.level.as_str();
+            Ok(ToolOutput::text(format!("{level}{metadata}")))
+        })
     }
 }
 
@@ -106,9 +113,10 @@ fn text(content: &[keel_protocol::UserContent]) -> String {
 #[tokio::test]
 async fn every_cell_of_the_matrix() {
     use IntentKind::{Custom, Network, Read, Shell, Unknown, Write};
-    use IntentScope::{Outside, Workspace as Inside};
+    use IntentScope::{Metadata, Outside, Workspace as Inside};
     let rw = "allow:workspace_write";
     let full = "allow:unsandboxed";
+    let full_m = "allow:unsandboxed+metadata";
     // Rows of SPEC §7; columns plan, ask, auto, full.
     let rows: &[((IntentKind, IntentScope), [&str; 4])] = &[
         ((Read, Inside), ["allow:read_only", rw, rw, full]),
@@ -120,6 +128,10 @@ async fn every_cell_of_the_matrix() {
         ((Shell, IntentScope::Unknown), ["deny", "ask", "ask", full]),
         ((Network, Inside), ["deny", "ask", "ask", full]),
         ((Network, Outside), ["deny", "ask", "ask", full]),
+        // Writing `.git` or `.keel`: kept from writes like the outside.
+        ((Write, Metadata), ["deny", "ask", "ask", full_m]),
+        ((Shell, Metadata), ["deny", "ask", "ask", full_m]),
+        ((Network, Metadata), ["deny", "ask", "ask", full_m]),
         ((Custom, IntentScope::Unknown), ["deny", "ask", "ask", full]),
         (
             (Unknown, IntentScope::Unknown),
@@ -140,7 +152,7 @@ async fn every_cell_of_the_matrix() {
             cells += 1;
         }
     }
-    assert_eq!(cells, 44);
+    assert_eq!(cells, 56);
 }
 
 /// A host approval runs the call at the least level its intent needs.
@@ -161,6 +173,22 @@ async fn approved_calls_run_at_the_level_their_intent_needs() {
             IntentKind::Network,
             IntentScope::Unknown,
             "workspace_write_network",
+        ),
+        // Approving a write of `.git`/`.keel` widens just that.
+        (
+            IntentKind::Shell,
+            IntentScope::Metadata,
+            "workspace_write+metadata",
+        ),
+        (
+            IntentKind::Write,
+            IntentScope::Metadata,
+            "workspace_write+metadata",
+        ),
+        (
+            IntentKind::Network,
+            IntentScope::Metadata,
+            "workspace_write_network+metadata",
         ),
     ] {
         let dir = tempfile::tempdir().unwrap();

@@ -1,8 +1,8 @@
-//! `.git` and `.keel` through `AgentKernel`: a `write` or `edit` into them is
-//! classified as outside the workspace, so it asks in `auto` (and does not
-//! happen when the host denies), is denied in `plan`, and happens once the
-//! host approves or in `full` — judged by the file on disk, while the same
-//! calls on ordinary paths run without asking.
+//! `.git` and `.keel` through `AgentKernel`: a `write` or `edit` into them has
+//! scope `metadata`, so it asks in `auto` (and does not happen when the host
+//! denies), is denied in `plan`, and happens once the host approves or in
+//! `full` — judged by the file on disk, while the same calls on ordinary
+//! paths run without asking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -121,7 +121,7 @@ async fn writes_into_git_and_keel_ask_in_auto_and_do_nothing_when_denied() {
             PermissionResolution::Denied,
         )
         .await;
-        assert_eq!(outcome.asked, Some(IntentScope::Outside), "{target}");
+        assert_eq!(outcome.asked, Some(IntentScope::Metadata), "{target}");
         assert_eq!(outcome.status, ToolStatus::Error, "{target}");
         assert!(untouched(dir.path(), target), "{target} was written");
     }
@@ -148,7 +148,7 @@ async fn writes_into_git_and_keel_are_denied_in_plan_without_asking() {
 #[tokio::test]
 async fn an_approved_or_full_write_into_git_happens() {
     for (mode, asked) in [
-        (PermissionMode::Auto, Some(IntentScope::Outside)),
+        (PermissionMode::Auto, Some(IntentScope::Metadata)),
         (PermissionMode::Full, None),
     ] {
         for (target, tool, arguments) in protected_calls() {

@@ -1,9 +1,11 @@
 //! What a host sends to a run: steering, follow-ups, cancellation and
 //! answers to permission requests.
 //!
-//! These are the control calls of `AgentRun` as data, so that every host
-//! surface (the CLI's stdin, a JSON-RPC server, an editor adapter) speaks the
-//! same messages and their schema is checked in (`schema/host_control.json`).
+//! These are the control calls of `AgentRun` (and `create_run`, for a user
+//! message between runs) as data, so that every host surface (the CLI's
+//! `--input-format stream-json`, a JSON-RPC server, an editor adapter)
+//! speaks the same messages and their schema is checked in
+//! (`schema/host_control.json`).
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -18,8 +20,9 @@ pub enum PermissionScope {
     /// This request only.
     #[default]
     Once,
-    /// This request and every later one like it in the session (a session
-    /// rule). Hosts and kernels that do not keep session rules refuse it.
+    /// This request and every later one like it on this branch of the
+    /// session: the kernel records a `permission_rule` entry and decides
+    /// matching calls by it without asking (see [`crate::PermissionRule`]).
     Always,
 }
 
@@ -75,6 +78,12 @@ impl From<HostDecision> for PermissionResolution {
 #[serde(tag = "type", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum HostControl {
+    /// A user message: with no run active it starts the next run (in the
+    /// same session); while a run is active it is queued as a follow-up.
+    UserMessage {
+        /// The message.
+        text: String,
+    },
     /// Queue a steering message, injected after the current tool batch.
     Steer {
         /// The message.

@@ -60,6 +60,15 @@ pub enum RunErrorCode {
     SessionStore,
     /// The run reached its turn limit.
     TurnLimit,
+    /// The cost of the run's responses passed the host's budget.
+    BudgetExceeded,
+    /// The host set a budget, but a response's cost is unknown (the model
+    /// has no prices).
+    CostUnknown,
+    /// Compaction could not write a checkpoint (the summary request failed,
+    /// the summary was unusable, or nothing could be compacted); nothing was
+    /// written.
+    CompactionFailed,
     /// The run's task ended abnormally (a bug).
     KernelPanic,
     /// The run ended without publishing a result (a bug).
@@ -83,6 +92,9 @@ impl RunErrorCode {
             Self::Protocol => "protocol",
             Self::SessionStore => "session_store",
             Self::TurnLimit => "turn_limit",
+            Self::BudgetExceeded => "budget_exceeded",
+            Self::CostUnknown => "cost_unknown",
+            Self::CompactionFailed => "compaction_failed",
             Self::KernelPanic => "kernel_panic",
             Self::KernelLost => "kernel_lost",
         }

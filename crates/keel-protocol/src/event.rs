@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::TimestampMs;
+use crate::context::{CompactionTrigger, ContextUsage, InstructionFile};
 use crate::error::RunError;
 use crate::message::{AssistantMessage, Message, ToolResultMessage};
 use crate::permission::{DecisionSource, OperationIntent, PermissionMode, PermissionResolution};
@@ -79,6 +80,10 @@ pub enum RunEventKind {
         model: String,
         /// Permission mode fixed for the run.
         mode: PermissionMode,
+        /// The project instruction files the run loaded, in the order the
+        /// model sees them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        instructions: Vec<InstructionFile>,
     },
     /// Something the host should show its user before the run goes on,
     /// e.g. that commands run without the OS sandbox.
@@ -97,6 +102,10 @@ pub enum RunEventKind {
     TurnEnd {
         /// Turn number within the run.
         turn: u32,
+        /// How full the model context is now: the estimate of the next
+        /// request.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<ContextUsage>,
     },
     /// Terminal: the run finished normally.
     RunSettled {
@@ -244,19 +253,35 @@ pub enum RunEventKind {
         /// Why the tail was a torn write.
         reason: String,
     },
-    /// Compaction began.
+    /// Compaction began: a summary of the oldest part of the context is
+    /// being written.
     CompactionStarted {
-        /// Why (`threshold`, `overflow`, `manual`).
-        reason: String,
+        /// What started it.
+        reason: CompactionTrigger,
+        /// Estimated tokens of the model context before it.
+        tokens_before: u64,
+        /// The model's context window, when known.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        window: Option<u64>,
     },
     /// Compaction wrote a checkpoint.
     CompactionSucceeded {
+        /// What started it.
+        reason: CompactionTrigger,
         /// The checkpoint entry.
         entry_id: String,
+        /// Estimated tokens of the model context before it.
+        tokens_before: u64,
+        /// Estimated tokens of the model context after it.
+        tokens_after: u64,
+        /// Entries the checkpoint covers.
+        covered_entries: usize,
     },
     /// Compaction failed; nothing was written.
     CompactionFailed {
-        /// The error.
+        /// What started it.
+        reason: CompactionTrigger,
+        /// The error (code `compaction_failed`), with the reason in its message.
         error: RunError,
     },
     /// An effect found in flight after a crash, and what was done about it.

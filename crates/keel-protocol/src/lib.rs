@@ -10,10 +10,12 @@
 //! tagged with a `type` (or `role`) field, and the JSON Schemas generated from
 //! these types are checked into `schema/` (see [`schema::all`]).
 
+pub mod context;
 pub mod control;
 pub mod error;
 pub mod event;
 pub mod message;
+pub mod output;
 pub mod permission;
 pub mod provider_event;
 pub mod run;
@@ -22,6 +24,10 @@ pub mod schema;
 pub mod session;
 pub mod tool;
 
+pub use context::{
+    CheckpointEvidence, CheckpointMetrics, CommandEvidence, CompactionTrigger, ContextUsage,
+    InstructionFile, InstructionScope, ToolErrorEvidence,
+};
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
@@ -29,9 +35,12 @@ pub use message::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
     Usage, UserContent, UserMessage,
 };
+pub use output::{
+    HostLine, ResultLine, RunTotals, SessionLine, StartupErrorLine, WorkspaceChangesLine,
+};
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,
-    PermissionResolution,
+    PermissionResolution, PermissionRule,
 };
 pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};

@@ -3,7 +3,8 @@
 //! The host fixes a [`PermissionMode`] for a run. Each tool call is classified
 //! into an [`OperationIntent`]; the policy maps mode × intent to allow, deny or
 //! ask; every decision is recorded as a [`PermissionDecision`] that holds hashes
-//! of the arguments, never the arguments themselves.
+//! of the arguments, never the arguments themselves. A host's answer that
+//! holds for the rest of the session is recorded as a [`PermissionRule`].
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -87,6 +88,10 @@ pub enum IntentScope {
     Outside,
     /// Could not be determined; never treated as inside.
     Unknown,
+    /// Git's or Keel's own metadata inside the workspace (a `.git`, `.keel`
+    /// at the root): read-only below `full` unless the host approves the
+    /// call, which then may write just that.
+    Metadata,
 }
 
 /// A decision on one permission question.
@@ -110,6 +115,9 @@ pub enum DecisionSource {
     Host,
     /// The kernel, e.g. denying a pending request on cancel.
     Kernel,
+    /// A session rule the host recorded earlier (an answer with scope
+    /// `always`), applied without asking again.
+    SessionRule,
 }
 
 /// The durable record of one permission decision (a session entry payload).
@@ -131,4 +139,30 @@ pub struct PermissionDecision {
     pub intent: OperationIntent,
     /// Why, in words.
     pub reason: String,
+}
+
+/// A session rule: the host's standing answer to every later call like the
+/// one it answered with scope `always` (a session entry payload).
+///
+/// A call matches when it is of the same tool, its intent has the same kind
+/// and scope, and its target is exactly the same: the `command` of a shell
+/// call, the `path` of a file tool's call, or else the whole arguments. The
+/// target is kept as a hash (no secrets in decisions); `call_id` names the
+/// call whose answer made the rule, whose exact arguments are in the
+/// session. A rule is only consulted where the policy would ask the host:
+/// it never allows what the mode denies.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct PermissionRule {
+    /// The tool the rule is for.
+    pub tool_name: String,
+    /// The intent kind a matching call has.
+    pub kind: IntentKind,
+    /// The intent scope a matching call has.
+    pub scope: IntentScope,
+    /// sha256 (hex) of the canonical JSON of the matched target.
+    pub target_sha256: String,
+    /// What the rule decides for a matching call.
+    pub resolution: PermissionResolution,
+    /// The call whose host answer made the rule.
+    pub call_id: String,
 }

@@ -5,7 +5,7 @@
 
 use schemars::{JsonSchema, Schema, schema_for};
 
-use crate::{Entry, HostControl, Message, ProviderEvent, RunEvent, RunResult, ToolSpec};
+use crate::{Entry, HostControl, HostLine, Message, ProviderEvent, RunEvent, RunResult, ToolSpec};
 
 /// Every public schema, as `(file stem, schema)` pairs in a stable order.
 pub fn all() -> Vec<(&'static str, Schema)> {
@@ -17,6 +17,7 @@ pub fn all() -> Vec<(&'static str, Schema)> {
         ("entry", schema::<Entry>()),
         ("tool_spec", schema::<ToolSpec>()),
         ("host_control", schema::<HostControl>()),
+        ("host_line", schema::<HostLine>()),
     ]
 }
 

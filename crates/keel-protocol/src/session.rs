@@ -9,8 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::TimestampMs;
+use crate::context::{CheckpointEvidence, CheckpointMetrics};
 use crate::message::Message;
-use crate::permission::{PermissionDecision, PermissionMode};
+use crate::permission::{PermissionDecision, PermissionMode, PermissionRule};
 
 /// One immutable node of the session tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -55,16 +56,43 @@ pub enum EntryPayload {
         message: Message,
     },
     /// A compaction checkpoint that stands in for a covered prefix.
+    ///
+    /// Appended at the leaf; the model then sees the summary, the kept
+    /// entries from `first_kept_entry_id` up to this checkpoint, and what
+    /// follows it. The fields after `first_kept_entry_id` are optional on the
+    /// wire (checkpoints written before them still read).
     Checkpoint {
         /// The summary the model sees instead of the covered entries.
         summary: String,
-        /// The first entry kept after the summary.
+        /// The first entry kept after the summary (this checkpoint's own id
+        /// when nothing is kept).
         first_kept_entry_id: String,
+        /// The entries the summary stands in for: the prefix of the context
+        /// branch (the active branch from the previous checkpoint's first
+        /// kept entry) that ends before `first_kept_entry_id`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        covered_entry_ids: Vec<String>,
+        /// The checkpoint this one supersedes; its summary was folded into
+        /// this one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        previous_checkpoint_id: Option<String>,
+        /// What the covered entries did, gathered from them, not from the model.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        evidence: Option<Box<CheckpointEvidence>>,
+        /// Why and at what cost the checkpoint was written.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        metrics: Option<Box<CheckpointMetrics>>,
     },
     /// A permission decision (hashes, not arguments).
     PermissionDecision {
         /// The decision.
         decision: PermissionDecision,
+    },
+    /// A session rule: a host answer that holds for every later matching
+    /// call on this branch of the session.
+    PermissionRule {
+        /// The rule.
+        rule: PermissionRule,
     },
     /// A summary of a branch the conversation came back from.
     BranchSummary {
@@ -90,6 +118,19 @@ pub enum EntryPayload {
 }
 
 impl EntryPayload {
+    /// A checkpoint with only a summary and its first kept entry (the form
+    /// written before evidence and metrics existed).
+    pub fn checkpoint(summary: impl Into<String>, first_kept_entry_id: impl Into<String>) -> Self {
+        Self::Checkpoint {
+            summary: summary.into(),
+            first_kept_entry_id: first_kept_entry_id.into(),
+            covered_entry_ids: Vec::new(),
+            previous_checkpoint_id: None,
+            evidence: None,
+            metrics: None,
+        }
+    }
+
     /// The kind name as written on the wire.
     pub fn kind(&self) -> &'static str {
         match self {
@@ -97,6 +138,7 @@ impl EntryPayload {
             Self::Message { .. } => "message",
             Self::Checkpoint { .. } => "checkpoint",
             Self::PermissionDecision { .. } => "permission_decision",
+            Self::PermissionRule { .. } => "permission_rule",
             Self::BranchSummary { .. } => "branch_summary",
             Self::Label { .. } => "label",
             Self::Custom { .. } => "custom",

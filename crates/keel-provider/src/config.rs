@@ -8,11 +8,21 @@
 //! never in the file: each provider names the environment variable that
 //! holds its key, and a missing key is an error that names the variable.
 //!
+//! This module reads only the `[providers.*]` tables of the file; its other
+//! top-level keys (`provider`, `model`, `mode`, `profiles`, …) are the
+//! host's, which reads and checks them (keel-host's `settings`).
+//!
+//! A provider may name short aliases for its models (`sonnet`, `chat`, …);
+//! a model id of the catalog always wins over an alias of the same name.
+//!
 //! ```toml
 //! [providers.local]
 //! api = "openai-chat"
 //! base_url = "http://127.0.0.1:8080/v1"
 //! default_model = "qwen2.5-coder"
+//!
+//! [providers.local.aliases]
+//! coder = "qwen2.5-coder"
 //!
 //! [providers.deepseek.models.deepseek-chat]
 //! context_window = 131072
@@ -25,6 +35,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::base_url::{self, BaseUrlError};
+
+mod catalog;
 
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -55,6 +67,20 @@ pub struct ProviderConfig {
     /// Known models.
     #[serde(default)]
     pub models: BTreeMap<String, ModelInfo>,
+    /// Short names for models: alias → model id.
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
+}
+
+impl ProviderConfig {
+    /// The model id `asked` names: itself when the catalog knows it or no
+    /// alias has its name, else the model the alias names.
+    pub fn model_id<'a>(&'a self, asked: &'a str) -> &'a str {
+        if self.models.contains_key(asked) {
+            return asked;
+        }
+        self.aliases.get(asked).map_or(asked, String::as_str)
+    }
 }
 
 /// What Keel knows about one model. Prices are USD per million tokens.
@@ -203,6 +229,9 @@ pub struct Resolved {
     pub info: ModelInfo,
     /// DeepSeek-style reasoning deltas.
     pub reasoning_content: bool,
+    /// Whether the catalog knows the model (if not, its context window and
+    /// prices are unknown: no cost is computed).
+    pub in_catalog: bool,
 }
 
 impl std::fmt::Debug for Resolved {
@@ -214,116 +243,16 @@ impl std::fmt::Debug for Resolved {
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
             .field("info", &self.info)
+            .field("in_catalog", &self.in_catalog)
             .finish()
     }
 }
 
 impl Config {
-    /// The built-in catalog. Prices are list prices at the time of writing;
-    /// override them in `config.toml`.
+    /// The built-in catalog (see the `catalog` module). Prices are list
+    /// prices at the time of writing; override them in `config.toml`.
     pub fn builtin() -> Self {
-        let model =
-            |context: u64, output: u32, input: f64, out: f64, read: f64, write: Option<f64>| {
-                ModelInfo {
-                    context_window: Some(context),
-                    max_output: Some(output),
-                    input_price: Some(input),
-                    output_price: Some(out),
-                    cache_read_price: Some(read),
-                    cache_write_price: write,
-                }
-            };
-        let provider = |api,
-                        url: &str,
-                        env: Option<&str>,
-                        default: Option<&str>,
-                        models: Vec<(&str, ModelInfo)>| ProviderConfig {
-            api: Some(api),
-            base_url: Some(url.to_owned()),
-            api_key_env: env.map(str::to_owned),
-            default_model: default.map(str::to_owned),
-            reasoning_content: None,
-            models: models
-                .into_iter()
-                .map(|(id, info)| (id.to_owned(), info))
-                .collect(),
-        };
-        let mut providers = BTreeMap::new();
-        let mut deepseek = provider(
-            Api::OpenaiChat,
-            "https://api.deepseek.com",
-            Some("DEEPSEEK_API_KEY"),
-            Some("deepseek-chat"),
-            vec![
-                (
-                    "deepseek-chat",
-                    model(131_072, 8_192, 0.27, 1.10, 0.07, None),
-                ),
-                (
-                    "deepseek-reasoner",
-                    model(131_072, 65_536, 0.55, 2.19, 0.14, None),
-                ),
-            ],
-        );
-        deepseek.reasoning_content = Some(true);
-        providers.insert("deepseek".to_owned(), deepseek);
-        providers.insert(
-            "anthropic".to_owned(),
-            provider(
-                Api::Anthropic,
-                "https://api.anthropic.com",
-                Some("ANTHROPIC_API_KEY"),
-                Some("claude-sonnet-4-5"),
-                vec![
-                    (
-                        "claude-sonnet-4-5",
-                        model(200_000, 64_000, 3.0, 15.0, 0.30, Some(3.75)),
-                    ),
-                    (
-                        "claude-opus-4-1",
-                        model(200_000, 32_000, 15.0, 75.0, 1.50, Some(18.75)),
-                    ),
-                    (
-                        "claude-haiku-4-5",
-                        model(200_000, 64_000, 1.0, 5.0, 0.10, Some(1.25)),
-                    ),
-                ],
-            ),
-        );
-        providers.insert(
-            "openai".to_owned(),
-            provider(
-                Api::OpenaiResponses,
-                "https://api.openai.com/v1",
-                Some("OPENAI_API_KEY"),
-                Some("gpt-5"),
-                vec![
-                    ("gpt-5", model(400_000, 128_000, 1.25, 10.0, 0.125, None)),
-                    (
-                        "gpt-5-mini",
-                        model(400_000, 128_000, 0.25, 2.0, 0.025, None),
-                    ),
-                ],
-            ),
-        );
-        providers.insert(
-            "openrouter".to_owned(),
-            provider(
-                Api::OpenaiChat,
-                "https://openrouter.ai/api/v1",
-                Some("OPENROUTER_API_KEY"),
-                None,
-                vec![],
-            ),
-        );
-        providers.insert(
-            "openai-compatible".to_owned(),
-            ProviderConfig {
-                api: Some(Api::OpenaiChat),
-                ..ProviderConfig::default()
-            },
-        );
-        Self { providers }
+        catalog::builtin()
     }
 
     /// The default user file: `$XDG_CONFIG_HOME/keel/config.toml`, else
@@ -338,19 +267,19 @@ impl Config {
 
     /// The built-in catalog with `path` (or the default file, if it exists)
     /// merged over it. An explicit path that cannot be read is an error.
+    /// Only the `[providers.*]` tables are read (see the module docs).
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let mut config = Self::builtin();
         let (path, required) = match path {
             Some(path) => (Some(path.to_path_buf()), true),
             None => (Self::default_path(), false),
         };
         let Some(path) = path else {
-            return Ok(config);
+            return Ok(Self::builtin());
         };
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(config);
+                return Ok(Self::builtin());
             }
             Err(error) => {
                 return Err(ConfigError::Read {
@@ -359,12 +288,31 @@ impl Config {
                 });
             }
         };
-        let user: Config = toml::from_str(&text).map_err(|error| ConfigError::Invalid {
-            path: path.display().to_string(),
+        let shown = path.display().to_string();
+        let table: toml::Table = toml::from_str(&text).map_err(|error| ConfigError::Invalid {
+            path: shown.clone(),
             message: error.to_string(),
         })?;
-        config.merge(user);
+        let mut config = Self::builtin();
+        config.merge(Self::from_table(&table, &shown)?);
         Ok(config)
+    }
+
+    /// The providers of a parsed configuration file (`[providers.*]`; the
+    /// other keys are ignored here), without the catalog. `path` names the
+    /// file in errors.
+    pub fn from_table(table: &toml::Table, path: &str) -> Result<Self, ConfigError> {
+        let Some(providers) = table.get("providers") else {
+            return Ok(Self::default());
+        };
+        let providers = providers
+            .clone()
+            .try_into()
+            .map_err(|error: toml::de::Error| ConfigError::Invalid {
+                path: path.to_owned(),
+                message: format!("in [providers]: {}", error.message()),
+            })?;
+        Ok(Self { providers })
     }
 
     /// Merges `user` over this configuration, field by field.
@@ -376,6 +324,7 @@ impl Config {
             ours.api_key_env = theirs.api_key_env.or(ours.api_key_env.take());
             ours.default_model = theirs.default_model.or(ours.default_model.take());
             ours.reasoning_content = theirs.reasoning_content.or(ours.reasoning_content);
+            ours.aliases.extend(theirs.aliases);
             for (id, info) in theirs.models {
                 let base = ours.models.get(&id).copied().unwrap_or_default();
                 ours.models.insert(id, info.merged_over(base));
@@ -383,7 +332,8 @@ impl Config {
         }
     }
 
-    /// Resolves provider `name` with `model` (or its default), `base_url`
+    /// Resolves provider `name` with `model` (or its default; either may be
+    /// an alias), `base_url`
     /// overriding the configured one, and the key read through `env`. A
     /// base URL that cannot work is refused here ([`ConfigError::InvalidBaseUrl`]),
     /// before any request.
@@ -421,8 +371,8 @@ impl Config {
             problem,
         })?;
         let model = model
-            .map(str::to_owned)
-            .or_else(|| provider.default_model.clone())
+            .or(provider.default_model.as_deref())
+            .map(|asked| provider.model_id(asked).to_owned())
             .ok_or_else(|| incomplete("default_model (or --model)"))?;
         let api_key = match &provider.api_key_env {
             None => None,
@@ -441,6 +391,7 @@ impl Config {
             base_url,
             api_key,
             info: provider.models.get(&model).copied().unwrap_or_default(),
+            in_catalog: provider.models.contains_key(&model),
             model,
             reasoning_content: provider.reasoning_content.unwrap_or(false),
         })
@@ -539,6 +490,59 @@ mod tests {
             &|_| None,
         );
         assert!(fine.is_ok(), "{fine:?}");
+    }
+
+    #[test]
+    fn aliases_name_catalog_models_and_user_files_add_their_own() {
+        let mut config = Config::builtin();
+        let key = |_: &str| Some("k".to_owned());
+        let opus = config
+            .resolve("anthropic", Some("opus"), None, &key)
+            .unwrap();
+        assert_eq!(opus.model, "claude-opus-4-1");
+        assert!(opus.in_catalog);
+        assert_eq!(opus.info.context_window, Some(200_000));
+        let reasoner = config
+            .resolve("deepseek", Some("reasoner"), None, &key)
+            .unwrap();
+        assert_eq!(reasoner.model, "deepseek-reasoner");
+        let unknown = config
+            .resolve("deepseek", Some("deepseek-v9"), None, &key)
+            .unwrap();
+        assert_eq!(unknown.model, "deepseek-v9");
+        assert!(!unknown.in_catalog);
+        // A file adds aliases (also as a default model) and the host keys
+        // beside `[providers]` are left to the host.
+        let table: toml::Table = toml::from_str(
+            r#"
+            provider = "local"
+            model = "coder"
+            [providers.local]
+            api = "openai-chat"
+            base_url = "http://127.0.0.1:8080/v1"
+            default_model = "coder"
+            [providers.local.aliases]
+            coder = "qwen2.5-coder"
+            [providers.local.models."qwen2.5-coder"]
+            context_window = 32768
+            "#,
+        )
+        .unwrap();
+        config.merge(Config::from_table(&table, "config.toml").unwrap());
+        let local = config.resolve("local", None, None, &|_| None).unwrap();
+        assert_eq!(local.model, "qwen2.5-coder");
+        assert!(local.in_catalog);
+        // A model id wins over an alias of the same name.
+        let mut shadow = Config::builtin();
+        let provider = shadow.providers.get_mut("deepseek").unwrap();
+        provider
+            .aliases
+            .insert("deepseek-chat".into(), "deepseek-reasoner".into());
+        assert_eq!(provider.model_id("deepseek-chat"), "deepseek-chat");
+        let bad: toml::Table = toml::from_str("[providers.x]\nbogus = 1").unwrap();
+        let error = Config::from_table(&bad, "c.toml").unwrap_err();
+        assert_eq!(error.code(), "config_invalid");
+        assert!(error.to_string().contains("bogus"), "{error}");
     }
 
     #[test]

@@ -24,6 +24,10 @@ const OVERFLOW_PHRASES: &[&str] = &[
     "input is too long",
     "reduce the length of the messages",
     "string_above_max_length",
+    // llama.cpp's server: `exceed_context_size_error`, "request (N tokens)
+    // exceeds the available context size (M tokens)".
+    "exceed_context_size",
+    "exceeds the available context size",
 ];
 
 /// The longest provider message kept in an error.
@@ -88,6 +92,54 @@ pub fn is_overflow(text: &str) -> bool {
     OVERFLOW_PHRASES
         .iter()
         .any(|phrase| lowered.contains(phrase))
+}
+
+/// What a context-overflow message says about sizes, when it says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct OverflowSizes {
+    /// The model's context window, in the provider's tokens.
+    pub limit: Option<u64>,
+    /// The size of the refused request, in the provider's tokens.
+    pub requested: Option<u64>,
+}
+
+/// The window and request size an overflow message states, in the
+/// phrasings of OpenAI ("maximum context length is N tokens … resulted in
+/// M tokens"), llama.cpp ("request (M tokens) exceeds the available context
+/// size (N tokens)") and Anthropic ("prompt is too long: M tokens > N
+/// maximum"). A kernel learns the real window and its estimate's error
+/// from them.
+pub fn overflow_sizes(message: &str) -> OverflowSizes {
+    let lowered = message.to_ascii_lowercase();
+    let after = |phrase: &str| -> Option<u64> {
+        let at = lowered.find(phrase)? + phrase.len();
+        let digits: String = lowered[at..]
+            .trim_start_matches([' ', '(', ':'])
+            .chars()
+            .take_while(|c| c.is_ascii_digit() || *c == ',')
+            .filter(char::is_ascii_digit)
+            .collect();
+        digits.parse().ok()
+    };
+    let before = |phrase: &str| -> Option<u64> {
+        let at = lowered.find(phrase)?;
+        let digits: String = lowered[..at]
+            .trim_end()
+            .chars()
+            .rev()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits.chars().rev().collect::<String>().parse().ok()
+    };
+    OverflowSizes {
+        limit: after("maximum context length is")
+            .or_else(|| after("available context size"))
+            .or_else(|| before(" maximum")),
+        requested: after("resulted in")
+            .or_else(|| after("you requested"))
+            .or_else(|| after("request ("))
+            .or_else(|| after("prompt is too long")),
+    }
 }
 
 /// The provider's own message from an error body, or the body itself.
@@ -179,6 +231,11 @@ mod tests {
             ),
             (
                 400,
+                r#"{"error":{"code":400,"message":"request (4033 tokens) exceeds the available context size (2048 tokens), try increasing it","type":"exceed_context_size_error","n_prompt_tokens":4033,"n_ctx":2048}}"#,
+                ProviderErrorKind::ContextOverflow,
+            ),
+            (
+                400,
                 r#"{"error":{"message":"bad field"}}"#,
                 ProviderErrorKind::InvalidRequest,
             ),
@@ -200,6 +257,35 @@ mod tests {
         }
         let error = classify_status(401, r#"{"error":{"message":"bad key"}}"#, None);
         assert_eq!(error.message, "HTTP 401: bad key");
+    }
+
+    #[test]
+    fn overflow_messages_state_the_window_and_the_request() {
+        let cases = [
+            (
+                "HTTP 400: This model's maximum context length is 8192 tokens. However, your messages resulted in 9,000 tokens.",
+                Some(8_192),
+                Some(9_000),
+            ),
+            (
+                "HTTP 400: request (4674 tokens) exceeds the available context size (2048 tokens), try increasing it",
+                Some(2_048),
+                Some(4_674),
+            ),
+            (
+                "HTTP 400: prompt is too long: 210000 tokens > 200000 maximum",
+                Some(200_000),
+                Some(210_000),
+            ),
+            ("context_length_exceeded", None, None),
+        ];
+        for (message, limit, requested) in cases {
+            assert_eq!(
+                overflow_sizes(message),
+                OverflowSizes { limit, requested },
+                "{message}"
+            );
+        }
     }
 
     #[test]

@@ -19,6 +19,14 @@
 //! }
 //! ```
 //!
+//! Delays are jittered: each backoff is drawn from `[backoff × (1 −
+//! jitter), backoff]` (AWS's "equal jitter" at the default 50 %), so many
+//! clients failing together do not retry together. Jitter only shortens a
+//! backoff — never below a server's `retry_after`, never above `max_delay` —
+//! so the budget arithmetic holds for the unjittered delays. The random
+//! draws come from a small generator seeded per request; tests seed it
+//! ([`RetryPolicy::start_seeded`]) and set `jitter_percent: 0` for exact delays.
+//!
 //! Invariants: a failure is retried only when its kind is retryable, the
 //! policy's attempts are not spent, its own `max_retries` is not spent, and
 //! the next attempt would start within the budget. An attempt still running
@@ -27,6 +35,7 @@
 //! the budget (plus the time the host takes to notice), whatever the
 //! adapter's own timeouts are.
 
+use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -47,6 +56,9 @@ pub struct RetryPolicy {
     /// The most time all attempts of one request may take together,
     /// delays included.
     pub budget: Duration,
+    /// How much of each backoff is random, in percent (0: none, 100: "full
+    /// jitter"); values above 100 count as 100.
+    pub jitter_percent: u8,
 }
 
 impl Default for RetryPolicy {
@@ -56,17 +68,34 @@ impl Default for RetryPolicy {
             base_delay: Duration::from_secs(2),
             max_delay: Duration::from_secs(60),
             budget: Duration::from_secs(180),
+            jitter_percent: 50,
         }
     }
 }
 
 impl RetryPolicy {
-    /// The delay after failed attempt `attempt` (1-based), honouring a
-    /// server-requested `retry_after` when it is longer.
+    /// The longest delay after failed attempt `attempt` (1-based): the
+    /// unjittered backoff, or a server-requested `retry_after` when it is
+    /// longer, capped at `max_delay`.
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        self.jittered_delay(attempt, retry_after, 0.0)
+    }
+
+    /// The delay after failed attempt `attempt` for a random draw `unit` in
+    /// `[0, 1)` (clamped): the backoff shortened by `unit × jitter`, then
+    /// raised to `retry_after` and capped at `max_delay` as in
+    /// [`RetryPolicy::delay`].
+    pub fn jittered_delay(
+        &self,
+        attempt: u32,
+        retry_after: Option<Duration>,
+        unit: f64,
+    ) -> Duration {
         let factor = 2u32.saturating_pow(attempt.saturating_sub(1));
-        let backoff = self.base_delay.saturating_mul(factor);
-        backoff
+        let backoff = self.base_delay.saturating_mul(factor).min(self.max_delay);
+        let share = f64::from(self.jitter_percent.min(100)) / 100.0 * unit.clamp(0.0, 1.0);
+        let jittered = backoff.saturating_sub(backoff.mul_f64(share));
+        jittered
             .max(retry_after.unwrap_or_default())
             .min(self.max_delay)
     }
@@ -80,13 +109,39 @@ impl RetryPolicy {
         self.max_attempts.max(1).min(own)
     }
 
-    /// Starts the attempts of one request; the budget runs from now.
+    /// Starts the attempts of one request; the budget runs from now and
+    /// the jitter's generator is seeded at random.
     pub fn start(&self) -> Attempts {
+        self.start_seeded(RandomState::new().hash_one(Instant::now()))
+    }
+
+    /// [`RetryPolicy::start`] with the jitter's generator seeded by `seed`:
+    /// the same seed gives the same delays.
+    pub fn start_seeded(&self, seed: u64) -> Attempts {
         Attempts {
             policy: *self,
             deadline: Instant::now() + self.budget,
             attempt: 1,
+            random: SplitMix64(seed),
         }
+    }
+}
+
+/// SplitMix64: a tiny, well-mixed generator; plenty for spreading delays
+/// (nothing here needs unpredictability).
+#[derive(Debug, Clone)]
+struct SplitMix64(u64);
+
+impl SplitMix64 {
+    /// The next draw, uniform in `[0, 1)`.
+    fn next_unit(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        // The top 53 bits, as a fraction of 2^53: exact in an f64.
+        (z >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -96,6 +151,7 @@ pub struct Attempts {
     policy: RetryPolicy,
     deadline: Instant,
     attempt: u32,
+    random: SplitMix64,
 }
 
 /// A retry the policy allows after a failure.
@@ -168,7 +224,9 @@ impl Attempts {
             return None;
         }
         let retry_after = error.retry_after_ms.map(Duration::from_millis);
-        let delay = self.policy.delay(self.attempt, retry_after);
+        let delay = self
+            .policy
+            .jittered_delay(self.attempt, retry_after, self.random.next_unit());
         if delay >= self.remaining() {
             return None;
         }
@@ -190,9 +248,17 @@ mod tests {
         ProviderError::new(kind, "x")
     }
 
+    /// The default policy without jitter: exact delays.
+    fn exact() -> RetryPolicy {
+        RetryPolicy {
+            jitter_percent: 0,
+            ..RetryPolicy::default()
+        }
+    }
+
     #[test]
     fn doubles_and_honours_retry_after_within_the_cap() {
-        let policy = RetryPolicy::default();
+        let policy = exact();
         assert_eq!(policy.delay(1, None), Duration::from_secs(2));
         assert_eq!(policy.delay(3, None), Duration::from_secs(8));
         assert_eq!(
@@ -204,7 +270,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn retries_stop_at_the_attempts_the_error_allows() {
-        let policy = RetryPolicy::default();
+        let policy = exact();
         let overloaded = error(ProviderErrorKind::Overloaded);
         let mut attempts = policy.start();
         let delays: Vec<Duration> = std::iter::from_fn(|| attempts.after_failure(&overloaded))
@@ -238,7 +304,7 @@ mod tests {
     async fn no_retry_starts_after_the_budget() {
         let policy = RetryPolicy {
             budget: Duration::from_secs(10),
-            ..RetryPolicy::default()
+            ..exact()
         };
         let timeout = error(ProviderErrorKind::Timeout);
         let mut attempts = policy.start();
@@ -250,6 +316,89 @@ mod tests {
         tokio::time::advance(Duration::from_secs(11)).await;
         assert_eq!(late.remaining(), Duration::ZERO);
         assert_eq!(late.after_failure(&timeout), None);
+    }
+
+    #[test]
+    fn jitter_shortens_the_backoff_within_its_share() {
+        let policy = RetryPolicy::default();
+        // The draw's two ends: the whole backoff, and half of it (50 %).
+        assert_eq!(policy.jittered_delay(2, None, 0.0), Duration::from_secs(4));
+        assert_eq!(policy.jittered_delay(2, None, 1.0), Duration::from_secs(2));
+        assert_eq!(
+            policy.jittered_delay(2, None, 0.25),
+            Duration::from_secs(3) + Duration::from_millis(500)
+        );
+        // Never below a server's retry-after, never above the cap.
+        assert_eq!(
+            policy.jittered_delay(1, Some(Duration::from_secs(5)), 0.9),
+            Duration::from_secs(5)
+        );
+        assert_eq!(
+            policy.jittered_delay(30, None, 0.0),
+            Duration::from_secs(60)
+        );
+        assert_eq!(
+            policy.jittered_delay(30, None, 1.0),
+            Duration::from_secs(30)
+        );
+        let full = RetryPolicy {
+            jitter_percent: 200,
+            ..RetryPolicy::default()
+        };
+        assert_eq!(
+            full.jittered_delay(1, None, 2.0),
+            Duration::ZERO,
+            "clamped to 100 %"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn seeded_attempts_repeat_their_delays_and_spread_across_seeds() {
+        let policy = RetryPolicy {
+            max_attempts: 5,
+            budget: Duration::from_secs(1000),
+            ..RetryPolicy::default()
+        };
+        let overloaded = error(ProviderErrorKind::Overloaded);
+        let delays = |seed: u64| -> Vec<Duration> {
+            let mut attempts = policy.start_seeded(seed);
+            std::iter::from_fn(|| attempts.after_failure(&overloaded))
+                .map(|retry| retry.delay)
+                .collect()
+        };
+        let first = delays(7);
+        assert_eq!(first, delays(7), "the same seed, the same delays");
+        assert_eq!(first.len(), 4);
+        let mut distinct = std::collections::BTreeSet::new();
+        for seed in 0..64 {
+            for (index, delay) in delays(seed).into_iter().enumerate() {
+                let backoff = Duration::from_secs(2 << index);
+                assert!(
+                    delay <= backoff && delay >= backoff / 2,
+                    "seed {seed}, retry {index}: {delay:?} outside [{:?}, {backoff:?}]",
+                    backoff / 2
+                );
+                if index == 0 {
+                    distinct.insert(delay);
+                }
+            }
+        }
+        assert!(
+            distinct.len() > 32,
+            "64 seeds spread the first delay ({} distinct)",
+            distinct.len()
+        );
+        // Unseeded starts draw differently (four equal draws: about 1e-36).
+        assert_ne!(
+            {
+                let mut a = policy.start();
+                std::iter::from_fn(|| a.after_failure(&overloaded)).collect::<Vec<_>>()
+            },
+            {
+                let mut b = policy.start();
+                std::iter::from_fn(|| b.after_failure(&overloaded)).collect::<Vec<_>>()
+            }
+        );
     }
 
     #[tokio::test(start_paused = true)]

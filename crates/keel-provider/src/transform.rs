@@ -22,7 +22,13 @@ pub fn adapt_history(
     target_provider: &str,
     target_model: &str,
 ) -> Vec<Message> {
-    let mut ids = IdMap::default();
+    let mut ids = IdMap {
+        // Most histories need no renaming: then ids are passed through
+        // without the bookkeeping (a request of 10,000 messages is built
+        // for every turn).
+        identity: messages.iter().all(ids_are_valid),
+        ..IdMap::default()
+    };
     let mut out: Vec<Message> = Vec::with_capacity(messages.len());
     let mut open_calls: Vec<(String, String)> = Vec::new();
     for message in messages {
@@ -113,23 +119,42 @@ fn close_orphans(out: &mut Vec<Message>, open_calls: &mut Vec<(String, String)>)
     }
 }
 
+/// Whether every tool-call id of `message` is one every API accepts.
+fn ids_are_valid(message: &Message) -> bool {
+    match message {
+        Message::Assistant(assistant) => assistant.tool_calls().all(|call| valid_id(&call.id)),
+        Message::ToolResult(result) => valid_id(&result.call_id),
+        Message::User(_) => true,
+    }
+}
+
+/// `[A-Za-z0-9_-]`, 1 to 64 characters.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty()
+        && id.len() <= 64
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
 /// Consistent renaming of tool-call ids that some API would refuse.
 #[derive(Default)]
 struct IdMap {
+    /// Every id of the history is valid: nothing is renamed.
+    identity: bool,
     renamed: HashMap<String, String>,
     used: HashSet<String>,
 }
 
 impl IdMap {
     fn get(&mut self, id: &str) -> String {
+        if self.identity {
+            return id.to_owned();
+        }
         if let Some(renamed) = self.renamed.get(id) {
             return renamed.clone();
         }
-        let valid = !id.is_empty()
-            && id.len() <= 64
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+        let valid = valid_id(id);
         let mut candidate = if valid {
             id.to_owned()
         } else {

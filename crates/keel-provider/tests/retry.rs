@@ -45,6 +45,8 @@ fn policy(budget: Duration) -> RetryPolicy {
         base_delay: Duration::from_millis(50),
         max_delay: Duration::from_millis(200),
         budget,
+        // Exact delays: these tests are about the budget, not the jitter.
+        jitter_percent: 0,
     }
 }
 

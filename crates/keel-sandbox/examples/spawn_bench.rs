@@ -63,6 +63,7 @@ fn main() {
     let sandbox = Sandbox {
         level: SandboxLevel::WorkspaceWrite,
         config: Arc::new(SandboxConfig::default()),
+        metadata_writable: false,
     };
     let _holders = keel_sandbox::hold();
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -96,6 +97,7 @@ fn main() {
         let fresh = Sandbox {
             level: SandboxLevel::WorkspaceWrite,
             config: Arc::new(SandboxConfig::default()),
+            metadata_writable: false,
         };
         let start = Instant::now();
         holder_call(&fresh, workspace.path());

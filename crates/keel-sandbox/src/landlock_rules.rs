@@ -11,6 +11,14 @@
 //! command adds their rules itself before enforcing, with the bits
 //! [`grant_bits`] computes here. Rights of newer ABIs (device ioctls, signal
 //! and abstract socket scoping) are added where the kernel has them.
+//!
+//! Git's metadata: a linked work tree's git directories outside the
+//! workspace get read, and every right only for a call the host approved to
+//! write them. A `.git` *inside* the workspace cannot be excepted here —
+//! a grant covers everything beneath its directory and Landlock has no
+//! way to withdraw it from a subtree, so refusing writes under `.git` would
+//! refuse creating files at the top of the workspace too. The view's
+//! read-only mount over it is what refuses them (see `metadata`).
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -20,6 +28,7 @@ use landlock::{
     Ruleset, RulesetAttr, RulesetCreated, RulesetCreatedAttr, Scope,
 };
 
+use super::metadata::Metadata;
 use super::view::Grant;
 use super::{Sandbox, SandboxError};
 
@@ -42,7 +51,11 @@ pub(super) fn grant_bits(grant: Grant, abi: i32) -> u64 {
 }
 
 /// Builds the ruleset and returns its file descriptor.
-pub(super) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<OwnedFd, SandboxError> {
+pub(super) fn build(
+    sandbox: &Sandbox,
+    workspace: &Path,
+    metadata: &Metadata,
+) -> Result<OwnedFd, SandboxError> {
     let required = ABI::V4;
     let read = AccessFs::from_read(required);
     let everything = AccessFs::from_all(ABI::V5);
@@ -74,6 +87,13 @@ pub(super) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<OwnedFd, Sand
         for path in &sandbox.config.writable {
             created = grant(created, path, everything)?;
         }
+    }
+    let linked = match metadata.linked_writable {
+        true => everything,
+        false => read,
+    };
+    for path in &metadata.linked {
+        created = grant(created, path, linked)?;
     }
     Option::<OwnedFd>::from(created).ok_or_else(|| SandboxError::Unavailable {
         reason: "Landlock created no ruleset".into(),

@@ -11,16 +11,18 @@
 //! tool's path: [`hold`] keeps them for a run); [`confine`] prepares one
 //! command on its own and [`Confinement::apply`] installs it on a
 //! [`std::process::Command`]; [`env`](mod@env) builds the child's
-//! environment; [`probe`] tells `keel doctor` what this machine can enforce.
+//! environment; [`probe`] tells `keel doctor` what this machine can enforce;
+//! [`confine_helper`] confines Keel's own helper processes (its git).
 //!
 //! Each confined command runs in new PID, mount and IPC namespaces, inside
 //! user, mount, UTS and (unless the network was approved) network
 //! namespaces that a holder keeps per run and view (`holder`, `zygote`;
 //! per command with [`confine`]), in a constructed view of the filesystem
-//! ([`view`]), in a new session with no controlling terminal, with rlimits
-//! ([`ResourceLimits`]), no capabilities, `no_new_privs`, a Landlock
-//! ruleset and a seccomp filter; when it exits, its PID namespace and
-//! everything left in it die ([`namespaces`]).
+//! ([`view`]) where git's and Keel's metadata stay read-only unless the host
+//! approved writing them ([`metadata`]), in a new session with no
+//! controlling terminal, with rlimits ([`ResourceLimits`]), no capabilities,
+//! `no_new_privs`, a Landlock ruleset and a seccomp filter; when it exits,
+//! its PID namespace and everything left in it die ([`namespaces`]).
 //!
 //! This is an engine crate under `keel-tools`, which re-exports it as
 //! `keel_tools::sandbox`. It knows nothing of tools, the workspace type or
@@ -51,6 +53,7 @@ pub mod env;
 mod holder;
 mod landlock_rules;
 pub mod limits;
+mod metadata;
 mod namespaces;
 mod passing;
 pub mod probe;
@@ -68,6 +71,7 @@ pub use holder::{
 };
 pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::ResourceLimits;
+pub use metadata::PROTECTED as PROTECTED_METADATA;
 
 use namespaces::{Launch, Parts};
 
@@ -138,9 +142,8 @@ pub const HOME_TOOLCHAINS: &[&str] = &[
 
 impl Default for SandboxConfig {
     fn default() -> Self {
-        let mut readable: Vec<PathBuf> = SYSTEM_READABLE.iter().map(PathBuf::from).collect();
-        let mut masked: Vec<PathBuf> = SYSTEM_SECRETS.iter().map(PathBuf::from).collect();
-        masked.extend(ssh_host_keys());
+        let mut config = SandboxConfig::system_only();
+        let (readable, masked) = (&mut config.readable, &mut config.masked);
         if let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
             let home = PathBuf::from(home);
             readable.extend(HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)));
@@ -151,9 +154,19 @@ impl Default for SandboxConfig {
             let cargo = PathBuf::from(cargo);
             masked.extend(["credentials", "credentials.toml"].map(|file| cargo.join(file)));
         }
+        config
+    }
+}
+
+impl SandboxConfig {
+    /// Settings that read only the system locations, their secrets masked:
+    /// no toolchain and nothing of the home directory.
+    pub fn system_only() -> Self {
+        let mut masked: Vec<PathBuf> = SYSTEM_SECRETS.iter().map(PathBuf::from).collect();
+        masked.extend(ssh_host_keys());
         Self {
             mode: SandboxMode::Os,
-            readable,
+            readable: SYSTEM_READABLE.iter().map(PathBuf::from).collect(),
             writable: Vec::new(),
             masked,
             env: Vec::new(),
@@ -204,14 +217,20 @@ pub struct Sandbox {
     pub level: SandboxLevel,
     /// The host's settings.
     pub config: Arc<SandboxConfig>,
+    /// Whether this call may write git's and Keel's metadata in the
+    /// workspace ([`PROTECTED_METADATA`]): only when the host approved a
+    /// call whose intent said it writes them. Otherwise they are read-only
+    /// at every level Keel enforces.
+    pub metadata_writable: bool,
 }
 
 impl Sandbox {
-    /// A sandbox at `level` with the default settings.
+    /// A sandbox at `level` with the default settings, metadata read-only.
     pub fn new(level: SandboxLevel) -> Self {
         Self {
             level,
             config: Arc::new(SandboxConfig::default()),
+            metadata_writable: false,
         }
     }
 
@@ -247,7 +266,8 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
 fn prepare(sandbox: &Sandbox, workspace: &Path) -> Result<Parts, SandboxError> {
     let abi = probe::require_landlock()?;
     probe::require_namespaces()?;
-    let mut view = view::build(sandbox, workspace)?;
+    let metadata = metadata::find(sandbox, workspace);
+    let mut view = view::build(sandbox, workspace, &metadata)?;
     let landlock_extra = std::mem::take(&mut view.landlock)
         .into_iter()
         .map(|(path, grant)| (path, landlock_rules::grant_bits(grant, abi)))
@@ -257,10 +277,26 @@ fn prepare(sandbox: &Sandbox, workspace: &Path) -> Result<Parts, SandboxError> {
         view,
         workspace: view::c_path(workspace)?,
         limits: sandbox.config.limits,
-        landlock: landlock_rules::build(sandbox, workspace)?,
+        landlock: landlock_rules::build(sandbox, workspace, &metadata)?,
         landlock_extra,
         filter: seccomp::filter(sandbox.level.allows_network())?,
     })
+}
+
+/// Prepares the confinement of one of Keel's own helper processes (its
+/// git): it reads the system locations ([`SandboxConfig::system_only`]) and
+/// `readable`, writes only `writable` (where it also starts) and its private
+/// `/tmp`, has no network, and sees nothing else — no workspace, no home.
+/// Fails like [`confine`] where the sandbox cannot be enforced.
+pub fn confine_helper(readable: &[PathBuf], writable: &Path) -> Result<Confinement, SandboxError> {
+    let mut config = SandboxConfig::system_only();
+    config.readable.extend(readable.iter().cloned());
+    let sandbox = Sandbox {
+        level: SandboxLevel::WorkspaceWrite,
+        config: Arc::new(config),
+        metadata_writable: false,
+    };
+    confine(&sandbox, writable)
 }
 
 impl Confinement {

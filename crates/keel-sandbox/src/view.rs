@@ -8,7 +8,9 @@
 //!   bound read-only, symlinks recreated as symlinks (their targets bound
 //!   too);
 //! - the workspace, read-only or read-write by level, and the extra writable
-//!   directories in workspace-write levels;
+//!   directories in workspace-write levels, with git's and Keel's metadata
+//!   at their top bound read-only over itself (see `metadata`), and a
+//!   linked work tree's git directories;
 //! - a fresh `/proc` for the command's own PID namespace, a minimal `/dev`
 //!   (null, zero, full, random, urandom, a private devpts, `/dev/shm`; no
 //!   tty of the host), a private tmpfs `/tmp`;
@@ -37,6 +39,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
+use super::metadata::Metadata;
 use super::{Sandbox, SandboxError};
 
 /// One operation of the child: targets are inside paths, sources are read
@@ -119,6 +122,8 @@ pub(crate) enum Grant {
 enum Entry {
     Read,
     Write,
+    /// Read-only over itself, inside a writable bind (git's metadata).
+    Protected,
     Tmp,
     Proc,
     Dev,
@@ -130,8 +135,13 @@ pub(crate) const OLD_ROOT: &str = "/.keel-old-root";
 /// Device files bound from the host into the minimal `/dev`.
 const DEVICES: &[&str] = &["null", "zero", "full", "random", "urandom"];
 
-/// Builds the view of `sandbox` for a command in `workspace`.
-pub(crate) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<View, SandboxError> {
+/// Builds the view of `sandbox` for a command in `workspace`, with the
+/// `metadata` found there.
+pub(crate) fn build(
+    sandbox: &Sandbox,
+    workspace: &Path,
+    metadata: &Metadata,
+) -> Result<View, SandboxError> {
     let mut entries: BTreeMap<PathBuf, Entry> = BTreeMap::new();
     entries.insert("/tmp".into(), Entry::Tmp);
     entries.insert("/proc".into(), Entry::Proc);
@@ -174,6 +184,17 @@ pub(crate) fn build(sandbox: &Sandbox, workspace: &Path) -> Result<View, Sandbox
         for path in &sandbox.config.writable {
             add(path, Entry::Write);
         }
+    }
+    let linked = match metadata.linked_writable {
+        true => Entry::Write,
+        false => Entry::Read,
+    };
+    for path in &metadata.linked {
+        add(path, linked);
+    }
+    // Last, so that protection wins over a writable entry of the same path.
+    for path in &metadata.protected {
+        entries.insert(path.clone(), Entry::Protected);
     }
     let mut sorted: Vec<(PathBuf, Entry)> = entries.into_iter().collect();
     sorted.sort_by_key(|(path, _)| (path.components().count(), path.clone()));
@@ -266,6 +287,18 @@ impl Planner {
                 self.fresh(Step::Proc(self.inside(path)?));
             }
             Entry::Dev => self.dev(path)?,
+            // The path exists beneath a writable bind already: nothing is
+            // created on the host, and a path that vanished meanwhile makes
+            // the bind, and so the command, fail.
+            Entry::Protected => {
+                let source = host_source(path)?;
+                self.made.insert(path.to_path_buf());
+                self.steps.push(Step::Bind {
+                    source,
+                    target: self.inside(path)?,
+                    read_only: true,
+                });
+            }
             Entry::Read | Entry::Write => {
                 let Ok(metadata) = std::fs::symlink_metadata(path) else {
                     tracing::debug!(path = %path.display(), "sandbox view: skipped a missing path");

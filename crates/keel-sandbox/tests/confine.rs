@@ -40,6 +40,7 @@ fn unsandboxed_and_external_confine_nothing() {
             mode: SandboxMode::External,
             ..SandboxConfig::default()
         }),
+        metadata_writable: false,
     };
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("written");

@@ -56,6 +56,7 @@ fn sandbox(level: SandboxLevel, config: SandboxConfig) -> Sandbox {
     Sandbox {
         level,
         config: Arc::new(config),
+        metadata_writable: false,
     }
 }
 
@@ -195,10 +196,12 @@ fn levels_get_views_of_their_own() {
     let read_only = Sandbox {
         level: SandboxLevel::ReadOnly,
         config: Arc::clone(&config),
+        metadata_writable: false,
     };
     let write = Sandbox {
         level: SandboxLevel::WorkspaceWrite,
         config,
+        metadata_writable: false,
     };
     assert_eq!(
         exit_code(&run(&write, workspace.path(), "echo x > a.txt").end),

@@ -52,6 +52,7 @@ fn the_last_runs_guard_stops_every_holder() {
     let sandbox = Sandbox {
         level: SandboxLevel::WorkspaceWrite,
         config: Arc::new(SandboxConfig::default()),
+        metadata_writable: false,
     };
     let guard = keel_sandbox::hold();
     let first = network_namespace(&sandbox, workspace.path());

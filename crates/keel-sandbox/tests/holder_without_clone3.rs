@@ -30,6 +30,7 @@ fn calls_run_where_clone3_is_refused() {
         let sandbox = Sandbox {
             level: SandboxLevel::WorkspaceWrite,
             config: Arc::new(SandboxConfig::default()),
+            metadata_writable: false,
         };
         let mut outputs = Vec::new();
         for _ in 0..2 {

@@ -344,10 +344,7 @@ impl Chain {
         let first_kept_entry_id = self.ids[kept].clone();
         let size = self.rng.range(2_000, 4_000);
         let summary = prose(&mut self.rng, size);
-        self.entry(EntryPayload::Checkpoint {
-            summary,
-            first_kept_entry_id,
-        })
+        self.entry(EntryPayload::checkpoint(summary, first_kept_entry_id))
     }
 
     /// One turn of a run: a prompt, 1–8 tool cycles (assistant call,

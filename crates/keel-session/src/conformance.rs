@@ -252,10 +252,7 @@ async fn context_branch_starts_at_the_latest_checkpoint(store: Arc<dyn SessionSt
         id: "k".into(),
         parent_id: Some("c".into()),
         timestamp: 1,
-        payload: EntryPayload::Checkpoint {
-            summary: "a and b happened".into(),
-            first_kept_entry_id: "c".into(),
-        },
+        payload: EntryPayload::checkpoint("a and b happened", "c"),
     };
     store
         .append(

@@ -80,7 +80,8 @@ pub trait SessionStore: Send + Sync {
     }
 
     /// Starts a new session holding the path from the root to `entry_id`
-    /// (same entry ids), naming `session_id` as its parent; returns its id.
+    /// (same entry ids), naming `session_id` as its parent and keeping its
+    /// workspace; returns its id.
     fn fork<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let entries = self.entries(session_id).await?;
@@ -88,8 +89,15 @@ pub trait SessionStore: Send + Sync {
                 session_id: session_id.to_owned(),
                 entry_id: entry_id.to_owned(),
             })?;
+            let workspace = self
+                .list()
+                .await?
+                .into_iter()
+                .find(|info| info.id == session_id)
+                .and_then(|info| info.workspace);
             let new = NewSession {
                 parent_session: Some(session_id.to_owned()),
+                workspace,
                 ..NewSession::default()
             };
             let id = self.create(new).await?;
@@ -250,6 +258,9 @@ pub struct SessionInfo {
     pub last_activity: TimestampMs,
     /// The session this one was forked from.
     pub parent_session: Option<String>,
+    /// The workspace the session was created for (`None` for sessions
+    /// stored without one).
+    pub workspace: Option<String>,
     /// Why the session cannot be read, if it cannot (damage, which is
     /// refused, or a file that is not a session).
     pub problem: Option<String>,

@@ -24,6 +24,7 @@ struct Tree {
     created: TimestampMs,
     last_activity: TimestampMs,
     parent_session: Option<String>,
+    workspace: Option<String>,
 }
 
 impl MemoryStore {
@@ -119,6 +120,7 @@ impl SessionStore for MemoryStore {
                 created: now,
                 last_activity: now,
                 parent_session: new.parent_session,
+                workspace: new.workspace,
                 ..Tree::default()
             };
             sessions.insert(id.clone(), tree);
@@ -181,6 +183,7 @@ impl SessionStore for MemoryStore {
                     created: tree.created,
                     last_activity: tree.last_activity,
                     parent_session: tree.parent_session.clone(),
+                    workspace: tree.workspace.clone(),
                     problem: None,
                     torn: None,
                 })

@@ -214,3 +214,69 @@ fn a_failed_create_leaves_no_file() {
     let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().collect();
     assert!(left.is_empty(), "nothing is left behind: {left:?}");
 }
+
+/// The workspace a session was created for is listed — from a fresh scan,
+/// from the summary sidecar, and from a sidecar written before the summary
+/// cached it (the header is read then) — and a fork keeps it, in both stores.
+#[test]
+fn the_workspace_is_listed_and_forks_keep_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = runtime();
+    let id = runtime.block_on(async {
+        let store = JsonlStore::new(dir.path()).unwrap();
+        let new = NewSession {
+            workspace: Some("/work/project".into()),
+            ..NewSession::default()
+        };
+        let id = store.create(new).await.unwrap();
+        store.append(&id, vec![entry("a", None)]).await.unwrap();
+        id
+    });
+    let workspace_of = |store: &JsonlStore, id: &str| {
+        let listed = runtime.block_on(store.list()).unwrap();
+        listed
+            .into_iter()
+            .find(|info| info.id == id)
+            .unwrap()
+            .workspace
+    };
+    // The writer closed: its sidecar describes the file and holds the workspace.
+    let meta = dir.path().join(format!("{id}.meta.json"));
+    let sidecar: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&meta).unwrap()).unwrap();
+    assert_eq!(sidecar["workspace"], "/work/project");
+    let store = JsonlStore::new(dir.path()).unwrap();
+    assert_eq!(workspace_of(&store, &id).as_deref(), Some("/work/project"));
+    // A sidecar of an older Keel, without the field, still trusted: the header is read.
+    let mut old = sidecar.clone();
+    old.as_object_mut().unwrap().remove("workspace");
+    std::fs::write(&meta, old.to_string()).unwrap();
+    assert_eq!(workspace_of(&store, &id).as_deref(), Some("/work/project"));
+    assert_eq!(
+        std::fs::read(&meta).unwrap(),
+        old.to_string().into_bytes(),
+        "listing never writes the sidecar"
+    );
+    // No sidecar: a scan.
+    std::fs::remove_file(&meta).unwrap();
+    assert_eq!(workspace_of(&store, &id).as_deref(), Some("/work/project"));
+    // A fork keeps the source's workspace.
+    let fork = runtime.block_on(store.fork(&id, "a")).unwrap();
+    assert_eq!(
+        store.snapshot(&fork).unwrap().workspace.as_deref(),
+        Some("/work/project")
+    );
+    let memory = keel_session::MemoryStore::new();
+    let forked = runtime.block_on(async {
+        let new = NewSession {
+            workspace: Some("/w".into()),
+            ..NewSession::default()
+        };
+        let id = memory.create(new).await.unwrap();
+        memory.append(&id, vec![entry("a", None)]).await.unwrap();
+        memory.fork(&id, "a").await.unwrap()
+    });
+    let listed = runtime.block_on(memory.list()).unwrap();
+    let info = listed.iter().find(|info| info.id == forked).unwrap();
+    assert_eq!(info.workspace.as_deref(), Some("/w"));
+}

@@ -8,12 +8,15 @@
 //! (`/etc/$X`). A word that looks like a URL is a network target instead of
 //! a path, whatever command receives it.
 
+use std::path::Path;
+
 use super::ast::{RedirOp, Redirect};
 use super::expand::Field;
 use super::frame::{Dir, Frame};
 use super::parse::is_name;
 use super::resolve::{Place, abbreviate};
 use super::walk::Walker;
+use crate::paths::is_metadata;
 
 /// URL schemes that name something on the network.
 const NETWORK_SCHEMES: [&str; 26] = [
@@ -284,6 +287,13 @@ impl Walker<'_> {
             Place::Inside { shown, exists } => {
                 let path_like = word.text.contains('/') || word.text.starts_with('.');
                 let synthetic = shown.starts_with("/dev/fd/");
+                // Workspace paths are shown relative; the temp dir's absolute.
+                if self.writing && !shown.starts_with('/') && is_metadata(Path::new(&shown)) {
+                    self.out.metadata(format!(
+                        "`{}` is git's or Keel's metadata, read-only for commands",
+                        abbreviate(&shown)
+                    ));
+                }
                 if !synthetic && (word.always_target || exists || path_like) {
                     self.out.target(shown);
                 }
@@ -324,9 +334,26 @@ impl Walker<'_> {
             }
             RedirOp::In | RedirOp::Out | RedirOp::ReadWrite => {}
         }
+        let writes = matches!(
+            redirect.op,
+            RedirOp::Out | RedirOp::ReadWrite | RedirOp::DupOut
+        );
         for field in self.expand(&redirect.target, frame) {
+            self.writing = writes;
             self.check_target(&field, frame);
+            self.writing = false;
         }
+    }
+
+    /// Checks arguments that the command writes (see [`Walker::writing`]).
+    pub(super) fn check_written<'f>(
+        &mut self,
+        fields: impl IntoIterator<Item = &'f Field>,
+        frame: &Frame,
+    ) {
+        self.writing = true;
+        self.check_fields(fields, frame);
+        self.writing = false;
     }
 
     /// Checks one redirection target field.

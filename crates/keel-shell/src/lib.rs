@@ -8,7 +8,8 @@
 //! `word.rs`, `parse.rs`), expands each word as far as it can be known
 //! statically (`expand.rs`), walks the commands in order while tracking
 //! the working directory (`walk.rs`, `frame.rs`), interprets the commands
-//! it knows (`commands.rs`, `wrappers.rs`, `tools.rs`, `packages.rs`), and
+//! it knows (`commands.rs`, `wrappers.rs`, `tools.rs`, `git.rs`,
+//! `packages.rs`), and
 //! places every path a command names against the workspace root
 //! (`check.rs`, `resolve.rs`). `report.rs` merges the findings.
 //!
@@ -46,6 +47,7 @@ mod check;
 mod commands;
 mod expand;
 mod frame;
+mod git;
 mod lex;
 mod packages;
 mod parse;
@@ -81,7 +83,7 @@ pub const MAX_DEPTH: usize = 24;
 pub struct ShellAnalysis {
     /// Shell, Network, or Unknown (only these three).
     pub kind: IntentKind,
-    /// Workspace, Outside or Unknown.
+    /// Workspace, Metadata (it writes `.git` or `.keel`), Outside or Unknown.
     pub scope: IntentScope,
     /// Paths the command names (workspace-relative when inside, absolute
     /// otherwise) and network targets (hosts/URLs), deduplicated, in

@@ -4,7 +4,8 @@
 //! removed lexically, before any symlink is looked at, and a regular file
 //! with several hard links counts as possibly outside (another of its names
 //! may lie anywhere). `keel-tools`' `Workspace` calls these functions, so the
-//! analysis of `cat ../x` and a `read` of `../x` cannot disagree.
+//! analysis of `cat ../x` and a `read` of `../x` cannot disagree — nor
+//! `echo > .git/config` and a `write` of `.git/config` ([`is_metadata`]).
 //!
 //! Invariants: [`normalize`] touches no file system and always returns an
 //! absolute path; [`hard_links`] only reads metadata and never fails (a path
@@ -28,6 +29,28 @@ pub fn normalize(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Whether a workspace-relative path is git's or Keel's own metadata, which
+/// commands and file tools may write only when the host approved exactly
+/// that: anything inside a `.git` (a repository's hooks, config and index,
+/// at any depth) and anything inside `.keel` at the root (project
+/// configuration). Names are compared ignoring ASCII case, as git does on
+/// case-insensitive filesystems.
+pub fn is_metadata(relative: &Path) -> bool {
+    let named = |component: Component<'_>, name: &str| {
+        component
+            .as_os_str()
+            .to_str()
+            .is_some_and(|text| text.eq_ignore_ascii_case(name))
+    };
+    relative
+        .components()
+        .next()
+        .is_some_and(|first| named(first, ".keel"))
+        || relative
+            .components()
+            .any(|component| named(component, ".git"))
 }
 
 /// The link count of a regular file with more than one link; `None` for

@@ -1,8 +1,11 @@
 //! What the analysis found, merged into one [`ShellAnalysis`].
 //!
 //! Findings only ever make the result less safe: kind goes Shell → Network →
-//! Unknown and scope goes Workspace → Unknown → Outside, whatever order they
-//! arrive in. Targets and reasons are deduplicated and bounded, and every
+//! Unknown and scope goes Workspace → Unknown → Metadata → Outside, whatever
+//! order they arrive in. Metadata ranks above an unknown scope because an
+//! approved call of either stays sandboxed and metadata only adds that
+//! `.git`/`.keel` become writable; an unknown kind still makes the scope
+//! unknown, so a command that cannot be classified never gets them. Targets and reasons are deduplicated and bounded, and every
 //! URL in them is redacted (`redact`).
 
 use keel_protocol::{IntentKind, IntentScope};
@@ -21,6 +24,7 @@ pub(super) struct Findings {
     unknown_kind: bool,
     network: bool,
     outside: bool,
+    metadata: bool,
     unknown_scope: bool,
     targets: Vec<String>,
     reasons: Vec<String>,
@@ -42,6 +46,12 @@ impl Findings {
     /// The command names something outside the workspace.
     pub(super) fn outside(&mut self, reason: impl Into<String>) {
         self.outside = true;
+        self.reason(reason.into());
+    }
+
+    /// The command writes git's or Keel's metadata in the workspace.
+    pub(super) fn metadata(&mut self, reason: impl Into<String>) {
+        self.metadata = true;
         self.reason(reason.into());
     }
 
@@ -78,6 +88,8 @@ impl Findings {
             IntentScope::Unknown
         } else if self.outside {
             IntentScope::Outside
+        } else if self.metadata {
+            IntentScope::Metadata
         } else if self.unknown_scope {
             IntentScope::Unknown
         } else {

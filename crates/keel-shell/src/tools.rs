@@ -2,8 +2,7 @@
 //!
 //! - Network tools (`curl`, `ssh`, `kubectl`…) always reach the network.
 //! - `git` reaches it for some subcommands (package managers likewise, in
-//!   `packages.rs`); its global options are skipped, and `git -c` keys that
-//!   make git run a command are unknown.
+//!   `packages.rs`), and writes the repository for most (`git.rs`).
 //! - `rsync` reaches it when an operand is remote (`host:path`, `::`,
 //!   `rsync://`).
 //! - `find -exec` runs a command; `grep`, `sed` and `awk` take a pattern or
@@ -13,7 +12,7 @@
 //! paths.
 
 use super::expand::Field;
-use super::frame::{Cwds, Frame, Run, Stdin};
+use super::frame::{Frame, Run, Stdin};
 use super::walk::Walker;
 
 /// Programs that always reach the network.
@@ -209,23 +208,34 @@ const FIND_PATTERNS: [&str; 11] = [
 /// `find` actions that run a command up to `;` or `+`.
 const FIND_EXEC: [&str; 4] = ["-exec", "-execdir", "-ok", "-okdir"];
 
-/// Keys of `git -c` whose value git may run as a command.
-const GIT_RUNNING_KEYS: [&str; 14] = [
-    "alias.",
-    "pager",
-    "editor",
-    "sshcommand",
-    "fsmonitor",
-    "hookspath",
-    "askpass",
-    "program",
-    "textconv",
-    "command",
-    "helper",
-    "external",
-    "driver",
-    "filter.",
+/// Programs that write (or remove) the paths they are given: one inside
+/// `.git` or `.keel` makes the command write metadata. `cp`, `ln` and
+/// `install` write only their destination.
+const WRITERS: [&str; 15] = [
+    "cp", "mv", "rm", "ln", "touch", "mkdir", "rmdir", "chmod", "chown", "chgrp", "tee",
+    "truncate", "install", "shred", "unlink",
 ];
+
+/// The operands of a [`WRITERS`] program that it writes.
+fn written_operands<'a>(name: &str, args: &'a [Field]) -> Vec<&'a Field> {
+    if !matches!(name, "cp" | "ln" | "install") {
+        return args.iter().collect();
+    }
+    // `-t DIR` / `--target-directory=DIR` names the destination; otherwise
+    // it is the last operand.
+    let mut target = None;
+    let mut last = None;
+    let mut iter = args.iter().peekable();
+    while let Some(arg) = iter.next() {
+        match arg.known() {
+            Some("-t" | "--target-directory") => target = iter.next(),
+            Some(text) if text.starts_with("--target-directory=") => target = Some(arg),
+            Some(text) if text.starts_with('-') && text.len() > 1 => {}
+            _ => last = Some(arg),
+        }
+    }
+    target.or(last).into_iter().collect()
+}
 
 /// The host of a remote operand (`[user@]host:path`, `host::module`).
 fn remote_host(text: &str) -> Option<&str> {
@@ -269,6 +279,10 @@ impl Walker<'_> {
                 self.check_fields(dynamic, frame);
             }
             "git" => self.git(args, frame),
+            _ if WRITERS.contains(&name) => {
+                self.check_fields(args, frame);
+                self.check_written(written_operands(name, args), frame);
+            }
             "rsync" => self.rsync(args, frame),
             "find" => self.find(args, frame),
             "pacman" | "yay" | "paru" => {
@@ -315,80 +329,6 @@ impl Walker<'_> {
             } else if !(remote_command && host.is_some_and(|host| index > host)) {
                 self.check_arg(arg, frame, false);
             }
-        }
-    }
-
-    /// `git [global options] subcommand …`.
-    fn git(&mut self, args: &[Field], frame: &Frame) {
-        let mut inner = frame.clone();
-        let index = self.git_globals(args, &mut inner);
-        let (global, rest) = args.split_at(index.min(args.len()));
-        self.check_fields(global, frame);
-        let Some((sub, operands)) = rest.split_first() else {
-            return;
-        };
-        match sub.known() {
-            Some(sub) => {
-                if let Some(sub) = git_network_subcommand(sub, operands) {
-                    self.out.network(format!("`git {sub}` reaches the network"));
-                }
-            }
-            None => self.out.unknown_kind(
-                "cannot tell what `git` does: the subcommand cannot be resolved statically",
-            ),
-        }
-        self.check_fields(operands, &inner);
-    }
-
-    /// Handles git's global options (`-C` moves `inner`); the index after them.
-    fn git_globals(&mut self, args: &[Field], inner: &mut Frame) -> usize {
-        let mut index = 0;
-        while let Some(text) = args.get(index).and_then(Field::known) {
-            match text {
-                "-C" => {
-                    if let Some(dir) = args.get(index + 1) {
-                        inner.cwds = match dir.literal() {
-                            Some(dir) => self.change_dir(&inner.cwds, dir, false),
-                            None => Cwds::unknown(),
-                        };
-                    }
-                    index += 2;
-                }
-                "-c" | "--config-env" => {
-                    self.git_config(args.get(index + 1));
-                    index += 2;
-                }
-                "--git-dir" | "--work-tree" | "--namespace" | "--super-prefix" => index += 2,
-                _ if text.starts_with("--config-env=") => {
-                    let config = Field::plain(text.trim_start_matches("--config-env="));
-                    self.git_config(Some(&config));
-                    index += 1;
-                }
-                _ if text.starts_with('-') => index += 1,
-                _ => break,
-            }
-        }
-        index
-    }
-
-    /// `git -c key=value`: unknown when git may run the value.
-    fn git_config(&mut self, config: Option<&Field>) {
-        let Some(config) = config else {
-            return;
-        };
-        let Some(text) = config.known() else {
-            self.out
-                .unknown_kind("`git -c` sets a value that cannot be resolved statically");
-            return;
-        };
-        let key = text
-            .split('=')
-            .next()
-            .unwrap_or_default()
-            .to_ascii_lowercase();
-        if GIT_RUNNING_KEYS.iter().any(|runs| key.contains(runs)) {
-            self.out
-                .unknown_kind(format!("`git -c {key}` can make git run another command"));
         }
     }
 
@@ -505,26 +445,6 @@ impl Walker<'_> {
             .map(|(_, arg)| arg);
         self.check_fields(checked, frame);
     }
-}
-
-/// The `git` subcommand, when it reaches the network.
-fn git_network_subcommand(sub: &str, operands: &[Field]) -> Option<String> {
-    const NETWORK: [&str; 7] = [
-        "clone",
-        "fetch",
-        "pull",
-        "push",
-        "ls-remote",
-        "send-email",
-        "request-pull",
-    ];
-    const NESTED: [(&str, &[&str]); 4] = [
-        ("remote", &["update", "show", "prune", "set-head"]),
-        ("submodule", &["update", "add"]),
-        ("lfs", &["fetch", "pull", "push", "clone"]),
-        ("svn", &["clone", "fetch", "dcommit", "rebase", "init"]),
-    ];
-    network_subcommand(&NETWORK, &NESTED, sub, operands)
 }
 
 /// The subcommand (with its own, for nested ones like `go mod download`)

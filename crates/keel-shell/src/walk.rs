@@ -56,6 +56,9 @@ pub(super) struct Walker<'r> {
     pub(super) arithmetic: bool,
     /// Whether literal text in the command contains `$(` or a backtick.
     code_in_text: bool,
+    /// Whether the paths being checked are written (a `>` target, the
+    /// destination of `cp`): one inside `.git` or `.keel` is then metadata.
+    pub(super) writing: bool,
     /// Function calls walked, with where they leave the shell (`None`: in progress).
     calls: HashMap<CallKey, Option<Outcome>>,
 }
@@ -71,6 +74,7 @@ impl<'r> Walker<'r> {
             steps: 0,
             arithmetic: false,
             code_in_text: false,
+            writing: false,
             calls: HashMap::new(),
         }
     }

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use keel_protocol::IntentScope;
-use keel_shell::paths::{hard_links, normalize};
+use keel_shell::paths::{hard_links, is_metadata, normalize};
 
 /// A directory that roots every path a tool may touch.
 #[derive(Debug, Clone)]
@@ -204,28 +204,11 @@ impl Workspace {
     }
 
     /// Whether `abs` (a resolved path) is Keel's or git's own metadata,
-    /// which a file tool may write only as if it lay outside the workspace:
-    /// anything inside a `.git` (a repository's hooks, config and index, in
-    /// any directory) and anything inside `.keel` at the root (project
-    /// configuration). Names are compared ignoring ASCII case, as git does
-    /// on case-insensitive filesystems.
+    /// which a file tool may write only once the host approved exactly that
+    /// (see [`keel_shell::paths::is_metadata`], which the shell analysis
+    /// uses too).
     pub fn is_protected(&self, abs: &Path) -> bool {
-        let Ok(relative) = abs.strip_prefix(&self.root) else {
-            return false;
-        };
-        let named = |component: std::path::Component<'_>, name: &str| {
-            component
-                .as_os_str()
-                .to_str()
-                .is_some_and(|text| text.eq_ignore_ascii_case(name))
-        };
-        relative
-            .components()
-            .next()
-            .is_some_and(|first| named(first, ".keel"))
-            || relative
-                .components()
-                .any(|component| named(component, ".git"))
+        abs.strip_prefix(&self.root).is_ok_and(is_metadata)
     }
 
     /// Whether `path` resolves inside the workspace.

@@ -33,6 +33,13 @@ fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Whether this machine can enforce Keel's sandbox.
+fn sandbox_available() -> bool {
+    use keel_tools::sandbox::{Sandbox, SandboxLevel, probe};
+    let dir = tempfile::tempdir().unwrap();
+    probe::try_level(&Sandbox::new(SandboxLevel::WorkspaceWrite), dir.path()).is_ok()
+}
+
 fn init_repo(dir: &Path) {
     git(dir, &["init", "-q"]);
     git(dir, &["config", "user.name", "Keel Test"]);
@@ -149,6 +156,8 @@ fn git_patch_replays_adds_edits_deletes_renames_and_binaries() {
 
     let baseline = Baseline::capture(root).unwrap();
     assert!(baseline.is_git());
+    // Keel's git runs inside the sandbox wherever the sandbox works.
+    assert_eq!(baseline.git_confined(), sandbox_available());
     let start = tempfile::tempdir().unwrap();
     copy_tree(root, start.path());
 

@@ -38,6 +38,7 @@ async fn bash(root: &Path, level: SandboxLevel, command: &str) -> Result<ToolOut
         sandbox: Sandbox {
             level,
             config: Arc::new(SandboxConfig::default()),
+            metadata_writable: false,
         },
     };
     BashTool::new(BashOptions::default())

@@ -14,7 +14,7 @@ pub struct Output {
     pub events: Vec<Value>,
     pub result: Value,
     pub startup_error: Option<Value>,
-    /// Other one-key lines (`session`, `tree`, `fork`, …), in order.
+    /// The other lines (`workspace_changes`, `session`, a demo's notes), in order.
     pub extras: Vec<Value>,
     pub stderr: String,
 }
@@ -33,6 +33,8 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
         "XDG_DATA_HOME",
         std::env::temp_dir().join(format!("keel-test-data-{}", std::process::id())),
     );
+    // Nor read the user's configuration.
+    command.env("XDG_CONFIG_HOME", "/nonexistent/keel-test-config");
     if let Some(dir) = dir {
         command.current_dir(dir);
     }
@@ -48,15 +50,11 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
     for line in stdout.lines() {
         let value: Value =
             serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
-        let single_key = value.as_object().is_some_and(|o| o.len() == 1);
-        if let (true, Some(r)) = (single_key, value.get("result")) {
-            result = r.clone();
-        } else if let (true, Some(e)) = (single_key, value.get("startup_error")) {
-            startup_error = Some(e.clone());
-        } else if single_key {
-            extras.push(value);
-        } else {
-            events.push(value);
+        match line_kind(&value) {
+            LineKind::Event => events.push(value),
+            LineKind::Host("result") => result = value,
+            LineKind::Host("startup_error") => startup_error = Some(value),
+            LineKind::Host(_) | LineKind::Note => extras.push(value),
         }
     }
     if !events.is_empty() {
@@ -70,6 +68,46 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
         extras,
         stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
     }
+}
+
+/// What a line of `keel`'s JSON output is, by its `type`.
+pub enum LineKind {
+    /// A `RunEvent` (it parses as one).
+    Event,
+    /// A `HostLine` (it parses as one): `result`, `workspace_changes`,
+    /// `session`, `startup_error`.
+    Host(&'static str),
+    /// A demo's own step (`tree`, `fork`, `permission_decision`, …).
+    Note,
+}
+
+/// Classifies a line; panics on a line without a `type`, and on a line
+/// whose `type` is an event's or a host line's but whose shape is not.
+pub fn line_kind(value: &Value) -> LineKind {
+    let kind = value["type"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a line without a type: {value}"));
+    for host in ["result", "workspace_changes", "session", "startup_error"] {
+        if kind == host {
+            serde_json::from_value::<keel_protocol::HostLine>(value.clone())
+                .unwrap_or_else(|e| panic!("not a host line: {value}: {e}"));
+            return LineKind::Host(host);
+        }
+    }
+    match serde_json::from_value::<keel_protocol::RunEvent>(value.clone()) {
+        Ok(_) => LineKind::Event,
+        Err(_) if value.get("seq").is_none() => LineKind::Note,
+        Err(e) => panic!("not a run event: {value}: {e}"),
+    }
+}
+
+/// The extra line of this `type` (e.g. `workspace_changes`, `session`).
+pub fn extra<'a>(output: &'a Output, kind: &str) -> &'a Value {
+    output
+        .extras
+        .iter()
+        .find(|line| line["type"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} line in {:?}", output.extras))
 }
 
 /// Gapless `seq`, one run and session id, exactly one terminal event, last,
@@ -105,7 +143,7 @@ fn check_stream_invariants(events: &[Value], result: &Value) {
 }
 
 /// One compact JSON line per event, without the volatile fields: run and
-/// session ids and timestamps are dropped, other ids numbered by first
+/// session ids and timestamps are dropped, context estimates blanked, other ids numbered by first
 /// appearance, and the two host-timed kinds (`message_queued`,
 /// `tool_execution_update`) left out and counted at the end. The events of a
 /// parallel tool batch interleave by completion, so that region is printed
@@ -133,6 +171,29 @@ pub fn normalize(events: &[Value]) -> String {
         let object = event.as_object_mut().unwrap();
         for volatile in ["run_id", "session_id", "timestamp", "seq"] {
             object.remove(volatile);
+        }
+        // Token estimates count the system prompt, which names the
+        // temporary workspace, the date and the shell; a learned window
+        // comes from such an estimate.
+        if let Some(tokens) = object
+            .get_mut("context")
+            .and_then(|context| context.get_mut("estimated_tokens"))
+        {
+            *tokens = Value::from("<estimated>");
+        }
+        if kind.starts_with("compaction_") {
+            for key in ["tokens_before", "tokens_after", "window"] {
+                if let Some(value) = object.get_mut(key) {
+                    *value = Value::from("<estimated>");
+                }
+            }
+        }
+        if let Some(window) = object
+            .get_mut("context")
+            .and_then(|context| context.get_mut("window"))
+            .filter(|window| **window != 8_192)
+        {
+            *window = Value::from("<learned>");
         }
         let starts_parallel = kind == "tool_execution_start" && event["batch_mode"] == "parallel";
         let ends_region =

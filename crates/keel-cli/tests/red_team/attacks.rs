@@ -38,6 +38,10 @@ pub enum Effect {
     Bounded(usize),
     /// The call's result is not a success.
     Fails,
+    /// This workspace file (relative) does not contain this text afterwards.
+    NotContaining(&'static str, &'static str),
+    /// The workspace repository's `HEAD` is the commit it had.
+    HeadUnchanged,
 }
 
 /// One attack: one call, or two in consecutive turns.
@@ -48,6 +52,8 @@ pub struct Attack {
     /// A second `bash` call's arguments, run in the next turn.
     pub then: Option<&'static str>,
     pub effect: Effect,
+    /// Whether the workspace is a git repository (with `.keel/`).
+    pub repository: bool,
 }
 
 const fn attack(
@@ -62,6 +68,7 @@ const fn attack(
         arguments,
         then: None,
         effect,
+        repository: false,
     }
 }
 
@@ -78,6 +85,7 @@ const fn attack_then(
         arguments,
         then: Some(then),
         effect,
+        repository: false,
     }
 }
 

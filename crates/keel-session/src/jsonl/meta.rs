@@ -40,6 +40,10 @@ pub(crate) struct Meta {
     pub(crate) created: TimestampMs,
     pub(crate) last_activity: TimestampMs,
     pub(crate) parent_session: Option<String>,
+    /// The workspace from the header (absent in summaries written before
+    /// it was cached: the listing then reads the header).
+    #[serde(default)]
+    pub(crate) workspace: Option<String>,
 }
 
 impl Meta {

@@ -373,9 +373,11 @@ impl SessionStore for JsonlStore {
     /// elsewhere) and never writes to it; only the new session is written.
     fn fork<'a>(&'a self, session_id: &'a str, entry_id: &'a str) -> StoreFuture<'a, String> {
         Box::pin(async move {
-            let path = self.reader(session_id)?.path_to(entry_id)?;
+            let reader = self.reader(session_id)?;
+            let path = reader.path_to(entry_id)?;
             let new = NewSession {
                 parent_session: Some(session_id.to_owned()),
+                workspace: reader.workspace().map(str::to_owned),
                 ..NewSession::default()
             };
             let id = self.create(new).await?;

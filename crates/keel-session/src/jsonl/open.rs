@@ -85,6 +85,7 @@ impl JsonlStore {
         let meta_base = meta::Meta {
             created: scan.header.created,
             parent_session: scan.header.parent_session.clone(),
+            workspace: scan.header.workspace.clone(),
             ..meta::Meta::default()
         };
         let (jobs, receiver) = mpsc::channel();

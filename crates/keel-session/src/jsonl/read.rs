@@ -287,12 +287,17 @@ impl JsonlStore {
             .unwrap_or_default();
         let outcome = opened.and_then(|file| {
             if let Some(cached) = summary.as_ref().filter(|meta| meta.describes(&file)) {
-                return Ok((cached.clone(), None));
+                let mut cached = cached.clone();
+                if cached.workspace.is_none() {
+                    cached.workspace = scan::header_at(&file, path).and_then(|h| h.workspace);
+                }
+                return Ok((cached, None));
             }
             let scan = scan::scan(file, path, session_id, summary.as_ref())?;
             let fresh = meta::Meta {
                 created: scan.header.created,
                 parent_session: scan.header.parent_session.clone(),
+                workspace: scan.header.workspace.clone(),
                 ..meta::Meta::default()
             }
             .with_index(&scan.index, scan.valid_len, scan.last, 0);
@@ -310,6 +315,7 @@ impl JsonlStore {
             created: meta.created,
             last_activity: meta.last_activity,
             parent_session: meta.parent_session,
+            workspace: meta.workspace,
             problem,
             torn,
         }

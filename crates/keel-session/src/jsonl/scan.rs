@@ -218,6 +218,19 @@ fn torn(scan: &Scan, end: u64, line: usize, what: &str) -> TornTail {
     }
 }
 
+/// The header alone, read at offset 0 without moving `file`'s cursor: for
+/// a listing whose cached summary lacks a header field. `None` when the
+/// first line is not a valid header (a scan reports why).
+pub(crate) fn header_at(file: &File, path: &Path) -> Option<Header> {
+    use std::os::unix::fs::FileExt;
+    // A header is a few hundred bytes; a path of PATH_MAX fits many times.
+    let mut buffer = vec![0; 64 * 1024];
+    let read = file.read_at(&mut buffer, 0).ok()?;
+    let buffer = buffer.get(..read)?;
+    let end = buffer.iter().position(|&byte| byte == b'\n')?;
+    parse_header(path, buffer.get(..=end)?).ok()
+}
+
 fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
     let not_a_session = |reason: &str| SessionError::NotASession {
         path: path.display().to_string(),

@@ -5,6 +5,7 @@
 mod details;
 mod fs;
 mod fuzz;
+mod git;
 
 use std::path::{Path, PathBuf};
 

@@ -120,9 +120,9 @@ fn parse_arguments<T: DeserializeOwned>(tool: &str, arguments: Value) -> Result<
 /// The intent of a call whose `path` argument names its one target.
 ///
 /// A write into git's or Keel's own metadata ([`Workspace::is_protected`]:
-/// `.git`, `.keel`) is classified as `outside` the workspace, the scope the
-/// policy already keeps from writes: it asks in `auto` and `ask`, is denied
-/// in `plan`, and runs in `full` or once the host approved it. A hook or a
+/// `.git`, `.keel`) has scope `metadata`, which the policy keeps from
+/// writes like the outside: it asks in `auto` and `ask`, is denied in
+/// `plan`, and runs in `full` or once the host approved it. A hook or a
 /// config written there would otherwise wait for the user's next `git`.
 fn path_intent(kind: IntentKind, arguments: &Value, workspace: &Workspace) -> OperationIntent {
     let Some(path) = arguments.get("path").and_then(Value::as_str) else {
@@ -130,7 +130,7 @@ fn path_intent(kind: IntentKind, arguments: &Value, workspace: &Workspace) -> Op
     };
     let (scope, target) = match workspace.resolve(path) {
         Ok(abs) if kind == IntentKind::Write && workspace.is_protected(&abs) => {
-            (IntentScope::Outside, workspace.display(&abs))
+            (IntentScope::Metadata, workspace.display(&abs))
         }
         Ok(abs) => (IntentScope::Workspace, workspace.display(&abs)),
         Err(_) => (IntentScope::Outside, path.to_owned()),
@@ -372,7 +372,7 @@ mod tests {
             &json!({"path": "./.git/hooks/../config"}),
             &context.workspace,
         );
-        assert_eq!(intent.scope, IntentScope::Outside);
+        assert_eq!(intent.scope, IntentScope::Metadata);
         assert_eq!(intent.targets, [".git/config"]);
         let intent = path_intent(
             IntentKind::Read,

@@ -27,7 +27,9 @@
 //! trees, so renames and binary files apply with `git apply --binary`.
 //! Invariants:
 //! - git never runs in the workspace's repository and never reads the
-//!   workspace: no hook, filter driver, fsmonitor, alias, include or
+//!   workspace — where the sandbox can be enforced it runs confined to the
+//!   shadow repository and cannot see the workspace at all
+//!   ([`Baseline::git_confined`]): no hook, filter driver, fsmonitor, alias, include or
 //!   attribute of that repository or of the user applies, whatever the
 //!   model wrote into `.git` or `.gitattributes`. The repository is read
 //!   by Keel only to find it (`.git`, `HEAD`) and to copy its index, whose
@@ -247,6 +249,15 @@ impl Baseline {
     /// Whether this baseline is a git snapshot (rather than Keel's own).
     pub fn is_git(&self) -> bool {
         matches!(self.kind, Kind::Git(_))
+    }
+
+    /// Whether this baseline's git runs inside Keel's sandbox (a git
+    /// baseline on a machine that can enforce it; see `shadow`).
+    pub fn git_confined(&self) -> bool {
+        match &self.kind {
+            Kind::Git(git) => git.shadow.is_confined(),
+            Kind::Files(_) => false,
+        }
     }
 
     /// Computes the changes from the baseline to the current state

@@ -17,7 +17,15 @@
 //!   `.gitattributes` applies;
 //! - an environment cleared of everything else (no `GIT_*` from the parent);
 //! - stdout and stderr written to private files (no pipe can fill and stall
-//!   git), and a deadline after which the process is killed.
+//!   git), and a deadline after which the process is killed;
+//! - inside Keel's sandbox whenever this machine can enforce it
+//!   ([`keel_sandbox::confine_helper`]): git sees the system locations
+//!   read-only and this private directory read-write, and nothing else —
+//!   not the workspace, not the home directory — with no network, in its own
+//!   namespaces with Landlock and seccomp. Git never needs the workspace:
+//!   Keel feeds it the bytes. Where the sandbox cannot be enforced, git runs
+//!   unconfined with the pinned configuration and environment above, and a
+//!   `debug` trace says so once per repository ([`Shadow::is_confined`]).
 
 use std::ffi::OsStr;
 use std::os::unix::fs::DirBuilderExt as _;
@@ -27,6 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{ChangesError, Deadline, io_err};
+use crate::sandbox::{Confinement, SYSTEM_READABLE, confine_helper};
 
 /// The id of git's empty tree (SHA-1), which every repository has.
 pub(super) const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e0bf8e1df3b3f6b9b7f5";
@@ -60,6 +69,8 @@ pub(super) struct Shadow {
     dir: PathBuf,
     git_dir: PathBuf,
     next: AtomicU64,
+    /// The sandbox every git command runs in, when it can be enforced.
+    confinement: Option<Confinement>,
 }
 
 /// What a finished git command printed.
@@ -79,10 +90,18 @@ impl Shadow {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| io_err(context(), e))?;
+        let confinement = match confine_helper(&git_location(), &dir) {
+            Ok(confinement) => Some(confinement),
+            Err(err) => {
+                tracing::debug!(%err, "Keel's own git runs unconfined: the sandbox is unavailable");
+                None
+            }
+        };
         let shadow = Shadow {
             git_dir: dir.join("repo"),
             dir,
             next: AtomicU64::new(0),
+            confinement,
         };
         for sub in ["repo", "repo/objects", "repo/refs", "repo/refs/heads", "io"] {
             std::fs::create_dir(shadow.dir.join(sub)).map_err(|e| io_err(context(), e))?;
@@ -92,6 +111,13 @@ impl Shadow {
             std::fs::write(shadow.git_dir.join(name), text).map_err(|e| io_err(context(), e))?;
         }
         Ok(shadow)
+    }
+
+    /// Whether git runs inside Keel's sandbox.
+    pub(super) fn is_confined(&self) -> bool {
+        self.confinement
+            .as_ref()
+            .is_some_and(Confinement::is_enforced)
     }
 
     /// A fresh private path for a scratch file (`tag` names its use).
@@ -127,6 +153,9 @@ impl Shadow {
             command.env(name, value);
         }
         command.args(args).stdin(Stdio::null());
+        if let Some(confinement) = &self.confinement {
+            confinement.apply(&mut command);
+        }
         command
     }
 
@@ -194,6 +223,25 @@ impl Shadow {
             out_path,
             err_path,
         })
+    }
+}
+
+/// Where the `git` on `PATH` lives, when that is not a system location the
+/// sandbox reads anyway (a git in `~/.local/bin`, say): its directory.
+fn git_location() -> Vec<PathBuf> {
+    let Some(path) = std::env::var_os("PATH") else {
+        return Vec::new();
+    };
+    let found = std::env::split_paths(&path)
+        .map(|dir| dir.join("git"))
+        .find(|candidate| candidate.is_file())
+        .and_then(|git| std::fs::canonicalize(git).ok());
+    let Some(dir) = found.as_deref().and_then(Path::parent) else {
+        return Vec::new();
+    };
+    match SYSTEM_READABLE.iter().any(|system| dir.starts_with(system)) {
+        true => Vec::new(),
+        false => vec![dir.to_path_buf()],
     }
 }
 
@@ -273,5 +321,63 @@ pub(super) fn failure(command: &str, out: &Output) -> ChangesError {
         command: command.to_owned(),
         status: out.status.to_string(),
         stderr: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::sandbox::{Sandbox, SandboxLevel, probe};
+
+    fn deadline() -> Deadline {
+        Deadline::new(Duration::from_secs(30))
+    }
+
+    /// `git hash-object <path>`: whether git could read the file.
+    fn reads(shadow: &Shadow, path: &Path) -> bool {
+        let out = shadow.run(
+            &[OsStr::new("hash-object"), path.as_os_str()],
+            &[],
+            None,
+            &deadline(),
+        );
+        out.unwrap().status.success()
+    }
+
+    #[test]
+    fn git_runs_confined_to_the_shadow_repository_where_the_sandbox_works() {
+        let probe_dir = tempfile::tempdir().unwrap();
+        let available = probe::try_level(
+            &Sandbox::new(SandboxLevel::WorkspaceWrite),
+            probe_dir.path(),
+        )
+        .is_ok();
+        let shadow = Shadow::create().unwrap();
+        assert_eq!(shadow.is_confined(), available);
+        let workspace = tempfile::tempdir().unwrap();
+        let file = workspace.path().join("a.txt");
+        std::fs::write(&file, "workspace file\n").unwrap();
+        let own = shadow.scratch("own");
+        std::fs::write(&own, "scratch\n").unwrap();
+        // Its own directory is git's; the workspace is not, when confined.
+        assert!(reads(&shadow, &own));
+        assert_eq!(reads(&shadow, &file), !available);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let url = format!(
+            "http://127.0.0.1:{}/r",
+            listener.local_addr().unwrap().port()
+        );
+        let _ = shadow.run(&["ls-remote", url.as_str()], &[], None, &deadline());
+        assert_eq!(listener.accept().is_ok(), !available, "the network");
+        // Control: the same git, unconfined, reads the workspace.
+        let mut open = Shadow::create().unwrap();
+        open.confinement = None;
+        assert!(reads(&open, &file));
     }
 }

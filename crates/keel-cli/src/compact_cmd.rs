@@ -1,0 +1,109 @@
+//! `keel session compact ID [--instructions TEXT]`: a manual compaction.
+//!
+//! The session's own provider and model (from its last `configuration`
+//! entry, unless `--provider`/`--model` say otherwise) summarise the oldest
+//! part of its context into a checkpoint appended at its leaf, through
+//! `AgentKernel::compact`. Prints one typed JSON line (`"type": "compaction"`, or a
+//! sentence on a terminal); exit code 0 when a checkpoint was written, 1
+//! when the compaction failed (`"type": "compaction_failed"`, nothing
+//! written), 2 for a startup error.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use keel_host::{Choices, Settings, Sources, sessions};
+use keel_kernel::KernelError;
+use keel_protocol::EntryPayload;
+use serde_json::json;
+
+use crate::args::CompactArgs;
+use crate::output::say;
+use crate::session_cmd::{open_store, resolve_session, session_error};
+use crate::startup::StartupError;
+
+pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
+    let store = open_store(&args.store)?;
+    let id = resolve_session(&store, &args.id).await?;
+    let (provider, model, workspace) = {
+        let reader = store.reader(&id).map_err(session_error)?;
+        let mut last = None;
+        for entry in reader.active_entries() {
+            if let EntryPayload::Configuration {
+                provider, model, ..
+            } = entry.map_err(session_error)?.payload
+            {
+                last = Some((provider, model));
+            }
+        }
+        let (provider, model) = last.unzip();
+        (provider, model, reader.workspace().map(str::to_owned))
+    };
+    let provider = args.provider.or(provider).ok_or_else(|| {
+        StartupError::new(
+            "no_provider",
+            "the session never ran, so it names no provider: pass --provider",
+        )
+    })?;
+    // The session's workspace only frames the summary request (its
+    // environment); a session whose workspace is gone is compacted from the
+    // current one.
+    let workspace = workspace
+        .map(std::path::PathBuf::from)
+        .filter(|path| path.is_dir());
+    let settings = Settings::load(&Sources {
+        config_file: args.config,
+        profile: None,
+        overrides: Vec::new(),
+        workspace: None,
+    })?;
+    let mut config = settings
+        .resolve(Choices {
+            provider: Some(provider),
+            model: args.model.or(model),
+            base_url: args.base_url,
+            script: args.script,
+            workspace: workspace.clone(),
+            ..Choices::default()
+        })?
+        .config;
+    config.workspace = workspace;
+    config.context_window = args.context_window;
+    let store = Arc::new(store);
+    let kernel = config.kernel(store.clone())?;
+    let terminal = std::io::stdout().is_terminal();
+    match kernel.compact(&id, args.instructions.as_deref()).await {
+        Ok(report) => {
+            if terminal {
+                say(format!(
+                    "session {id}: checkpoint {} covers {} entries; context ~{} → ~{} tokens",
+                    report.checkpoint_id,
+                    report.covered_entries,
+                    report.tokens_before,
+                    report.tokens_after
+                ));
+            } else {
+                say(json!({"type": "compaction", "compaction": {
+                    "session_id": id,
+                    "checkpoint_id": report.checkpoint_id,
+                    "covered_entries": report.covered_entries,
+                    "tokens_before": report.tokens_before,
+                    "tokens_after": report.tokens_after,
+                    "path": sessions::session_file(&store, &id)?,
+                }}));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(KernelError::Compaction(error)) => {
+            if terminal {
+                say(format!("session {id}: {} ({})", error.message, error.code));
+            } else {
+                say(
+                    json!({"type": "compaction_failed", "compaction_failed": {"session_id": id, "error": error}}),
+                );
+            }
+            Ok(ExitCode::from(1))
+        }
+        Err(error) => Err(StartupError::new(error.code(), error.to_string())),
+    }
+}

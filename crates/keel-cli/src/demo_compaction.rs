@@ -1,0 +1,86 @@
+//! `keel demo context-compaction`: a run whose context outgrows its window.
+//!
+//! The scripted model fixes the fixture's bug, but its first command prints
+//! a long trace. The case decides what happens next:
+//! - `success`: the kernel knows the window (8,192 tokens), sees that the
+//!   next request would pass it minus the reserve, and compacts first —
+//!   the model writes the summary (the script's second turn) — then the run
+//!   goes on from the summary and settles;
+//! - `overflow`: the window is unknown, the provider refuses the request
+//!   with a context-length error; the kernel compacts and retries the
+//!   request once, and the run settles;
+//! - `summary-error`: as `overflow`, but the summary lacks the required
+//!   headings: nothing is written, `compaction_failed` says why, and the
+//!   run fails with the typed `compaction_failed` error.
+//!
+//! The scripted turns state what each request must hold (`expect`): the
+//! summary request has no tools and carries the conversation; the request
+//! after it holds only the summary.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use keel_host::{HostConfig, HostError, ProviderChoice};
+use keel_kernel::{AgentRun, RunSpec};
+use keel_protocol::{PermissionMode, RunEvent, RunEventKind};
+use keel_provider::Script;
+use keel_session::MemoryStore;
+
+use crate::demo::approve_inside;
+use crate::host;
+use crate::output::Output;
+use crate::startup::StartupError;
+
+/// The window the `success` case declares.
+const WINDOW: u64 = 8_192;
+
+pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCode, StartupError> {
+    let (script, window) = match case {
+        "success" => (
+            include_str!("../demos/context-compaction-success.json"),
+            Some(WINDOW),
+        ),
+        "overflow" => (
+            include_str!("../demos/context-compaction-overflow.json"),
+            None,
+        ),
+        "summary-error" => (
+            include_str!("../demos/context-compaction-summary-error.json"),
+            None,
+        ),
+        _ => {
+            return Err(StartupError::new(
+                "unknown_case",
+                format!("unknown case `{case}`"),
+            ));
+        }
+    };
+    let script = Script::from_json(script).map_err(HostError::from)?;
+    let mut config = HostConfig::new(ProviderChoice::Script {
+        script,
+        model: None,
+    })
+    .workspace(workspace);
+    config.context_window = window;
+    let kernel = config.kernel(Arc::new(MemoryStore::new()))?;
+    let spec = RunSpec::new("The check in check.sh fails. Fix the bug.")
+        .mode(PermissionMode::Auto)
+        .max_turns(10);
+    let run = kernel
+        .create_run(spec)
+        .await
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let result =
+        host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
+            if let RunEventKind::PermissionRequested {
+                request_id, intent, ..
+            } = &event.kind
+            {
+                // A stale id only means the run moved on.
+                let _ = handle.resolve_permission(request_id, approve_inside(intent));
+            }
+        })
+        .await?;
+    Ok(host::exit_code(&result))
+}

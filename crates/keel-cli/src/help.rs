@@ -1,0 +1,97 @@
+//! The words of `--help` that clap cannot derive: what each way of running
+//! Keel is for, examples, the demo cases and the schema names.
+//!
+//! They are constants so clap can show them; `tests/help.rs` checks that
+//! the demo cases and schema names here are the ones the commands accept.
+
+/// `keel --help`'s description.
+pub const LONG_ABOUT: &str = "Keel: a headless coding-agent kernel.
+
+It streams a model, runs the model's tool calls in a workspace under a
+permission mode you fix, and stores every run in a session.";
+
+/// What `keel -h` shows after the commands.
+pub const AFTER_HELP: &str = "\
+Modes of running (one line each):
+  keel run PROMPT              a run in this directory; a live view on a terminal
+  keel run -q PROMPT           print only the final message
+  keel run --output-format json|stream-json PROMPT
+                               one JSON object at the end | JSON Lines as it goes
+  keel demo NAME               a scripted scenario: no key, no network
+  keel session list|show|tree  what earlier runs stored
+
+Examples:
+  keel demo tool-loop
+  keel run --provider deepseek --model deepseek-chat \"Fix the failing test\"
+  echo \"Summarise README.md\" | keel run --mode plan --provider deepseek
+
+More with --help (long form).";
+
+/// What `keel --help` shows after the commands.
+pub const AFTER_LONG_HELP: &str = "\
+Modes of running (one line each):
+  keel run PROMPT              a run in this directory; a live view on a terminal
+  keel run -q PROMPT           print only the final message (for scripts)
+  keel run --output-format json PROMPT
+                               one JSON object when the run ends
+  keel run --output-format stream-json PROMPT
+                               JSON Lines as the run goes (the default when piped)
+  keel demo NAME               a scripted scenario: no key, no network
+  keel session list|show|tree  what earlier runs stored
+
+Permission modes (--mode, fixed for the run):
+  plan   read-only: reads and sandboxed read-only commands; no writes
+  ask    workspace reads run; everything else asks you first
+  auto   workspace reads, writes and sandboxed commands run; outside and network ask (default)
+  full   everything runs without asking and without the OS sandbox
+
+Examples:
+  keel demo tool-loop
+  keel run --provider deepseek --model deepseek-chat \"Fix the failing test\"
+  echo \"Summarise README.md\" | keel run --mode plan --provider deepseek
+  keel run -q -o answer.txt --provider anthropic @task.md
+  keel completion bash > ~/.local/share/bash-completion/completions/keel
+
+Environment:
+  KEEL_LOG       diagnostics filter (e.g. `info`, `keel_kernel=debug`); off by default
+  NO_COLOR       any value: no colour and no escape codes in the view
+  XDG_CONFIG_HOME, XDG_DATA_HOME
+                 where config.toml and sessions live (keel/ under each)
+
+Exit codes: 0 settled; 1 failed or cancelled; 2 startup error;
+128 + signal after SIGINT (130), SIGTERM (143) or SIGHUP (129).";
+
+/// `keel run --help`'s examples.
+pub const RUN_EXAMPLES: &str = "\
+Examples:
+  keel run --provider deepseek --model deepseek-chat \"Fix the failing test\"
+  keel run --provider openai-compatible --base-url http://127.0.0.1:8080/v1 --model m \"…\"
+  keel run --mode ask --provider anthropic @task.md
+  echo \"Explain src/main.rs\" | keel run -q --mode plan --provider deepseek
+  keel run --output-format stream-json --provider scripted --script s.json \"go\" | jq .type
+
+In ask mode on a terminal each request is one line; answer y (once), a
+(always for this session: later calls of the same tool on the exact same
+command or path are allowed without asking) or n. Piped, one JSON answer
+per line: {\"request_id\": \"…\", \"decision\": \"approve\"} (or \"deny\").";
+
+/// `keel demo --help`'s list of cases.
+pub const DEMO_CASES: &str = "\
+Cases (--case; the first is the default):
+  streamed-run   success, provider-error
+  tool-loop      success, mixed-batch, failure
+  run-control    steering, follow-up, cancel, retry-success, retry-failure
+  session-tree   success, invalid-entry
+  permissions    standard, cancel, host-disconnect, resume (with --mode plan|ask|auto|full)";
+
+/// `keel schema --help`'s list of names.
+pub const SCHEMA_NAMES: &str = "\
+Names:
+  run_event      every event of a run (one JSON line each, tagged by `type`)
+  run_result     a run's final state, message and error
+  message        user, assistant and tool-result messages
+  provider_event the deltas inside `message_update`
+  entry          one session entry
+  tool_spec      a tool offered to the model
+  host_control   what a host sends a run (steer, follow-up, cancel, answers)
+  host_line      keel's other output lines: result, workspace_changes, session, startup_error";

@@ -1,0 +1,560 @@
+//! The terminal view of a run: what a person watching `keel run` reads.
+//!
+//! Streamed text as it arrives; thinking dimmed, under its own mark and
+//! set apart from the answer; each tool call as its tool and plain command
+//! or path, its output live under it while it runs (see `live`), folded to
+//! one line with its time when it ends; calls of a parallel batch labelled
+//! `[1]`, `[2]`… on every line; steering and follow-ups shown when they
+//! enter the conversation, between turns, and a queued message noted only
+//! at a line boundary — never inside a streamed word; a closing line with
+//! turns, tokens, cost and duration.
+//!
+//! Invariants: every piece of model or tool text passes through
+//! [`visible`], so no control character reaches the terminal raw; messages
+//! are shown as written (never case-changed); nothing here prints JSON.
+
+mod describe;
+mod live;
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use keel_protocol::{
+    BatchMode, DecisionSource, Message, PermissionResolution, ProviderEvent, QueueKind, RunEvent,
+    RunEventKind, RunResult, RunState, RunTotals, ToolStatus,
+};
+
+pub use describe::call_title;
+use live::{BlockLine, Call};
+
+use crate::escape::visible;
+use crate::style::{self, Palette};
+
+/// How often a running call's time is redrawn (or, without redrawing, how
+/// long a silent call waits before the view says it is still running).
+pub const TICK: Duration = Duration::from_secs(1);
+const STILL_RUNNING: Duration = Duration::from_secs(10);
+/// Output lines printed per call when the view cannot redraw.
+const PRINTED_LINES: usize = 40;
+
+/// What is streaming on the current line.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    Nothing,
+    Text,
+    Thinking,
+}
+
+/// The view's state between events.
+pub struct View {
+    palette: Palette,
+    /// Redraw running calls in place (a terminal with colour).
+    live: bool,
+    width: usize,
+    open: Open,
+    calls: Vec<Call>,
+    /// Rows of the live block now on screen.
+    drawn: usize,
+    /// The next label in the current batch, and how many calls it has.
+    batch_position: usize,
+    batch_size: usize,
+    queued: [VecDeque<String>; 2],
+    /// Lines waiting for a line boundary.
+    deferred: Vec<String>,
+    /// Whether the host prompts for permissions itself (then the view does
+    /// not repeat the request).
+    prompts: bool,
+    buffer: String,
+}
+
+impl View {
+    /// A view on stdout, colouring (and redrawing) as `palette` allows.
+    pub fn new(palette: Palette, prompts: bool) -> Self {
+        let width = terminal_size::terminal_size_of(std::io::stdout())
+            .map_or(100, |(width, _)| usize::from(width.0));
+        Self {
+            palette,
+            live: palette.color,
+            width: width.max(20),
+            open: Open::Nothing,
+            calls: Vec::new(),
+            drawn: 0,
+            batch_position: 0,
+            batch_size: 0,
+            queued: [VecDeque::new(), VecDeque::new()],
+            deferred: Vec::new(),
+            prompts,
+            buffer: String::new(),
+        }
+    }
+
+    /// Shows one event.
+    pub fn event(&mut self, event: &RunEvent) {
+        self.show(&event.kind);
+        self.flush();
+    }
+
+    /// Redraws running calls (their time moves on), or says that a silent
+    /// call is still running.
+    pub fn tick(&mut self) {
+        if self.calls.is_empty() {
+            return;
+        }
+        if self.live {
+            self.erase();
+            self.draw();
+        } else {
+            let mut lines = Vec::new();
+            for call in &mut self.calls {
+                if call.last_said.elapsed() >= STILL_RUNNING {
+                    call.last_said = Instant::now();
+                    lines.push(format!(
+                        "  ⋯ {} still running ({})",
+                        visible(&call.name()),
+                        describe::duration(call.elapsed())
+                    ));
+                }
+            }
+            for line in lines {
+                let line = self.palette.paint(style::DIM, &line);
+                self.line(&line);
+            }
+        }
+        self.flush();
+    }
+
+    /// Clears the live block and ends an open line, before the host writes
+    /// to the terminal itself (a permission prompt).
+    pub fn suspend(&mut self) {
+        self.erase();
+        self.close_line();
+        self.flush();
+    }
+
+    /// Prints a line of the host's own (a demo step), above the live block.
+    pub fn note(&mut self, text: &str) {
+        self.close_line();
+        for line in text.lines() {
+            self.line(&visible(line));
+        }
+        self.flush();
+    }
+
+    /// The closing line: how the run ended, its turns, tokens, cost and time.
+    pub fn finish(&mut self, result: &RunResult, totals: &RunTotals) {
+        self.erase();
+        self.close_line();
+        let (mark, style) = match result.state {
+            RunState::Settled => ("settled".to_owned(), style::GOOD),
+            RunState::Cancelled => ("cancelled".to_owned(), style::WARN),
+            _ => match &result.error {
+                Some(error) => (
+                    format!(
+                        "failed ({}): {}",
+                        error.code.as_str(),
+                        visible(&error.message)
+                    ),
+                    style::BAD,
+                ),
+                None => ("failed".to_owned(), style::BAD),
+            },
+        };
+        let mut parts = vec![
+            format!("{} turn{}", totals.turns, plural(totals.turns as usize)),
+            format!(
+                "{} in / {} out tokens",
+                describe::tokens(totals.input_tokens + totals.cache_read_tokens),
+                describe::tokens(totals.output_tokens)
+            ),
+        ];
+        parts.push(match totals.cost_usd {
+            Some(usd) => describe::cost(usd),
+            None => "cost unknown".to_owned(),
+        });
+        parts.push(describe::duration(Duration::from_millis(
+            totals.duration_ms,
+        )));
+        let line = format!(
+            "── {} · {}",
+            self.palette.paint(style, &mark),
+            self.palette.paint(style::DIM, &parts.join(" · "))
+        );
+        self.line("");
+        self.line(&line);
+        self.flush();
+    }
+
+    /// The workspace's changes after the run: paths, then the patch.
+    pub fn changes(&mut self, paths: &[String], patch: &str) {
+        if paths.is_empty() {
+            let line = self.palette.paint(style::DIM, "── no workspace changes");
+            self.line(&line);
+        } else {
+            self.line(&format!("── changed: {}", visible(&paths.join(", "))));
+            for line in patch.trim_end().lines() {
+                let style = match line.chars().next() {
+                    Some('+') if !line.starts_with("+++") => style::GOOD,
+                    Some('-') if !line.starts_with("---") => style::BAD,
+                    _ => style::DIM,
+                };
+                let line = self.palette.paint(style, &visible(line));
+                self.line(&line);
+            }
+        }
+        self.flush();
+    }
+
+    fn show(&mut self, kind: &RunEventKind) {
+        match kind {
+            RunEventKind::RunStarted {
+                provider,
+                model,
+                mode,
+                instructions,
+            } => {
+                let line = format!("keel · {provider} · {model} · mode {}", mode.as_str());
+                let line = self.palette.paint(style::DIM, &visible(&line));
+                self.line(&line);
+                if !instructions.is_empty() {
+                    let paths: Vec<&str> = instructions.iter().map(|f| f.path.as_str()).collect();
+                    let line = format!("instructions: {}", paths.join(", "));
+                    let line = self.palette.paint(style::DIM, &visible(&line));
+                    self.line(&line);
+                }
+            }
+            RunEventKind::CompactionSucceeded {
+                tokens_before,
+                tokens_after,
+                covered_entries,
+                ..
+            } => {
+                self.close_line();
+                let line = format!(
+                    "context compacted: {covered_entries} entries summarised, ~{tokens_before} → ~{tokens_after} tokens"
+                );
+                let line = self.palette.paint(style::DIM, &line);
+                self.line(&line);
+            }
+            RunEventKind::CompactionFailed { error, .. } => {
+                self.close_line();
+                let line = format!("! compaction failed: {}", visible(&error.message));
+                let line = self.palette.paint(style::WARN, &line);
+                self.line(&line);
+            }
+            RunEventKind::Warning { message, .. } => {
+                let line = self
+                    .palette
+                    .paint(style::WARN, &format!("! {}", visible(message)));
+                self.line(&line);
+            }
+            RunEventKind::SessionRepaired { reason, .. } => {
+                let line = format!("! the session was repaired: {}", visible(reason));
+                let line = self.palette.paint(style::WARN, &line);
+                self.line(&line);
+            }
+            RunEventKind::MessageUpdate { delta } => self.delta(delta),
+            RunEventKind::MessageEnd {
+                message: Message::Assistant(message),
+            } => {
+                self.close_line();
+                self.batch_position = 0;
+                self.batch_size = message.tool_calls().count();
+            }
+            RunEventKind::ToolExecutionStart {
+                call_id,
+                tool_name,
+                arguments,
+                batch_mode,
+            } => self.start_call(call_id, tool_name, arguments, *batch_mode),
+            RunEventKind::ToolExecutionUpdate { call_id, progress } => {
+                self.call_output(call_id, &progress.data);
+            }
+            RunEventKind::ToolExecutionEnd { result } => {
+                let status = result.status;
+                let text = result.text();
+                self.end_call(&result.call_id, &result.tool_name, status, &text);
+            }
+            RunEventKind::PermissionRequested {
+                tool_name,
+                arguments,
+                reason,
+                ..
+            } if !self.prompts => {
+                let title = call_title(tool_name, arguments);
+                let line = format!("? {} — {}", visible(&title), visible(reason));
+                let line = self.palette.paint(style::WARN, &line);
+                self.above(&line);
+            }
+            RunEventKind::PermissionResolved {
+                resolution, source, ..
+            } if !self.prompts || *source != DecisionSource::Host => {
+                let line = resolved(*resolution, *source);
+                let line = self.palette.paint(style::DIM, &line);
+                self.above(&line);
+            }
+            RunEventKind::ProviderRetry {
+                attempt,
+                max_attempts,
+                delay_ms,
+                error,
+            } => {
+                let line = format!(
+                    "↻ retry {attempt}/{max_attempts} in {delay_ms} ms: {}",
+                    visible(&error.message)
+                );
+                let line = self.palette.paint(style::WARN, &line);
+                self.above(&line);
+            }
+            RunEventKind::MessageQueued { queue, text } => {
+                self.queued[slot(*queue)].push_back(text.clone());
+                let line = format!("+ queued {}: {}", queue_name(*queue), visible(text));
+                self.deferred.push(self.palette.paint(style::DIM, &line));
+                if self.open == Open::Nothing {
+                    self.release_deferred();
+                }
+            }
+            RunEventKind::MessageInjected { queue, .. } => {
+                let text = self.queued[slot(*queue)].pop_front().unwrap_or_default();
+                let line = format!("› you ({}): {}", queue_name(*queue), visible(&text));
+                let line = self.palette.paint(style::USER, &line);
+                self.above(&line);
+            }
+            RunEventKind::MessageDropped { queue, text, .. } => {
+                let line = format!("- not sent ({}): {}", queue_name(*queue), visible(text));
+                let line = self.palette.paint(style::DIM, &line);
+                self.above(&line);
+            }
+            _ => {}
+        }
+    }
+
+    fn delta(&mut self, delta: &ProviderEvent) {
+        match delta {
+            ProviderEvent::ThinkingDelta { delta, .. } => {
+                if self.open != Open::Thinking {
+                    self.close_line();
+                    self.erase();
+                    let mark = self.palette.paint(style::DIM, "┆ thinking");
+                    self.line(&mark);
+                    self.open = Open::Thinking;
+                    self.buffer.push_str(&self.palette.paint(style::DIM, "┆ "));
+                }
+                let shown = visible(delta).replace('\n', "\n┆ ");
+                self.buffer
+                    .push_str(&self.palette.paint(style::DIM, &shown));
+            }
+            ProviderEvent::TextDelta { delta, .. } => {
+                if self.open == Open::Thinking {
+                    self.close_line();
+                    self.line("");
+                }
+                if self.open == Open::Nothing {
+                    self.erase();
+                }
+                self.open = Open::Text;
+                self.buffer.push_str(&visible(delta));
+            }
+            _ => {}
+        }
+    }
+
+    fn start_call(&mut self, id: &str, tool: &str, arguments: &serde_json::Value, mode: BatchMode) {
+        self.close_line();
+        let label = (mode == BatchMode::Parallel && self.batch_size > 1).then(|| {
+            self.batch_position += 1;
+            format!("[{}]", self.batch_position)
+        });
+        let call = Call::new(
+            id.to_owned(),
+            label,
+            visible(&call_title(tool, arguments)).into(),
+        );
+        if self.live {
+            self.erase();
+            self.calls.push(call);
+            self.draw();
+        } else {
+            let line = format!("→ {}", self.palette.paint(style::TOOL, &call.name()));
+            self.line(&line);
+            self.calls.push(call);
+        }
+    }
+
+    fn call_output(&mut self, id: &str, data: &str) {
+        let Some(position) = self.calls.iter().position(|call| call.id == id) else {
+            return;
+        };
+        let complete = self.calls[position].take_output(data);
+        if self.live {
+            self.erase();
+            self.draw();
+            return;
+        }
+        let call = &mut self.calls[position];
+        call.last_said = Instant::now();
+        let prefix = call
+            .label
+            .clone()
+            .map(|l| format!("{l} "))
+            .unwrap_or_default();
+        let first = call.lines - complete.len();
+        let mut lines = Vec::new();
+        for (index, line) in complete.iter().enumerate() {
+            match first + index {
+                n if n < PRINTED_LINES => lines.push(format!("  {prefix}│ {}", visible(line))),
+                n if n == PRINTED_LINES => lines.push(format!("  {prefix}│ …")),
+                _ => {}
+            }
+        }
+        for line in lines {
+            let line = self.palette.paint(style::DIM, &line);
+            self.line(&line);
+        }
+    }
+
+    fn end_call(&mut self, id: &str, tool: &str, status: ToolStatus, text: &str) {
+        self.erase();
+        let call = match self.calls.iter().position(|call| call.id == id) {
+            Some(position) => self.calls.remove(position),
+            None => Call::new(id.to_owned(), None, visible(tool).into_owned()),
+        };
+        let (mark, style) = match status {
+            ToolStatus::Success => ("✓", style::GOOD),
+            ToolStatus::Error => ("✗", style::BAD),
+            ToolStatus::Cancelled => ("⊘", style::WARN),
+        };
+        let mut details = vec![describe::duration(call.elapsed())];
+        if call.lines > 0 {
+            details.push(format!(
+                "{} line{} of output",
+                call.lines,
+                plural(call.lines)
+            ));
+        }
+        let line = format!(
+            "{} {} {}",
+            self.palette.paint(style, mark),
+            self.palette.paint(style::TOOL, &call.name()),
+            self.palette
+                .paint(style::DIM, &format!("· {}", details.join(" · ")))
+        );
+        self.line(&line);
+        let last = text.trim_end().lines().last().unwrap_or_default();
+        if !last.trim().is_empty() {
+            let room = self.width.saturating_sub(8);
+            let shown = describe::clip(&visible(last.trim()), room);
+            let style = if status == ToolStatus::Success {
+                style::DIM
+            } else {
+                style
+            };
+            let line = self.palette.paint(style, &format!("  └ {shown}"));
+            self.line(&line);
+        }
+        self.draw();
+    }
+
+    /// Prints a line above the live block, at a line boundary.
+    fn above(&mut self, line: &str) {
+        self.erase();
+        self.close_line();
+        self.line(line);
+        self.draw();
+    }
+
+    /// Ends a streamed line, then prints what waited for a boundary.
+    fn close_line(&mut self) {
+        if self.open != Open::Nothing {
+            self.buffer.push('\n');
+            self.open = Open::Nothing;
+        }
+        self.release_deferred();
+    }
+
+    fn release_deferred(&mut self) {
+        for line in std::mem::take(&mut self.deferred) {
+            self.buffer.push_str(&line);
+            self.buffer.push('\n');
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        self.buffer.push_str(text);
+        self.buffer.push('\n');
+    }
+
+    /// Removes the live block from the screen.
+    fn erase(&mut self) {
+        if self.drawn > 0 {
+            self.buffer
+                .push_str(&format!("\u{1b}[{}A\r\u{1b}[J", self.drawn));
+            self.drawn = 0;
+        }
+    }
+
+    /// Draws the live block (running calls) below everything else.
+    fn draw(&mut self) {
+        if !self.live || self.calls.is_empty() || self.open != Open::Nothing {
+            return;
+        }
+        let lines = live::block(&self.calls, self.width);
+        self.drawn = lines.len();
+        for line in lines {
+            let text = match line {
+                BlockLine::Title { name, elapsed } => format!(
+                    "{} {} {}",
+                    self.palette.paint(style::WARN, "…"),
+                    self.palette.paint(style::TOOL, &name),
+                    self.palette.paint(style::DIM, &format!("· {elapsed}"))
+                ),
+                BlockLine::Output(text) => self.palette.paint(style::DIM, &format!("  │ {text}")),
+            };
+            self.line(&text);
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.buffer.is_empty() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        // A closed stdout (e.g. `| head`) must not abort the run.
+        let _ = stdout.write_all(self.buffer.as_bytes());
+        let _ = stdout.flush();
+        self.buffer.clear();
+    }
+}
+
+fn resolved(resolution: PermissionResolution, source: DecisionSource) -> String {
+    let what = match resolution {
+        PermissionResolution::Approved => "allowed",
+        PermissionResolution::Denied => "denied",
+    };
+    let by = match source {
+        DecisionSource::Host => "by the host",
+        DecisionSource::Policy => "by the policy",
+        DecisionSource::Kernel => "by the kernel (nobody could answer)",
+        DecisionSource::SessionRule => "by a session rule",
+        _ => "",
+    };
+    format!("  {what} {by}")
+}
+
+fn slot(queue: QueueKind) -> usize {
+    match queue {
+        QueueKind::Steer => 0,
+        QueueKind::FollowUp => 1,
+    }
+}
+
+fn queue_name(queue: QueueKind) -> &'static str {
+    match queue {
+        QueueKind::Steer => "steering",
+        QueueKind::FollowUp => "follow-up",
+    }
+}
+
+fn plural(count: usize) -> &'static str {
+    if count == 1 { "" } else { "s" }
+}

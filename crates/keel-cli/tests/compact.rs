@@ -1,0 +1,134 @@
+//! `keel session compact` and the context usage `keel session show`
+//! prints, as processes on a session directory of the test's own.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use serde_json::Value;
+
+const FIRST: &str = r#"{"turns":[{"content":[{"type":"text","text":"first answer"}]}]}"#;
+
+/// After the compaction: the summary, the kept answer, the new prompt.
+const AFTER: &str = r#"{"turns":[{"expect":{"messages":3,"last_user_contains":"again"},
+  "content":[{"type":"text","text":"second answer"}]}]}"#;
+
+const SUMMARY: &str = "## Goal\n- answer\n## Constraints and preferences\n- none\n## Done and verified\n- two answers\n## In progress\n- none\n## Blocked\n- none\n## Key decisions\n- none\n## Exact files, symbols, commands and errors\n- none\n## Next steps\n- answer again";
+
+fn keel(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        .args(args)
+        .arg("--session-dir")
+        .arg(dir.join("sessions"))
+        .env("XDG_CONFIG_HOME", dir.join("config"))
+        .env("XDG_DATA_HOME", dir.join("data"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    (
+        output.status.code().unwrap(),
+        String::from_utf8(output.stdout).unwrap(),
+    )
+}
+
+fn line(stdout: &str, key: &str) -> Value {
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find_map(|value| {
+            if value["type"] == key {
+                value.get(key).cloned().or(Some(value))
+            } else {
+                None
+            }
+        })
+        .unwrap_or_else(|| panic!("no {key} line in {stdout}"))
+}
+
+#[test]
+fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::write(root.join("first.json"), FIRST).unwrap();
+    std::fs::write(root.join("after.json"), AFTER).unwrap();
+    let summary = serde_json::json!({"turns": [{
+        "expect": {"tools": [], "last_user_contains": "Additional focus: keep the answers"},
+        "content": [{"type": "text", "text": SUMMARY}],
+    }]});
+    std::fs::write(root.join("summary.json"), summary.to_string()).unwrap();
+    let bad = r#"{"turns":[{"content":[{"type":"text","text":"no headings here"}]}]}"#;
+    std::fs::write(root.join("bad.json"), bad).unwrap();
+    let workspace = root.display().to_string();
+    let run = |script: &str, prompt: &str, session: Option<&str>| {
+        let script = root.join(script).display().to_string();
+        let mut args = vec!["run", "--script", &script, "--workspace", &workspace];
+        if let Some(session) = session {
+            args.extend(["--session", session]);
+        }
+        args.push(prompt);
+        keel(root, &args)
+    };
+
+    let (code, out) = run("first.json", "first", None);
+    assert_eq!(code, 0, "{out}");
+    let id = line(&out, "session")["id"].as_str().unwrap().to_owned();
+    let (code, out) = keel(root, &["session", "show", &id]);
+    assert_eq!(code, 0);
+    let shown: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(shown["context"]["checkpoints"], 0, "{shown}");
+    assert!(
+        shown["context"]["estimated_tokens"].as_u64().unwrap() > 0,
+        "{shown}"
+    );
+    assert_eq!(shown["context"]["window"], Value::Null);
+
+    // A failed compaction writes nothing and exits 1.
+    let bad = root.join("bad.json").display().to_string();
+    let (code, out) = keel(root, &["session", "compact", &id, "--script", &bad]);
+    assert_eq!(code, 1, "{out}");
+    let failed = line(&out, "compaction_failed");
+    assert_eq!(failed["error"]["code"], "compaction_failed", "{failed}");
+    let (_, out) = keel(root, &["session", "show", &id]);
+    assert!(!out.contains("\"kind\":\"checkpoint\""), "{out}");
+
+    // The manual compaction: the session's provider (scripted) with its
+    // script, the host's focus in the summary request.
+    let summary = root.join("summary.json").display().to_string();
+    let (code, out) = keel(
+        root,
+        &[
+            "session",
+            "compact",
+            &id[..8],
+            "--script",
+            &summary,
+            "--instructions",
+            "keep the answers",
+        ],
+    );
+    assert_eq!(code, 0, "{out}");
+    let compaction = line(&out, "compaction");
+    assert_eq!(compaction["session_id"], id.as_str());
+    assert!(
+        compaction["covered_entries"].as_u64().unwrap() >= 1,
+        "{compaction}"
+    );
+    let (_, out) = keel(root, &["session", "show", &id]);
+    let shown: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(shown["context"]["checkpoints"], 1, "{shown}");
+    let kinds: Vec<&str> = shown["branch"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds.last(), Some(&"checkpoint"), "{kinds:?}");
+    assert_eq!(
+        shown["branch"].as_array().unwrap().last().unwrap()["id"],
+        compaction["checkpoint_id"]
+    );
+
+    // A run continuing the session sees the summary, not what it covers
+    // (the script's `expect` checks the request).
+    let (code, out) = run("after.json", "again", Some(&id));
+    assert_eq!(code, 0, "{out}");
+}

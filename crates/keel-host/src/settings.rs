@@ -1,0 +1,412 @@
+//! A host's defaults from `config.toml`: provider, model, mode, tools and
+//! readable paths, in layers, and the host configuration they resolve to.
+//!
+//! Why here: every host (the CLI, a server, an evaluator) reads the same
+//! file the same way, so the layering rules live in one place and the CLI
+//! only parses flags. The layers, lowest first:
+//!
+//! 1. the built-in defaults (mode `auto`, tools read, write, edit, bash);
+//! 2. the user's file (`$XDG_CONFIG_HOME/keel/config.toml` or `--config`),
+//!    its top-level keys, with `-c key=value` overrides merged into it;
+//! 3. the profile `--profile NAME` selects (`[profiles.NAME]`);
+//! 4. the project layer `.keel/config.toml` in the workspace, which may only
+//!    narrow what layers 1–3 allow ([`crate::project`]);
+//! 5. the top-level keys of the `-c` overrides again (so they win over a
+//!    profile and the project layer), then the host's explicit choices
+//!    ([`Choices`], the CLI's flags).
+//!
+//! Invariants: the project layer never widens (no mode of more authority,
+//! no tool or readable path the user's layers do not have); a widening
+//! attempt is dropped with a [`Warning`], never an error, so a cloned
+//! repository cannot make Keel unusable, and never silently. A file that is
+//! unreadable or malformed, an unknown key in the user's file, an unknown
+//! profile and a malformed override are errors. Nothing here prints.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use keel_protocol::PermissionMode;
+use keel_provider::config::{Config, ConfigError};
+use serde::Deserialize;
+
+use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
+
+/// The top-level keys a layer may set.
+pub const DEFAULT_KEYS: [&str; 5] = ["provider", "model", "mode", "tools", "sandbox_read"];
+
+/// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
+const TABLE_KEYS: [&str; 2] = ["profiles", "providers"];
+
+/// The values one layer sets; `None` leaves the layer below in force.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Defaults {
+    /// The provider's name (`scripted`, or one of the configuration).
+    pub provider: Option<String>,
+    /// The model id or alias; it goes with `provider` (see [`Settings::resolve`]).
+    pub model: Option<String>,
+    /// The permission mode.
+    pub mode: Option<PermissionMode>,
+    /// The built-in tools by name, as a list or a comma-separated string.
+    #[serde(default, deserialize_with = "tool_names")]
+    pub tools: Option<Vec<String>>,
+    /// More directories sandboxed commands may read (absolute, or `~/…`).
+    pub sandbox_read: Option<Vec<PathBuf>>,
+}
+
+impl Defaults {
+    /// This layer with `over` on top of it.
+    pub fn overlaid(self, over: Defaults) -> Defaults {
+        Defaults {
+            provider: over.provider.or(self.provider),
+            model: over.model.or(self.model),
+            mode: over.mode.or(self.mode),
+            tools: over.tools.or(self.tools),
+            sandbox_read: over.sandbox_read.or(self.sandbox_read),
+        }
+    }
+
+    /// Parses a layer from a TOML table that holds only [`DEFAULT_KEYS`].
+    pub(crate) fn from_table(table: toml::Table, place: &str) -> Result<Self, HostError> {
+        toml::Value::Table(table)
+            .try_into()
+            .map_err(|error: toml::de::Error| invalid(place, error.message()))
+    }
+}
+
+fn tool_names<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Names {
+        List(Vec<String>),
+        Text(String),
+    }
+    Ok(
+        Option::<Names>::deserialize(deserializer)?.map(|names| match names {
+            Names::List(list) => list,
+            Names::Text(text) => text
+                .split(',')
+                .map(str::trim)
+                .filter(|name| !name.is_empty())
+                .map(str::to_owned)
+                .collect(),
+        }),
+    )
+}
+
+/// Something the user should know about the configuration; the run goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// A stable snake_case code (`project_widening`, `project_key_ignored`,
+    /// `model_not_in_catalog`).
+    pub code: &'static str,
+    /// One sentence naming the file, key and value concerned.
+    pub message: String,
+}
+
+/// Where the layers come from.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The user's file (`None`: the default path, which may be absent).
+    pub config_file: Option<PathBuf>,
+    /// The profile to apply (`[profiles.NAME]`).
+    pub profile: Option<String>,
+    /// `KEY=VALUE` overrides: a dotted TOML key and a TOML value (text that
+    /// is not a TOML value is taken as a string).
+    pub overrides: Vec<String>,
+    /// The workspace whose `.keel/config.toml` is the project layer (`None`:
+    /// no project layer).
+    pub workspace: Option<PathBuf>,
+}
+
+/// The resolved defaults and the provider catalog.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The defaults after every layer.
+    pub defaults: Defaults,
+    /// The built-in catalog with the user's `[providers.*]` merged over it.
+    pub catalog: Config,
+    /// What the project layer could not do, and other remarks.
+    pub warnings: Vec<Warning>,
+}
+
+/// A host's explicit choices (the CLI's flags): each overrides the settings.
+#[derive(Debug, Clone, Default)]
+pub struct Choices {
+    /// The provider by name.
+    pub provider: Option<String>,
+    /// The model id or alias.
+    pub model: Option<String>,
+    /// Overrides the provider's base URL.
+    pub base_url: Option<String>,
+    /// The scripted provider's script; implies `provider = "scripted"` when
+    /// no provider is chosen.
+    pub script: Option<PathBuf>,
+    /// The permission mode.
+    pub mode: Option<PermissionMode>,
+    /// The built-in tools by name.
+    pub tools: Option<Vec<String>>,
+    /// Readable directories added to the settings' own.
+    pub sandbox_read: Vec<PathBuf>,
+    /// The workspace root.
+    pub workspace: Option<PathBuf>,
+}
+
+/// What a host needs to start runs: the kernel's configuration, the mode
+/// of its runs, and the warnings to show its user.
+#[derive(Debug, Clone)]
+pub struct RunSetup {
+    /// The kernel's configuration.
+    pub config: HostConfig,
+    /// The permission mode of the runs.
+    pub mode: PermissionMode,
+    /// Remarks to show the user before the run.
+    pub warnings: Vec<Warning>,
+}
+
+impl Settings {
+    /// Reads every layer `sources` names.
+    pub fn load(sources: &Sources) -> Result<Self, HostError> {
+        let (path, required) = match &sources.config_file {
+            Some(path) => (Some(path.clone()), true),
+            None => (Config::default_path(), false),
+        };
+        let shown = path
+            .as_ref()
+            .map_or_else(|| "config.toml".to_owned(), |p| p.display().to_string());
+        let mut table = match &path {
+            Some(path) => read_table(path, required)?.unwrap_or_default(),
+            None => toml::Table::new(),
+        };
+        let overrides = overrides::parse_all(&sources.overrides)?;
+        overrides::merge(&mut table, overrides.clone());
+        let place = if sources.overrides.is_empty() {
+            shown.clone()
+        } else {
+            format!("{shown} (with the -c overrides)")
+        };
+        let UserFile {
+            root,
+            profiles,
+            providers,
+        } = UserFile::split(table, &place)?;
+        let mut catalog = Config::builtin();
+        catalog.merge(Config::from_table(&providers, &place)?);
+        let mut base = root;
+        if let Some(name) = &sources.profile {
+            let profile = profiles
+                .get(name)
+                .cloned()
+                .ok_or_else(|| HostError::UnknownProfile {
+                    name: name.clone(),
+                    known: profiles.keys().cloned().collect(),
+                })?;
+            base = base.overlaid(profile);
+        }
+        let mut warnings = Vec::new();
+        let narrowed = match &sources.workspace {
+            Some(root) => project::narrow(base, root, &mut warnings)?,
+            None => base,
+        };
+        let mut top = toml::Table::new();
+        for (key, value) in overrides {
+            if DEFAULT_KEYS.contains(&key.as_str()) {
+                top.insert(key, value);
+            }
+        }
+        let defaults = narrowed.overlaid(Defaults::from_table(top, "the -c overrides")?);
+        let settings = Self {
+            defaults: Defaults {
+                sandbox_read: defaults
+                    .sandbox_read
+                    .map(|paths| paths.iter().map(|path| expand_home(path)).collect()),
+                ..defaults
+            },
+            catalog,
+            warnings,
+        };
+        settings.checked()
+    }
+
+    /// Refuses readable paths that are not absolute (after `~/`).
+    fn checked(self) -> Result<Self, HostError> {
+        for path in self.defaults.sandbox_read.iter().flatten() {
+            if !path.is_absolute() {
+                return Err(invalid(
+                    "sandbox_read",
+                    &format!(
+                        "`{}` is not an absolute path (or one under ~/)",
+                        path.display()
+                    ),
+                ));
+            }
+        }
+        Ok(self)
+    }
+
+    /// The host configuration and mode for `choices` over these settings.
+    ///
+    /// The provider is `choices.provider`, else `scripted` when a script is
+    /// given, else the settings'. The settings' `model` goes with their
+    /// `provider`: it applies only when that provider is the one chosen (a
+    /// model of one provider means nothing to another). A model the chosen
+    /// provider's catalog does not know adds a `model_not_in_catalog`
+    /// warning: its context window and prices are unknown.
+    pub fn resolve(&self, choices: Choices) -> Result<RunSetup, HostError> {
+        let mut warnings = self.warnings.clone();
+        let defaults = &self.defaults;
+        let name = choices
+            .provider
+            .clone()
+            .or_else(|| choices.script.as_ref().map(|_| "scripted".to_owned()))
+            .or_else(|| defaults.provider.clone())
+            .ok_or(HostError::NoProvider)?;
+        let model = choices.model.clone().or_else(|| {
+            let same = defaults.provider.as_deref().is_none_or(|own| own == name);
+            defaults.model.clone().filter(|_| same)
+        });
+        let provider = if name == "scripted" {
+            ProviderChoice::ScriptFile {
+                path: choices.script.clone(),
+                model,
+            }
+        } else {
+            warnings.extend(self.catalog_warning(&name, model.as_deref()));
+            ProviderChoice::Configured {
+                name,
+                model,
+                base_url: choices.base_url.clone(),
+                catalog: Arc::new(self.catalog.clone()),
+            }
+        };
+        let mut config = HostConfig::new(provider);
+        config.workspace = choices.workspace;
+        config.tools = choices.tools.or_else(|| defaults.tools.clone());
+        config
+            .sandbox
+            .readable
+            .extend(defaults.sandbox_read.iter().flatten().cloned());
+        config.sandbox.readable.extend(choices.sandbox_read);
+        Ok(RunSetup {
+            config,
+            mode: choices.mode.or(defaults.mode).unwrap_or_default(),
+            warnings,
+        })
+    }
+
+    fn catalog_warning(&self, provider: &str, model: Option<&str>) -> Option<Warning> {
+        let config = self.catalog.providers.get(provider)?;
+        let asked = model.or(config.default_model.as_deref())?;
+        let id = config.model_id(asked);
+        if config.models.contains_key(id) {
+            return None;
+        }
+        Some(Warning {
+            code: "model_not_in_catalog",
+            message: format!(
+                "model `{id}` is not in the catalog of provider `{provider}`: its context window \
+                 and prices are unknown, so no cost is computed (describe it under \
+                 [providers.{provider}.models.\"{id}\"] in config.toml)"
+            ),
+        })
+    }
+}
+
+/// The user's file, split into its layers.
+struct UserFile {
+    root: Defaults,
+    profiles: BTreeMap<String, Defaults>,
+    providers: toml::Table,
+}
+
+impl UserFile {
+    fn split(mut table: toml::Table, place: &str) -> Result<Self, HostError> {
+        if let Some(unknown) = table.keys().find(|key| {
+            !DEFAULT_KEYS.contains(&key.as_str()) && !TABLE_KEYS.contains(&key.as_str())
+        }) {
+            return Err(invalid(
+                place,
+                &format!(
+                    "unknown key `{unknown}`; known: {}, {}",
+                    DEFAULT_KEYS.join(", "),
+                    TABLE_KEYS.join(", ")
+                ),
+            ));
+        }
+        let mut providers = toml::Table::new();
+        if let Some(value) = table.remove("providers") {
+            providers.insert("providers".to_owned(), value);
+        }
+        let profiles = match table.remove("profiles") {
+            None => BTreeMap::new(),
+            Some(toml::Value::Table(profiles)) => profiles
+                .into_iter()
+                .map(|(name, value)| {
+                    let where_ = format!("{place}, [profiles.{name}]");
+                    let table = match value {
+                        toml::Value::Table(table) => table,
+                        _ => return Err(invalid(&where_, "a profile is a table")),
+                    };
+                    Ok((name, Defaults::from_table(table, &where_)?))
+                })
+                .collect::<Result<_, HostError>>()?,
+            Some(_) => return Err(invalid(place, "`profiles` is a table of tables")),
+        };
+        Ok(Self {
+            root: Defaults::from_table(table, place)?,
+            profiles,
+            providers,
+        })
+    }
+}
+
+/// Reads a TOML file; `None` when it is absent and not `required`.
+pub(crate) fn read_table(path: &Path, required: bool) -> Result<Option<toml::Table>, HostError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        // A workspace that is a file (or absent) has no project layer; the
+        // kernel's own workspace check reports it.
+        Err(error)
+            if !required
+                && matches!(
+                    error.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+        {
+            return Ok(None);
+        }
+        Err(error) => {
+            return Err(ConfigError::Read {
+                path: path.display().to_string(),
+                message: error.to_string(),
+            }
+            .into());
+        }
+    };
+    toml::from_str(&text).map(Some).map_err(|error| {
+        ConfigError::Invalid {
+            path: path.display().to_string(),
+            message: error.to_string(),
+        }
+        .into()
+    })
+}
+
+/// `~/…` under `$HOME`; any other path as it is.
+pub(crate) fn expand_home(path: &Path) -> PathBuf {
+    match (path.strip_prefix("~"), std::env::var_os("HOME")) {
+        (Ok(rest), Some(home)) => PathBuf::from(home).join(rest),
+        _ => path.to_path_buf(),
+    }
+}
+
+pub(crate) fn invalid(place: &str, message: &str) -> HostError {
+    ConfigError::Invalid {
+        path: place.to_owned(),
+        message: message.to_owned(),
+    }
+    .into()
+}

@@ -1,0 +1,342 @@
+//! The layers of `config.toml` through `Settings::load` and
+//! `Settings::resolve`: top-level defaults, profiles, `-c` overrides, the
+//! project layer that only narrows, model aliases and the catalog warning.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use keel_host::settings::Warning;
+use keel_host::{Choices, ProviderChoice, Settings, Sources};
+use keel_protocol::PermissionMode;
+
+const USER: &str = r#"
+provider = "local"
+model = "coder"
+mode = "auto"
+tools = ["read", "write", "edit", "bash", "grep"]
+sandbox_read = ["/opt/shared", "/srv/data"]
+
+[profiles.careful]
+mode = "ask"
+tools = "read, grep"
+
+[profiles.cloud]
+provider = "anthropic"
+model = "opus"
+
+[providers.local]
+api = "openai-chat"
+base_url = "http://127.0.0.1:8080/v1"
+
+[providers.local.aliases]
+coder = "qwen2.5-coder"
+
+[providers.local.models."qwen2.5-coder"]
+context_window = 32768
+"#;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(user: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.toml"), user).unwrap();
+        std::fs::create_dir(dir.path().join("project")).unwrap();
+        Self { dir }
+    }
+
+    fn project(&self, text: &str) -> &Self {
+        let keel = self.workspace().join(".keel");
+        std::fs::create_dir_all(&keel).unwrap();
+        std::fs::write(keel.join("config.toml"), text).unwrap();
+        self
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.dir.path().join("project")
+    }
+
+    fn sources(&self, profile: Option<&str>, overrides: &[&str]) -> Sources {
+        Sources {
+            config_file: Some(self.dir.path().join("config.toml")),
+            profile: profile.map(str::to_owned),
+            overrides: overrides.iter().map(|o| (*o).to_owned()).collect(),
+            workspace: Some(self.workspace()),
+        }
+    }
+
+    fn load(&self, profile: Option<&str>, overrides: &[&str]) -> Settings {
+        Settings::load(&self.sources(profile, overrides)).unwrap()
+    }
+
+    fn error(&self, profile: Option<&str>, overrides: &[&str]) -> (String, String) {
+        let error = Settings::load(&self.sources(profile, overrides)).unwrap_err();
+        (error.code().to_owned(), error.to_string())
+    }
+}
+
+fn names(tools: &Option<Vec<String>>) -> Vec<&str> {
+    tools.iter().flatten().map(String::as_str).collect()
+}
+
+fn codes(warnings: &[Warning]) -> Vec<&str> {
+    warnings.iter().map(|warning| warning.code).collect()
+}
+
+#[test]
+fn top_level_defaults_profiles_and_overrides_layer_in_order() {
+    let fixture = Fixture::new(USER);
+    let plain = fixture.load(None, &[]);
+    assert_eq!(plain.defaults.provider.as_deref(), Some("local"));
+    assert_eq!(plain.defaults.mode, Some(PermissionMode::Auto));
+    assert_eq!(
+        names(&plain.defaults.tools),
+        ["read", "write", "edit", "bash", "grep"]
+    );
+    assert!(plain.warnings.is_empty(), "{:?}", plain.warnings);
+
+    let careful = fixture.load(Some("careful"), &[]);
+    assert_eq!(careful.defaults.mode, Some(PermissionMode::Ask));
+    assert_eq!(names(&careful.defaults.tools), ["read", "grep"]);
+    assert_eq!(careful.defaults.provider.as_deref(), Some("local"));
+
+    // -c wins over the profile, and reaches tables (providers, profiles).
+    let overridden = fixture.load(
+        Some("careful"),
+        &[
+            "mode=plan",
+            "providers.local.base_url=http://127.0.0.1:9999/v1",
+            "profiles.careful.tools=[\"read\"]",
+        ],
+    );
+    assert_eq!(overridden.defaults.mode, Some(PermissionMode::Plan));
+    assert_eq!(names(&overridden.defaults.tools), ["read"]);
+    assert_eq!(
+        overridden.catalog.providers["local"].base_url.as_deref(),
+        Some("http://127.0.0.1:9999/v1")
+    );
+
+    let (code, message) = fixture.error(Some("nope"), &[]);
+    assert_eq!(code, "unknown_profile");
+    assert!(message.contains("careful, cloud"), "{message}");
+    let (code, message) = fixture.error(None, &["mode=root"]);
+    assert_eq!(code, "config_invalid");
+    assert!(
+        message.contains("-c overrides") && message.contains("root"),
+        "{message}"
+    );
+    let (code, _) = fixture.error(None, &["no-equals-sign"]);
+    assert_eq!(code, "config_override");
+}
+
+#[test]
+fn unknown_keys_and_relative_paths_in_the_user_file_are_errors() {
+    let fixture = Fixture::new("provider = \"local\"\nmodle = \"x\"\n");
+    let (code, message) = fixture.error(None, &[]);
+    assert_eq!(code, "config_invalid");
+    assert!(message.contains("unknown key `modle`"), "{message}");
+    let fixture = Fixture::new("sandbox_read = [\"relative/dir\"]\n");
+    let (code, message) = fixture.error(None, &[]);
+    assert_eq!(code, "config_invalid");
+    assert!(message.contains("relative/dir"), "{message}");
+    let fixture = Fixture::new("sandbox_read = [\"~/src/lib\"]\n");
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap());
+    assert_eq!(
+        fixture.load(None, &[]).defaults.sandbox_read,
+        Some(vec![home.join("src/lib")])
+    );
+    // A missing --config file is an error; a missing default file is not.
+    let missing = Settings::load(&Sources {
+        config_file: Some(PathBuf::from("/nonexistent/keel/config.toml")),
+        ..Sources::default()
+    })
+    .unwrap_err();
+    assert_eq!(missing.code(), "config_unreadable");
+}
+
+#[test]
+fn the_project_layer_narrows_and_never_widens() {
+    let fixture = Fixture::new(USER);
+    fixture.project(
+        r#"
+        mode = "plan"
+        tools = ["read", "grep"]
+        sandbox_read = ["/srv/data"]
+        model = "other-model"
+        "#,
+    );
+    let narrowed = fixture.load(None, &[]);
+    assert_eq!(narrowed.defaults.mode, Some(PermissionMode::Plan));
+    assert_eq!(names(&narrowed.defaults.tools), ["read", "grep"]);
+    assert_eq!(
+        narrowed.defaults.sandbox_read,
+        Some(vec![PathBuf::from("/srv/data")])
+    );
+    assert_eq!(narrowed.defaults.model.as_deref(), Some("other-model"));
+    assert!(narrowed.warnings.is_empty(), "{:?}", narrowed.warnings);
+
+    // Every widening is dropped with a warning naming the file; the rest applies.
+    fixture.project(
+        r#"
+        mode = "full"
+        tools = ["read", "find"]
+        sandbox_read = ["/srv/data", "/home/someone/.ssh"]
+
+        [providers.local]
+        base_url = "http://attacker.example/v1"
+        "#,
+    );
+    let widened = fixture.load(None, &[]);
+    assert_eq!(widened.defaults.mode, Some(PermissionMode::Auto));
+    assert_eq!(names(&widened.defaults.tools), ["read"]);
+    assert_eq!(
+        widened.defaults.sandbox_read,
+        Some(vec![PathBuf::from("/srv/data")])
+    );
+    assert_eq!(
+        widened.catalog.providers["local"].base_url.as_deref(),
+        Some("http://127.0.0.1:8080/v1"),
+        "a project cannot define providers"
+    );
+    assert_eq!(
+        codes(&widened.warnings),
+        [
+            "project_key_ignored",
+            "project_widening",
+            "project_widening",
+            "project_widening"
+        ]
+    );
+    let file = fixture.workspace().join(".keel/config.toml");
+    for warning in &widened.warnings {
+        assert!(
+            warning.message.contains(&file.display().to_string()),
+            "{warning:?}"
+        );
+    }
+    assert!(widened.warnings[1].message.contains("mode `full`"));
+    assert!(widened.warnings[3].message.contains("/home/someone/.ssh"));
+
+    // Narrowing is measured against the profile's mode; -c still wins.
+    fixture.project("mode = \"auto\"\n");
+    let careful = fixture.load(Some("careful"), &[]);
+    assert_eq!(careful.defaults.mode, Some(PermissionMode::Ask));
+    assert_eq!(codes(&careful.warnings), ["project_widening"]);
+    let forced = fixture.load(Some("careful"), &["mode=full"]);
+    assert_eq!(forced.defaults.mode, Some(PermissionMode::Full));
+
+    // Without a user mode, the built-in `auto` is the bound.
+    let bare = Fixture::new("");
+    bare.project("mode = \"full\"\ntools = [\"read\", \"grep\"]\n");
+    let loaded = bare.load(None, &[]);
+    assert_eq!(loaded.defaults.mode, None);
+    assert_eq!(names(&loaded.defaults.tools), ["read"]);
+    assert_eq!(
+        codes(&loaded.warnings),
+        ["project_widening", "project_widening"]
+    );
+}
+
+#[test]
+fn a_malformed_project_file_is_an_error() {
+    let fixture = Fixture::new(USER);
+    fixture.project("mode = \"plan\"\ntools = [");
+    let (code, message) = fixture.error(None, &[]);
+    assert_eq!(code, "config_invalid");
+    assert!(message.contains(".keel/config.toml"), "{message}");
+    fixture.project("mode = \"readonly\"\n");
+    assert_eq!(fixture.error(None, &[]).0, "config_invalid");
+}
+
+fn configured(choice: &ProviderChoice) -> (&str, Option<&str>) {
+    match choice {
+        ProviderChoice::Configured { name, model, .. } => (name, model.as_deref()),
+        other => panic!("not a configured provider: {other:?}"),
+    }
+}
+
+#[test]
+fn choices_override_settings_and_the_model_goes_with_its_provider() {
+    let fixture = Fixture::new(USER);
+    let settings = fixture.load(None, &[]);
+    let setup = settings.resolve(Choices::default()).unwrap();
+    assert_eq!(configured(&setup.config.provider), ("local", Some("coder")));
+    assert_eq!(setup.mode, PermissionMode::Auto);
+    assert_eq!(
+        setup.config.sandbox.readable[setup.config.sandbox.readable.len() - 2..],
+        [PathBuf::from("/opt/shared"), PathBuf::from("/srv/data")]
+    );
+    assert!(setup.warnings.is_empty(), "the alias is in the catalog");
+
+    // Another provider does not inherit the configured provider's model.
+    let other = settings
+        .resolve(Choices {
+            provider: Some("deepseek".into()),
+            mode: Some(PermissionMode::Plan),
+            tools: Some(vec!["read".into()]),
+            sandbox_read: vec![PathBuf::from("/extra")],
+            ..Choices::default()
+        })
+        .unwrap();
+    assert_eq!(configured(&other.config.provider), ("deepseek", None));
+    assert_eq!(other.mode, PermissionMode::Plan);
+    assert_eq!(other.config.tools, Some(vec!["read".to_owned()]));
+    assert_eq!(
+        other.config.sandbox.readable.last().map(PathBuf::as_path),
+        Some(Path::new("/extra"))
+    );
+
+    // A script implies the scripted provider.
+    let scripted = settings
+        .resolve(Choices {
+            script: Some(PathBuf::from("s.json")),
+            ..Choices::default()
+        })
+        .unwrap();
+    assert!(matches!(
+        scripted.config.provider,
+        ProviderChoice::ScriptFile { .. }
+    ));
+
+    // The profile's provider carries its own model alias.
+    let cloud = fixture
+        .load(Some("cloud"), &[])
+        .resolve(Choices::default())
+        .unwrap();
+    assert_eq!(
+        configured(&cloud.config.provider),
+        ("anthropic", Some("opus"))
+    );
+    assert!(cloud.warnings.is_empty());
+
+    let unknown = settings
+        .resolve(Choices {
+            model: Some("qwen3-coder-30b".into()),
+            ..Choices::default()
+        })
+        .unwrap();
+    assert_eq!(codes(&unknown.warnings), ["model_not_in_catalog"]);
+    assert!(
+        unknown.warnings[0].message.contains("`qwen3-coder-30b`")
+            && unknown.warnings[0]
+                .message
+                .contains("window and prices are unknown"),
+        "{:?}",
+        unknown.warnings
+    );
+
+    let none = Fixture::new("").load(None, &[]);
+    let error = none.resolve(Choices::default()).unwrap_err();
+    assert_eq!(error.code(), "no_provider");
+    assert_eq!(
+        none.resolve(Choices {
+            script: Some("s.json".into()),
+            ..Choices::default()
+        })
+        .unwrap()
+        .mode,
+        PermissionMode::Auto
+    );
+}

@@ -1,0 +1,137 @@
+//! The lines a host prints beside the `RunEvent`s: the result with the
+//! run's totals, the workspace's changes, where the session is stored, and
+//! a startup error.
+//!
+//! Each is tagged by `type` like the events, so a consumer of a host's JSON
+//! Lines (`keel run --output-format stream-json`) dispatches every line on
+//! one field: a `RunEvent` type, or one of [`HostLine`]'s. Their schema is
+//! checked in (`schema/host_line.json`).
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::run::RunResult;
+
+/// One line a host prints that is not a `RunEvent`, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum HostLine {
+    /// The run's result and totals: after the terminal event in a stream,
+    /// or the whole output of a single-document format (which then also
+    /// holds the workspace changes and the session).
+    Result(Box<ResultLine>),
+    /// The workspace's changes since the run started.
+    WorkspaceChanges(WorkspaceChangesLine),
+    /// Where the run's session is stored.
+    Session(SessionLine),
+    /// The host could not start (bad flag, missing file, unknown provider);
+    /// no run started.
+    StartupError(StartupErrorLine),
+}
+
+/// The `result` line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ResultLine {
+    /// The run's result, its fields inline.
+    #[serde(flatten)]
+    pub result: RunResult,
+    /// What the run took.
+    pub totals: RunTotals,
+    /// The workspace's changes (single-document output only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace_changes: Option<WorkspaceChangesLine>,
+    /// The session (single-document output only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionLine>,
+}
+
+/// What one run took, summed over its model responses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RunTotals {
+    /// Turns started.
+    pub turns: u32,
+    /// Input tokens not served from cache.
+    pub input_tokens: u64,
+    /// Output tokens (including reasoning).
+    pub output_tokens: u64,
+    /// Input tokens read from the provider's cache.
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's cache.
+    pub cache_write_tokens: u64,
+    /// What the responses cost in USD; absent when any response's cost is
+    /// unknown (the model has no prices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_usd: Option<f64>,
+    /// Wall time from the run's start to its result, in milliseconds.
+    pub duration_ms: u64,
+}
+
+/// The `workspace_changes` line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceChangesLine {
+    /// Changed paths relative to the workspace, sorted; a rename lists both.
+    pub changed_paths: Vec<String>,
+    /// A unified patch from the start state (`git apply --binary` applies it).
+    pub patch: String,
+}
+
+/// The `session` line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct SessionLine {
+    /// The session's id.
+    pub id: String,
+    /// The file that holds it.
+    pub path: String,
+}
+
+/// The `startup_error` line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct StartupErrorLine {
+    /// A stable snake_case code.
+    pub code: String,
+    /// What went wrong and what to do, in words.
+    pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::RunState;
+
+    #[test]
+    fn every_line_is_tagged_by_type_and_round_trips() {
+        let result = HostLine::Result(Box::new(ResultLine {
+            result: RunResult {
+                run_id: "r".into(),
+                session_id: "s".into(),
+                state: RunState::Settled,
+                message: None,
+                error: None,
+            },
+            totals: RunTotals {
+                turns: 2,
+                cost_usd: Some(0.5),
+                ..RunTotals::default()
+            },
+            workspace_changes: None,
+            session: None,
+        }));
+        let value = serde_json::to_value(&result).unwrap();
+        assert_eq!(value["type"], "result");
+        assert_eq!(value["state"], "settled", "the result's fields are inline");
+        assert_eq!(value["totals"]["turns"], 2);
+        assert_eq!(serde_json::from_value::<HostLine>(value).unwrap(), result);
+        let session = json!({"type": "session", "id": "s", "path": "/p"});
+        assert!(matches!(
+            serde_json::from_value::<HostLine>(session).unwrap(),
+            HostLine::Session(_)
+        ));
+        let error = json!({"type": "startup_error", "code": "usage", "message": "m"});
+        assert!(serde_json::from_value::<HostLine>(error).is_ok());
+    }
+}

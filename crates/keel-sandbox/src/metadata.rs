@@ -1,0 +1,255 @@
+//! Git's and Keel's own metadata in a sandboxed command's view.
+//!
+//! A command that may write the workspace must still not write the
+//! repository's `.git` — its hooks, config and index are code and settings
+//! that the user's own next `git` obeys — nor Keel's project configuration
+//! in `.keel`. So at every workspace-write level, unless the host approved
+//! this very call to write them ([`Sandbox::metadata_writable`]), each
+//! [`PROTECTED`] name at the top of a writable root (the workspace and the
+//! host's extra writable directories) is bound read-only over itself:
+//!
+//! - a `.git` directory (an ordinary repository);
+//! - a `.git` *file* (a linked work tree's or a submodule's `gitdir:`
+//!   pointer): the file itself, and the directory it points to when that
+//!   lies inside a writable root;
+//! - a `.git` symlink: its target when that lies inside a writable root
+//!   (the link itself stays in the writable directory and can be replaced,
+//!   which only changes what the *next* command protects);
+//! - `.keel`, likewise, when it exists.
+//!
+//! A mount point cannot be renamed or removed from inside the mount
+//! namespace (`EBUSY`), so `mv .git x` fails as well as `echo > .git/x`.
+//! What does not exist when the command starts is not protected: a `.git`
+//! the command makes (`git init`) is its own, and Keel's own git runs none
+//! of its code (see `keel-tools`' changes).
+//!
+//! A linked work tree's git directories lie outside the workspace
+//! (`<main>/.git/worktrees/<name>` and the common `<main>/.git`), where a
+//! sandboxed command could not see them and every `git` command would fail.
+//! They are added to the view — read-only, or writable for an approved call —
+//! only when they prove to belong to this work tree: the work tree's
+//! directory names this `.git` file back (its `gitdir` file) and lies in
+//! the common directory's `worktrees/`. A `.git` file a model wrote,
+//! pointing at another project's repository, adds nothing.
+//!
+//! Landlock cannot say the same: its grants are inherited by everything
+//! beneath a granted directory and cannot be withdrawn from a subtree, so
+//! a ruleset that lets a command create files at the top of the workspace
+//! lets it create them in `.git` too. The read-only mounts are what refuse
+//! those writes; Landlock grants nothing beyond the workspace for them, and
+//! only read on a linked work tree's git directories unless the call was
+//! approved (see `landlock_rules`).
+//!
+//! Everything here runs in the parent, before the child is forked.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use super::Sandbox;
+
+/// Names of git's and Keel's metadata at the top of each writable root.
+pub const PROTECTED: [&str; 2] = [".git", ".keel"];
+
+/// Longest `.git` pointer, `gitdir` or `commondir` file read.
+const MAX_POINTER: u64 = 4096;
+
+/// The metadata of one command's view.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub(crate) struct Metadata {
+    /// Paths inside writable roots, bound read-only over themselves.
+    pub protected: Vec<PathBuf>,
+    /// A linked work tree's git directories outside the workspace.
+    pub linked: Vec<PathBuf>,
+    /// Whether `linked` is writable (an approved call at a writing level).
+    pub linked_writable: bool,
+}
+
+/// Finds the metadata of a command of `sandbox` in `workspace`.
+pub(crate) fn find(sandbox: &Sandbox, workspace: &Path) -> Metadata {
+    let writes = sandbox.level.writes_workspace();
+    let roots: Vec<PathBuf> = match writes {
+        true => std::iter::once(workspace)
+            .chain(sandbox.config.writable.iter().map(PathBuf::as_path))
+            .filter_map(|root| std::fs::canonicalize(root).ok())
+            .collect(),
+        false => Vec::new(),
+    };
+    let inside_root = |path: &Path| roots.iter().any(|root| path.starts_with(root));
+    let mut protected = Vec::new();
+    if !sandbox.metadata_writable {
+        for root in &roots {
+            for name in PROTECTED {
+                protect(&root.join(name), &inside_root, &mut protected);
+            }
+        }
+    }
+    protected.sort();
+    protected.dedup();
+    let linked = std::fs::canonicalize(workspace)
+        .ok()
+        .and_then(|workspace| linked_git_dirs(&workspace))
+        .unwrap_or_default();
+    Metadata {
+        protected,
+        linked,
+        linked_writable: writes && sandbox.metadata_writable,
+    }
+}
+
+/// Adds what protects `path` (a [`PROTECTED`] name in a writable root).
+fn protect(path: &Path, inside_root: &dyn Fn(&Path) -> bool, out: &mut Vec<PathBuf>) {
+    let Ok(metadata) = std::fs::symlink_metadata(path) else {
+        return;
+    };
+    let kind = metadata.file_type();
+    if kind.is_symlink() {
+        if let Ok(real) = std::fs::canonicalize(path)
+            && inside_root(&real)
+        {
+            out.push(real);
+        }
+        return;
+    }
+    if !kind.is_dir() && !kind.is_file() {
+        return;
+    }
+    out.push(path.to_path_buf());
+    if kind.is_file()
+        && let Some(parent) = path.parent()
+        && let Some(git_dir) = pointer(path, parent)
+        && inside_root(&git_dir)
+    {
+        out.push(git_dir);
+    }
+}
+
+/// The git directories of the linked work tree at `workspace` (canonical)
+/// when they lie outside it and prove to be its own: its directory
+/// `<common>/worktrees/<name>` and the common directory.
+fn linked_git_dirs(workspace: &Path) -> Option<Vec<PathBuf>> {
+    let dot_git = workspace.join(".git");
+    if !std::fs::symlink_metadata(&dot_git).ok()?.is_file() {
+        return None;
+    }
+    let git_dir = pointer(&dot_git, workspace)?;
+    if git_dir.starts_with(workspace) {
+        return None;
+    }
+    // The work tree's directory names this `.git` file back…
+    let back = small_text(&git_dir.join("gitdir"))?;
+    if std::fs::canonicalize(back.trim_end_matches(['\n', '\r'])).ok()? != dot_git {
+        return None;
+    }
+    // …and lies in the common directory's `worktrees/`.
+    let common = small_text(&git_dir.join("commondir"))?;
+    let common = std::fs::canonicalize(git_dir.join(common.trim_end_matches(['\n', '\r']))).ok()?;
+    if git_dir.parent()? != common.join("worktrees") || !common.join("HEAD").is_file() {
+        return None;
+    }
+    Some(vec![git_dir, common])
+}
+
+/// The directory a `gitdir: <path>` file names (relative to `base`), canonical.
+fn pointer(file: &Path, base: &Path) -> Option<PathBuf> {
+    let text = small_text(file)?;
+    let target = text
+        .strip_prefix("gitdir: ")?
+        .trim_end_matches(['\n', '\r']);
+    let resolved = std::fs::canonicalize(base.join(target)).ok()?;
+    resolved.is_dir().then_some(resolved)
+}
+
+/// A small regular file's text, not following a final symlink and never
+/// blocking on a FIFO; `None` past [`MAX_POINTER`] bytes or on any error.
+fn small_text(path: &Path) -> Option<String> {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_POINTER + 1).read_to_string(&mut text).ok()?;
+    (text.len() as u64 <= MAX_POINTER).then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::{SandboxConfig, SandboxLevel};
+
+    fn sandbox(level: SandboxLevel, metadata_writable: bool) -> Sandbox {
+        Sandbox {
+            level,
+            config: Arc::new(SandboxConfig::default()),
+            metadata_writable,
+        }
+    }
+
+    #[test]
+    fn git_and_keel_at_the_top_of_the_workspace_are_protected_when_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        for sub in [".git/hooks", ".keel", "sub/.git"] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        let found = find(&sandbox(SandboxLevel::WorkspaceWrite, false), &root);
+        assert_eq!(found.protected, [root.join(".git"), root.join(".keel")]);
+        assert!(found.linked.is_empty());
+        let approved = find(&sandbox(SandboxLevel::WorkspaceWrite, true), &root);
+        assert!(approved.protected.is_empty());
+        let read_only = find(&sandbox(SandboxLevel::ReadOnly, false), &root);
+        assert!(read_only.protected.is_empty());
+    }
+
+    #[test]
+    fn a_gitdir_file_is_protected_with_what_it_points_to_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("modules/a")).unwrap();
+        std::fs::write(root.join(".git"), "gitdir: modules/a\n").unwrap();
+        let found = find(&sandbox(SandboxLevel::WorkspaceWrite, false), &root);
+        assert_eq!(found.protected, [root.join(".git"), root.join("modules/a")]);
+    }
+
+    #[test]
+    fn a_pointer_to_another_repository_links_nothing() {
+        let base = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(base.path()).unwrap();
+        let other = base.join("other/.git");
+        std::fs::create_dir_all(other.join("worktrees/x")).unwrap();
+        std::fs::write(other.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(other.join("worktrees/x/commondir"), "../..\n").unwrap();
+        std::fs::write(
+            other.join("worktrees/x/gitdir"),
+            format!("{}\n", base.join("elsewhere/.git").display()),
+        )
+        .unwrap();
+        let ws = base.join("ws");
+        std::fs::create_dir_all(&ws).unwrap();
+        std::fs::write(
+            ws.join(".git"),
+            format!("gitdir: {}\n", other.join("worktrees/x").display()),
+        )
+        .unwrap();
+        let found = find(&sandbox(SandboxLevel::WorkspaceWrite, false), &ws);
+        assert!(found.linked.is_empty(), "{found:?}");
+        // Once the work tree names this workspace back, it is linked.
+        std::fs::write(
+            other.join("worktrees/x/gitdir"),
+            format!("{}\n", ws.join(".git").display()),
+        )
+        .unwrap();
+        let found = find(&sandbox(SandboxLevel::WorkspaceWrite, false), &ws);
+        assert_eq!(found.linked, [other.join("worktrees/x"), other.clone()]);
+        assert!(!found.linked_writable);
+        assert_eq!(found.protected, [ws.join(".git")]);
+    }
+}
