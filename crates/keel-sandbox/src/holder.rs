@@ -5,27 +5,35 @@
 //! [`spawn`] finds (or starts) the holder for a sandbox and workspace and
 //! asks it to start the command (see [`super::zygote`] for its side). A
 //! holder serves one *view*: it is keyed by the host's
-//! `Arc<SandboxConfig>` (by identity), the level, the workspace, and a
+//! `Arc<SandboxConfig>` (by identity: the rlimits, readable, writable and
+//! masked paths), the level (the network and its seccomp filter), whether
+//! the call may write git's and Keel's metadata, the workspace, and a
 //! fingerprint of the view as it would be planned now — its mount plan and
 //! the identity (device, inode, and for files the change time) of every
 //! path it mounts or masks. A call whose view differs (an approved network
 //! call, a secret file that appeared or was replaced on the host, a
-//! directory replaced) gets a holder of its own, built afresh, so the
-//! holder's masks and binds always match the host as it is at the call.
+//! directory replaced, a `.git` made or replaced) gets a holder of its own,
+//! built afresh, so the holder's masks and binds always match the host as
+//! it is at the call. Everything else that confines a call is its own: the
+//! Landlock ruleset is built here for each call, as for a per-call command.
 //!
 //! Lifetime: a run holds a [`RunHolders`] guard ([`hold`]); when the last
 //! guard of the process is dropped, every holder stops. Without a guard (a
 //! library user), a holder lives while its `Arc<SandboxConfig>` does and
-//! stops at the next call of any sandbox after that. Stopping closes the
-//! holder's socket: it exits, which ends its PID namespace, and is reaped.
-//! If the kernel process dies instead, the holder sees its socket close and
-//! its relay dies with the thread that spawned it. No command outlives its
-//! call either way: each call has its own PID namespace, emptied before its
-//! end is reported.
+//! stops at the next call of any sandbox after that. A holder replaced by
+//! another (its view changed) stops once its last running [`Call`] is
+//! dropped. Stopping closes the holder's socket: it exits, which ends its
+//! PID namespace, and is reaped. If the kernel process dies instead, its
+//! relay dies with the thread that spawned it, and the holder with the
+//! relay. No command outlives its call either way: each call has its own
+//! PID namespace, emptied before its end is reported.
 //!
-//! Each call still gets its own Landlock ruleset, built here as for a
-//! per-call command, and the holder's view is never shared between two
-//! different fingerprints.
+//! What calls of one holder share: the view's host-backed mounts (as
+//! per-call namespaces would), the read-only root, the UTS namespace and,
+//! without the network, one network namespace — two calls running at the
+//! same time could meet on its loopback or abstract sockets. Nothing else:
+//! `/tmp`, `/dev/shm`, `/dev/pts` and `/proc` are mounted afresh for each
+//! call, and each call has its own PID and IPC namespaces.
 
 use std::ffi::{OsStr, OsString};
 use std::io;
@@ -64,6 +72,10 @@ pub struct CallSpec {
 pub struct Call {
     pidfd: OwnedFd,
     status: OwnedFd,
+    /// The holder the call runs in: a holder replaced meanwhile (the view
+    /// changed) stops only once its last call has ended, so a change
+    /// another call brings about never kills this one.
+    _holder: Arc<Holder>,
 }
 
 impl Call {
@@ -150,7 +162,7 @@ pub fn spawn(sandbox: &Sandbox, workspace: &Path, spec: CallSpec) -> Result<Call
     }
     let message = encode(&spec)?;
     let parts = super::prepare(sandbox, workspace)?;
-    let fingerprint = Fingerprint::of(&parts.view);
+    let mut fingerprint = Fingerprint::of(&parts.view);
     let ruleset = parts
         .landlock
         .try_clone()
@@ -179,13 +191,18 @@ pub fn spawn(sandbox: &Sandbox, workspace: &Path, spec: CallSpec) -> Result<Call
                 return Ok(Call {
                     pidfd,
                     status: status_read,
+                    _holder: holder,
                 });
             }
             Err(Failure::Gone(error)) => {
                 tracing::debug!(%error, attempt, "a sandbox holder is gone; starting another");
                 forget(&holder);
                 if parts.is_none() {
-                    parts = Some(super::prepare(sandbox, workspace)?);
+                    // Planned afresh, so fingerprinted afresh: the new
+                    // holder is keyed by the view it is built from.
+                    let fresh = super::prepare(sandbox, workspace)?;
+                    fingerprint = Fingerprint::of(&fresh.view);
+                    parts = Some(fresh);
                 }
             }
             Err(Failure::Refused(error)) => {
@@ -282,7 +299,8 @@ fn identity(path: &Path) -> Option<(u64, u64, i64, i64)> {
     Some((metadata.dev(), metadata.ino(), seconds, nanoseconds))
 }
 
-/// Holders alive, at most one per configuration, level and workspace.
+/// Holders alive, at most one per configuration, level, metadata access
+/// and workspace.
 static HOLDERS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
 
 /// Runs holding the holders ([`hold`]).
@@ -325,6 +343,7 @@ impl Drop for RunHolders {
 struct Entry {
     config: Weak<SandboxConfig>,
     level: SandboxLevel,
+    metadata_writable: bool,
     workspace: PathBuf,
     fingerprint: Fingerprint,
     holder: Arc<Holder>,
@@ -348,6 +367,7 @@ fn holder_for(
             .upgrade()
             .is_some_and(|config| Arc::ptr_eq(&config, &sandbox.config))
             && entry.level == sandbox.level
+            && entry.metadata_writable == sandbox.metadata_writable
             && entry.workspace == workspace
     };
     let mut index = 0;
@@ -377,6 +397,7 @@ fn holder_for(
             holders.push(Entry {
                 config: Arc::downgrade(&sandbox.config),
                 level: sandbox.level,
+                metadata_writable: sandbox.metadata_writable,
                 workspace: workspace.to_path_buf(),
                 fingerprint: fingerprint.clone(),
                 holder: Arc::clone(&holder),
@@ -414,6 +435,7 @@ enum Failure {
 }
 
 /// The kernel process's end of one holder.
+#[derive(Debug)]
 struct Holder {
     /// Closed first when the holder stops: the holder exits at end of file.
     socket: Option<Mutex<UnixStream>>,

@@ -27,8 +27,8 @@
 //! Everything here runs in the parent and may allocate; the child only walks
 //! [`View::steps`], which hold ready-made C strings. A namespace holder
 //! (see `zygote`) builds the view once per run and repeats
-//! [`View::per_call`] (private `/tmp`, `/dev/shm`, a `/proc` for the call's
-//! own PID namespace) for every call. Invariants: a step's
+//! [`View::per_call`] (private `/tmp`, `/dev/shm` and `/dev/pts`, a `/proc`
+//! for the call's own PID namespace) for every call. Invariants: a step's
 //! parents come before it (entries are mounted shallowest first, and a
 //! read-only bind is made read-only before anything is mounted beneath it,
 //! so a writable workspace under a read-only directory stays writable);
@@ -74,8 +74,9 @@ pub(crate) struct View {
     /// What to do after pivoting into the new root's tmpfs.
     pub steps: Vec<Step>,
     /// The mounts among them that give each call a fresh, private file
-    /// system (`/tmp`, `/dev/shm`, `/proc`): a holder that keeps the view
-    /// for a whole run mounts these again, over the first ones, per call.
+    /// system (`/tmp`, `/dev/shm`, `/dev/pts`, `/proc`): a holder that
+    /// keeps the view for a whole run mounts these again, over the first
+    /// ones, per call.
     pub per_call: Vec<Fresh>,
     /// Inside paths that the Landlock layer must grant, with what.
     pub landlock: Vec<(CString, Grant)>,
@@ -87,7 +88,7 @@ pub(crate) struct View {
 pub(crate) struct Fresh {
     /// Where it is mounted.
     pub target: CString,
-    /// The mount itself (a tmpfs, or a procfs).
+    /// The mount itself (a tmpfs, a procfs or a devpts).
     pub mount: Step,
     /// What the view has beneath it, in order.
     pub beneath: Vec<Beneath>,
@@ -352,7 +353,8 @@ impl Planner {
             });
         }
         self.steps.push(Step::Dir(inside("pts")?));
-        self.steps.push(Step::Devpts(inside("pts")?));
+        // Per call: a pseudo-terminal one call opened is none of another's.
+        self.fresh(Step::Devpts(inside("pts")?));
         self.steps.push(Step::Symlink {
             target: c_str("pts/ptmx")?,
             link: inside("ptmx")?,
@@ -425,7 +427,7 @@ fn fresh(steps: &[Step], index: usize) -> Result<Fresh, SandboxError> {
         .cloned()
         .ok_or_else(|| SandboxError::Io("the view's plan lost a step".into()))?;
     let target = match &mount {
-        Step::Tmpfs { target, .. } | Step::Proc(target) => target.clone(),
+        Step::Tmpfs { target, .. } | Step::Proc(target) | Step::Devpts(target) => target.clone(),
         other => {
             return Err(SandboxError::Io(format!(
                 "the view cannot renew {other:?} per call"

@@ -233,3 +233,59 @@ fn a_program_that_cannot_start_is_reported_as_not_started() {
         other => panic!("expected NotStarted, got {other:?}"),
     }
 }
+
+/// Reads a started call's stdout up to its first line.
+fn first_line(out: &mut std::io::BufReader<std::io::PipeReader>) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    line
+}
+
+/// The end a call reported on its status pipe.
+fn end_of(call: &keel_sandbox::Call) -> CallEnd {
+    let mut status = std::fs::File::from(call.status().try_clone_to_owned().unwrap());
+    let mut record = Vec::new();
+    status.read_to_end(&mut record).unwrap();
+    read_end(&record)
+}
+
+#[test]
+fn a_pseudo_terminal_one_call_opened_is_not_another_calls() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(SandboxLevel::WorkspaceWrite, SandboxConfig::default());
+    // The first call opens a pseudo-terminal and keeps it while the second
+    // runs in the same holder.
+    let (spec, out, _err) = spec("exec 3<>/dev/ptmx; ls /dev/pts | tr '\\n' ' '; echo; sleep 5");
+    let holding = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+    let mut out = std::io::BufReader::new(out);
+    let own = first_line(&mut out);
+    assert!(own.split_whitespace().any(|name| name == "0"), "{own:?}");
+    let other = run(&sandbox, workspace.path(), "ls /dev/pts");
+    assert_eq!(exit_code(&other.end), Some(0), "{}", other.stderr);
+    assert_eq!(other.stdout, "ptmx\n");
+    drop(holding);
+}
+
+#[test]
+fn a_running_call_outlives_the_replacement_of_its_holder() {
+    let workspace = tempfile::tempdir().unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let secret = home.path().join("token");
+    let mut config = SandboxConfig::default();
+    config.readable.push(home.path().to_path_buf());
+    config.masked.push(secret.clone());
+    let sandbox = sandbox(SandboxLevel::WorkspaceWrite, config);
+    let (spec, out, _err) = spec("echo started; sleep 1; echo done");
+    let running = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+    let mut out = std::io::BufReader::new(out);
+    assert_eq!(first_line(&mut out), "started\n");
+    // The view changes (a secret appears): the next call gets a new holder.
+    std::fs::write(&secret, "secret\n").unwrap();
+    let read = format!("cat {}; echo .", secret.display());
+    assert_eq!(run(&sandbox, workspace.path(), &read).stdout, ".\n");
+    let mut rest = String::new();
+    out.read_to_string(&mut rest).unwrap();
+    assert_eq!(rest, "done\n");
+    assert_eq!(exit_code(&end_of(&running)), Some(0));
+}
