@@ -34,6 +34,12 @@ pub enum Command {
     /// Run the agent on a prompt in a workspace.
     #[command(after_help = crate::help::RUN_EXAMPLES)]
     Run(Box<RunArgs>),
+    /// Continue the run a crash interrupted: `keel resume SESSION` (or
+    /// `--session ID`, or `--continue` for this workspace's latest session).
+    /// Takes the same flags as `run`; the mode is given again, never
+    /// inherited. Calls the crash cut short are recovered from the effect
+    /// journal: nothing known applied runs twice, nothing unknown is redone.
+    Resume(Box<RunArgs>),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),
     /// List the configured providers, models and aliases.
@@ -354,6 +360,9 @@ pub enum DemoName {
     /// host-disconnect, resume).
     Permissions,
     ContextCompaction,
+    /// A run killed with SIGKILL mid-batch, then resumed (case:
+    /// killed-mid-batch).
+    CrashRecovery,
 }
 
 #[derive(Debug, Args)]

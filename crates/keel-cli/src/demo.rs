@@ -135,6 +135,7 @@ fn cases(name: DemoName) -> &'static [&'static str] {
         DemoName::SessionTree => &["success", "invalid-entry"],
         DemoName::Permissions => &["standard", "cancel", "host-disconnect", "resume"],
         DemoName::ContextCompaction => &["success", "overflow", "summary-error"],
+        DemoName::CrashRecovery => &["killed-mid-batch"],
     }
 }
 
@@ -166,6 +167,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         }
         DemoName::ContextCompaction => {
             return crate::demo_compaction::run(case_name, directory.path(), &output).await;
+        }
+        DemoName::CrashRecovery => {
+            return crate::demo_crash::run(case_name, directory.path(), &output).await;
         }
         _ => {}
     }

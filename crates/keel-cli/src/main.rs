@@ -11,6 +11,7 @@ mod ask;
 mod compact_cmd;
 mod demo;
 mod demo_compaction;
+mod demo_crash;
 mod demo_permissions;
 mod demo_session;
 mod doctor;
@@ -69,6 +70,7 @@ fn main() -> ExitCode {
     let outcome = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run_cmd::run(*args).await,
+            Command::Resume(args) => run_cmd::resume(*args).await,
             Command::Demo(args) => demo::run(args).await,
             Command::Session(command) => session_cmd::run(command).await,
             Command::Models { settings } => models_cmd::run(settings),
@@ -103,6 +105,7 @@ fn asks_for_text(args: impl Iterator<Item = String>) -> bool {
 fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Run(_) => "run",
+        Command::Resume(_) => "resume",
         Command::Demo(_) => "demo",
         Command::Models { .. } => "models",
         Command::Session(_) => "session",
@@ -116,7 +119,7 @@ fn command_name(command: &Command) -> &'static str {
 /// The output format a command names explicitly, if any.
 fn output_format(command: &Command) -> Option<args::OutputFormat> {
     let output = match command {
-        Command::Run(args) => &args.output,
+        Command::Run(args) | Command::Resume(args) => &args.output,
         Command::Demo(args) => &args.output,
         _ => return None,
     };

@@ -19,7 +19,7 @@ use keel_host::{Choices, RunSetup, Settings, Sources, sessions};
 use keel_kernel::{AgentRun, RunSpec};
 use keel_protocol::{PermissionMode, RunEvent, SessionLine};
 
-use crate::args::{InputFormat, RunArgs};
+use crate::args::{InputFormat, OutputArgs, RunArgs};
 use crate::ask::Answers;
 use crate::host;
 use crate::output::Output;
@@ -53,14 +53,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
-    if let Some(budget) = args.max_budget_usd
-        && !(budget.is_finite() && budget >= 0.0)
-    {
-        return Err(StartupError::new(
-            "usage",
-            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
-        ));
-    }
+    check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let mode = setup.mode;
     let max_turns = args.max_turns;
@@ -91,17 +84,99 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    let output = Output::new(&args.output, Answers::on_terminal());
+    drive(run, &store, &args.output, &received).await
+}
+
+/// `keel resume [SESSION]`: continues the run a crash interrupted (SPEC §8)
+/// under the mode the flags and configuration give now.
+pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
+    if args.session.is_none() && !args.continue_latest {
+        args.session = args.prompt.take();
+    }
+    if args.session.is_none() && !args.continue_latest {
+        return Err(StartupError::new(
+            "usage",
+            "keel resume needs the session to continue: SESSION, --session ID or --continue",
+        ));
+    }
+    if args.fork.is_some() || args.input_format == InputFormat::StreamJson {
+        return Err(StartupError::new(
+            "usage",
+            "keel resume continues a session in place: --fork and stream-json input do not apply",
+        ));
+    }
+    let setup = run_setup(&args)?;
+    for warning in &setup.warnings {
+        eprintln!("keel: warning: {}", warning.message);
+    }
+    let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
+    let workspace = match &args.workspace {
+        Some(given) => Some(sessions::workspace_root(Some(given))?),
+        None => None,
+    };
+    let continued = sessions::continued_session(
+        &store,
+        Resume {
+            session: args.session.as_deref(),
+            fork: None,
+            latest: args.continue_latest,
+            workspace: workspace.as_deref(),
+            workspace_given: args.workspace.is_some(),
+        },
+    )
+    .await?;
+    if let Some(repair) = &continued.repair {
+        eprintln!("keel: {}", session_cmd::repaired(repair));
+    }
+    let Some(session_id) = continued.session_id else {
+        return Err(StartupError::new("usage", "no session to resume"));
+    };
+    keel_tools::outputs::keep_after_runs(args.keep_outputs);
+    check_budget(args.max_budget_usd)?;
+    let kernel = host_config(&args, setup.config).kernel(store.clone())?;
+    let received = signals::Received::install();
+    let spec = RunSpec::new("")
+        .session(session_id)
+        .mode(setup.mode)
+        .max_turns(args.max_turns)
+        .max_cost_usd(args.max_budget_usd);
+    let run = kernel
+        .resume_with(spec)
+        .await
+        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    drive(run, &store, &args.output, &received).await
+}
+
+/// Refuses a `--max-budget-usd` that is not a number of USD, 0 or more.
+fn check_budget(budget: Option<f64>) -> Result<(), StartupError> {
+    match budget {
+        Some(budget) if !(budget.is_finite() && budget >= 0.0) => Err(StartupError::new(
+            "usage",
+            format!("--max-budget-usd must be a number of USD, 0 or more (got {budget})"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Drives a started run to its end, answering permission requests, and
+/// prints where its session is.
+async fn drive(
+    run: AgentRun,
+    store: &Arc<keel_session::JsonlStore>,
+    output: &OutputArgs,
+    received: &signals::Received,
+) -> Result<ExitCode, StartupError> {
+    let output = Output::new(output, Answers::on_terminal());
     let mut answers = Answers::new(received.cancelled());
     let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
         answers.answer(event, run, &output).await;
     });
     let (result, changes) = tokio::select! {
         result = driven => result,
-        never = signals::cancel_on_signal(&run, &received) => match never {},
+        never = signals::cancel_on_signal(&run, received) => match never {},
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
-    let path = sessions::session_file(&store, &result.session_id)?;
+    let path = sessions::session_file(store, &result.session_id)?;
     let session = SessionLine {
         id: result.session_id.clone(),
         path: path.display().to_string(),

@@ -86,6 +86,11 @@ fn context_compaction_summary_error() {
 }
 
 #[test]
+fn crash_recovery_killed_mid_batch() {
+    check("crash-recovery", "killed-mid-batch", "settled");
+}
+
+#[test]
 fn an_unknown_case_is_a_startup_error() {
     let output = demo("tool-loop", "nope");
     assert_eq!(output.code, 2);

@@ -108,7 +108,8 @@ fn a_run_is_stored_and_a_second_run_continues_it() {
         .collect();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0]["title"], "hello");
-    assert_eq!(sessions[0]["entries"], 5);
+    // Two runs: configuration, then per run run_start, user, assistant, run_end.
+    assert_eq!(sessions[0]["entries"], 9);
 }
 
 #[test]
@@ -121,8 +122,12 @@ fn fork_tree_show_and_export() {
     assert_eq!(code, 0);
     let shown: Value = serde_json::from_str(&shown).unwrap();
     let branch = shown["branch"].as_array().unwrap();
-    assert_eq!(branch.len(), 3, "configuration, user, assistant");
-    let user_entry = branch[1]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        branch.len(),
+        5,
+        "configuration, run_start, user, assistant, run_end"
+    );
+    let user_entry = branch[2]["id"].as_str().unwrap().to_owned();
 
     // Fork at the user message (by the short suffix the tree shows) and continue there.
     let mut script = serde_json::from_str::<Value>(SCRIPT).unwrap();
@@ -159,7 +164,7 @@ fn fork_tree_show_and_export() {
     let exported: Value =
         serde_json::from_str(&std::fs::read_to_string(&export_path).unwrap()).unwrap();
     assert_eq!(exported["id"], id.as_str());
-    assert_eq!(exported["entries"].as_array().unwrap().len(), 3);
+    assert_eq!(exported["entries"].as_array().unwrap().len(), 5);
 
     let (code, forked_again) = fixture.session(&["fork", &id, short]);
     assert_eq!(code, 0);
@@ -283,7 +288,11 @@ fn torn_session(fixture: &Fixture) -> (String, Vec<u8>) {
     let id = session_line(&first)["id"].as_str().unwrap().to_owned();
     let path = fixture.session_file(&id);
     let full = std::fs::read(&path).unwrap();
-    let torn = full[..full.len() - 10].to_vec();
+    // Drop the run's last group (its `run_end`), then tear the assistant
+    // message's line, as a crash while it was written would.
+    let body = &full[..full.len() - 1];
+    let last_line = body.iter().rposition(|&byte| byte == b'\n').unwrap() + 1;
+    let torn = full[..last_line - 10].to_vec();
     std::fs::write(&path, &torn).unwrap();
     let _ = std::fs::remove_file(path.with_extension("meta.json"));
     (id, torn)

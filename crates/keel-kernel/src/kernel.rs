@@ -46,6 +46,16 @@ pub enum KernelError {
     /// The prompt is empty.
     #[error("the prompt is empty")]
     EmptyPrompt,
+    /// The session's last run was interrupted with tool calls left without
+    /// results: it must be resumed first.
+    #[error(
+        "session {0} ends in an interrupted run; continue it with `keel resume {0}` \
+         before starting a new one"
+    )]
+    Interrupted(String),
+    /// `resume` was asked for a session whose last run is not interrupted.
+    #[error("session {0} has no interrupted run to resume")]
+    NotInterrupted(String),
     /// A manual compaction wrote nothing (the error says why).
     #[error("{0}")]
     Compaction(RunError),
@@ -103,6 +113,8 @@ impl KernelError {
             Self::Tool(_) => "tool_registration",
             Self::Session(error) => error.code(),
             Self::EmptyPrompt => "empty_prompt",
+            Self::Interrupted(_) => "session_interrupted",
+            Self::NotInterrupted(_) => "nothing_to_resume",
             Self::Compaction(error) => error.code.as_str(),
         }
     }
@@ -220,6 +232,9 @@ impl AgentKernel {
                 // Opening for writing is the one step that may cut a torn
                 // tail; the run reports it as `session_repaired`.
                 repair = store.open_for_writing(id).await?;
+                if self.dangling_calls(id).await? {
+                    return Err(KernelError::Interrupted(id.clone()));
+                }
                 id.clone()
             }
             None => {
@@ -232,6 +247,62 @@ impl AgentKernel {
                     .await?
             }
         };
+        Ok(self.start(spec, session_id, repair).await)
+    }
+
+    /// Continues the run a crash interrupted in `session_id` (SPEC §8),
+    /// under `mode` — which the host gives again; a resumed run never
+    /// inherits the interrupted run's mode. Calls the crash left without a
+    /// result are recovered from the effect journal: never-started and
+    /// safe-to-repeat calls run (under `mode`'s policy), applied effects are
+    /// reported complete, and unknown outcomes are reported to the model as
+    /// interrupted, never run again. Fails with
+    /// [`KernelError::NotInterrupted`] when there is nothing to resume.
+    pub async fn resume(
+        &self,
+        session_id: &str,
+        mode: keel_protocol::PermissionMode,
+    ) -> Result<AgentRun, KernelError> {
+        self.resume_with(RunSpec::new("").session(session_id).mode(mode))
+            .await
+    }
+
+    /// [`resume`](Self::resume) with the rest of a host's limits: the
+    /// resumed run takes `spec`'s session, mode, turn limit and cost budget
+    /// (both counted afresh); its prompt is not used, since the run goes on
+    /// from the interrupted one. Fails with [`KernelError::NotInterrupted`]
+    /// when `spec` names no session or one with nothing to resume.
+    pub async fn resume_with(&self, mut spec: RunSpec) -> Result<AgentRun, KernelError> {
+        let Some(session_id) = spec.session_id.clone() else {
+            return Err(KernelError::NotInterrupted("(none named)".into()));
+        };
+        let repair = self.inner.store.open_for_writing(&session_id).await?;
+        if !self.interrupted(&session_id).await? {
+            return Err(KernelError::NotInterrupted(session_id));
+        }
+        spec.resume = true;
+        Ok(self.start(spec, session_id, repair).await)
+    }
+
+    /// Whether `session_id`'s active branch ends in an interrupted run.
+    pub async fn interrupted(&self, session_id: &str) -> Result<bool, KernelError> {
+        let branch = self.inner.store.context_branch(session_id).await?;
+        Ok(crate::journal::plan(&branch, &|_| None).is_interrupted())
+    }
+
+    /// Whether `session_id`'s active branch ends in tool calls without
+    /// results: a new run must not continue past them (only `resume` may).
+    async fn dangling_calls(&self, session_id: &str) -> Result<bool, KernelError> {
+        let branch = self.inner.store.context_branch(session_id).await?;
+        Ok(!crate::journal::plan(&branch, &|_| None).calls.is_empty())
+    }
+
+    async fn start(
+        &self,
+        spec: RunSpec,
+        session_id: String,
+        repair: Option<keel_session::Repair>,
+    ) -> AgentRun {
         let root = self.inner.workspace.root().to_path_buf();
         let baseline = match tokio::task::spawn_blocking(move || Baseline::capture(&root)).await {
             Ok(Ok(baseline)) => Ok(Arc::new(baseline)),
@@ -241,13 +312,7 @@ impl AgentKernel {
         if let Err(reason) = &baseline {
             tracing::warn!(%reason, "workspace changes will not be available for this run");
         }
-        Ok(AgentRun::start(
-            Arc::clone(&self.inner),
-            spec,
-            session_id,
-            baseline,
-            repair,
-        ))
+        AgentRun::start(Arc::clone(&self.inner), spec, session_id, baseline, repair)
     }
 }
 

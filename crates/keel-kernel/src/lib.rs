@@ -28,7 +28,8 @@
 //!    instructions and the environment), `system_prompt` (the default
 //!    prompt, kept in `system_prompt.md`).
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
-//!    `emitter` (the gapless event stream), `rules` (session rules: host
+//!    `emitter` (the gapless event stream), `journal` (the effect journal's
+//!    records and the pure recovery table), `rules` (session rules: host
 //!    answers that hold for later matching calls).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome; `pipeline` — the context pipeline, the one place
@@ -36,9 +37,11 @@
 //! 4. `session_writer` — the run's appends and its in-memory context branch.
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
 //!    `compaction` — token budgets and checkpoints, driven.
-//! 6. `turn_loop` — stream, persist, run tools, inject, repeat.
-//! 7. `run` — [`AgentRun`], [`EventStream`] and the supervisor task.
-//! 8. `kernel` — [`AgentKernel`] and its builder.
+//! 6. `recovery` — completes the batch a crash interrupted, before a
+//!    resumed run's next turn.
+//! 7. `turn_loop` — stream, persist, run tools, inject, repeat.
+//! 8. `run` — [`AgentRun`], [`EventStream`] and the supervisor task.
+//! 9. `kernel` — [`AgentKernel`] and its builder.
 //!
 //! A new capability (compaction, the effect journal, hooks) is a module of
 //! its own at the layer it needs, called from the turn loop or the tool
@@ -50,12 +53,14 @@ mod compaction;
 mod context;
 mod emitter;
 mod ids;
+pub mod journal;
 mod kernel;
 mod parts;
 mod permission;
 mod pipeline;
 pub mod policy;
 mod project;
+mod recovery;
 mod rules;
 mod run;
 mod session_writer;

@@ -58,6 +58,9 @@ pub struct RunSpec {
     pub mode: PermissionMode,
     /// Fail the run after this many turns (no limit when `None`).
     pub max_turns: Option<u32>,
+    /// Continue the session's interrupted run instead of sending `prompt`
+    /// (set by [`crate::AgentKernel::resume`]).
+    pub(crate) resume: bool,
     /// Fail the run before the next model request once the cost of its
     /// responses so far, in USD, passes this (no limit when `None`).
     pub max_cost_usd: Option<f64>,

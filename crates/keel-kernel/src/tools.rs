@@ -26,10 +26,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EntryPayload, IntentKind, IntentScope, OperationIntent,
-    PermissionAnswer, PermissionDecision, PermissionMode, PermissionResolution, PermissionRule,
-    PermissionScope, RunEventKind, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage,
-    ToolStatus,
+    BatchMode, DecisionSource, EffectStarted, EntryPayload, IntentKind, IntentScope,
+    OperationIntent, PermissionAnswer, PermissionDecision, PermissionMode, PermissionResolution,
+    PermissionRule, PermissionScope, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
+    ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
@@ -39,6 +39,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::journal::Overlay;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
 use crate::policy::PolicyDecision;
@@ -67,6 +68,7 @@ enum Verdict {
         prepared: PreparedCall,
         intent: OperationIntent,
         reason: String,
+        effect: Option<EffectStarted>,
     },
 }
 
@@ -99,24 +101,41 @@ impl ToolRunner<'_> {
     /// as one group.
     async fn decide_batch(&self, calls: &[ToolCall]) -> Result<Vec<Verdict>, SessionError> {
         let mut decisions = Vec::new();
+        let mut overlay = Overlay::new(&self.parts.workspace);
         let verdicts = calls
             .iter()
             .map(|call| {
-                let (verdict, decision) = self.decide(call);
+                let (verdict, decision) = self.decide(call, &mut overlay);
                 decisions
                     .extend(decision.map(|decision| EntryPayload::PermissionDecision { decision }));
+                // The effect journal rides in the decisions' group: one
+                // durable append for the batch (SPEC §8).
+                if let Verdict::Run(prepared, _, _) = &verdict {
+                    let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                    decisions.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+                }
                 verdict
             })
             .collect();
         if !decisions.is_empty() {
+            let journaled = decisions
+                .iter()
+                .any(|payload| matches!(payload, EntryPayload::EffectStarted { .. }));
             self.writer.append(&self.shared.emitter, decisions).await?;
+            if journaled {
+                keel_failpoint::hit(keel_failpoint::AFTER_EFFECT_STARTED);
+            }
         }
         Ok(verdicts)
     }
 
     /// The policy's verdict on one call, and the decision to record if the
     /// policy (not the host) decided.
-    fn decide(&self, call: &ToolCall) -> (Verdict, Option<PermissionDecision>) {
+    fn decide(
+        &self,
+        call: &ToolCall,
+        overlay: &mut Overlay<'_>,
+    ) -> (Verdict, Option<PermissionDecision>) {
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return (Verdict::Refused(error), None);
@@ -163,14 +182,17 @@ impl ToolRunner<'_> {
                         };
                         (verdict, Some(decision))
                     }
-                    None => (
-                        Verdict::Ask {
+                    None => {
+                        let effect =
+                            overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                        let verdict = Verdict::Ask {
                             prepared,
                             intent,
                             reason: with_findings(reason, &findings),
-                        },
-                        None,
-                    ),
+                            effect,
+                        };
+                        (verdict, None)
+                    }
                 }
             }
         }
@@ -276,10 +298,11 @@ impl ToolRunner<'_> {
                 prepared,
                 intent,
                 reason,
+                effect,
             } => {
                 let metadata = writes_metadata(&intent);
                 match self
-                    .authorize_by_host(call, &prepared.arguments, intent, reason)
+                    .authorize_by_host(call, &prepared.arguments, intent, reason, effect)
                     .await?
                 {
                     Ok(level) => (prepared, level, metadata),
@@ -301,16 +324,16 @@ impl ToolRunner<'_> {
         arguments: &Value,
         intent: OperationIntent,
         reason: String,
+        effect: Option<EffectStarted>,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
         // A rule made for an earlier call of this batch decides without asking.
         if let Some(rule) = self.rules.matching(call, arguments, &intent) {
             let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
-            self.writer
-                .append(
-                    &self.shared.emitter,
-                    vec![EntryPayload::PermissionDecision { decision }],
-                )
-                .await?;
+            let mut group = vec![EntryPayload::PermissionDecision { decision }];
+            if allowed.is_ok() {
+                group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+            }
+            self.writer.append(&self.shared.emitter, group).await?;
             return Ok(allowed);
         }
         let (answer, source) = self.ask_host(call, arguments, &intent, &reason).await;
@@ -319,12 +342,21 @@ impl ToolRunner<'_> {
         let rule = (source == DecisionSource::Host && answer.scope == PermissionScope::Always)
             .then(|| rule_for(call, arguments, &intent, resolution));
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
-        let mut payloads = vec![EntryPayload::PermissionDecision { decision }];
-        payloads.extend(
+        let mut group = vec![EntryPayload::PermissionDecision { decision }];
+        group.extend(
             rule.clone()
                 .map(|rule| EntryPayload::PermissionRule { rule }),
         );
-        self.writer.append(&self.shared.emitter, payloads).await?;
+        if resolution == PermissionResolution::Approved {
+            group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+        }
+        let journaled = group
+            .iter()
+            .any(|payload| matches!(payload, EntryPayload::EffectStarted { .. }));
+        self.writer.append(&self.shared.emitter, group).await?;
+        if journaled {
+            keel_failpoint::hit(keel_failpoint::AFTER_EFFECT_STARTED);
+        }
         if let Some(rule) = rule {
             self.rules.add(rule);
         }

@@ -12,7 +12,8 @@ use std::sync::atomic::AtomicU64;
 use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
-    ProviderErrorKind, QueueKind, RunError, RunErrorCode, RunEventKind, ToolCall, UserMessage,
+    ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind, ToolCall,
+    UserMessage,
 };
 use keel_provider::ModelRequest;
 use keel_provider::retry::Attempts;
@@ -24,6 +25,7 @@ use crate::accumulator::{Accumulator, Finished};
 use crate::compaction::{ContextBudget, Interrupted, Seams};
 use crate::parts::{KernelParts, RunSpec};
 use crate::pipeline::Frame;
+use crate::recovery;
 use crate::rules::SessionRules;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
@@ -89,7 +91,12 @@ pub(crate) async fn run(
         Ok(run) => run,
         Err(stop) => return stop.into_outcome(None),
     };
-    let result = run.drive(&spec.prompt).instrument(span).await;
+    let result = if spec.resume {
+        run.resume().instrument(span).await
+    } else {
+        run.drive(&spec.prompt).instrument(span).await
+    };
+    run.record_run_end(&result).await;
     match result {
         Ok(message) => Outcome::Settled(message),
         Err(stop) => {
@@ -206,6 +213,61 @@ impl<'a> TurnLoop<'a> {
 
     async fn drive(&mut self, prompt: &str) -> Result<AssistantMessage, Stop> {
         self.add_user_message(prompt, None).await?;
+        self.continue_run().await
+    }
+
+    /// Continues an interrupted run (SPEC §8): completes the batch the crash
+    /// cut short, then goes on as the run would have.
+    async fn resume(&mut self) -> Result<AssistantMessage, Stop> {
+        let runner = self.tool_runner();
+        let recovered = recovery::recover(&runner, &self.writer, self.run_start()).await?;
+        for result in recovered.results {
+            self.report_complete(Message::ToolResult(result));
+        }
+        match recovered.settled {
+            Some(message) => Ok(message),
+            None => self.continue_run().await,
+        }
+    }
+
+    /// The `run_start` entry that makes an interrupted run recognisable.
+    fn run_start(&self) -> EntryPayload {
+        EntryPayload::RunStart {
+            run_id: self.shared.run_id.clone(),
+            mode: self.mode,
+        }
+    }
+
+    /// Records how the run ended; a failure to record is only logged, as
+    /// the run's outcome is already decided (a later run sees it as
+    /// interrupted, which is safe).
+    async fn record_run_end(&self, result: &Result<AssistantMessage, Stop>) {
+        let state = match result {
+            Ok(_) => RunEndState::Settled,
+            Err(Stop::Cancelled) => RunEndState::Cancelled,
+            Err(Stop::Failed(_)) => RunEndState::Failed,
+        };
+        let end = EntryPayload::RunEnd {
+            run_id: self.shared.run_id.clone(),
+            state,
+        };
+        if let Err(error) = self.writer.append(&self.shared.emitter, vec![end]).await {
+            tracing::warn!(%error, "the run's end could not be recorded");
+        }
+    }
+
+    fn tool_runner(&self) -> ToolRunner<'_> {
+        ToolRunner {
+            parts: self.parts,
+            shared: self.shared,
+            writer: &self.writer,
+            mode: self.mode,
+            requests: &self.permission_requests,
+            rules: &self.rules,
+        }
+    }
+
+    async fn continue_run(&mut self) -> Result<AssistantMessage, Stop> {
         loop {
             let settled = self.run_turns().await?;
             match self.shared.take_pending_or_close() {
@@ -286,18 +348,18 @@ impl<'a> TurnLoop<'a> {
     }
 
     /// Persists a user message (the prompt or an injected one) and reports it.
+    /// The prompt (no queue) opens the run: its `run_start` goes in the same group.
     async fn add_user_message(&self, text: &str, queue: Option<QueueKind>) -> Result<(), Stop> {
         let message = Message::User(UserMessage::text(text));
-        let entries = self
-            .writer
-            .append(
-                &self.shared.emitter,
-                vec![EntryPayload::Message {
-                    message: message.clone(),
-                }],
-            )
-            .await?;
-        if let (Some(queue), Some(entry)) = (queue, entries.first()) {
+        let mut group = Vec::new();
+        if queue.is_none() {
+            group.push(self.run_start());
+        }
+        group.push(EntryPayload::Message {
+            message: message.clone(),
+        });
+        let entries = self.writer.append(&self.shared.emitter, group).await?;
+        if let (Some(queue), Some(entry)) = (queue, entries.last()) {
             self.shared.emitter.emit(RunEventKind::MessageInjected {
                 queue,
                 entry_id: entry.id.clone(),
@@ -439,6 +501,7 @@ impl<'a> TurnLoop<'a> {
         self.shared
             .emitter
             .emit(RunEventKind::MessageEnd { message: wrapped });
+        keel_failpoint::hit(keel_failpoint::AFTER_MESSAGE_END);
         Ok(message)
     }
 
@@ -451,15 +514,7 @@ impl<'a> TurnLoop<'a> {
 
     /// Runs the batch and persists its results, in call order, as one group.
     async fn run_tools(&self, calls: &[ToolCall]) -> Result<(), Stop> {
-        let runner = ToolRunner {
-            parts: self.parts,
-            shared: self.shared,
-            writer: &self.writer,
-            mode: self.mode,
-            requests: &self.permission_requests,
-            rules: &self.rules,
-        };
-        let results = runner.run_batch(calls).await?;
+        let results = self.tool_runner().run_batch(calls).await?;
         let payloads = results
             .iter()
             .map(|result| EntryPayload::Message {
@@ -467,6 +522,7 @@ impl<'a> TurnLoop<'a> {
             })
             .collect();
         self.writer.append(&self.shared.emitter, payloads).await?;
+        keel_failpoint::hit(keel_failpoint::AFTER_RESULT);
         for result in results {
             self.report_complete(Message::ToolResult(result));
         }

@@ -20,15 +20,17 @@ const LAYERS: &[(&str, u32)] = &[
     ("system_prompt", 1),
     ("parts", 2),
     ("emitter", 2),
+    ("journal", 2),
     ("rules", 2),
     ("shared", 3),
     ("pipeline", 3),
     ("session_writer", 4),
     ("tools", 5),
     ("compaction", 5),
-    ("turn_loop", 6),
-    ("run", 7),
-    ("kernel", 8),
+    ("recovery", 6),
+    ("turn_loop", 7),
+    ("run", 8),
+    ("kernel", 9),
 ];
 
 fn layer(module: &str) -> Option<u32> {

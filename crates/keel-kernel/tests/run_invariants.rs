@@ -177,7 +177,7 @@ async fn nothing_is_persisted_when_a_stream_fails_midway() {
         .collect();
     assert_eq!(
         kinds,
-        ["configuration", "user"],
+        ["configuration", "run_start", "user", "run_end"],
         "no partial assistant message is stored"
     );
     assert!(

@@ -12,6 +12,7 @@
 
 pub mod context;
 pub mod control;
+pub mod effect;
 pub mod error;
 pub mod event;
 pub mod message;
@@ -29,6 +30,7 @@ pub use context::{
     InstructionFile, InstructionScope, ToolErrorEvidence,
 };
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
+pub use effect::{EffectStarted, FileEvidence, Idempotency, RecoveryAction, RunEndState};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
 pub use message::{

@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::TimestampMs;
 use crate::context::{CheckpointEvidence, CheckpointMetrics};
+use crate::effect::{EffectStarted, RecoveryAction, RunEndState};
 use crate::message::Message;
 use crate::permission::{PermissionDecision, PermissionMode, PermissionRule};
 
@@ -108,6 +109,37 @@ pub enum EntryPayload {
         /// The label; empty removes it.
         label: String,
     },
+    /// A run began here (SPEC §8): until its `run_end`, the run is in flight,
+    /// so a branch whose last `run_start` has no `run_end` was interrupted.
+    RunStart {
+        /// The run's id.
+        run_id: String,
+        /// The permission mode the host gave it.
+        mode: PermissionMode,
+    },
+    /// The run that began at the matching `run_start` ended.
+    RunEnd {
+        /// The run's id.
+        run_id: String,
+        /// How it ended.
+        state: RunEndState,
+    },
+    /// Acknowledged before a side-effecting call starts (the effect journal).
+    EffectStarted {
+        /// The record.
+        effect: EffectStarted,
+    },
+    /// What a resumed run decided about a call a crash left without result.
+    EffectRecovered {
+        /// The tool call.
+        call_id: String,
+        /// The tool's name.
+        tool_name: String,
+        /// What was done.
+        action: RecoveryAction,
+        /// Why, in one sentence.
+        reason: String,
+    },
     /// An extension's own entry kind, validated by that extension.
     Custom {
         /// The registered kind name.
@@ -141,6 +173,10 @@ impl EntryPayload {
             Self::PermissionRule { .. } => "permission_rule",
             Self::BranchSummary { .. } => "branch_summary",
             Self::Label { .. } => "label",
+            Self::RunStart { .. } => "run_start",
+            Self::RunEnd { .. } => "run_end",
+            Self::EffectStarted { .. } => "effect_started",
+            Self::EffectRecovered { .. } => "effect_recovered",
             Self::Custom { .. } => "custom",
         }
     }

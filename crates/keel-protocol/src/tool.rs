@@ -84,6 +84,11 @@ pub enum ToolErrorCode {
     SandboxUnavailable,
     /// An I/O error.
     Io,
+    /// A crash cut the call short and its outcome cannot be known (SPEC §8).
+    Interrupted,
+    /// After a crash, the call's target held neither its pre- nor its
+    /// post-image, so it was not run again (SPEC §8).
+    EffectConflict,
     /// Any other tool failure.
     ToolError,
 }
@@ -107,6 +112,8 @@ impl ToolErrorCode {
             Self::PermissionDenied => "permission_denied",
             Self::SandboxUnavailable => "sandbox_unavailable",
             Self::Io => "io",
+            Self::Interrupted => "interrupted",
+            Self::EffectConflict => "effect_conflict",
             Self::ToolError => "tool_error",
         }
     }

@@ -19,6 +19,8 @@ use serde_json::Value;
 const RANKS: &[(&str, u32)] = &[
     // The vocabulary: no keel dependency at all.
     ("keel-protocol", 0),
+    // Test-only crash points, compiled to nothing outside test builds.
+    ("keel-failpoint", 0),
     // Engines and stores that speak only the vocabulary.
     ("keel-provider", 1),
     ("keel-session", 1),

@@ -30,6 +30,11 @@ pub struct Script {
     /// Characters per streamed delta (default 8).
     #[serde(default)]
     pub chunk_chars: Option<usize>,
+    /// Play the turn whose index is the number of assistant messages in the
+    /// request, instead of the next one, so that a new process continuing a
+    /// session (`keel resume`) plays on from where the session is.
+    #[serde(default)]
+    pub by_history: bool,
 }
 
 /// One scripted model response.
@@ -248,6 +253,16 @@ impl Provider for ScriptedProvider {
 
     fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> ProviderStream {
         let chunk = self.script.chunk_chars.unwrap_or(8);
+        if self.script.by_history {
+            let played = request
+                .messages
+                .iter()
+                .filter(|message| matches!(message.as_ref(), Message::Assistant(_)))
+                .count();
+            if let Ok(mut next) = self.next_turn.lock() {
+                *next = played;
+            }
+        }
         let (events, delay) = match self.take_turn() {
             Ok((index, turn)) => match check_expectation(index, &turn, &request) {
                 Ok(()) => (turn_events(index, &turn, chunk), turn.delay_ms),

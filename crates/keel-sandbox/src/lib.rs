@@ -6,20 +6,23 @@
 //! the operating system enforce *what* it may touch, so that a command the
 //! shell analysis misjudged (a `python3 -c` opening a socket, say) still
 //! cannot read the user's keys, write outside the workspace, reach the
-//! network, talk to the terminal or outlive its call. [`confine`] prepares
-//! one command at a [`SandboxLevel`]; [`Confinement::apply`] installs it on
-//! a [`std::process::Command`]; [`env`](mod@env) builds the child's environment;
-//! [`probe`] tells `keel doctor` what this machine can enforce;
+//! network, talk to the terminal or outlive its call. [`spawn`] starts a
+//! command at a [`SandboxLevel`] in namespaces held for the run (the `bash`
+//! tool's path: [`hold`] keeps them for a run); [`confine`] prepares one
+//! command on its own and [`Confinement::apply`] installs it on a
+//! [`std::process::Command`]; [`env`](mod@env) builds the child's
+//! environment; [`probe`] tells `keel doctor` what this machine can enforce;
 //! [`confine_helper`] confines Keel's own helper processes (its git).
 //!
-//! Each confined command runs in new user, mount, PID, IPC, UTS and (unless
-//! the network was approved) network namespaces, in a constructed view of
-//! the filesystem ([`view`]) where git's and Keel's metadata stay read-only
-//! unless the host approved writing them ([`metadata`]), in a new session
-//! with no controlling terminal,
-//! with rlimits ([`ResourceLimits`]), no capabilities, `no_new_privs`, a
-//! Landlock ruleset and a seccomp filter; when it exits, its PID namespace
-//! and everything left in it die ([`namespaces`]).
+//! Each confined command runs in new PID, mount and IPC namespaces, inside
+//! user, mount, UTS and (unless the network was approved) network
+//! namespaces that a holder keeps per run and view (`holder`, `zygote`;
+//! per command with [`confine`]), in a constructed view of the filesystem
+//! ([`view`]) where git's and Keel's metadata stay read-only unless the host
+//! approved writing them ([`metadata`]), in a new session with no
+//! controlling terminal, with rlimits ([`ResourceLimits`]), no capabilities,
+//! `no_new_privs`, a Landlock ruleset and a seccomp filter; when it exits,
+//! its PID namespace and everything left in it die ([`namespaces`]).
 //!
 //! This is an engine crate under `keel-tools`, which re-exports it as
 //! `keel_tools::sandbox`. It knows nothing of tools, the workspace type or
@@ -34,8 +37,9 @@
 //!   the kernel process: Landlock binds only the calling thread and its
 //!   future children.
 //! - Everything that allocates or opens files on the host happens in the
-//!   parent ([`confine`]); the child makes only system calls on data
-//!   prepared there, which is safe after `fork`.
+//!   parent ([`confine`], [`spawn`]); the children (and a holder, a fork of
+//!   the kernel process) make only system calls on data prepared there,
+//!   which is safe after `fork`.
 //! - Fail closed: a level other than [`SandboxLevel::Unsandboxed`] that
 //!   cannot be enforced makes [`confine`] fail, and nothing runs. Only the
 //!   host can choose to run without Keel's sandbox, with
@@ -46,19 +50,25 @@
 
 mod capabilities;
 pub mod env;
+mod holder;
 mod landlock_rules;
 pub mod limits;
 mod metadata;
 mod namespaces;
+mod passing;
 pub mod probe;
 mod seccomp;
 mod sys;
 mod view;
+mod zygote;
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use holder::{
+    Call, CallEnd, CallSpec, END_LEN, RunHolders, hold, read_end, spawn, wait_until_gone,
+};
 pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::ResourceLimits;
 pub use metadata::PROTECTED as PROTECTED_METADATA;
@@ -201,7 +211,7 @@ pub enum SandboxError {
 }
 
 /// The shared sandbox settings handed to every tool call.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Sandbox {
     /// The level this call runs at.
     pub level: SandboxLevel,
@@ -223,6 +233,12 @@ impl Sandbox {
             metadata_writable: false,
         }
     }
+
+    /// Whether Keel enforces this sandbox itself (a confined level in
+    /// [`SandboxMode::Os`]).
+    pub fn is_enforced(&self) -> bool {
+        self.level != SandboxLevel::Unsandboxed && self.config.mode == SandboxMode::Os
+    }
 }
 
 /// A prepared confinement for one command: apply it to the command.
@@ -236,11 +252,18 @@ pub const SANDBOX_TMPDIR: &str = "/tmp";
 
 /// Prepares the confinement of one command run with `workspace` as root.
 pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, SandboxError> {
-    let enforced =
-        sandbox.level != SandboxLevel::Unsandboxed && sandbox.config.mode == SandboxMode::Os;
-    if !enforced {
+    if !sandbox.is_enforced() {
         return Ok(Confinement { launch: None });
     }
+    let launch = Launch::new(prepare(sandbox, workspace)?)?;
+    Ok(Confinement {
+        launch: Some(Arc::new(launch)),
+    })
+}
+
+/// Everything a confined command needs, planned on the host now: the view,
+/// a fresh Landlock ruleset, the seccomp filter. Fails closed.
+fn prepare(sandbox: &Sandbox, workspace: &Path) -> Result<Parts, SandboxError> {
     let abi = probe::require_landlock()?;
     probe::require_namespaces()?;
     let metadata = metadata::find(sandbox, workspace);
@@ -249,7 +272,7 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
         .into_iter()
         .map(|(path, grant)| (path, landlock_rules::grant_bits(grant, abi)))
         .collect();
-    let launch = Launch::new(Parts {
+    Ok(Parts {
         network: sandbox.level.allows_network(),
         view,
         workspace: view::c_path(workspace)?,
@@ -257,9 +280,6 @@ pub fn confine(sandbox: &Sandbox, workspace: &Path) -> Result<Confinement, Sandb
         landlock: landlock_rules::build(sandbox, workspace, &metadata)?,
         landlock_extra,
         filter: seccomp::filter(sandbox.level.allows_network())?,
-    })?;
-    Ok(Confinement {
-        launch: Some(Arc::new(launch)),
     })
 }
 

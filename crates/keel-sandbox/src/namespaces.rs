@@ -1,4 +1,5 @@
-//! Starting a command inside its own Linux namespaces.
+//! Starting a command (or a namespace holder) inside its own Linux
+//! namespaces.
 //!
 //! `std::process::Command` forks a child of the kernel process and, before
 //! it execs the shell, runs [`Launch::run_in_child`]. That child becomes a
@@ -19,6 +20,13 @@
 //!    its rlimits, marks every inherited descriptor close-on-exec, drops its
 //!    capabilities, enforces Landlock and seccomp, and returns to `std`,
 //!    which execs the shell.
+//!
+//! A namespace holder ([`Launch::hold_in_child`]) is the same chain without
+//! a command of its own: its init builds the view once and then serves the
+//! run's calls ([`super::zygote`]), each of which mounts
+//! [`Launch::fresh_mounts`] and runs the command's restrictions in two
+//! halves ([`Launch::command_session`] before its request,
+//! [`Launch::command_restrictions`] after).
 //!
 //! The relay and the init die with their parent (`PR_SET_PDEATHSIG`), so
 //! killing the relay (a timeout, a cancellation, the kernel process dying)
@@ -41,7 +49,7 @@ use seccompiler::BpfProgram;
 use std::ffi::CStr;
 
 use super::sys;
-use super::view::{Step, View, c_path};
+use super::view::{Beneath, Step, View, c_path};
 
 /// Where the new root's tmpfs is mounted in the child's mount namespace
 /// (covering the host's `/tmp` there only; nothing is written on the host).
@@ -126,6 +134,20 @@ impl Launch {
     /// Runs in the forked child (the relay); returns only in the command
     /// process, which then execs, or with the error that stops it.
     pub(crate) fn run_in_child(&self) -> io::Result<()> {
+        self.relay(|relay, status| self.init(relay, status))
+    }
+
+    /// Runs in the forked child (the relay) of a namespace holder: its init
+    /// builds the view once and then serves calls on `socket` until the
+    /// kernel process closes its end ([`super::zygote`]). Returns only with
+    /// the error that stopped the set-up.
+    pub(crate) fn hold_in_child(&self, socket: RawFd) -> io::Result<()> {
+        self.relay(|relay, status| self.hold(relay, status, socket))
+    }
+
+    /// The relay: new namespaces, then `child` in the forked init (PID 1),
+    /// given a pidfd of the relay and the write end of the status pipe.
+    fn relay(&self, child: impl FnOnce(RawFd, RawFd) -> io::Result<()>) -> io::Result<()> {
         sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
         if sys::parent_pid() != self.parent {
             sys::exit(1);
@@ -139,7 +161,7 @@ impl Launch {
         let init = sys::fork()?;
         if init == 0 {
             sys::close(status_read);
-            return self.init(relay, status_write);
+            return child(relay, status_write);
         }
         relay_until_exit(init, status_read)
     }
@@ -156,26 +178,73 @@ impl Launch {
         let command = sys::fork()?;
         if command == 0 {
             sys::close(status);
-            return self.command();
+            return self.command(self.landlock.as_raw_fd());
         }
         // Only the status pipe stays open: the spawner's pipes must see end
         // of file as soon as the command and its children are gone.
-        sys::close_range(0, u32::try_from(status).unwrap_or(0).saturating_sub(1));
-        sys::close_range(u32::try_from(status).unwrap_or(0) + 1, u32::MAX);
-        let code = loop {
-            match sys::wait(-1) {
-                Ok((pid, code)) if pid == command => break code,
-                Ok(_) => {}
-                Err(_) => sys::exit(1),
-            }
-        };
-        // Everything the command left behind dies now and is reaped (the
-        // orphans are this init's children), before the status is told:
-        // when the relay reports, no process of the call is left.
-        sys::kill_all_others();
-        while sys::wait(-1).is_ok() {}
+        keep_only(status);
+        let code = wait_for_all(command);
         sys::write(status, &code.to_ne_bytes());
         sys::exit(0)
+    }
+
+    /// PID 1 of a holder's PID namespace: builds the view, keeps only the
+    /// socket and serves calls, each in PID, mount and IPC namespaces of
+    /// its own ([`super::zygote::serve`]).
+    fn hold(&self, relay: RawFd, status: RawFd, socket: RawFd) -> io::Result<()> {
+        sys::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
+        if sys::has_exited(relay) {
+            sys::exit(1);
+        }
+        sys::close(relay);
+        self.build_view()?;
+        let mut buffers = super::zygote::Buffers::map()?;
+        // The relay's status pipe closes with the rest; the relay then
+        // waits for this process. Closing the spawner's error pipe tells it
+        // the view is built.
+        sys::close(status);
+        // Standard descriptors point at /dev/null, so descriptors received
+        // later never land on 0, 1 or 2.
+        let socket = if socket < 3 {
+            sys::dup_above(socket, 3)?
+        } else {
+            socket
+        };
+        keep_only(socket);
+        for fd in 0..3 {
+            let null = sys::open(c"/dev/null", libc::O_RDWR)?;
+            if null != fd {
+                sys::dup2(null, fd)?;
+                sys::close(null);
+            }
+        }
+        super::zygote::serve(self, socket, &mut buffers)
+    }
+
+    /// What a holder's call needs afresh in its own mount namespace: a
+    /// private `/tmp` and `/dev/shm`, and a `/proc` of its PID namespace
+    /// (with its process limit), mounted over the holder's.
+    pub(crate) fn fresh_mounts(&self) -> io::Result<()> {
+        for fresh in &self.view.per_call {
+            // The covered mount stays reachable through this descriptor,
+            // and what the view mounted beneath it moves to the new one.
+            let covered = sys::open(
+                &fresh.target,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )?;
+            let renewed = run_step(&fresh.mount).and_then(|()| {
+                fresh.beneath.iter().try_for_each(|beneath| match beneath {
+                    Beneath::Make(step) => run_step(step),
+                    Beneath::Move { from, to } => sys::move_mount(covered, from, to),
+                })
+            });
+            sys::close(covered);
+            renewed?;
+        }
+        if let Some((path, value)) = &self.pid_max {
+            let _ = sys::write_file(path, value);
+        }
+        Ok(())
     }
 
     /// Pivots into a tmpfs, builds the view there and detaches the host's root.
@@ -202,17 +271,31 @@ impl Launch {
         sys::mount_read_only(c"/", false)
     }
 
-    /// The command's own restrictions; then `std` execs it.
-    fn command(&self) -> io::Result<()> {
+    /// The command's own restrictions, enforcing the Landlock `ruleset`
+    /// (with the view's own grants added); then the command is exec'd.
+    pub(crate) fn command(&self, ruleset: RawFd) -> io::Result<()> {
+        self.command_session()?;
+        self.command_restrictions(ruleset)
+    }
+
+    /// The first half of [`Launch::command`], which needs nothing of the
+    /// command itself: a new session without a terminal, rlimits, the
+    /// workspace as working directory.
+    pub(crate) fn command_session(&self) -> io::Result<()> {
         sys::setsid()?;
         for (resource, limit) in &self.rlimits {
             sys::set_rlimit(*resource, limit)?;
         }
-        sys::chdir(&self.workspace)?;
+        sys::chdir(&self.workspace)
+    }
+
+    /// The second half of [`Launch::command`], once the command's
+    /// descriptors are in place: every other descriptor closes at exec,
+    /// `no_new_privs`, no capabilities, Landlock, seccomp.
+    pub(crate) fn command_restrictions(&self, ruleset: RawFd) -> io::Result<()> {
         sys::close_from(3, true)?;
         sys::prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
         super::capabilities::drop_all()?;
-        let ruleset = self.landlock.as_raw_fd();
         for (path, access) in &self.landlock_extra {
             sys::landlock_allow(ruleset, path, *access)?;
         }
@@ -221,11 +304,34 @@ impl Launch {
     }
 }
 
+/// Closes every descriptor but `fd`.
+fn keep_only(fd: RawFd) {
+    let fd = u32::try_from(fd).unwrap_or(0);
+    sys::close_range(0, fd.saturating_sub(1));
+    sys::close_range(fd + 1, u32::MAX);
+}
+
+/// An init's wait for `command`, reaping orphans meanwhile; then everything
+/// the command left behind dies and is reaped (the orphans are this init's
+/// children), so that when the status is told no process of the call is
+/// left. The command's wait status.
+pub(crate) fn wait_for_all(command: libc::pid_t) -> libc::c_int {
+    let code = loop {
+        match sys::wait(-1) {
+            Ok((pid, code)) if pid == command => break code,
+            Ok(_) => {}
+            Err(_) => sys::exit(1),
+        }
+    };
+    sys::kill_all_others();
+    while sys::wait(-1).is_ok() {}
+    code
+}
+
 /// The relay's life after forking the init: close everything, wait, and
 /// end as the command ended.
 fn relay_until_exit(init: libc::pid_t, status: RawFd) -> ! {
-    sys::close_range(0, u32::try_from(status).unwrap_or(0).saturating_sub(1));
-    sys::close_range(u32::try_from(status).unwrap_or(0) + 1, u32::MAX);
+    keep_only(status);
     // A core dump of this copy of the kernel process would help nobody.
     let _ = sys::set_rlimit(
         libc::RLIMIT_CORE,

@@ -261,9 +261,8 @@ pub(crate) fn parent_pid() -> libc::pid_t {
 
 /// A pidfd of this process, to learn later whether it is still alive.
 pub(crate) fn pidfd_of_self() -> io::Result<RawFd> {
-    // SAFETY: getpid cannot fail; pidfd_open takes integers.
-    let fd = check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) })?;
-    Ok(RawFd::try_from(fd).unwrap_or(-1))
+    // SAFETY: getpid cannot fail and takes no arguments.
+    pidfd_open(unsafe { libc::getpid() })
 }
 
 /// Whether the process behind `pidfd` has exited.
@@ -276,6 +275,24 @@ pub(crate) fn has_exited(pidfd: RawFd) -> bool {
     // SAFETY: one live pollfd; a zero timeout never blocks.
     let ready = unsafe { libc::poll(&raw mut poll, 1, 0) };
     ready != 0
+}
+
+/// Blocks until the process behind `pidfd` has exited (or polling it fails).
+pub(crate) fn wait_exited(pidfd: RawFd) {
+    let mut poll = libc::pollfd {
+        fd: pidfd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one live pollfd; a negative timeout blocks until ready.
+        let ready = unsafe { libc::poll(&raw mut poll, 1, -1) };
+        if ready != 0
+            && !(ready < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR))
+        {
+            return;
+        }
+    }
 }
 
 /// A pipe, both ends close-on-exec: (read, write).
@@ -381,4 +398,292 @@ pub(crate) fn landlock_allow(ruleset: RawFd, path: &CStr, access: u64) -> io::Re
 pub(crate) fn landlock_restrict(ruleset: RawFd) -> io::Result<()> {
     // SAFETY: the ruleset fd is open; the flags argument is 0; no pointers.
     check_long(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32) }).map(drop)
+}
+
+/// `struct clone_args` of `clone3(2)`.
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+/// `fork` into new namespaces (`flags`, `CLONE_NEW*`) with a pidfd of the
+/// child: `(0, -1)` in the child, `(pid, pidfd)` in the parent. Uses
+/// `clone3`, or `clone` where a container's seccomp profile refuses
+/// `clone3` with ENOSYS.
+pub(crate) fn fork_into(flags: libc::c_int) -> io::Result<(libc::pid_t, RawFd)> {
+    let mut pidfd: RawFd = -1;
+    let flags = flags | libc::CLONE_PIDFD;
+    let args = CloneArgs {
+        flags: u64::from(flags.cast_unsigned()),
+        pidfd: (&raw mut pidfd) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: without CLONE_VM and with no stack, clone3 behaves as fork:
+    // the child runs on a copy of this single-threaded process. `args` is
+    // a live `struct clone_args` of the size passed; the kernel writes the
+    // pidfd into `pidfd`, which outlives the call.
+    let pid = match check_long(unsafe {
+        libc::syscall(libc::SYS_clone3, &raw const args, size_of::<CloneArgs>())
+    }) {
+        Err(error) if error.raw_os_error() == Some(libc::ENOSYS) => {
+            legacy_fork_into(flags, &mut pidfd)?
+        }
+        other => other?,
+    };
+    Ok((
+        libc::pid_t::try_from(pid).unwrap_or(libc::pid_t::MAX),
+        pidfd,
+    ))
+}
+
+/// [`fork_into`] with `clone(2)`, where the pidfd goes to the third
+/// argument (`parent_tid`) on x86-64 and AArch64.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+fn legacy_fork_into(flags: libc::c_int, pidfd: &mut RawFd) -> io::Result<libc::c_long> {
+    // SAFETY: without CLONE_VM and with a null stack, clone behaves as
+    // fork; the kernel writes the pidfd through the live `pidfd`.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::c_ulong::from((flags | libc::SIGCHLD).cast_unsigned()),
+            0usize,
+            std::ptr::from_mut(pidfd),
+            0usize,
+            0usize,
+        )
+    })
+}
+
+/// [`fork_into`] without `clone3`: not provided on this architecture.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn legacy_fork_into(_flags: libc::c_int, _pidfd: &mut RawFd) -> io::Result<libc::c_long> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+/// Runs `entry(argument)` in a child that shares this process's memory
+/// and descriptor table (`CLONE_VM | CLONE_FILES`, as a thread would, but a
+/// process of its own), on `stack`: no page table is copied. Returns the
+/// child's PID.
+///
+/// # Safety
+///
+/// `entry` must only make system calls through this module and must end
+/// in `execve` or [`exit`]; it must not return. Until it execs or exits,
+/// this process must not run (it waits in a system call), `argument` must
+/// stay valid, and nothing else may use `stack`.
+pub(crate) unsafe fn spawn_sharing_memory(
+    stack: &mut [u8],
+    entry: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    argument: *mut libc::c_void,
+) -> io::Result<libc::pid_t> {
+    // The stack grows down on every architecture Keel runs on; keep the
+    // top 16-byte aligned.
+    let top = stack.as_mut_ptr().wrapping_add(stack.len());
+    let top = top.wrapping_sub(top as usize % 16);
+    // SAFETY: `top` is the aligned end of a live buffer nothing else uses
+    // while the child runs; the caller guarantees `entry`, `argument` and
+    // that this process does not run meanwhile.
+    let pid = unsafe {
+        libc::clone(
+            entry,
+            top.cast(),
+            libc::CLONE_VM | libc::CLONE_FILES | libc::SIGCHLD,
+            argument,
+        )
+    };
+    check(pid)?;
+    Ok(pid)
+}
+
+/// A fresh private anonymous mapping of `count` zeroed `T`s, never
+/// unmapped (it lasts as long as the process). Its pages cost memory only
+/// once touched. `T` must be valid when all bits are zero.
+fn map_zeroed<T: Copy>(count: usize) -> io::Result<&'static mut [T]> {
+    let length = count
+        .checked_mul(size_of::<T>())
+        .filter(|length| *length > 0);
+    let Some(length) = length else {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    };
+    // SAFETY: an anonymous private mapping at an address the kernel picks
+    // touches no existing memory.
+    let address = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if address == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the mapping is page-aligned (so aligned for `T`), `length`
+    // bytes long, zero-filled (valid `T`s, the callers' types being plain
+    // integers), referenced by nothing else and never unmapped.
+    Ok(unsafe { std::slice::from_raw_parts_mut(address.cast::<T>(), count) })
+}
+
+/// [`map_zeroed`] bytes.
+pub(crate) fn map_bytes(count: usize) -> io::Result<&'static mut [u8]> {
+    map_zeroed(count)
+}
+
+/// [`map_zeroed`] machine words.
+pub(crate) fn map_words(count: usize) -> io::Result<&'static mut [usize]> {
+    map_zeroed(count)
+}
+
+/// Blocks until one of `fds` is readable (or hung up); a bit per
+/// descriptor, in order, set for those that are.
+pub(crate) fn wait_readable(fds: &[RawFd; 2]) -> u32 {
+    let mut polls = fds.map(|fd| libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    });
+    loop {
+        // SAFETY: two live pollfds; a negative timeout blocks until ready.
+        let ready = unsafe { libc::poll(polls.as_mut_ptr(), 2, -1) };
+        if ready > 0 {
+            return polls
+                .iter()
+                .enumerate()
+                .filter(|(_, poll)| poll.revents != 0)
+                .fold(0, |bits, (index, _)| bits | (1 << index));
+        }
+        if ready < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 0;
+        }
+    }
+}
+
+/// A pidfd of the process `pid` (as this process's PID namespace numbers it).
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<RawFd> {
+    // SAFETY: pidfd_open takes integers.
+    let fd = check_long(unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) })?;
+    Ok(RawFd::try_from(fd).unwrap_or(-1))
+}
+
+/// Moves the mount at `from` (relative to the directory `from_dir`) with
+/// everything beneath it to `to` (`move_mount(2)`).
+pub(crate) fn move_mount(from_dir: RawFd, from: &CStr, to: &CStr) -> io::Result<()> {
+    // SAFETY: both paths are NUL-terminated and alive for the call; the
+    // other arguments are integers.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            from_dir,
+            from.as_ptr(),
+            libc::AT_FDCWD,
+            to.as_ptr(),
+            0u32,
+        )
+    })
+    .map(drop)
+}
+
+/// `dup2(2)`: `from` also as `to` (without close-on-exec).
+pub(crate) fn dup2(from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: dup2 takes integers only.
+    check(unsafe { libc::dup2(from, to) })
+}
+
+/// A close-on-exec duplicate of `fd` numbered `lowest` or above.
+pub(crate) fn dup_above(fd: RawFd, lowest: RawFd) -> io::Result<RawFd> {
+    // SAFETY: fcntl with F_DUPFD_CLOEXEC takes integers only.
+    let duplicate = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, lowest) };
+    check(duplicate)?;
+    Ok(duplicate)
+}
+
+/// Opens `path` (inside the view) with `flags`.
+pub(crate) fn open(path: &CStr, flags: libc::c_int) -> io::Result<RawFd> {
+    // SAFETY: `path` is NUL-terminated and alive for the call.
+    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    check(fd)?;
+    Ok(fd)
+}
+
+/// `execve(2)`; returns only with the reason it failed.
+///
+/// # Safety
+///
+/// `argv` and `envp` must be arrays of pointers to NUL-terminated strings,
+/// each ending with a null pointer, alive for the call.
+pub(crate) unsafe fn execve(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+) -> io::Error {
+    // SAFETY: guaranteed by the caller.
+    unsafe {
+        libc::execve(path, argv, envp);
+    }
+    io::Error::last_os_error()
+}
+
+/// Resets every signal's disposition to the default and empties the
+/// signal mask, so that a command starts as if from a fresh process
+/// (Rust ignores SIGPIPE, and ignored signals survive exec).
+pub(crate) fn reset_signals() {
+    for signal in 1..libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: setting a disposition to SIG_DFL takes no pointers;
+        // numbers the kernel does not accept fail harmlessly.
+        unsafe {
+            libc::signal(signal, libc::SIG_DFL);
+        }
+    }
+    // SAFETY: a live, emptied set the kernel only reads.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&raw mut set);
+        libc::sigprocmask(libc::SIG_SETMASK, &raw const set, std::ptr::null_mut());
+    }
+}
+
+/// Sets SIGCHLD to be ignored when `automatic` (the kernel reaps children
+/// as they exit), or back to the default (children wait to be reaped).
+pub(crate) fn reap_children_automatically(automatic: bool) {
+    let disposition = if automatic {
+        libc::SIG_IGN
+    } else {
+        libc::SIG_DFL
+    };
+    // SAFETY: setting a disposition takes no pointers.
+    unsafe {
+        libc::signal(libc::SIGCHLD, disposition);
+    }
+}
+
+/// Sends `signal` to the process behind `pidfd`.
+pub(crate) fn pidfd_send_signal(pidfd: RawFd, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: integers and a null siginfo pointer, which the kernel allows.
+    check_long(unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd,
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    })
+    .map(drop)
 }

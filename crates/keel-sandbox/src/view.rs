@@ -25,7 +25,10 @@
 //! detaches the old root. Nothing is created on the host.
 //!
 //! Everything here runs in the parent and may allocate; the child only walks
-//! [`View::steps`], which hold ready-made C strings. Invariants: a step's
+//! [`View::steps`], which hold ready-made C strings. A namespace holder
+//! (see `zygote`) builds the view once per run and repeats
+//! [`View::per_call`] (private `/tmp`, `/dev/shm` and `/dev/pts`, a `/proc`
+//! for the call's own PID namespace) for every call. Invariants: a step's
 //! parents come before it (entries are mounted shallowest first, and a
 //! read-only bind is made read-only before anything is mounted beneath it,
 //! so a writable workspace under a read-only directory stays writable);
@@ -41,7 +44,7 @@ use super::{Sandbox, SandboxError};
 
 /// One operation of the child: targets are inside paths, sources are read
 /// through the old root.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Step {
     /// Create a directory (an existing one is fine).
     Dir(CString),
@@ -66,12 +69,39 @@ pub(crate) enum Step {
 }
 
 /// The plan of one command's mount namespace.
-#[derive(Debug)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct View {
     /// What to do after pivoting into the new root's tmpfs.
     pub steps: Vec<Step>,
+    /// The mounts among them that give each call a fresh, private file
+    /// system (`/tmp`, `/dev/shm`, `/dev/pts`, `/proc`): a holder that
+    /// keeps the view for a whole run mounts these again, over the first
+    /// ones, per call.
+    pub per_call: Vec<Fresh>,
     /// Inside paths that the Landlock layer must grant, with what.
     pub landlock: Vec<(CString, Grant)>,
+}
+
+/// A mount made afresh for every call, over the holder's, with what the
+/// view holds beneath it carried over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Fresh {
+    /// Where it is mounted.
+    pub target: CString,
+    /// The mount itself (a tmpfs, a procfs or a devpts).
+    pub mount: Step,
+    /// What the view has beneath it, in order.
+    pub beneath: Vec<Beneath>,
+}
+
+/// Something the view holds beneath a [`Fresh`] mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Beneath {
+    /// A directory, file or symlink, made again in the fresh mount.
+    Make(Step),
+    /// A mount (with everything mounted beneath it), moved from beneath
+    /// the covered mount (`from`, relative to its root) to `to`.
+    Move { from: CString, to: CString },
 }
 
 /// Which rights an inside path created by the view needs.
@@ -171,6 +201,7 @@ pub(crate) fn build(
     sorted.sort_by_key(|(path, _)| (path.components().count(), path.clone()));
     let mut plan = Planner {
         steps: Vec::new(),
+        fresh: Vec::new(),
         made: BTreeSet::new(),
     };
     let mut bound: Vec<PathBuf> = Vec::new();
@@ -195,14 +226,22 @@ pub(crate) fn build(
         (c_path(Path::new("/dev/shm"))?, Grant::All),
         (c_path(Path::new("/proc"))?, Grant::Read),
     ];
+    let per_call = plan
+        .fresh
+        .iter()
+        .map(|&index| fresh(&plan.steps, index))
+        .collect::<Result<_, _>>()?;
     Ok(View {
         steps: plan.steps,
+        per_call,
         landlock,
     })
 }
 
 struct Planner {
     steps: Vec<Step>,
+    /// Indices of the steps every call must have afresh.
+    fresh: Vec<usize>,
     made: BTreeSet<PathBuf>,
 }
 
@@ -210,6 +249,12 @@ impl Planner {
     /// An inside path (a mount target).
     fn inside(&self, path: &Path) -> Result<CString, SandboxError> {
         c_path(path)
+    }
+
+    /// Adds a mount that every call must have afresh.
+    fn fresh(&mut self, step: Step) {
+        self.fresh.push(self.steps.len());
+        self.steps.push(step);
     }
 
     /// Creates `path`'s parents (and `path` itself when `with_self`).
@@ -233,14 +278,14 @@ impl Planner {
             Entry::Tmp => {
                 self.dirs(path, true)?;
                 let target = self.inside(path)?;
-                self.steps.push(Step::Tmpfs {
+                self.fresh(Step::Tmpfs {
                     target,
                     options: c_str("mode=1777")?,
                 });
             }
             Entry::Proc => {
                 self.dirs(path, true)?;
-                self.steps.push(Step::Proc(self.inside(path)?));
+                self.fresh(Step::Proc(self.inside(path)?));
             }
             Entry::Dev => self.dev(path)?,
             // The path exists beneath a writable bind already: nothing is
@@ -308,13 +353,14 @@ impl Planner {
             });
         }
         self.steps.push(Step::Dir(inside("pts")?));
-        self.steps.push(Step::Devpts(inside("pts")?));
+        // Per call: a pseudo-terminal one call opened is none of another's.
+        self.fresh(Step::Devpts(inside("pts")?));
         self.steps.push(Step::Symlink {
             target: c_str("pts/ptmx")?,
             link: inside("ptmx")?,
         });
         self.steps.push(Step::Dir(inside("shm")?));
-        self.steps.push(Step::Tmpfs {
+        self.fresh(Step::Tmpfs {
             target: inside("shm")?,
             options: c_str("mode=1777")?,
         });
@@ -370,6 +416,65 @@ impl Planner {
         }
         Ok(())
     }
+}
+
+/// The per-call plan of the fresh mount `steps[index]`: what the steps
+/// after it make or mount beneath its target. Only the outermost mounts
+/// beneath it move (theirs come along); nothing inside them is made again.
+fn fresh(steps: &[Step], index: usize) -> Result<Fresh, SandboxError> {
+    let mount = steps
+        .get(index)
+        .cloned()
+        .ok_or_else(|| SandboxError::Io("the view's plan lost a step".into()))?;
+    let target = match &mount {
+        Step::Tmpfs { target, .. } | Step::Proc(target) | Step::Devpts(target) => target.clone(),
+        other => {
+            return Err(SandboxError::Io(format!(
+                "the view cannot renew {other:?} per call"
+            )));
+        }
+    };
+    let root = c_as_path(&target).to_path_buf();
+    let mut beneath = Vec::new();
+    let mut moved: Vec<PathBuf> = Vec::new();
+    for step in steps.iter().skip(index + 1) {
+        let (path, is_mount) = match step {
+            Step::Dir(path) | Step::File(path) | Step::Symlink { link: path, .. } => (path, false),
+            Step::Bind { target, .. }
+            | Step::Tmpfs { target, .. }
+            | Step::Proc(target)
+            | Step::Devpts(target) => (target, true),
+            Step::ReadOnly(_) => continue,
+        };
+        let path = c_as_path(path);
+        let inside = path
+            .strip_prefix(&root)
+            .ok()
+            .filter(|rest| !rest.as_os_str().is_empty());
+        let Some(relative) = inside else { continue };
+        if moved.iter().any(|mount| path.starts_with(mount)) {
+            continue;
+        }
+        if is_mount {
+            moved.push(path.to_path_buf());
+            beneath.push(Beneath::Move {
+                from: c_path(relative)?,
+                to: c_path(path)?,
+            });
+        } else {
+            beneath.push(Beneath::Make(step.clone()));
+        }
+    }
+    Ok(Fresh {
+        target,
+        mount,
+        beneath,
+    })
+}
+
+/// A C string path as a `Path`.
+fn c_as_path(path: &CString) -> &Path {
+    Path::new(std::ffi::OsStr::from_bytes(path.as_bytes()))
 }
 
 /// A host path as the child reaches it while building the view: under [`OLD_ROOT`].

@@ -24,6 +24,7 @@
 mod beneath;
 pub mod builtin;
 pub mod changes;
+pub mod evidence;
 pub mod outputs;
 pub mod registry;
 pub mod scheduler;

@@ -1,16 +1,18 @@
 //! The `Tool` trait and what a tool receives and returns.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use keel_protocol::{
-    ExecutionMode, IntentKind, IntentScope, OperationIntent, ToolErrorCode, ToolProgress,
-    UserContent,
+    ExecutionMode, Idempotency, IntentKind, IntentScope, OperationIntent, ToolErrorCode,
+    ToolProgress, UserContent,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::evidence::PlannedFile;
 use crate::sandbox::Sandbox;
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -46,6 +48,25 @@ pub trait Tool: Send + Sync {
     /// The default is [`Tool::intent`] with no reasons.
     fn classify(&self, arguments: &Value, workspace: &Workspace) -> (OperationIntent, Vec<String>) {
         (self.intent(arguments, workspace), Vec::new())
+    }
+
+    /// How a call cut short by a crash may be recovered (the effect
+    /// journal, SPEC §8). The default, `undeclared`, means never run again.
+    fn idempotency(&self) -> Idempotency {
+        Idempotency::Undeclared
+    }
+
+    /// The files a call with these (validated) arguments will change and the
+    /// content it will leave in each where the tool can tell, given what
+    /// each holds now (`current(abs)`, `None` when absent). Recorded as
+    /// hashes before the call runs; the default names none.
+    fn planned_files(
+        &self,
+        _arguments: &Value,
+        _workspace: &Workspace,
+        _current: &dyn Fn(&Path) -> Option<Vec<u8>>,
+    ) -> Vec<PlannedFile> {
+        Vec::new()
     }
 
     /// Runs the call. Arguments have been validated against [`Tool::parameters`].

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 /// The format name in every header.
 pub(crate) const FORMAT: &str = "keel-session";
 /// The newest format version this build writes and reads.
-pub(crate) const VERSION: u32 = 1;
+pub(crate) const VERSION: u32 = 2;
 
 /// The first line of a session file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,6 +260,10 @@ const KINDS: &[&str] = &[
     "permission_decision",
     "branch_summary",
     "label",
+    "run_start",
+    "run_end",
+    "effect_started",
+    "effect_recovered",
     "custom",
 ];
 

@@ -104,6 +104,29 @@ fn run(mut setup: WriterSetup, jobs: mpsc::Receiver<Job>) {
     }
 }
 
+/// Writes the batch's bytes. When the crash test arms the failpoint
+/// `between_group_records` and the batch opens with a group of several
+/// records, the first record reaches the file alone before the point is hit,
+/// so a kill there leaves a torn group for the next open to cut off.
+fn write_all(file: &mut File, bytes: &[u8], batch: &[Job]) -> std::io::Result<()> {
+    let point = keel_failpoint::BETWEEN_GROUP_RECORDS;
+    let torn =
+        batch.first().is_some_and(|job| job.records.len() > 1) && keel_failpoint::is_armed(point);
+    let first_line = bytes
+        .iter()
+        .position(|&byte| byte == b'\n')
+        .map(|at| at + 1);
+    match (torn, first_line) {
+        (true, Some(split)) => {
+            let (head, rest) = bytes.split_at(split);
+            file.write_all(head)?;
+            keel_failpoint::hit(point);
+            file.write_all(rest)
+        }
+        _ => file.write_all(bytes),
+    }
+}
+
 fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<meta::Meta, String> {
     let first_group = setup.next_group;
     let mut bytes = Vec::new();
@@ -116,10 +139,7 @@ fn write_batch(setup: &mut WriterSetup, batch: &[Job]) -> Result<meta::Meta, Str
         )
         .map_err(|error| format!("cannot encode a record: {error}"))?;
     }
-    let written = setup
-        .file
-        .write_all(&bytes)
-        .and_then(|()| setup.file.sync_data());
+    let written = write_all(&mut setup.file, &bytes, batch).and_then(|()| setup.file.sync_data());
     if let Err(error) = written {
         // Cut the partial batch off so the file ends at the last good group.
         let _ = setup

@@ -82,33 +82,37 @@ impl Tool for EditTool {
         path_intent(IntentKind::Write, arguments, workspace)
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::EditFile
+    }
+
+    fn planned_files(
+        &self,
+        arguments: &Value,
+        workspace: &Workspace,
+        current: &dyn Fn(&std::path::Path) -> Option<Vec<u8>>,
+    ) -> Vec<crate::evidence::PlannedFile> {
+        let Ok(arguments) = EditArguments::deserialize(arguments) else {
+            return Vec::new();
+        };
+        let Ok(abs) = workspace.resolve(&arguments.path) else {
+            return Vec::new();
+        };
+        let after = current(&abs)
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .and_then(|text| edited(&text, &arguments.edits, &arguments.path).ok())
+            .map(|(_, _, content)| content.into_bytes());
+        vec![crate::evidence::PlannedFile { abs, after }]
+    }
+
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(within_deadline(self.name(), async move {
             let arguments: EditArguments = parse_arguments(self.name(), arguments)?;
             let file = read_text_file(&context.workspace, &arguments.path, "edit cannot change it")
                 .await?;
             let path = file.display.as_str();
-            let (bom, body) = match file.text.strip_prefix(BOM) {
-                Some(body) => (BOM, body),
-                None => ("", file.text.as_str()),
-            };
-            let crlf = body.contains("\r\n");
-            let original = to_lf(body);
-            let located = locate_all(&original, &arguments.edits, path)?;
-            let updated = apply(&original, located);
-            if updated == original {
-                return Err(ToolError::new(
-                    ToolErrorCode::EditNoChange,
-                    format!("The edits leave {path} unchanged"),
-                ));
-            }
-            let on_disk = if crlf {
-                updated.replace('\n', "\r\n")
-            } else {
-                updated.clone()
-            };
+            let (original, updated, content) = edited(&file.text, &arguments.edits, path)?;
             let (workspace, abs) = (Arc::clone(&context.workspace), file.abs.clone());
-            let content = format!("{bom}{on_disk}");
             tokio::task::spawn_blocking(move || workspace.write_file(&abs, content.as_bytes()))
                 .await
                 .map_err(|error| {
@@ -117,6 +121,32 @@ impl Tool for EditTool {
             Ok(summary(path, &original, &updated, arguments.edits.len()))
         }))
     }
+}
+
+/// The LF-normalised original, the LF-normalised result and the bytes to
+/// write (BOM and CRLF endings restored) of applying `edits` to `text`.
+fn edited(text: &str, edits: &[Edit], path: &str) -> Result<(String, String, String), ToolError> {
+    let (bom, body) = match text.strip_prefix(BOM) {
+        Some(body) => (BOM, body),
+        None => ("", text),
+    };
+    let crlf = body.contains("\r\n");
+    let original = to_lf(body);
+    let located = locate_all(&original, edits, path)?;
+    let updated = apply(&original, located);
+    if updated == original {
+        return Err(ToolError::new(
+            ToolErrorCode::EditNoChange,
+            format!("The edits leave {path} unchanged"),
+        ));
+    }
+    let on_disk = if crlf {
+        updated.replace('\n', "\r\n")
+    } else {
+        updated.clone()
+    };
+    let content = format!("{bom}{on_disk}");
+    Ok((original, updated, content))
 }
 
 fn to_lf(text: &str) -> String {

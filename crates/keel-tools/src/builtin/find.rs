@@ -55,6 +55,10 @@ impl Tool for FindTool {
             .clone()
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::ReadOnly
+    }
+
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Parallel
     }

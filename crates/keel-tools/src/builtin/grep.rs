@@ -80,6 +80,10 @@ impl Tool for GrepTool {
             .clone()
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::ReadOnly
+    }
+
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Parallel
     }

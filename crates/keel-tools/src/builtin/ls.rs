@@ -50,6 +50,10 @@ impl Tool for LsTool {
         SCHEMA.get_or_init(arguments_schema::<LsArguments>).clone()
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::ReadOnly
+    }
+
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Parallel
     }

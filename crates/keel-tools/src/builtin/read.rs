@@ -62,6 +62,10 @@ impl Tool for ReadTool {
             .clone()
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::ReadOnly
+    }
+
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Parallel
     }

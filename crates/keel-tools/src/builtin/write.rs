@@ -55,6 +55,28 @@ impl Tool for WriteTool {
         path_intent(IntentKind::Write, arguments, workspace)
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::WriteFile
+    }
+
+    fn planned_files(
+        &self,
+        arguments: &Value,
+        workspace: &Workspace,
+        _current: &dyn Fn(&std::path::Path) -> Option<Vec<u8>>,
+    ) -> Vec<crate::evidence::PlannedFile> {
+        let Ok(arguments) = WriteArguments::deserialize(arguments) else {
+            return Vec::new();
+        };
+        let Ok(abs) = workspace.resolve(&arguments.path) else {
+            return Vec::new();
+        };
+        vec![crate::evidence::PlannedFile {
+            abs,
+            after: Some(arguments.content.into_bytes()),
+        }]
+    }
+
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(within_deadline(self.name(), async move {
             let arguments: WriteArguments = parse_arguments(self.name(), arguments)?;

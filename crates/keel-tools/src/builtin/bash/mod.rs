@@ -1,13 +1,14 @@
 //! The `bash` tool: runs a shell command in the workspace.
 //!
 //! The command runs as `shell -c command` in the workspace root, with an
-//! allowlisted environment ([`crate::env`]), no stdin, and in its own process
-//! group so that a timeout or a cancellation kills everything it started,
-//! grandchildren included. After a normal exit the group is killed too, so
-//! background stragglers do not outlive the call. A sandboxed command runs
-//! in its own namespaces ([`crate::sandbox`]): when its shell exits, every
-//! process it left behind dies with its PID namespace, whatever session or
-//! process group it moved to.
+//! allowlisted environment ([`crate::env`]) and no stdin. A sandboxed
+//! command is started by the namespaces the sandbox holds for the run
+//! ([`crate::sandbox::spawn`]), in PID, mount and IPC namespaces of its own:
+//! when its shell exits, every process it left behind dies with its PID
+//! namespace, whatever session or process group it moved to, and a timeout
+//! or a cancellation kills the namespace. An unsandboxed command runs in its
+//! own process group, killed on a timeout, a cancellation, and after a
+//! normal exit too, so background stragglers do not outlive the call.
 //!
 //! The timeout is capped ([`BashOptions::max_timeout`]); output is bounded
 //! (see [`super::output`]): a flood is killed, the log and the progress
@@ -20,7 +21,9 @@
 //! shows the tail (at most 2000 lines / 50 KB) and, when
 //! truncated, names the log file holding the full output.
 
+use std::ffi::OsString;
 use std::io;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -29,14 +32,15 @@ use std::time::Duration;
 use keel_protocol::{ExecutionMode, IntentKind, IntentScope, OperationIntent, ToolErrorCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::process::{Child, Command};
+use tokio::net::unix::pipe;
+use tokio::process::Command;
 use tokio_util::sync::CancellationToken;
 
 use super::output::{Collected, Collector, Limits};
 use super::parse_arguments;
-use super::process::{GroupKiller, Pipes};
+use super::process::{Confined, Exit, GroupKiller, Pipes, Process, Reader};
 use crate::env::child_env;
-use crate::sandbox::{Confinement, confine};
+use crate::sandbox::{CallSpec, SANDBOX_TMPDIR, Sandbox};
 use crate::shell;
 
 /// Where the analysis takes `$TMPDIR` to point (see [`BashTool::intent`]).
@@ -143,6 +147,10 @@ impl Tool for BashTool {
         })
     }
 
+    fn idempotency(&self) -> keel_protocol::Idempotency {
+        keel_protocol::Idempotency::Command
+    }
+
     fn execution_mode(&self) -> ExecutionMode {
         ExecutionMode::Sequential
     }
@@ -176,32 +184,26 @@ impl Tool for BashTool {
                 .map_or(self.options.default_timeout, Duration::from_secs)
                 .min(self.options.max_timeout);
             let root = context.workspace.root();
-            let confinement = confine(&context.sandbox, root).map_err(|error| {
-                ToolError::new(ToolErrorCode::SandboxUnavailable, error.to_string())
-            })?;
             let mut listed = self.options.env_passthrough.clone();
             listed.extend(context.sandbox.config.env.iter().cloned());
-            let mut child = self.spawn(&arguments.command, root, &confinement, &listed)?;
-            let mut group = GroupKiller::of(&child);
-            let mut pipes = Pipes {
-                stdout: child.stdout.take(),
-                stderr: child.stderr.take(),
-            };
+            let (mut process, mut pipes) =
+                self.spawn(&arguments.command, root, &context.sandbox, &listed)?;
+            keel_failpoint::hit(keel_failpoint::IN_BASH);
             let mut collector = Collector::new(context.progress.clone(), self.options.limits());
             let ending = run(
-                &mut child,
+                &mut process,
                 &mut pipes,
                 &mut collector,
                 &context.cancel,
                 timeout,
             )
             .await;
-            group.kill();
+            process.kill();
             let ending = match ending {
                 Ending::Exited(status) => Ending::Exited(status),
                 other => {
-                    // The group is dead; reap the shell so it is no zombie.
-                    let _ = child.wait().await;
+                    // Killed: wait until every process of it is gone.
+                    process.reap().await;
                     other
                 }
             };
@@ -213,13 +215,15 @@ impl Tool for BashTool {
 }
 
 impl BashTool {
+    /// Starts `shell -c command`: in the sandbox's held namespaces when it
+    /// is enforced, else as a plain child in its own process group.
     fn spawn(
         &self,
         command: &str,
         root: &Path,
-        confinement: &Confinement,
+        sandbox: &Sandbox,
         listed: &[String],
-    ) -> Result<Child, ToolError> {
+    ) -> Result<(Process, Pipes), ToolError> {
         let shell = &self.options.shell;
         let start_failed = |error: &dyn std::fmt::Display| {
             ToolError::new(
@@ -229,6 +233,9 @@ impl BashTool {
         };
         if let Err(error) = std::fs::metadata(shell) {
             return Err(start_failed(&error));
+        }
+        if sandbox.is_enforced() {
+            return spawn_confined(shell, command, root, sandbox, listed);
         }
         let mut spawner = Command::new(shell);
         spawner
@@ -242,27 +249,66 @@ impl BashTool {
             .stderr(Stdio::piped())
             .process_group(0)
             .kill_on_drop(true);
-        confinement.apply(spawner.as_std_mut());
-        spawner.spawn().map_err(|error| {
-            if confinement.is_enforced() {
-                ToolError::new(
-                    ToolErrorCode::SandboxUnavailable,
-                    format!(
-                        "Setting up the OS sandbox of the command failed: {error}. Nothing was \
-                         run. Run `keel doctor` to see what this machine supports; a host \
-                         already inside an isolating container can pass `--sandbox external`."
-                    ),
-                )
-            } else {
-                start_failed(&error)
-            }
-        })
+        let mut child = spawner.spawn().map_err(|error| start_failed(&error))?;
+        let pipes = Pipes {
+            stdout: child.stdout.take().map(|out| Box::new(out) as Reader),
+            stderr: child.stderr.take().map(|err| Box::new(err) as Reader),
+        };
+        let group = GroupKiller::of(&child);
+        Ok((Process::Plain { child, group }, pipes))
     }
+}
+
+/// Starts `shell -c command` in the sandbox's held namespaces (cwd: the
+/// workspace root, `TMPDIR`: the call's private `/tmp`). A sandbox that
+/// cannot be enforced fails with `SandboxUnavailable`: nothing runs.
+fn spawn_confined(
+    shell: &Path,
+    command: &str,
+    root: &Path,
+    sandbox: &Sandbox,
+    listed: &[String],
+) -> Result<(Process, Pipes), ToolError> {
+    let failed = |error: io::Error| {
+        ToolError::new(
+            ToolErrorCode::Io,
+            format!("Failed to start shell `{}`: {error}", shell.display()),
+        )
+    };
+    let (stdout, stdout_write) = io::pipe().map_err(failed)?;
+    let (stderr, stderr_write) = io::pipe().map_err(failed)?;
+    let mut env: Vec<(OsString, OsString)> = child_env(listed)
+        .into_iter()
+        .filter(|(name, _)| name != "TMPDIR")
+        .map(|(name, value)| (name.into(), value.into()))
+        .collect();
+    env.push(("TMPDIR".into(), SANDBOX_TMPDIR.into()));
+    let spec = CallSpec {
+        program: shell.to_path_buf(),
+        args: vec![shell.into(), "-c".into(), command.into()],
+        env,
+        stdout: stdout_write.into(),
+        stderr: stderr_write.into(),
+    };
+    let call = crate::sandbox::spawn(sandbox, root, spec)
+        .map_err(|error| ToolError::new(ToolErrorCode::SandboxUnavailable, error.to_string()))?;
+    let reader = |read: io::PipeReader| -> io::Result<Reader> {
+        Ok(Box::new(pipe::Receiver::from_owned_fd(OwnedFd::from(
+            read,
+        ))?))
+    };
+    let pipes = Pipes {
+        stdout: Some(reader(stdout).map_err(failed)?),
+        stderr: Some(reader(stderr).map_err(failed)?),
+    };
+    let process = Process::Confined(Box::new(Confined::new(call).map_err(failed)?));
+    Ok((process, pipes))
 }
 
 /// Why the command stopped running.
 enum Ending {
     Exited(ExitStatus),
+    NotStarted(io::Error),
     WaitFailed(io::Error),
     TimedOut,
     Cancelled,
@@ -271,7 +317,7 @@ enum Ending {
 
 /// Collects output until the command exits, times out or is cancelled.
 async fn run(
-    child: &mut Child,
+    process: &mut Process,
     pipes: &mut Pipes,
     collector: &mut Collector,
     cancel: &CancellationToken,
@@ -287,9 +333,10 @@ async fn run(
                     return Ending::Flooded;
                 }
             }
-            status = child.wait() => {
+            status = process.wait() => {
                 return match status {
-                    Ok(status) => Ending::Exited(status),
+                    Ok(Exit::Status(status)) => Ending::Exited(status),
+                    Ok(Exit::NotStarted(error)) => Ending::NotStarted(error),
                     Err(error) => Ending::WaitFailed(error),
                 };
             }
@@ -346,6 +393,16 @@ fn outcome(
                 "Command ended without an exit code".to_owned(),
             ),
         },
+        Ending::NotStarted(error) => {
+            return Err(ToolError::new(
+                ToolErrorCode::SandboxUnavailable,
+                format!(
+                    "Setting up the OS sandbox of the command failed: {error}. Nothing was \
+                     run. Run `keel doctor` to see what this machine supports; a host \
+                     already inside an isolating container can pass `--sandbox external`."
+                ),
+            ));
+        }
         Ending::WaitFailed(error) => (
             ToolErrorCode::Io,
             format!("Failed to wait for the command: {error}"),

@@ -1,0 +1,169 @@
+//! The recovery decision table of SPEC §8 (`keel_kernel::journal`), as a
+//! property: for every tool class and every on-disk state of its target,
+//! the decision is the one specified — and an effect whose outcome cannot
+//! be known is never run again.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use keel_kernel::journal::{decide, plan};
+use keel_protocol::{
+    AssistantMessage, ContentBlock, EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency,
+    Message, RecoveryAction, ToolCall, ToolResultMessage, ToolStatus,
+};
+use proptest::prelude::*;
+use serde_json::json;
+
+fn class() -> impl Strategy<Value = Option<Idempotency>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(Idempotency::ReadOnly)),
+        Just(Some(Idempotency::WriteFile)),
+        Just(Some(Idempotency::EditFile)),
+        Just(Some(Idempotency::Command)),
+        Just(Some(Idempotency::Undeclared)),
+    ]
+}
+
+/// A content hash out of a small alphabet, so that equal hashes are common.
+fn hash() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        Just(None),
+        Just(Some("h1".to_owned())),
+        Just(Some("h2".to_owned())),
+        Just(Some("h3".to_owned())),
+    ]
+}
+
+/// The table, written out case by case.
+fn specified(
+    class: Option<Idempotency>,
+    evidence: Option<(&Option<String>, &Option<String>)>,
+    now: &Option<String>,
+) -> RecoveryAction {
+    match class {
+        None => RecoveryAction::NotStarted,
+        Some(Idempotency::ReadOnly) => RecoveryAction::Rerun,
+        Some(Idempotency::WriteFile) => match evidence {
+            Some((_, after)) if after.is_some() && now == after => RecoveryAction::AlreadyApplied,
+            _ => RecoveryAction::Rerun,
+        },
+        Some(Idempotency::EditFile) => match evidence {
+            None => RecoveryAction::Conflict,
+            Some((_, after)) if after.is_some() && now == after => RecoveryAction::AlreadyApplied,
+            Some((before, _)) if now == before => RecoveryAction::Rerun,
+            Some(_) => RecoveryAction::Conflict,
+        },
+        Some(_) => RecoveryAction::Interrupted,
+    }
+}
+
+proptest! {
+    #[test]
+    fn each_class_and_disk_state_gets_the_specified_decision(
+        class in class(),
+        with_evidence in any::<bool>(),
+        before in hash(),
+        after in hash(),
+        now in hash(),
+    ) {
+        let evidence = with_evidence.then(|| FileEvidence {
+            path: "f.txt".into(),
+            before_sha256: before.clone(),
+            after_sha256: after.clone(),
+        });
+        let effect = class.map(|idempotency| EffectStarted {
+            call_id: "c1".into(),
+            tool_name: "t".into(),
+            arguments_sha256: "x".into(),
+            idempotency,
+            evidence: evidence.clone().into_iter().collect(),
+        });
+        let current = |path: &str| {
+            assert_eq!(path, "f.txt");
+            now.clone()
+        };
+        let (action, reason) = decide(effect.as_ref(), &current);
+        let expected = specified(class, with_evidence.then_some((&before, &after)), &now);
+        prop_assert_eq!(action, expected);
+        prop_assert!(!reason.is_empty());
+        if matches!(class, Some(Idempotency::Command | Idempotency::Undeclared)) {
+            prop_assert!(!action.runs(), "an unknown outcome is never run again");
+        }
+        if action == RecoveryAction::Rerun && class == Some(Idempotency::EditFile) {
+            prop_assert_eq!(&now, &before, "an edit is applied again only on its pre-image");
+        }
+    }
+
+    #[test]
+    fn only_calls_without_results_are_decided_in_call_order(
+        answered in proptest::collection::vec(any::<bool>(), 1..6),
+        run_ended in any::<bool>(),
+    ) {
+        let calls: Vec<ToolCall> = (0..answered.len())
+            .map(|index| ToolCall {
+                id: format!("c{index}"),
+                name: "bash".into(),
+                arguments: json!({}),
+            })
+            .collect();
+        let mut payloads = vec![
+            EntryPayload::RunStart { run_id: "r".into(), mode: Default::default() },
+            EntryPayload::Message {
+                message: Message::Assistant(AssistantMessage {
+                    content: calls.iter().cloned().map(ContentBlock::ToolCall).collect(),
+                    ..AssistantMessage::default()
+                }),
+            },
+        ];
+        for (call, answered) in calls.iter().zip(&answered) {
+            payloads.push(EntryPayload::EffectStarted {
+                effect: EffectStarted {
+                    call_id: call.id.clone(),
+                    tool_name: "bash".into(),
+                    arguments_sha256: "x".into(),
+                    idempotency: Idempotency::Command,
+                    evidence: Vec::new(),
+                },
+            });
+            if *answered {
+                payloads.push(EntryPayload::Message {
+                    message: Message::ToolResult(ToolResultMessage {
+                        call_id: call.id.clone(),
+                        tool_name: "bash".into(),
+                        status: ToolStatus::Success,
+                        content: Vec::new(),
+                        error: None,
+                        details: None,
+                    }),
+                });
+            }
+        }
+        if run_ended {
+            payloads.push(EntryPayload::RunEnd {
+                run_id: "r".into(),
+                state: keel_protocol::RunEndState::Settled,
+            });
+        }
+        let branch: Vec<Entry> = payloads
+            .into_iter()
+            .enumerate()
+            .map(|(index, payload)| Entry {
+                id: format!("e{index}"),
+                parent_id: index.checked_sub(1).map(|parent| format!("e{parent}")),
+                timestamp: 0,
+                payload,
+            })
+            .collect();
+        let interruption = plan(&branch, &|_| None);
+        let expected: Vec<String> = calls
+            .iter()
+            .zip(&answered)
+            .filter(|(_, answered)| !**answered)
+            .map(|(call, _)| call.id.clone())
+            .collect();
+        let decided: Vec<String> = interruption.calls.iter().map(|c| c.call.id.clone()).collect();
+        prop_assert_eq!(decided, expected.clone());
+        prop_assert!(interruption.calls.iter().all(|c| c.action == RecoveryAction::Interrupted));
+        prop_assert_eq!(interruption.run_open, !run_ended);
+        prop_assert_eq!(interruption.is_interrupted(), !run_ended || !expected.is_empty());
+    }
+}

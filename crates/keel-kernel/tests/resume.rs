@@ -1,0 +1,355 @@
+//! SPEC §8 through `AgentKernel`: a run whose process dies mid-batch (here:
+//! its runtime is torn down while a tool runs) leaves an effect journal from
+//! which `AgentKernel::resume` continues without doing an applied effect
+//! twice and without silently redoing one whose outcome is unknown.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_kernel::{AgentKernel, KernelError, RunSpec};
+use keel_protocol::{
+    Entry, EntryPayload, ExecutionMode, Idempotency, IntentKind, IntentScope, Message,
+    OperationIntent, PermissionMode, RecoveryAction, RunEventKind, RunState, ToolErrorCode,
+    ToolStatus,
+};
+use keel_provider::{Script, ScriptedProvider};
+use keel_session::{MemoryStore, SessionStore};
+use keel_tools::builtin::{EditTool, WriteTool};
+use keel_tools::{Tool, ToolContext, ToolFuture, Workspace};
+use serde_json::{Value, json};
+
+/// A side-effecting tool that never finishes: the crash happens while it runs.
+struct Hang;
+
+impl Tool for Hang {
+    fn name(&self) -> &str {
+        "hang"
+    }
+    fn description(&self) -> &str {
+        "Never returns."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {}})
+    }
+    fn execution_mode(&self) -> ExecutionMode {
+        ExecutionMode::Sequential
+    }
+    fn intent(&self, _arguments: &Value, _workspace: &Workspace) -> OperationIntent {
+        OperationIntent::new(IntentKind::Write, IntentScope::Workspace)
+    }
+    fn execute(&self, _arguments: Value, _context: ToolContext) -> ToolFuture<'_> {
+        Box::pin(std::future::pending())
+    }
+}
+
+fn kernel(dir: &std::path::Path, store: Arc<MemoryStore>, script: Value) -> AgentKernel {
+    AgentKernel::builder()
+        .provider(Arc::new(ScriptedProvider::new(
+            Script::from_json(&script.to_string()).unwrap(),
+        )))
+        .workspace(Workspace::new(dir).unwrap())
+        .store(store)
+        .tool(Arc::new(WriteTool))
+        .tool(Arc::new(EditTool))
+        .tool(Arc::new(Hang))
+        .build()
+        .unwrap()
+}
+
+/// Runs `calls` in one batch and "crashes" when `hang` starts: the runtime
+/// is shut down without letting the run finish. Returns the session id.
+fn crash_in_batch(dir: &std::path::Path, store: Arc<MemoryStore>, calls: Value) -> String {
+    crash_in_batch_in(dir, store, calls, PermissionMode::Auto)
+}
+
+/// [`crash_in_batch`] with the crashed run in `mode`.
+fn crash_in_batch_in(
+    dir: &std::path::Path,
+    store: Arc<MemoryStore>,
+    calls: Value,
+    mode: PermissionMode,
+) -> String {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let script = json!({"turns": [{"content": calls}]});
+    let kernel = kernel(dir, store, script);
+    let session = runtime.block_on(async {
+        let run = kernel
+            .create_run(RunSpec::new("go").mode(mode))
+            .await
+            .unwrap();
+        let mut events = run.events().unwrap();
+        while let Some(event) = events.next().await {
+            if let RunEventKind::ToolExecutionStart { tool_name, .. } = &event.kind
+                && tool_name == "hang"
+            {
+                break;
+            }
+        }
+        let session = run.session_id().to_owned();
+        std::mem::forget(run);
+        session
+    });
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    session
+}
+
+fn recovered(entries: &[Entry]) -> Vec<(String, RecoveryAction)> {
+    entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::EffectRecovered {
+                tool_name, action, ..
+            } => Some((tool_name.clone(), *action)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn results(entries: &[Entry]) -> Vec<(String, ToolStatus, Option<ToolErrorCode>)> {
+    entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } => Some((
+                result.tool_name.clone(),
+                result.status,
+                result.error.as_ref().map(|error| error.code),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn effects_are_journaled_before_they_run_and_a_resume_does_none_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.txt"), "one\n").unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let calls = json!([
+        {"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A\n"}},
+        {"type": "tool_call", "name": "edit", "arguments": {"path": "b.txt", "edits": [{"old_text": "one", "new_text": "two"}]}},
+        {"type": "tool_call", "name": "hang", "arguments": {}}
+    ]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let before = store.entries(&session).await.unwrap();
+        let effects: Vec<(String, Idempotency, usize)> = before
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                EntryPayload::EffectStarted { effect } => Some((
+                    effect.tool_name.clone(),
+                    effect.idempotency,
+                    effect.evidence.len(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            effects,
+            vec![
+                ("write".into(), Idempotency::WriteFile, 1),
+                ("edit".into(), Idempotency::EditFile, 1),
+                ("hang".into(), Idempotency::Undeclared, 0),
+            ]
+        );
+        assert!(results(&before).is_empty(), "the crash left no results");
+
+        let kernel = kernel(
+            dir.path(),
+            Arc::clone(&store),
+            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
+        );
+        assert!(kernel.interrupted(&session).await.unwrap());
+        let refused = kernel
+            .create_run(RunSpec::new("again").session(&session))
+            .await;
+        match refused {
+            Err(error @ KernelError::Interrupted(_)) => {
+                assert!(error.to_string().contains("keel resume"), "{error}");
+            }
+            Err(other) => panic!("unexpected error {other}"),
+            Ok(_) => panic!("a run continued past dangling calls"),
+        }
+
+        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
+        let mut events = run.events().unwrap();
+        let mut reported = Vec::new();
+        while let Some(event) = events.next().await {
+            if let RunEventKind::EffectRecovered { action, .. } = event.kind {
+                reported.push(action);
+            }
+        }
+        assert_eq!(run.result().await.state, RunState::Settled);
+        assert_eq!(
+            reported,
+            vec!["already_applied", "already_applied", "interrupted"]
+        );
+
+        let after = store.entries(&session).await.unwrap();
+        assert_eq!(
+            recovered(&after),
+            vec![
+                ("write".into(), RecoveryAction::AlreadyApplied),
+                ("edit".into(), RecoveryAction::AlreadyApplied),
+                ("hang".into(), RecoveryAction::Interrupted),
+            ]
+        );
+        assert_eq!(
+            results(&after),
+            vec![
+                ("write".into(), ToolStatus::Success, None),
+                ("edit".into(), ToolStatus::Success, None),
+                (
+                    "hang".into(),
+                    ToolStatus::Error,
+                    Some(ToolErrorCode::Interrupted)
+                ),
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "two\n"
+        );
+        assert!(!kernel.interrupted(&session).await.unwrap());
+        assert!(matches!(
+            kernel.resume(&session, PermissionMode::Auto).await,
+            Err(KernelError::NotInterrupted(_))
+        ));
+    });
+}
+
+#[test]
+fn a_resume_applies_what_had_not_happened_and_runs_what_never_started() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.txt"), "one\n").unwrap();
+    let store = Arc::new(MemoryStore::new());
+    // The hang comes first: the write and the edit are journaled (one group
+    // with the decisions) but never ran when the crash came.
+    let calls = json!([
+        {"type": "tool_call", "name": "hang", "arguments": {}},
+        {"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A\n"}},
+        {"type": "tool_call", "name": "edit", "arguments": {"path": "b.txt", "edits": [{"old_text": "one", "new_text": "two"}]}},
+        {"type": "tool_call", "name": "nonexistent", "arguments": {}}
+    ]);
+    // The crashed run had `full`; the resume gets the mode the host gives
+    // again (`auto`), never the interrupted run's.
+    let session = crash_in_batch_in(dir.path(), Arc::clone(&store), calls, PermissionMode::Full);
+    assert!(!dir.path().join("a.txt").exists());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let kernel = kernel(
+            dir.path(),
+            Arc::clone(&store),
+            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
+        );
+        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
+        assert_eq!(run.result().await.state, RunState::Settled);
+        let after = store.entries(&session).await.unwrap();
+        assert_eq!(
+            recovered(&after),
+            vec![
+                ("hang".into(), RecoveryAction::Interrupted),
+                ("write".into(), RecoveryAction::Rerun),
+                ("edit".into(), RecoveryAction::Rerun),
+                ("nonexistent".into(), RecoveryAction::NotStarted),
+            ]
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+            "A\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "two\n"
+        );
+        let statuses: Vec<ToolStatus> = results(&after).into_iter().map(|r| r.1).collect();
+        assert_eq!(
+            statuses,
+            vec![
+                ToolStatus::Error,
+                ToolStatus::Success,
+                ToolStatus::Success,
+                ToolStatus::Error
+            ]
+        );
+        let kinds: Vec<&str> = after.iter().map(Entry::kind).collect();
+        assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 2);
+        assert_eq!(kinds.last(), Some(&"run_end"));
+        let modes: Vec<PermissionMode> = after
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                EntryPayload::RunStart { mode, .. } => Some(*mode),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(modes, vec![PermissionMode::Full, PermissionMode::Auto]);
+    });
+}
+
+#[test]
+fn an_edit_whose_target_changed_is_a_conflict_not_a_rerun() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("b.txt"), "one\n").unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let calls = json!([
+        {"type": "tool_call", "name": "hang", "arguments": {}},
+        {"type": "tool_call", "name": "edit", "arguments": {"path": "b.txt", "edits": [{"old_text": "one", "new_text": "two"}]}}
+    ]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    std::fs::write(dir.path().join("b.txt"), "someone else\n").unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let kernel = kernel(
+            dir.path(),
+            Arc::clone(&store),
+            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
+        );
+        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
+        assert_eq!(run.result().await.state, RunState::Settled);
+        let after = store.entries(&session).await.unwrap();
+        assert_eq!(
+            recovered(&after)[1],
+            ("edit".into(), RecoveryAction::Conflict)
+        );
+        assert_eq!(results(&after)[1].2, Some(ToolErrorCode::EffectConflict));
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+            "someone else\n"
+        );
+    });
+}
+
+#[test]
+fn a_resumed_run_keeps_the_hosts_turn_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::new());
+    let calls = json!([{"type": "tool_call", "name": "hang", "arguments": {}}]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let script = json!({"turns": [
+            {"content": [{"type": "tool_call", "name": "write", "arguments": {"path": "c.txt", "content": "c\n"}}]},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]});
+        let kernel = kernel(dir.path(), Arc::clone(&store), script);
+        let spec = RunSpec::new("")
+            .session(&session)
+            .mode(PermissionMode::Auto)
+            .max_turns(1);
+        let run = kernel.resume_with(spec).await.unwrap();
+        let result = run.result().await;
+        assert_eq!(result.state, RunState::Failed, "{result:?}");
+        assert_eq!(
+            result.error.unwrap().code,
+            keel_protocol::RunErrorCode::TurnLimit
+        );
+        assert!(dir.path().join("c.txt").exists(), "the one turn ran");
+        // Without a session there is nothing to resume.
+        let error = kernel.resume_with(RunSpec::new("")).await.err().unwrap();
+        assert!(matches!(error, KernelError::NotInterrupted(_)), "{error}");
+    });
+}
