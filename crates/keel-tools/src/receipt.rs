@@ -194,7 +194,11 @@ impl Receipts {
         file.read_to_end(&mut bytes).ok()?;
         let text = String::from_utf8_lossy(&bytes);
         let tail = truncate_tail(&text, MAX_LINES, MAX_BYTES);
+        // As the tool shows it: without the output's final newline.
         let mut shown = tail.content;
+        if shown.ends_with('\n') {
+            shown.pop();
+        }
         if tail.truncated || start > 0 {
             shown.push_str(&format!(
                 "\n\n[Output truncated; the full output ({len} bytes) is in {}]",

@@ -20,12 +20,13 @@ pub(super) struct Sink {
 }
 
 impl Sink {
-    /// Adds one chunk from `stream` to both.
+    /// Adds one chunk from `stream` to both: the receipt first, so output
+    /// a host has seen streamed is already in the `.out` file.
     pub(super) async fn push(&mut self, stream: Stream, bytes: &[u8]) {
-        self.collector.push(stream, bytes).await;
         if let Some(recorder) = &mut self.recorder {
             recorder.push(bytes).await;
         }
+        self.collector.push(stream, bytes).await;
     }
 }
 
@@ -81,7 +82,14 @@ impl Recorder {
         if kept.is_empty() {
             return;
         }
-        if let Err(error) = out.write_all(kept).await {
+        // Flushed: the chunk is in the file (the page cache) when this
+        // returns, so a crash of Keel right after loses none of it.
+        let written = async {
+            out.write_all(kept).await?;
+            out.flush().await
+        }
+        .await;
+        if let Err(error) = written {
             tracing::warn!(%error, "writing a command's receipt output failed");
             self.out = None;
             return;
