@@ -186,6 +186,7 @@ struct Tally {
     interrupted_lines: u64,
     locked: u64,
     from_receipts: u64,
+    interrupted_calls: u64,
 }
 
 /// The counter line the `bash` call `call_id` appends, from the assistant
@@ -332,6 +333,7 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
             .filter(|entry| entry["kind"] == "effect_recovered" && entry["tool_name"] == "bash")
             .filter(|entry| entry["action"] == "interrupted")
             .count();
+        tally.interrupted_calls += interrupted as u64;
         // A command recovered from its receipt had finished: its line is there, once.
         for recovered in all.iter().filter(|entry| {
             entry["kind"] == "effect_recovered" && entry["action"] == "recovered_from_receipt"
@@ -367,7 +369,7 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
         "crash test: runs {}, kills {} ({} at failpoints), resumes {}, duplicated effects {}, \
          lost entries {} (commands reported interrupted and missing their line: {}; resumes \
          that found the session still locked by the dead run's command and retried: {}; \
-         commands recovered from their receipts: {})",
+         commands recovered from their receipts: {}; commands reported interrupted: {})",
         tally.runs,
         tally.kills,
         at_failpoints,
@@ -376,7 +378,8 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
         tally.lost,
         tally.interrupted_lines,
         tally.locked,
-        tally.from_receipts
+        tally.from_receipts,
+        tally.interrupted_calls
     );
     assert!(
         keel_failpoint::ENABLED && at_failpoints > 0,
