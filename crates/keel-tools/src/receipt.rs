@@ -182,9 +182,14 @@ impl Receipts {
     }
 
     /// The tail of `call_id`'s output as the tool shows it (at most
-    /// [`MAX_LINES`] lines / [`MAX_BYTES`] bytes), `None` when there is no
-    /// output file.
+    /// [`MAX_LINES`] lines / [`MAX_BYTES`] bytes, with a note naming the
+    /// `.out` file when cut), `None` when there is no output file.
     pub fn output_tail(&self, call_id: &str) -> Option<String> {
+        self.tail(call_id).map(|(text, _)| text)
+    }
+
+    /// [`Receipts::output_tail`], and whether it was cut.
+    fn tail(&self, call_id: &str) -> Option<(String, bool)> {
         let mut file = File::open(self.out_path(call_id)).ok()?;
         let len = file.metadata().ok()?.len();
         let keep = (2 * MAX_BYTES) as u64;
@@ -199,26 +204,29 @@ impl Receipts {
         if shown.ends_with('\n') {
             shown.pop();
         }
-        if tail.truncated || start > 0 {
+        let truncated = tail.truncated || start > 0;
+        if truncated {
             shown.push_str(&format!(
                 "\n\n[Output truncated; the full output ({len} bytes) is in {}]",
                 self.out_path(call_id).display()
             ));
         }
-        Some(shown)
+        Some((shown, truncated))
     }
 
     /// The result `call_id`'s command gave, rebuilt from its `.exit`
     /// receipt and output; `None` without a complete `.exit`.
     pub fn recovered_result(&self, call_id: &str) -> Option<Result<ToolOutput, ToolError>> {
         let exit = self.exit(call_id)?;
-        let text = self.output_tail(call_id).unwrap_or_default();
-        let details = json!({
+        let (text, truncated) = self.tail(call_id).unwrap_or_default();
+        let mut details = json!({
             "exit_code": exit.exit_code,
+            "truncated": truncated,
             "recovered_from_receipt": true,
-            "full_output_path": exit.output_path.display().to_string(),
-            "output_bytes": exit.output_bytes,
         });
+        if truncated {
+            details["full_output_path"] = json!(exit.output_path.display().to_string());
+        }
         let note = "(recovered after a crash from the command's receipt)";
         Some(match exit.error {
             None => {
