@@ -566,3 +566,24 @@ fn a_leftover_command_group_is_killed_only_when_its_start_time_matches() {
         ]
     );
 }
+
+#[test]
+fn receipts_are_removed_once_the_batch_results_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    let script = json!({"turns": [
+        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo hi"}}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let kernel = kernel(dir.path(), Arc::clone(&store), script);
+    let session = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let run = kernel.create_run(RunSpec::new("go")).await.unwrap();
+        assert_eq!(run.result().await.state, RunState::Settled);
+        run.session_id().to_owned()
+    });
+    let receipts = journal.path().join(&session);
+    assert!(receipts.is_dir(), "the command wrote its receipts");
+    let left: Vec<_> = std::fs::read_dir(&receipts).unwrap().collect();
+    assert!(left.is_empty(), "receipts left behind: {left:?}");
+}

@@ -169,6 +169,18 @@ impl Receipts {
         Ok(())
     }
 
+    /// Removes `call_id`'s receipt files, once its result is durable in
+    /// the session (a missing file is fine; a failure is only logged).
+    pub fn remove(&self, call_id: &str) {
+        for suffix in ["started", "out", "exit"] {
+            match fs::remove_file(self.path(call_id, suffix)) {
+                Ok(()) => {}
+                Err(error) if error.kind() == io::ErrorKind::NotFound => {}
+                Err(error) => tracing::warn!(%error, "removing a command receipt failed"),
+            }
+        }
+    }
+
     /// `call_id`'s `.started` receipt, if complete.
     pub fn started(&self, call_id: &str) -> Option<Started> {
         let bytes = fs::read(self.path(call_id, "started")).ok()?;
