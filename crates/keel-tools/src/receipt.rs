@@ -9,14 +9,19 @@
 //!
 //! - `<hash>.started`: at spawn, the process id, its process group, the
 //!   process's start time (`/proc/<pid>/stat` field 22) and the wall time;
-//!   written by rename, not fsynced (after a power loss no process is left
-//!   to find);
 //! - `<hash>.out`: the command's combined output as it arrives, up to the
 //!   tool's log cap;
-//! - `<hash>.exit`: after the command is reaped, its exit status (or how it
-//!   was stopped) and what its ToolResult needs. Written to a temporary file,
-//!   fsynced, renamed, and the directory fsynced, after the output was
-//!   fsynced: a complete `.exit` always describes a complete `.out`.
+//! - `<hash>.exit`: after the command is reaped and its output written, its
+//!   exit status (or how it was stopped) and what its ToolResult needs.
+//!
+//! `.started` and `.exit` are written to a temporary file and renamed, so a
+//! crash of Keel never leaves one half-written. They are not fsynced: they
+//! serve a resume after Keel's process died (`kill -9`, OOM), when the page
+//! cache survives; after a power loss the command's own effects on the
+//! workspace were not fsynced either, so a durable receipt would vouch for
+//! effects that may be gone — and three fsyncs per command would double a
+//! run's fsync count. A receipt a power loss tore or emptied does not parse
+//! and counts as absent.
 //!
 //! Invariant: an `.exit` exists only for a command that ended; a crash
 //! between the command's exit and the rename leaves none, and the command
@@ -132,7 +137,7 @@ impl Receipts {
     pub fn write_started(&self, call_id: &str, started: &Started) -> io::Result<()> {
         self.ensure_dir()?;
         let bytes = serde_json::to_vec(started).map_err(io::Error::other)?;
-        self.replace(&self.path(call_id, "started"), &bytes, false)
+        replace(&self.path(call_id, "started"), &bytes)
     }
 
     /// Creates (truncates) `call_id`'s output file.
@@ -145,28 +150,11 @@ impl Receipts {
             .open(self.out_path(call_id))
     }
 
-    /// Records durably how `call_id`'s command ended (see the module docs).
+    /// Records how `call_id`'s command ended (see the module docs).
     pub fn write_exit(&self, call_id: &str, exit: &ExitReceipt) -> io::Result<()> {
         self.ensure_dir()?;
         let bytes = serde_json::to_vec(exit).map_err(io::Error::other)?;
-        self.replace(&self.path(call_id, "exit"), &bytes, true)
-    }
-
-    /// Writes `path` by write-to-temp and rename; `durable`: fsyncs the
-    /// file before and the directory after the rename.
-    fn replace(&self, path: &Path, bytes: &[u8], durable: bool) -> io::Result<()> {
-        let temp = path.with_extension("tmp");
-        let mut file = File::create(&temp)?;
-        file.write_all(bytes)?;
-        if durable {
-            file.sync_all()?;
-        }
-        drop(file);
-        fs::rename(&temp, path)?;
-        if durable {
-            File::open(&self.dir)?.sync_all()?;
-        }
-        Ok(())
+        replace(&self.path(call_id, "exit"), &bytes)
     }
 
     /// Removes `call_id`'s receipt files, once its result is durable in
@@ -297,6 +285,16 @@ impl Receipts {
         }
         Leftover::Killed
     }
+}
+
+/// Writes `path` by write-to-temp and rename: a reader sees the old file
+/// or the whole new one, never a part (see the module docs on fsync).
+fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let temp = path.with_extension("tmp");
+    let mut file = File::create(&temp)?;
+    file.write_all(bytes)?;
+    drop(file);
+    fs::rename(&temp, path)
 }
 
 /// Whether process group `pgid` has a member (zombies count until reaped).

@@ -97,7 +97,7 @@ impl Recorder {
         self.written += kept.len() as u64;
     }
 
-    /// Records durably how the command ended and the result it gives.
+    /// Records how the command ended and the result it gives.
     pub(super) async fn finish(
         mut self,
         ending: &str,
@@ -107,13 +107,9 @@ impl Recorder {
         let Some(mut out) = self.out.take() else {
             return;
         };
-        if let Err(error) = async {
-            out.flush().await?;
-            out.sync_data().await
-        }
-        .await
-        {
-            tracing::warn!(%error, "syncing a command's receipt output failed");
+        // Every chunk was flushed as it came; the `.exit` follows the output.
+        if let Err(error) = out.flush().await {
+            tracing::warn!(%error, "writing a command's receipt output failed");
             return;
         }
         let error: Option<(ToolErrorCode, String)> = result
