@@ -10,8 +10,9 @@
 //!
 //! Then it resumes the session in this process (`AgentKernel::resume`, mode
 //! `auto`, the host granting it again) and prints that run's events: the
-//! write is found already applied, the command is reported to the model as
-//! interrupted (never run again), the edit — which has no effect record —
+//! write is found already applied, the command — which had finished — is
+//! recovered from its receipt (its exit status and output, never run
+//! again), the edit — which has no effect record —
 //! runs normally, and the run goes on and settles.
 //!
 //! Killing at a permission request makes the crash exact: nothing of the

@@ -185,6 +185,22 @@ struct Tally {
     lost: u64,
     interrupted_lines: u64,
     locked: u64,
+    from_receipts: u64,
+    interrupted_calls: u64,
+}
+
+/// The counter line the `bash` call `call_id` appends, from the assistant
+/// messages of `entries`.
+fn line_of(entries: &[Value], call_id: &str) -> Option<String> {
+    entries
+        .iter()
+        .filter(|entry| entry["kind"] == "message")
+        .filter_map(|entry| entry.pointer("/message/content")?.as_array())
+        .flatten()
+        .find(|block| block["type"] == "tool_call" && block["id"] == call_id)
+        .and_then(|block| block.pointer("/arguments/command")?.as_str())
+        .and_then(|command| command.split_whitespace().nth(1))
+        .map(str::to_owned)
 }
 
 #[test]
@@ -317,6 +333,20 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
             .filter(|entry| entry["kind"] == "effect_recovered" && entry["tool_name"] == "bash")
             .filter(|entry| entry["action"] == "interrupted")
             .count();
+        tally.interrupted_calls += interrupted as u64;
+        // A command recovered from its receipt had finished: its line is there, once.
+        for recovered in all.iter().filter(|entry| {
+            entry["kind"] == "effect_recovered" && entry["action"] == "recovered_from_receipt"
+        }) {
+            tally.from_receipts += 1;
+            let call_id = recovered["call_id"].as_str().unwrap();
+            let n = line_of(&all, call_id).unwrap();
+            assert_eq!(
+                lines.iter().filter(|line| **line == n).count(),
+                1,
+                "run {run}: command {n} was recovered from its receipt: {lines:?}"
+            );
+        }
         for n in ["1", "2", "3", "4"] {
             let seen = lines.iter().filter(|line| **line == n).count();
             if seen > 1 {
@@ -338,7 +368,8 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
     println!(
         "crash test: runs {}, kills {} ({} at failpoints), resumes {}, duplicated effects {}, \
          lost entries {} (commands reported interrupted and missing their line: {}; resumes \
-         that found the session still locked by the dead run's command and retried: {})",
+         that found the session still locked by the dead run's command and retried: {}; \
+         commands recovered from their receipts: {}; commands reported interrupted: {})",
         tally.runs,
         tally.kills,
         at_failpoints,
@@ -346,7 +377,9 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
         tally.duplicated,
         tally.lost,
         tally.interrupted_lines,
-        tally.locked
+        tally.locked,
+        tally.from_receipts,
+        tally.interrupted_calls
     );
     assert!(
         keel_failpoint::ENABLED && at_failpoints > 0,

@@ -84,6 +84,13 @@ fn no_entry_stores_a_secret_from_a_command() {
         let mut decisions = 0;
         for file in std::fs::read_dir(base.path().join("sessions")).unwrap() {
             let path = file.unwrap().path();
+            if path.is_dir() {
+                // A session's journal: its commands' receipts are deleted
+                // once their results are stored (and scanned here).
+                let left: Vec<_> = std::fs::read_dir(&path).unwrap().collect();
+                assert!(left.is_empty(), "{mode}: receipts left: {left:?}");
+                continue;
+            }
             let text = std::fs::read_to_string(&path).unwrap();
             for line in text.lines() {
                 let mut record: Value = serde_json::from_str(line).unwrap();

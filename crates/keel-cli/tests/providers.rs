@@ -134,9 +134,22 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
         !stdout.contains(secret) && !stderr.contains(secret),
         "the key leaked into output"
     );
-    for entry in std::fs::read_dir(dir.path().join("sessions")).unwrap() {
-        let text = std::fs::read_to_string(entry.unwrap().path()).unwrap();
-        assert!(!text.contains(secret), "the key leaked into the session");
+    // The session files, and the receipts in each session's journal directory.
+    let mut paths: Vec<_> = std::fs::read_dir(dir.path().join("sessions"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .collect();
+    while let Some(path) = paths.pop() {
+        if path.is_dir() {
+            paths.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            !text.contains(secret),
+            "the key leaked into {}",
+            path.display()
+        );
     }
     // Usage events carry the cost from the configured prices: 100 in x $1/M + 20 out x $2/M.
     let usage: Vec<Value> = stdout

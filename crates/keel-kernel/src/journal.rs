@@ -8,8 +8,9 @@
 //! own planned writes in call order, so the second edit of a file in one
 //! batch is recorded against the first edit's result, not the stale disk.
 //!
-//! After a crash, [`plan`] reads the tail of a branch and the workspace's
-//! current hashes and decides, per call left without a result, what a
+//! After a crash, [`plan`] reads the tail of a branch, the workspace's
+//! current hashes and the state of each command's receipt
+//! ([`keel_tools::receipt`]) and decides, per call left without a result, what a
 //! resumed run does ([`decide`] is the table). It is pure: the same branch
 //! and the same hashes give the same plan. Invariant: only a call that is
 //! known not to have acted, or whose effect is idempotent and not yet
@@ -35,6 +36,18 @@ pub fn content_sha256(bytes: &[u8]) -> String {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect()
+}
+
+/// What a command's receipt in the session's journal directory shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ReceiptState {
+    /// No receipt (or none is kept): nothing is known.
+    #[default]
+    Absent,
+    /// The command started; no complete exit receipt.
+    Started,
+    /// A complete exit receipt: the command ended before the crash.
+    Exited,
 }
 
 /// The planned content of files a batch writes, layered over the workspace.
@@ -145,15 +158,21 @@ impl<'a> Record<'a> {
 
 /// Reads how `branch` ends and decides each dangling call;
 /// `current_sha256(path)` is the workspace's content hash of an evidence
-/// path now (`None`: absent).
-pub fn plan(branch: &[Entry], current_sha256: &dyn Fn(&str) -> Option<String>) -> Interruption {
-    plan_records(branch.iter().map(Record::of), current_sha256)
+/// path now (`None`: absent), `receipt(call_id)` the state of a command's
+/// receipt.
+pub fn plan(
+    branch: &[Entry],
+    current_sha256: &dyn Fn(&str) -> Option<String>,
+    receipt: &dyn Fn(&str) -> ReceiptState,
+) -> Interruption {
+    plan_records(branch.iter().map(Record::of), current_sha256, receipt)
 }
 
 /// [`plan`] over the branch's records, however the branch holds them.
 pub(crate) fn plan_records<'a>(
     branch: impl Iterator<Item = Record<'a>>,
     current_sha256: &dyn Fn(&str) -> Option<String>,
+    receipt: &dyn Fn(&str) -> ReceiptState,
 ) -> Interruption {
     let mut open_run: Option<&str> = None;
     let mut last_calls: Vec<&ToolCall> = Vec::new();
@@ -185,7 +204,11 @@ pub(crate) fn plan_records<'a>(
         .into_iter()
         .filter(|call| !answered.contains(call.id.as_str()))
         .map(|call| {
-            let (action, reason) = decide(effects.get(call.id.as_str()).copied(), current_sha256);
+            let (action, reason) = decide(
+                effects.get(call.id.as_str()).copied(),
+                current_sha256,
+                receipt(&call.id),
+            );
             CallRecovery {
                 call: call.clone(),
                 action,
@@ -199,10 +222,12 @@ pub(crate) fn plan_records<'a>(
     }
 }
 
-/// The recovery table for one call left without a result.
+/// The recovery table for one call left without a result (`receipt`: its
+/// command receipt, read only for commands).
 pub fn decide(
     effect: Option<&EffectStarted>,
     current_sha256: &dyn Fn(&str) -> Option<String>,
+    receipt: ReceiptState,
 ) -> (RecoveryAction, String) {
     let Some(effect) = effect else {
         return (
@@ -231,6 +256,12 @@ pub fn decide(
             }
         }
         Idempotency::EditFile => decide_edit(&effect.evidence, current_sha256),
+        Idempotency::Command if receipt == ReceiptState::Exited => (
+            RecoveryAction::RecoveredFromReceipt,
+            "the command had finished before the crash: its exit status and output are \
+             recovered from its receipt; it was not run again"
+                .into(),
+        ),
         Idempotency::Command => (
             RecoveryAction::Interrupted,
             "the command was interrupted by a crash; whether it finished, and what it did, \

@@ -6,8 +6,14 @@
 //! decisions are durable before anything acts on them. Calls that never
 //! started or are safe to repeat then go through the ordinary tool pipeline,
 //! under the permission mode the host gave this time (and journaled again);
-//! the others get the result the decision implies: complete, conflict or
-//! interrupted. All results are appended as one group in call order, so the
+//! the others get the result the decision implies: complete, conflict,
+//! recovered from a command's receipt (its exit status and output), or
+//! interrupted (with the output a command's receipt captured so far).
+//!
+//! Before anything is recorded, a process group that an interrupted
+//! command of the dead run left running (an unsandboxed command outlives
+//! Keel) is killed, found from its `.started` receipt and checked by its
+//! leader's start time so that a reused pid is never signalled. All results are appended as one group in call order, so the
 //! branch again holds a result for every call before the model is asked.
 
 use std::borrow::Cow;
@@ -17,9 +23,10 @@ use keel_protocol::{
     ToolResultMessage, UserContent,
 };
 use keel_session::SessionError;
-use keel_tools::{ToolError, ToolOutput};
+use keel_tools::receipt::Leftover;
+use keel_tools::{Receipts, ToolError, ToolOutput};
 
-use crate::journal::{CallRecovery, Record, plan_records, workspace_sha256};
+use crate::journal::{CallRecovery, ReceiptState, Record, plan_records, workspace_sha256};
 use crate::session_writer::SessionWriter;
 use crate::tools::{ToolRunner, to_result};
 
@@ -39,6 +46,12 @@ pub(crate) async fn recover(
     run_start: EntryPayload,
 ) -> Result<Recovered, SessionError> {
     let workspace = runner.parts.workspace.clone();
+    let receipts = writer.receipts();
+    let receipt_state = |call_id: &str| match &receipts {
+        Some(receipts) if receipts.exit(call_id).is_some() => ReceiptState::Exited,
+        Some(receipts) if receipts.started(call_id).is_some() => ReceiptState::Started,
+        _ => ReceiptState::Absent,
+    };
     let (interruption, last) = writer
         .with_branch(|branch| {
             let last = branch
@@ -51,11 +64,18 @@ pub(crate) async fn recover(
                     .or_else(|| entry.payload().map(Record::Other))
             });
             (
-                plan_records(records, &|path| workspace_sha256(&workspace, path)),
+                plan_records(
+                    records,
+                    &|path| workspace_sha256(&workspace, path),
+                    &receipt_state,
+                ),
                 last,
             )
         })
         .await;
+    if let Some(receipts) = &receipts {
+        kill_leftovers(receipts, &interruption.calls).await;
+    }
     let mut group = vec![run_start];
     for recovery in &interruption.calls {
         group.push(EntryPayload::EffectRecovered {
@@ -102,7 +122,7 @@ pub(crate) async fn recover(
             if recovery.action.runs() {
                 ran.next()
             } else {
-                Some(reported(recovery))
+                Some(reported(recovery, receipts.as_ref()))
             }
         })
         .collect();
@@ -119,16 +139,57 @@ pub(crate) async fn recover(
     })
 }
 
+/// Kills the process groups that interrupted commands of the dead run left
+/// running, and waits until they are gone.
+async fn kill_leftovers(receipts: &Receipts, calls: &[CallRecovery]) {
+    for recovery in calls {
+        if recovery.action != RecoveryAction::Interrupted {
+            continue;
+        }
+        let receipts = receipts.clone();
+        let call_id = recovery.call.id.clone();
+        let found = tokio::task::spawn_blocking(move || receipts.kill_leftover(&call_id)).await;
+        match found {
+            Ok(Leftover::Killed) => {
+                tracing::info!(call_id = %recovery.call.id, "killed a command left running by the interrupted run");
+            }
+            Ok(Leftover::StillAlive) => {
+                tracing::warn!(call_id = %recovery.call.id, "a command left running by the interrupted run did not die");
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "looking for a leftover command failed"),
+        }
+    }
+}
+
 /// The result a call that is not run again reports to the model.
-fn reported(recovery: &CallRecovery) -> ToolResultMessage {
+fn reported(recovery: &CallRecovery, receipts: Option<&Receipts>) -> ToolResultMessage {
     let text = format!("Recovered after a crash: {}.", recovery.reason);
+    let call_id = &recovery.call.id;
     let outcome = match recovery.action {
         RecoveryAction::AlreadyApplied => Ok(ToolOutput {
             content: vec![UserContent::Text { text }],
             details: None,
         }),
         RecoveryAction::Conflict => Err(ToolError::new(ToolErrorCode::EffectConflict, text)),
-        _ => Err(ToolError::new(ToolErrorCode::Interrupted, text)),
+        RecoveryAction::RecoveredFromReceipt => {
+            match receipts.and_then(|receipts| receipts.recovered_result(call_id)) {
+                Some(outcome) => outcome,
+                // The receipt was read when deciding; gone now, nothing is known.
+                None => Err(ToolError::new(ToolErrorCode::Interrupted, text)),
+            }
+        }
+        _ => {
+            let error = ToolError::new(ToolErrorCode::Interrupted, text.clone());
+            Err(
+                match receipts.and_then(|receipts| receipts.output_tail(call_id)) {
+                    Some(tail) if !tail.is_empty() => error.with_output(ToolOutput::text(format!(
+                        "{text}\n\nOutput captured before the crash:\n{tail}"
+                    ))),
+                    _ => error,
+                },
+            )
+        }
     };
     to_result(&recovery.call, outcome)
 }

@@ -67,6 +67,14 @@ impl SessionWriter {
         })
     }
 
+    /// The session's command receipts (its private journal directory), or
+    /// `None` when the store keeps none.
+    pub(crate) fn receipts(&self) -> Option<keel_tools::Receipts> {
+        self.store
+            .journal_dir(&self.session_id)
+            .map(keel_tools::Receipts::new)
+    }
+
     /// What a resumed run needs of the context branch (the part a model
     /// request needs, from the latest checkpoint): its last entry's id, its
     /// length and its latest configuration — without copying the branch.

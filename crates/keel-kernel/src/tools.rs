@@ -446,6 +446,7 @@ impl ToolRunner<'_> {
             cancel: self.shared.cancel.child_token(),
             progress: ProgressSink::new(call.id.clone(), sender),
             sandbox: sandbox.clone(),
+            receipts: self.writer.receipts(),
         };
         let execution = prepared.tool.execute(prepared.arguments, context);
         tokio::pin!(execution);

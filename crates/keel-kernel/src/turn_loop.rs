@@ -523,6 +523,12 @@ impl<'a> TurnLoop<'a> {
             .collect();
         self.writer.append(&self.shared.emitter, payloads).await?;
         keel_failpoint::hit(keel_failpoint::AFTER_RESULT);
+        if let Some(receipts) = self.writer.receipts() {
+            // The results are durable: the commands' receipts are moot.
+            for result in results.iter().filter(|result| result.tool_name == "bash") {
+                receipts.remove(&result.call_id);
+            }
+        }
         for result in results {
             self.report_complete(Message::ToolResult(result));
         }

@@ -4,7 +4,7 @@
 //! be known is never run again.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use keel_kernel::journal::{decide, plan};
+use keel_kernel::journal::{ReceiptState, decide, plan};
 use keel_protocol::{
     AssistantMessage, ContentBlock, EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency,
     Message, RecoveryAction, ToolCall, ToolResultMessage, ToolStatus,
@@ -23,6 +23,14 @@ fn class() -> impl Strategy<Value = Option<Idempotency>> {
     ]
 }
 
+fn receipt() -> impl Strategy<Value = ReceiptState> {
+    prop_oneof![
+        Just(ReceiptState::Absent),
+        Just(ReceiptState::Started),
+        Just(ReceiptState::Exited),
+    ]
+}
+
 /// A content hash out of a small alphabet, so that equal hashes are common.
 fn hash() -> impl Strategy<Value = Option<String>> {
     prop_oneof![
@@ -38,6 +46,7 @@ fn specified(
     class: Option<Idempotency>,
     evidence: Option<(&Option<String>, &Option<String>)>,
     now: &Option<String>,
+    receipt: ReceiptState,
 ) -> RecoveryAction {
     match class {
         None => RecoveryAction::NotStarted,
@@ -52,6 +61,9 @@ fn specified(
             Some((before, _)) if now == before => RecoveryAction::Rerun,
             Some(_) => RecoveryAction::Conflict,
         },
+        Some(Idempotency::Command) if receipt == ReceiptState::Exited => {
+            RecoveryAction::RecoveredFromReceipt
+        }
         Some(_) => RecoveryAction::Interrupted,
     }
 }
@@ -64,6 +76,7 @@ proptest! {
         before in hash(),
         after in hash(),
         now in hash(),
+        receipt in receipt(),
     ) {
         let evidence = with_evidence.then(|| FileEvidence {
             path: "f.txt".into(),
@@ -81,12 +94,21 @@ proptest! {
             assert_eq!(path, "f.txt");
             now.clone()
         };
-        let (action, reason) = decide(effect.as_ref(), &current);
-        let expected = specified(class, with_evidence.then_some((&before, &after)), &now);
+        let (action, reason) = decide(effect.as_ref(), &current, receipt);
+        let expected = specified(
+            class,
+            with_evidence.then_some((&before, &after)),
+            &now,
+            receipt,
+        );
         prop_assert_eq!(action, expected);
         prop_assert!(!reason.is_empty());
         if matches!(class, Some(Idempotency::Command | Idempotency::Undeclared)) {
             prop_assert!(!action.runs(), "an unknown outcome is never run again");
+        }
+        if action == RecoveryAction::RecoveredFromReceipt {
+            prop_assert_eq!(class, Some(Idempotency::Command));
+            prop_assert_eq!(receipt, ReceiptState::Exited, "only a complete exit receipt recovers");
         }
         if action == RecoveryAction::Rerun && class == Some(Idempotency::EditFile) {
             prop_assert_eq!(&now, &before, "an edit is applied again only on its pre-image");
@@ -97,6 +119,7 @@ proptest! {
     fn only_calls_without_results_are_decided_in_call_order(
         answered in proptest::collection::vec(any::<bool>(), 1..6),
         run_ended in any::<bool>(),
+        exited in proptest::collection::vec(any::<bool>(), 6),
     ) {
         let calls: Vec<ToolCall> = (0..answered.len())
             .map(|index| ToolCall {
@@ -153,7 +176,12 @@ proptest! {
                 payload,
             })
             .collect();
-        let interruption = plan(&branch, &|_| None);
+        // Each call's receipt is looked up by its own id.
+        let receipt = |call_id: &str| {
+            let index: usize = call_id.trim_start_matches('c').parse().unwrap();
+            if exited[index] { ReceiptState::Exited } else { ReceiptState::Started }
+        };
+        let interruption = plan(&branch, &|_| None, &receipt);
         let expected: Vec<String> = calls
             .iter()
             .zip(&answered)
@@ -162,7 +190,14 @@ proptest! {
             .collect();
         let decided: Vec<String> = interruption.calls.iter().map(|c| c.call.id.clone()).collect();
         prop_assert_eq!(decided, expected.clone());
-        prop_assert!(interruption.calls.iter().all(|c| c.action == RecoveryAction::Interrupted));
+        for decided in &interruption.calls {
+            let expected = if receipt(&decided.call.id) == ReceiptState::Exited {
+                RecoveryAction::RecoveredFromReceipt
+            } else {
+                RecoveryAction::Interrupted
+            };
+            prop_assert_eq!(decided.action, expected);
+        }
         prop_assert_eq!(interruption.run_open, !run_ended);
         prop_assert_eq!(interruption.is_interrupted(), !run_ended || !expected.is_empty());
     }

@@ -15,7 +15,7 @@ use keel_protocol::{
 };
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
-use keel_tools::builtin::{EditTool, WriteTool};
+use keel_tools::builtin::{BashTool, EditTool, WriteTool};
 use keel_tools::{Tool, ToolContext, ToolFuture, Workspace};
 use serde_json::{Value, json};
 
@@ -53,6 +53,7 @@ fn kernel(dir: &std::path::Path, store: Arc<MemoryStore>, script: Value) -> Agen
         .tool(Arc::new(WriteTool))
         .tool(Arc::new(EditTool))
         .tool(Arc::new(Hang))
+        .tool(Arc::new(BashTool::default()))
         .build()
         .unwrap()
 }
@@ -70,6 +71,24 @@ fn crash_in_batch_in(
     calls: Value,
     mode: PermissionMode,
 ) -> String {
+    crash_when(
+        dir,
+        store,
+        calls,
+        mode,
+        |kind| matches!(kind, RunEventKind::ToolExecutionStart { tool_name, .. } if tool_name == "hang"),
+    )
+}
+
+/// Runs `calls` in one batch and "crashes" at the first event `until`
+/// accepts. Returns the session id.
+fn crash_when(
+    dir: &std::path::Path,
+    store: Arc<MemoryStore>,
+    calls: Value,
+    mode: PermissionMode,
+    until: impl Fn(&RunEventKind) -> bool,
+) -> String {
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let script = json!({"turns": [{"content": calls}]});
     let kernel = kernel(dir, store, script);
@@ -80,9 +99,7 @@ fn crash_in_batch_in(
             .unwrap();
         let mut events = run.events().unwrap();
         while let Some(event) = events.next().await {
-            if let RunEventKind::ToolExecutionStart { tool_name, .. } = &event.kind
-                && tool_name == "hang"
-            {
+            if until(&event.kind) {
                 break;
             }
         }
@@ -352,4 +369,221 @@ fn a_resumed_run_keeps_the_hosts_turn_limit() {
         let error = kernel.resume_with(RunSpec::new("")).await.err().unwrap();
         assert!(matches!(error, KernelError::NotInterrupted(_)), "{error}");
     });
+}
+
+/// The text and details of the (last) result of `tool`.
+fn result_of(entries: &[Entry], tool: &str) -> (ToolStatus, String, Option<Value>) {
+    entries
+        .iter()
+        .rev()
+        .find_map(|entry| match &entry.payload {
+            EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } if result.tool_name == tool => {
+                let text = result
+                    .content
+                    .iter()
+                    .filter_map(|block| match block {
+                        keel_protocol::UserContent::Text { text } => Some(text.as_str()),
+                        _ => None,
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                Some((result.status, text, result.details.clone()))
+            }
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// The call id of the (first) `tool` call journaled in `entries`.
+fn journaled_call(entries: &[Entry], tool: &str) -> Vec<String> {
+    entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::EffectStarted { effect } if effect.tool_name == tool => {
+                Some(effect.call_id.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Resumes `session` in `auto` and waits for the run to settle.
+fn resume_settled(dir: &std::path::Path, store: &Arc<MemoryStore>, session: &str) -> Vec<Entry> {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let kernel = kernel(
+            dir,
+            Arc::clone(store),
+            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
+        );
+        let run = kernel.resume(session, PermissionMode::Auto).await.unwrap();
+        assert_eq!(run.result().await.state, RunState::Settled);
+        store.entries(session).await.unwrap()
+    })
+}
+
+#[test]
+fn a_command_that_finished_before_the_crash_is_recovered_from_its_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    // The command ends before the crash; the batch's results are appended
+    // only after `hang`, so the session holds no result for it.
+    let calls = json!([
+        {"type": "tool_call", "name": "bash", "arguments": {"command": "echo line >> counter.txt; echo appended; exit 3"}},
+        {"type": "tool_call", "name": "hang", "arguments": {}}
+    ]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    let counter = || std::fs::read_to_string(dir.path().join("counter.txt")).unwrap();
+    assert_eq!(counter(), "line\n");
+
+    let after = resume_settled(dir.path(), &store, &session);
+    assert_eq!(
+        recovered(&after),
+        vec![
+            ("bash".into(), RecoveryAction::RecoveredFromReceipt),
+            ("hang".into(), RecoveryAction::Interrupted),
+        ]
+    );
+    let (status, text, details) = result_of(&after, "bash");
+    assert_eq!(status, ToolStatus::Error, "{text}");
+    assert!(text.contains("appended"), "the output tail: {text}");
+    assert!(text.contains("Command exited with code 3"), "{text}");
+    assert_eq!(details.unwrap()["exit_code"], json!(3));
+    let codes = results(&after);
+    assert_eq!(codes[0].2, Some(ToolErrorCode::ProcessFailed));
+    assert_eq!(counter(), "line\n", "the command was not run again");
+}
+
+#[test]
+fn a_command_the_crash_cut_short_is_interrupted_with_its_output_so_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    let calls = json!([
+        {"type": "tool_call", "name": "bash", "arguments": {"command": "echo line >> counter.txt; echo partial-output; sleep 30; echo never"}}
+    ]);
+    let session = crash_when(
+        dir.path(),
+        Arc::clone(&store),
+        calls,
+        PermissionMode::Auto,
+        |kind| {
+            matches!(kind, RunEventKind::ToolExecutionUpdate { progress, .. }
+                if progress.data.contains("partial-output"))
+        },
+    );
+    let after = resume_settled(dir.path(), &store, &session);
+    assert_eq!(
+        recovered(&after),
+        vec![("bash".into(), RecoveryAction::Interrupted)]
+    );
+    let (status, text, _) = result_of(&after, "bash");
+    assert_eq!(status, ToolStatus::Error);
+    assert!(text.contains("partial-output"), "{text}");
+    assert!(!text.contains("never"), "{text}");
+    assert_eq!(results(&after)[0].2, Some(ToolErrorCode::Interrupted));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("counter.txt")).unwrap(),
+        "line\n"
+    );
+}
+
+/// An unsandboxed `sleep` in its own process group, reaped by a thread
+/// that reports its exit.
+fn sleeper() -> (i32, std::sync::mpsc::Receiver<std::process::ExitStatus>) {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new("sleep")
+        .arg("300")
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = i32::try_from(child.id()).unwrap();
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(child.wait().unwrap());
+    });
+    (pid, receiver)
+}
+
+#[test]
+fn a_leftover_command_group_is_killed_only_when_its_start_time_matches() {
+    use keel_tools::receipt::{Started, process_start_time};
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    // Both commands are journaled, the crash comes before either runs;
+    // their `.started` receipts are then written as a dead run's would be.
+    let calls = json!([
+        {"type": "tool_call", "name": "hang", "arguments": {}},
+        {"type": "tool_call", "name": "bash", "arguments": {"command": "sleep 300"}},
+        {"type": "tool_call", "name": "bash", "arguments": {"command": "sleep 300"}}
+    ]);
+    let session = crash_in_batch_in(dir.path(), Arc::clone(&store), calls, PermissionMode::Full);
+    let ids = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(async { journaled_call(&store.entries(&session).await.unwrap(), "bash") });
+    assert_eq!(ids.len(), 2);
+    let receipts = keel_tools::Receipts::new(journal.path().join(&session));
+    let (ours, ours_exit) = sleeper();
+    let (reused, reused_exit) = sleeper();
+    for (call_id, pid, offset) in [(&ids[0], ours, 0), (&ids[1], reused, 1)] {
+        let start_time = process_start_time(pid).unwrap() + offset;
+        let started = Started {
+            pid: Some(pid),
+            pgid: Some(pid),
+            start_time: Some(start_time),
+            started_ms: 0,
+        };
+        receipts.write_started(call_id, &started).unwrap();
+    }
+
+    let after = resume_settled(dir.path(), &store, &session);
+    let status = ours_exit
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the leftover group was killed");
+    assert_eq!(status.signal(), Some(9));
+    assert!(
+        reused_exit
+            .recv_timeout(Duration::from_millis(300))
+            .is_err(),
+        "a process whose start time differs was left alone"
+    );
+    nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(reused),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    reused_exit.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(
+        recovered(&after)[1..],
+        [
+            ("bash".into(), RecoveryAction::Interrupted),
+            ("bash".into(), RecoveryAction::Interrupted),
+        ]
+    );
+}
+
+#[test]
+fn receipts_are_removed_once_the_batch_results_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    let script = json!({"turns": [
+        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo hi"}}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let kernel = kernel(dir.path(), Arc::clone(&store), script);
+    let session = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let run = kernel.create_run(RunSpec::new("go")).await.unwrap();
+        assert_eq!(run.result().await.state, RunState::Settled);
+        run.session_id().to_owned()
+    });
+    let receipts = journal.path().join(&session);
+    assert!(receipts.is_dir(), "the command wrote its receipts");
+    let left: Vec<_> = std::fs::read_dir(&receipts).unwrap().collect();
+    assert!(left.is_empty(), "receipts left behind: {left:?}");
 }

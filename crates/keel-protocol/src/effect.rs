@@ -88,6 +88,10 @@ pub enum RecoveryAction {
     /// The outcome cannot be known (a command, an undeclared tool): reported
     /// to the model as interrupted, never run again.
     Interrupted,
+    /// A command whose exit receipt shows it finished before the crash:
+    /// reported complete from the receipt (exit status and output), not
+    /// run again.
+    RecoveredFromReceipt,
 }
 
 impl RecoveryAction {
@@ -99,6 +103,7 @@ impl RecoveryAction {
             Self::AlreadyApplied => "already_applied",
             Self::Conflict => "conflict",
             Self::Interrupted => "interrupted",
+            Self::RecoveredFromReceipt => "recovered_from_receipt",
         }
     }
 

@@ -19,6 +19,8 @@ pub mod conformance;
 pub mod jsonl;
 pub mod memory;
 
+use std::path::PathBuf;
+
 use futures::future::BoxFuture;
 use keel_protocol::{Entry, TimestampMs};
 
@@ -77,6 +79,13 @@ pub trait SessionStore: Send + Sync {
             self.leaf(session_id).await?;
             Ok(None)
         })
+    }
+
+    /// The session's private journal directory (where `bash` keeps its
+    /// per-call receipts, SPEC §8), or `None` when this store keeps none.
+    /// It need not exist yet: its user creates it (mode 0700) on first use.
+    fn journal_dir(&self, _session_id: &str) -> Option<PathBuf> {
+        None
     }
 
     /// Starts a new session holding the path from the root to `entry_id`

@@ -4,6 +4,7 @@
 //! same against it; it simply forgets everything when dropped.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::{Mutex, MutexGuard};
 
 use keel_protocol::{Entry, EntryPayload, Message, TimestampMs};
@@ -14,6 +15,8 @@ use crate::{NewSession, SessionError, SessionInfo, SessionStore, StoreFuture};
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, Tree>>,
+    /// Where session journal directories go, when a test gives one.
+    journal_root: Option<PathBuf>,
 }
 
 #[derive(Debug, Default)]
@@ -31,6 +34,15 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose sessions keep their journal directories
+    /// (`bash` receipts) under `root`, one `<session id>` directory each.
+    pub fn with_journal_root(root: impl Into<PathBuf>) -> Self {
+        Self {
+            journal_root: Some(root.into()),
+            ..Self::default()
+        }
     }
 
     fn lock(&self) -> Result<MutexGuard<'_, HashMap<String, Tree>>, SessionError> {
@@ -108,6 +120,19 @@ impl Tree {
 }
 
 impl SessionStore for MemoryStore {
+    fn journal_dir(&self, session_id: &str) -> Option<PathBuf> {
+        let root = self.journal_root.as_ref()?;
+        // The id becomes a file name: only plain ids get a directory.
+        let plain = !session_id.is_empty()
+            && session_id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+        if !plain {
+            return None;
+        }
+        Some(root.join(session_id))
+    }
+
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let id = new.id.unwrap_or_else(uuid_like);

@@ -120,6 +120,7 @@ async fn measure(tool: &dyn Tool, root: &Path, arguments: Value) -> (Vec<Duratio
             cancel: CancellationToken::new(),
             progress: ProgressSink::discard(),
             sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+            receipts: None,
         };
         let started = Instant::now();
         let output = tool.execute(arguments.clone(), context).await.unwrap();

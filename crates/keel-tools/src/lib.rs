@@ -26,6 +26,7 @@ pub mod builtin;
 pub mod changes;
 pub mod evidence;
 pub mod outputs;
+pub mod receipt;
 pub mod registry;
 pub mod scheduler;
 pub mod tool;
@@ -36,6 +37,7 @@ pub use keel_sandbox as sandbox;
 pub use keel_sandbox::env;
 pub use keel_shell as shell;
 
+pub use receipt::Receipts;
 pub use registry::{PreparedCall, ToolRegistry};
 pub use tool::{ProgressSink, Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 pub use workspace::{Workspace, WorkspaceError};

@@ -13,6 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::evidence::PlannedFile;
+use crate::receipt::Receipts;
 use crate::sandbox::Sandbox;
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -86,6 +87,8 @@ pub struct ToolContext {
     pub progress: ProgressSink,
     /// The OS sandbox processes of this call run in (only `bash` spawns any).
     pub sandbox: Sandbox,
+    /// The session's command receipts (SPEC §8); `None`: none are kept.
+    pub receipts: Option<Receipts>,
 }
 
 /// Sends streamed tool output to the kernel; dropping output is harmless.

@@ -22,6 +22,7 @@ fn context(workspace: Workspace) -> ToolContext {
         cancel: CancellationToken::new(),
         progress: ProgressSink::discard(),
         sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+        receipts: None,
     }
 }
 

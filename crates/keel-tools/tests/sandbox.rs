@@ -40,6 +40,7 @@ async fn bash(root: &Path, level: SandboxLevel, command: &str) -> Result<ToolOut
             config: Arc::new(SandboxConfig::default()),
             metadata_writable: false,
         },
+        receipts: None,
     };
     BashTool::new(BashOptions::default())
         .execute(json!({ "command": command, "timeout": 20 }), context)

@@ -43,6 +43,7 @@ async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutp
         cancel: CancellationToken::new(),
         progress: ProgressSink::discard(),
         sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+        receipts: None,
     };
     tool.execute(arguments, context).await
 }

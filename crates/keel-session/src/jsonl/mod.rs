@@ -278,6 +278,11 @@ async fn acknowledged(
 }
 
 impl SessionStore for JsonlStore {
+    fn journal_dir(&self, session_id: &str) -> Option<PathBuf> {
+        check_id(session_id).ok()?;
+        Some(self.dir.join(format!("{session_id}.journal")))
+    }
+
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let id = self.create_file(&new)?;

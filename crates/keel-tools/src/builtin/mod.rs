@@ -298,6 +298,7 @@ mod test_support {
             cancel: CancellationToken::new(),
             progress: ProgressSink::discard(),
             sandbox: crate::sandbox::Sandbox::new(crate::sandbox::SandboxLevel::WorkspaceWrite),
+            receipts: None,
         };
         (dir, context)
     }

@@ -55,6 +55,15 @@ impl Process {
         }
     }
 
+    /// The pid of a plain child (it leads its own process group); `None`
+    /// for a sandboxed call, whose PID namespace Keel's holder owns.
+    pub(super) fn pid(&self) -> Option<i32> {
+        match self {
+            Self::Plain { child, .. } => child.id().and_then(|id| i32::try_from(id).ok()),
+            Self::Confined(_) => None,
+        }
+    }
+
     /// Kills the command and everything it started, once.
     pub(super) fn kill(&mut self) {
         match self {

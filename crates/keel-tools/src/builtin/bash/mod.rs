@@ -42,6 +42,7 @@ use super::process::{Confined, Exit, GroupKiller, Pipes, Process, Reader};
 use crate::env::child_env;
 use crate::sandbox::{CallSpec, SANDBOX_TMPDIR, Sandbox};
 use crate::shell;
+use receipt::{Recorder, Sink};
 
 /// Where the analysis takes `$TMPDIR` to point (see [`BashTool::intent`]).
 const TMPDIR_STAND_IN: &str = "/keel-private-tmp";
@@ -188,12 +189,19 @@ impl Tool for BashTool {
             listed.extend(context.sandbox.config.env.iter().cloned());
             let (mut process, mut pipes) =
                 self.spawn(&arguments.command, root, &context.sandbox, &listed)?;
+            let recorder = context.receipts.as_ref().and_then(|receipts| {
+                Recorder::start(receipts, &context.call_id, &process, self.options.log_limit)
+            });
             keel_failpoint::hit(keel_failpoint::IN_BASH);
-            let mut collector = Collector::new(context.progress.clone(), self.options.limits());
+            let collector = Collector::new(context.progress.clone(), self.options.limits());
+            let mut sink = Sink {
+                collector,
+                recorder,
+            };
             let ending = run(
                 &mut process,
                 &mut pipes,
-                &mut collector,
+                &mut sink,
                 &context.cancel,
                 timeout,
             )
@@ -207,9 +215,18 @@ impl Tool for BashTool {
                     other
                 }
             };
-            drain(&mut pipes, &mut collector).await;
+            drain(&mut pipes, &mut sink).await;
+            let Sink {
+                collector,
+                recorder,
+            } = sink;
             let collected = collector.finish().await;
-            outcome(ending, collected, timeout, self.options.flood_rate)
+            let (ended, exit_code) = receipt::describe(&ending);
+            let result = outcome(ending, collected, timeout, self.options.flood_rate);
+            if let Some(recorder) = recorder {
+                recorder.finish(ended, exit_code, &result).await;
+            }
+            result
         })
     }
 }
@@ -319,7 +336,7 @@ enum Ending {
 async fn run(
     process: &mut Process,
     pipes: &mut Pipes,
-    collector: &mut Collector,
+    sink: &mut Sink,
     cancel: &CancellationToken,
     timeout: Duration,
 ) -> Ending {
@@ -328,8 +345,8 @@ async fn run(
     loop {
         tokio::select! {
             Some((stream, bytes)) = pipes.next(), if pipes.is_open() => {
-                collector.push(stream, &bytes).await;
-                if collector.flooded() {
+                sink.push(stream, &bytes).await;
+                if sink.collector.flooded() {
                     return Ending::Flooded;
                 }
             }
@@ -348,14 +365,14 @@ async fn run(
 
 /// Reads what is left in the pipes, for at most [`PIPE_GRACE`]: a daemon
 /// that left the process group may hold them open indefinitely.
-async fn drain(pipes: &mut Pipes, collector: &mut Collector) {
+async fn drain(pipes: &mut Pipes, sink: &mut Sink) {
     let deadline = tokio::time::sleep(PIPE_GRACE);
     tokio::pin!(deadline);
     while pipes.is_open() {
         tokio::select! {
             chunk = pipes.next() => {
                 if let Some((stream, bytes)) = chunk {
-                    collector.push(stream, &bytes).await;
+                    sink.push(stream, &bytes).await;
                 }
             }
             () = &mut deadline => return,
@@ -447,5 +464,6 @@ fn attach(
     error.with_output(ToolOutput::text(text).with_details(collected.details(exit_code)))
 }
 
+mod receipt;
 #[cfg(test)]
 mod tests;

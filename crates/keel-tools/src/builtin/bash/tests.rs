@@ -383,3 +383,50 @@ fn intent_comes_from_the_shell_analysis() {
     let missing = BashTool::default().intent(&json!({}), &context.workspace);
     assert_eq!(missing.kind, IntentKind::Unknown);
 }
+
+#[tokio::test]
+async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_call_id() {
+    use crate::receipt::Receipts;
+    let (dir, context) = setup();
+    let journal = tempfile::tempdir().unwrap();
+    let receipts = Receipts::new(journal.path().join("session"));
+    for context in [context.clone(), unsandboxed(&context)] {
+        let mut context = context;
+        context.call_id = "../../evil call".into();
+        context.receipts = Some(receipts.clone());
+        let outcome = bash(
+            &context,
+            json!({"command": "echo out; echo err >&2; exit 4"}),
+        )
+        .await;
+        let error = outcome.unwrap_err();
+        assert_eq!(error.code, ToolErrorCode::ProcessFailed);
+
+        let started = receipts.started("../../evil call").unwrap();
+        assert_eq!(started.pid.is_some(), !context.sandbox.is_enforced());
+        let exit = receipts.exit("../../evil call").unwrap();
+        assert_eq!((exit.ending.as_str(), exit.exit_code), ("exited", Some(4)));
+        assert_eq!(exit.output_bytes, 8);
+        let recovered = receipts.recovered_result("../../evil call").unwrap();
+        let recovered = recovered.unwrap_err();
+        assert_eq!(recovered.code, ToolErrorCode::ProcessFailed);
+        assert!(text_of(&recovered.content).starts_with("out\nerr\n\nCommand exited with code 4"));
+    }
+    let mut names: Vec<String> = std::fs::read_dir(receipts.dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 3, "{names:?}");
+    for name in &names {
+        let (stem, _) = name.split_once('.').unwrap();
+        assert_eq!(stem.len(), 64, "a sha256 hex name: {name}");
+        assert!(stem.bytes().all(|byte| byte.is_ascii_hexdigit()));
+    }
+    let mode = std::fs::metadata(receipts.dir()).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o700
+    );
+    drop(dir);
+}
