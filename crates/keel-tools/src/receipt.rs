@@ -29,7 +29,7 @@
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -147,6 +147,7 @@ impl Receipts {
             .write(true)
             .create(true)
             .truncate(true)
+            .mode(0o600)
             .open(self.out_path(call_id))
     }
 
@@ -291,7 +292,12 @@ impl Receipts {
 /// or the whole new one, never a part (see the module docs on fsync).
 fn replace(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let temp = path.with_extension("tmp");
-    let mut file = File::create(&temp)?;
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temp)?;
     file.write_all(bytes)?;
     drop(file);
     fs::rename(&temp, path)

@@ -422,6 +422,15 @@ async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_call_id() {
         let (stem, _) = name.split_once('.').unwrap();
         assert_eq!(stem.len(), 64, "a sha256 hex name: {name}");
         assert!(stem.bytes().all(|byte| byte.is_ascii_hexdigit()));
+        // A receipt holds the command's output: only Keel's user reads it.
+        let mode = std::fs::metadata(receipts.dir().join(name))
+            .unwrap()
+            .permissions();
+        assert_eq!(
+            std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+            0o600,
+            "{name}"
+        );
     }
     let mode = std::fs::metadata(receipts.dir()).unwrap().permissions();
     assert_eq!(
