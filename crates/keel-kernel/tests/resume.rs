@@ -256,55 +256,45 @@ fn a_resume_applies_what_had_not_happened_and_runs_what_never_started() {
     // again (`auto`), never the interrupted run's.
     let session = crash_in_batch_in(dir.path(), Arc::clone(&store), calls, PermissionMode::Full);
     assert!(!dir.path().join("a.txt").exists());
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let kernel = kernel(
-            dir.path(),
-            Arc::clone(&store),
-            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
-        );
-        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
-        assert_eq!(run.result().await.state, RunState::Settled);
-        let after = store.entries(&session).await.unwrap();
-        assert_eq!(
-            recovered(&after),
-            vec![
-                ("hang".into(), RecoveryAction::Interrupted),
-                ("write".into(), RecoveryAction::Rerun),
-                ("edit".into(), RecoveryAction::Rerun),
-                ("nonexistent".into(), RecoveryAction::NotStarted),
-            ]
-        );
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
-            "A\n"
-        );
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
-            "two\n"
-        );
-        let statuses: Vec<ToolStatus> = results(&after).into_iter().map(|r| r.1).collect();
-        assert_eq!(
-            statuses,
-            vec![
-                ToolStatus::Error,
-                ToolStatus::Success,
-                ToolStatus::Success,
-                ToolStatus::Error
-            ]
-        );
-        let kinds: Vec<&str> = after.iter().map(Entry::kind).collect();
-        assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 2);
-        assert_eq!(kinds.last(), Some(&"run_end"));
-        let modes: Vec<PermissionMode> = after
-            .iter()
-            .filter_map(|entry| match &entry.payload {
-                EntryPayload::RunStart { mode, .. } => Some(*mode),
-                _ => None,
-            })
-            .collect();
-        assert_eq!(modes, vec![PermissionMode::Full, PermissionMode::Auto]);
-    });
+    let after = resume_settled(dir.path(), &store, &session);
+    assert_eq!(
+        recovered(&after),
+        vec![
+            ("hang".into(), RecoveryAction::Interrupted),
+            ("write".into(), RecoveryAction::Rerun),
+            ("edit".into(), RecoveryAction::Rerun),
+            ("nonexistent".into(), RecoveryAction::NotStarted),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "A\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+        "two\n"
+    );
+    let statuses: Vec<ToolStatus> = results(&after).into_iter().map(|r| r.1).collect();
+    assert_eq!(
+        statuses,
+        vec![
+            ToolStatus::Error,
+            ToolStatus::Success,
+            ToolStatus::Success,
+            ToolStatus::Error
+        ]
+    );
+    let kinds: Vec<&str> = after.iter().map(Entry::kind).collect();
+    assert_eq!(kinds.iter().filter(|k| **k == "run_start").count(), 2);
+    assert_eq!(kinds.last(), Some(&"run_end"));
+    let modes: Vec<PermissionMode> = after
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::RunStart { mode, .. } => Some(*mode),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(modes, vec![PermissionMode::Full, PermissionMode::Auto]);
 }
 
 #[test]
@@ -318,26 +308,16 @@ fn an_edit_whose_target_changed_is_a_conflict_not_a_rerun() {
     ]);
     let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
     std::fs::write(dir.path().join("b.txt"), "someone else\n").unwrap();
-    let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let kernel = kernel(
-            dir.path(),
-            Arc::clone(&store),
-            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
-        );
-        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
-        assert_eq!(run.result().await.state, RunState::Settled);
-        let after = store.entries(&session).await.unwrap();
-        assert_eq!(
-            recovered(&after)[1],
-            ("edit".into(), RecoveryAction::Conflict)
-        );
-        assert_eq!(results(&after)[1].2, Some(ToolErrorCode::EffectConflict));
-        assert_eq!(
-            std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
-            "someone else\n"
-        );
-    });
+    let after = resume_settled(dir.path(), &store, &session);
+    assert_eq!(
+        recovered(&after)[1],
+        ("edit".into(), RecoveryAction::Conflict)
+    );
+    assert_eq!(results(&after)[1].2, Some(ToolErrorCode::EffectConflict));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+        "someone else\n"
+    );
 }
 
 #[test]
