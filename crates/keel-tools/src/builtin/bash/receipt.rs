@@ -1,6 +1,7 @@
 //! The `bash` side of command receipts ([`crate::receipt`]): Keel's process
 //! records the spawn, tees the output into the call's `.out` file and, once
-//! the command is reaped, records its ending durably. A receipt that cannot
+//! the command is reaped, records its ending atomically (renamed into place, not fsynced:
+//! see [`crate::receipt`]). A receipt that cannot
 //! be written costs only recoverability (the call then counts as
 //! interrupted after a crash), never the command's result.
 
