@@ -1,9 +1,9 @@
 //! The `bash` side of command receipts ([`crate::receipt`]): Keel's process
 //! records the spawn, tees the output into the call's `.out` file and, once
-//! the command is reaped, records its ending atomically (renamed into place, not fsynced:
-//! see [`crate::receipt`]). A receipt that cannot
-//! be written costs only recoverability (the call then counts as
-//! interrupted after a crash), never the command's result.
+//! the command is reaped, records its ending atomically (renamed into
+//! place, not fsynced: see [`crate::receipt`]). A receipt that cannot be
+//! written costs only recoverability (the call then counts as interrupted
+//! after a crash), never the command's result.
 
 use keel_protocol::ToolErrorCode;
 use tokio::io::AsyncWriteExt;
