@@ -5,15 +5,13 @@
 //! the repository writable, and lands. Judged by the repository on disk.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod one_call;
+
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 
-use keel_kernel::{AgentKernel, RunSpec};
-use keel_protocol::{IntentScope, PermissionMode, PermissionResolution, RunEventKind, ToolStatus};
-use keel_provider::{Script, ScriptedProvider};
-use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
+use keel_protocol::{IntentScope, PermissionMode, PermissionResolution, ToolStatus};
+use one_call::one_call;
 use serde_json::json;
 
 /// What happened to the one `bash` call of a run.
@@ -30,45 +28,11 @@ async fn bash(
     command: &str,
     answer: PermissionResolution,
 ) -> Outcome {
-    let script = json!({"turns": [
-        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": command}}]},
-        {"content": [{"type": "text", "text": "done"}]}
-    ]});
-    let mut builder = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(
-            Script::from_json(&script.to_string()).unwrap(),
-        )))
-        .workspace(Workspace::new(dir).unwrap());
-    for tool in default_tools(BashOptions::default()) {
-        builder = builder.tool(tool);
-    }
-    let kernel = builder.build().unwrap();
-    let run = kernel
-        .create_run(RunSpec::new("go").mode(mode))
-        .await
-        .unwrap();
-    let mut events = run.events().unwrap();
-    let (mut asked, mut result) = (None, None);
-    while let Some(event) = events.next().await {
-        match event.kind {
-            RunEventKind::PermissionRequested {
-                request_id,
-                intent,
-                reason,
-                ..
-            } => {
-                asked = Some((intent.scope, reason));
-                run.resolve_permission(&request_id, answer).unwrap();
-            }
-            RunEventKind::ToolExecutionEnd { result: end } => result = Some(end),
-            _ => {}
-        }
-    }
-    let result = result.unwrap();
+    let called = one_call(dir, mode, "bash", json!({"command": command}), answer).await;
     Outcome {
-        asked,
-        status: result.status,
-        output: serde_json::to_string(&result.content).unwrap(),
+        asked: called.asked,
+        status: called.result.status,
+        output: serde_json::to_string(&called.result.content).unwrap(),
     }
 }
 

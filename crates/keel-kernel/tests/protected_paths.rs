@@ -5,14 +5,12 @@
 //! paths run without asking.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
-use std::sync::Arc;
+mod one_call;
 
-use keel_kernel::{AgentKernel, RunSpec};
-use keel_protocol::{IntentScope, PermissionMode, PermissionResolution, RunEventKind, ToolStatus};
-use keel_provider::{Script, ScriptedProvider};
-use keel_tools::Workspace;
-use keel_tools::builtin::{BashOptions, default_tools};
+use std::path::Path;
+
+use keel_protocol::{IntentScope, PermissionMode, PermissionResolution, ToolStatus};
+use one_call::one_call;
 use serde_json::{Value, json};
 
 const HOOK: &str = "#!/bin/sh\ntouch /tmp/keel-should-not-exist\n";
@@ -24,47 +22,17 @@ struct Outcome {
     status: ToolStatus,
 }
 
-async fn one_call(
+async fn call(
     dir: &Path,
     mode: PermissionMode,
     tool: &str,
     arguments: Value,
     answer: PermissionResolution,
 ) -> Outcome {
-    let script = json!({"turns": [
-        {"content": [{"type": "tool_call", "name": tool, "arguments": arguments}]},
-        {"content": [{"type": "text", "text": "done"}]}
-    ]});
-    let mut builder = AgentKernel::builder()
-        .provider(Arc::new(ScriptedProvider::new(
-            Script::from_json(&script.to_string()).unwrap(),
-        )))
-        .workspace(Workspace::new(dir).unwrap());
-    for tool in default_tools(BashOptions::default()) {
-        builder = builder.tool(tool);
-    }
-    let kernel = builder.build().unwrap();
-    let run = kernel
-        .create_run(RunSpec::new("go").mode(mode))
-        .await
-        .unwrap();
-    let mut events = run.events().unwrap();
-    let (mut asked, mut status) = (None, None);
-    while let Some(event) = events.next().await {
-        match event.kind {
-            RunEventKind::PermissionRequested {
-                request_id, intent, ..
-            } => {
-                asked = Some(intent.scope);
-                run.resolve_permission(&request_id, answer).unwrap();
-            }
-            RunEventKind::ToolExecutionEnd { result } => status = Some(result.status),
-            _ => {}
-        }
-    }
+    let called = one_call(dir, mode, tool, arguments, answer).await;
     Outcome {
-        asked,
-        status: status.unwrap(),
+        asked: called.asked.map(|(scope, _)| scope),
+        status: called.result.status,
     }
 }
 
@@ -113,7 +81,7 @@ fn untouched(dir: &Path, target: &str) -> bool {
 async fn writes_into_git_and_keel_ask_in_auto_and_do_nothing_when_denied() {
     for (target, tool, arguments) in protected_calls() {
         let dir = setup();
-        let outcome = one_call(
+        let outcome = call(
             dir.path(),
             PermissionMode::Auto,
             tool,
@@ -131,7 +99,7 @@ async fn writes_into_git_and_keel_ask_in_auto_and_do_nothing_when_denied() {
 async fn writes_into_git_and_keel_are_denied_in_plan_without_asking() {
     for (target, tool, arguments) in protected_calls() {
         let dir = setup();
-        let outcome = one_call(
+        let outcome = call(
             dir.path(),
             PermissionMode::Plan,
             tool,
@@ -153,7 +121,7 @@ async fn an_approved_or_full_write_into_git_happens() {
     ] {
         for (target, tool, arguments) in protected_calls() {
             let dir = setup();
-            let outcome = one_call(
+            let outcome = call(
                 dir.path(),
                 mode,
                 tool,
@@ -185,7 +153,7 @@ async fn ordinary_paths_and_reads_of_git_do_not_ask() {
     ];
     for (tool, arguments) in calls {
         let shown = arguments.to_string();
-        let outcome = one_call(
+        let outcome = call(
             dir.path(),
             PermissionMode::Auto,
             tool,
