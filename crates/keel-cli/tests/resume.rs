@@ -98,14 +98,13 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
     );
     child.kill().unwrap();
     child.wait().unwrap();
-    // The dead run's command is this test's to clean up (a receipt-driven
-    // kill of leftover process groups is not part of `keel resume` yet).
-    for pid in sleepers(&marker) {
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-    }
+    // A sandboxed command lives in a PID namespace of Keel's namespace
+    // holder, which dies with Keel: nothing of the dead run sleeps on.
+    assert!(
+        wait_until(Duration::from_secs(5), || sleepers(&marker).is_empty()),
+        "the dead run's sandboxed command outlived it: {:?}",
+        sleepers(&marker)
+    );
     let (id, before) = entries(sessions.path());
     let kinds: Vec<&str> = before
         .iter()
