@@ -203,6 +203,17 @@ fn line_of(entries: &[Value], call_id: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
+/// Whether `keel session show ID` opens the session (it validates every line).
+fn opens(id: &str, sessions: &Path) -> bool {
+    Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        .args(["session", "show", id, "--session-dir"])
+        .arg(sessions)
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
 #[test]
 fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
     let scripts = tempfile::tempdir().unwrap();
@@ -280,15 +291,7 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
             }
             if ended == Some(false) {
                 // `nothing_to_resume`: the kill came after the run ended.
-                let show = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-                    .args(["session", "show", &id, "--session-dir"])
-                    .arg(ss)
-                    .output()
-                    .unwrap();
-                assert!(
-                    show.status.success(),
-                    "run {run}: the session does not open"
-                );
+                assert!(opens(&id, ss), "run {run}: the session does not open");
                 let all = entries(&file);
                 let last = all.last().unwrap();
                 let said = std::fs::read_to_string(&log).unwrap_or_default();
@@ -302,17 +305,8 @@ fn a_hundred_runs_killed_at_random_and_resumed_do_no_effect_twice() {
             }
         }
         let file = session_file(ss).unwrap();
-        let show = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-            .args(["session", "show"])
-            .arg(file.file_stem().unwrap())
-            .arg("--session-dir")
-            .arg(ss)
-            .output()
-            .unwrap();
-        assert!(
-            show.status.success(),
-            "run {run}: the session does not open"
-        );
+        let stem = file.file_stem().unwrap().to_str().unwrap();
+        assert!(opens(stem, ss), "run {run}: the session does not open");
         let all = entries(&file);
         assert_eq!(all.last().unwrap()["kind"], "run_end");
         assert_eq!(all.last().unwrap()["state"], "settled", "run {run}");
