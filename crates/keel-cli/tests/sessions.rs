@@ -488,6 +488,7 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
             &fixture.sessions(),
         ])
         .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);

@@ -475,9 +475,14 @@ fn a_command_the_crash_cut_short_is_interrupted_with_its_output_so_far() {
 /// that reports its exit.
 fn sleeper() -> (i32, std::sync::mpsc::Receiver<std::process::ExitStatus>) {
     use std::os::unix::process::CommandExt;
+    // No inherited stdio: a sleeper the test failed to kill must not hold
+    // the test's output pipe open.
     let mut child = std::process::Command::new("sleep")
         .arg("300")
         .process_group(0)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let pid = i32::try_from(child.id()).unwrap();
