@@ -39,6 +39,9 @@ pub enum Command {
     /// Takes the same flags as `run`; the mode is given again, never
     /// inherited. Calls the crash cut short are recovered from the effect
     /// journal: nothing known applied runs twice, nothing unknown is redone.
+    /// With `--input-format stream-json`, standard input drives the resumed
+    /// run (permission answers, steering, cancel) and starts later runs in
+    /// the session, as for `run`.
     Resume(Box<RunArgs>),
     /// Run a deterministic scenario (no key, no network).
     Demo(DemoArgs),

@@ -26,7 +26,7 @@ use crate::output::Output;
 use crate::session_cmd;
 use crate::signals;
 use crate::startup::StartupError;
-use crate::stream_input;
+use crate::stream_input::{self, FirstRun};
 
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     check_combinations(&args)?;
@@ -55,30 +55,16 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
-    let mode = setup.mode;
-    let max_turns = args.max_turns;
-    let budget = args.max_budget_usd;
+    let spec = spec_for(&args, setup.mode);
     if args.input_format == InputFormat::StreamJson {
         let first = match args.prompt.as_deref() {
-            Some(argument) => Some(prompt(Some(argument))?),
-            None => None,
-        };
-        let spec = move |prompt: String, session: Option<String>| {
-            RunSpec::new(prompt)
-                .session_opt(session)
-                .mode(mode)
-                .max_turns(max_turns)
-                .max_cost_usd(budget)
+            Some(argument) => FirstRun::Prompt(prompt(Some(argument))?),
+            None => FirstRun::Wait,
         };
         let output = Output::new(&args.output, false);
         return stream_input::run(&kernel, &store, output, first, continued.session_id, spec).await;
     }
-    let prompt = prompt(args.prompt.as_deref())?;
-    let spec = RunSpec::new(prompt)
-        .session_opt(continued.session_id)
-        .mode(mode)
-        .max_turns(max_turns)
-        .max_cost_usd(budget);
+    let spec = spec(prompt(args.prompt.as_deref())?, continued.session_id);
     let received = signals::Received::install();
     let run = kernel
         .create_run(spec)
@@ -88,7 +74,8 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
 }
 
 /// `keel resume [SESSION]`: continues the run a crash interrupted (SPEC §8)
-/// under the mode the flags and configuration give now.
+/// under the mode the flags and configuration give now; with stream-json
+/// input, standard input drives it and the runs after it (`stream_input`).
 pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     if args.session.is_none() && !args.continue_latest {
         args.session = args.prompt.take();
@@ -99,10 +86,10 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
             "keel resume needs the session to continue: SESSION, --session ID or --continue",
         ));
     }
-    if args.fork.is_some() || args.input_format == InputFormat::StreamJson {
+    if args.fork.is_some() {
         return Err(StartupError::new(
             "usage",
-            "keel resume continues a session in place: --fork and stream-json input do not apply",
+            "keel resume continues a session in place: --fork does not apply",
         ));
     }
     let setup = run_setup(&args)?;
@@ -134,17 +121,32 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
+    let spec = spec_for(&args, setup.mode);
+    if args.input_format == InputFormat::StreamJson {
+        let output = Output::new(&args.output, false);
+        let session = Some(session_id);
+        return stream_input::run(&kernel, &store, output, FirstRun::Resume, session, spec).await;
+    }
     let received = signals::Received::install();
-    let spec = RunSpec::new("")
-        .session(session_id)
-        .mode(setup.mode)
-        .max_turns(args.max_turns)
-        .max_cost_usd(args.max_budget_usd);
+    let spec = spec(String::new(), Some(session_id));
     let run = kernel
         .resume_with(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
     drive(run, &store, &args.output, &received).await
+}
+
+/// The `RunSpec` of each run of this invocation, from its prompt and session:
+/// the mode, turn limit and budget the flags and configuration give.
+fn spec_for(args: &RunArgs, mode: PermissionMode) -> impl Fn(String, Option<String>) -> RunSpec {
+    let (max_turns, budget) = (args.max_turns, args.max_budget_usd);
+    move |prompt, session| {
+        RunSpec::new(prompt)
+            .session_opt(session)
+            .mode(mode)
+            .max_turns(max_turns)
+            .max_cost_usd(budget)
+    }
 }
 
 /// Refuses a `--max-budget-usd` that is not a number of USD, 0 or more.

@@ -13,7 +13,9 @@
 //!   naming its line number; blank lines are skipped.
 //! - End of input denies the pending permission requests and every later
 //!   one, lets the active run finish, and ends `keel` after it. A prompt
-//!   argument starts the first run without waiting for a message.
+//!   argument starts the first run without waiting for a message; `keel
+//!   resume` starts it by continuing the interrupted run (`FirstRun::Resume`),
+//!   and later messages start runs in that session as usual.
 //!
 //! Each run prints its events, result, workspace changes and session line
 //! in the `--output-format` asked for, as `keel run` does. The exit code is the last run's (0 only for
@@ -45,12 +47,22 @@ const MAX_LINE_BYTES: u64 = 16 * 1024 * 1024;
 /// One line of input: a control message, or why the line is not one.
 type Input = Result<HostControl, String>;
 
+/// How the first run starts.
+pub enum FirstRun {
+    /// With the first `user_message` (or `follow_up`) on standard input.
+    Wait,
+    /// With this prompt, without waiting for a message.
+    Prompt(String),
+    /// By continuing the session's interrupted run (`AgentKernel::resume_with`).
+    Resume,
+}
+
 /// Runs until input ends with no run active (or a signal); see the module docs.
 pub async fn run(
     kernel: &AgentKernel,
     store: &JsonlStore,
     output: Output,
-    first: Option<String>,
+    first: FirstRun,
     session: Option<String>,
     spec: impl Fn(String, Option<String>) -> RunSpec,
 ) -> Result<ExitCode, StartupError> {
@@ -95,24 +107,34 @@ impl Driver<'_> {
     /// Runs one run per prompt; returns the last run's result.
     async fn run_all(
         mut self,
-        first: Option<String>,
+        first: FirstRun,
         mut session: Option<String>,
         spec: impl Fn(String, Option<String>) -> RunSpec,
     ) -> Result<Option<RunResult>, StartupError> {
         let mut next = first;
         let mut last = None;
         loop {
-            let prompt = match next.take() {
-                Some(prompt) => prompt,
-                None => match self.next_prompt().await {
-                    Some(prompt) => prompt,
+            // The next run's prompt; `None` continues the interrupted run.
+            let prompt = match std::mem::replace(&mut next, FirstRun::Wait) {
+                FirstRun::Wait => match self.next_prompt().await {
+                    Some(prompt) => Some(prompt),
                     None => return Ok(last),
                 },
+                FirstRun::Prompt(prompt) => Some(prompt),
+                FirstRun::Resume => None,
             };
             if *self.signalled.borrow() {
                 return Ok(last);
             }
-            let run = match self.kernel.create_run(spec(prompt, session.clone())).await {
+            let started = match prompt {
+                Some(prompt) => self.kernel.create_run(spec(prompt, session.clone())).await,
+                None => {
+                    self.kernel
+                        .resume_with(spec(String::new(), session.clone()))
+                        .await
+                }
+            };
+            let run = match started {
                 Ok(run) => run,
                 Err(error) if last.is_none() => {
                     return Err(StartupError::new(error.code(), error.to_string()));

@@ -2,7 +2,8 @@
 //! drives the `AgentRun` seam through stdin — a user message starts a run,
 //! a steer and a follow-up reach the model, a cancel ends the run, the next
 //! user message starts another run in the same session, permission answers
-//! approve by id, and the end of input denies what is still pending.
+//! approve by id, and the end of input denies what is still pending; and
+//! `keel resume` driven the same way.
 //!
 //! The scripted provider checks what each request holds (`expect`); the
 //! bash calls wait for a file the test creates, so the order of events is
@@ -226,4 +227,89 @@ fn a_signal_between_runs_ends_keel_with_its_code() {
     live.wait_exit();
     let (code, _, _) = live.finish();
     assert_eq!(code, 143);
+}
+
+#[test]
+fn resume_with_stream_json_input_answers_the_recovered_call_and_runs_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("project");
+    std::fs::create_dir(&workspace).unwrap();
+    let sessions = dir.path().join("sessions");
+    // Turns by the number of assistant messages so far, so the resumed
+    // process continues the same script where the dead one stopped.
+    let script = dir.path().join("script.json");
+    let write = json!([{"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A\n"}}]);
+    let turns = json!([
+        {"content": write},
+        {"content": text("resumed")},
+        {"content": text("second run")}
+    ]);
+    std::fs::write(
+        &script,
+        json!({"by_history": true, "turns": turns}).to_string(),
+    )
+    .unwrap();
+    let with_script = |keel: &mut std::process::Command| {
+        keel.arg("--script")
+            .arg(&script)
+            .arg("--workspace")
+            .arg(&workspace)
+            .arg("--session-dir")
+            .arg(&sessions);
+    };
+    // The first run dies (SIGKILL, from the failpoint) once the write is
+    // journaled, before it happens.
+    let mut first = command(dir.path());
+    first
+        .args(["run", "--mode", "auto"])
+        .env(keel_failpoint::ENV, keel_failpoint::AFTER_EFFECT_STARTED);
+    with_script(&mut first);
+    let died = first.arg("write a").output().unwrap();
+    assert!(died.status.code().is_none(), "killed by the failpoint");
+    assert!(!workspace.join("a.txt").exists());
+    let id = std::fs::read_dir(&sessions)
+        .unwrap()
+        .filter_map(|entry| entry.unwrap().file_name().into_string().ok())
+        .find_map(|name| name.strip_suffix(".jsonl").map(str::to_owned))
+        .unwrap();
+
+    let mut resume = command(dir.path());
+    resume.args([
+        "resume",
+        &id,
+        "--input-format",
+        "stream-json",
+        "--mode",
+        "ask",
+    ]);
+    with_script(&mut resume);
+    let mut live = Live::start(resume);
+    let recovered = live.event("effect_recovered");
+    assert_eq!(recovered["action"], "rerun", "{recovered}");
+    // The re-run write asks in `ask`; the answer comes on stdin.
+    let request = live.event("permission_requested");
+    live.send(&control(json!({
+        "type": "permission_answer", "request_id": request["request_id"], "decision": "approve"
+    })));
+    let result = live.result();
+    assert_eq!(result["state"], "settled", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("a.txt")).unwrap(),
+        "A\n"
+    );
+    // The next message starts another run, in the same session.
+    live.send(&control(
+        json!({"type": "user_message", "text": "and again"}),
+    ));
+    let second = live.result();
+    assert_eq!(second["state"], "settled", "{second}");
+    let (code, stderr, seen) = live.finish();
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(live::session_ids(&seen), vec![id.clone(), id]);
+    let answers: Vec<&str> = seen
+        .iter()
+        .filter(|value| value["type"] == "message_end" && value["message"]["role"] == "assistant")
+        .filter_map(|value| value["message"]["content"][0]["text"].as_str())
+        .collect();
+    assert_eq!(answers, ["resumed", "second run"], "{seen:#?}");
 }
