@@ -293,12 +293,11 @@ pub(super) async fn cancelling_mid_stream_ends_promptly(adapter: &dyn WireAdapte
         seen.push(event);
     }
     assert_eq!(seen, head_events(adapter, "a long answer"), "{name}");
-    let cancelled_at = Instant::now();
     cancel.cancel();
-    let rest: Vec<_> = tokio::time::timeout(Duration::from_secs(1), stream.collect())
+    // The server never sends the rest: the stream ends only by the cancel.
+    let rest: Vec<_> = tokio::time::timeout(NO_HANG, stream.collect())
         .await
-        .unwrap_or_else(|_| panic!("{name}: the stream ends promptly once cancelled"));
-    assert!(cancelled_at.elapsed() < Duration::from_secs(1), "{name}");
+        .unwrap_or_else(|_| panic!("{name}: the stream ends once cancelled"));
     assert_eq!(rest.len(), 1, "{name}: one cancelled error: {rest:?}");
     assert_eq!(
         last_error(&rest).kind,

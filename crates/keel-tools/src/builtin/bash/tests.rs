@@ -57,9 +57,10 @@ async fn assert_all_dead(pid_file: &Path) {
         .collect();
     assert!(!pids.is_empty());
     let started = Instant::now();
+    // A bound for a hang, not a timing claim: the kill is already sent.
     while pids.iter().any(|&pid| alive(pid)) {
         assert!(
-            started.elapsed() < Duration::from_secs(1),
+            started.elapsed() < Duration::from_secs(10),
             "processes survived: {pids:?}"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -184,10 +185,11 @@ async fn background_stragglers_are_killed_after_exit() {
 async fn escaped_daemon_holding_the_pipe_does_not_block() {
     let (_dir, context) = setup();
     let started = Instant::now();
-    let output = bash(&context, json!({"command": "setsid sleep 3 & echo done"}))
+    let output = bash(&context, json!({"command": "setsid sleep 20 & echo done"}))
         .await
         .unwrap();
-    assert!(started.elapsed() < Duration::from_secs(2));
+    // Well before the daemon ends: the call did not wait for it.
+    assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(text_of(&output.content), "done");
 }
 
@@ -265,14 +267,16 @@ async fn sandboxed_survivors_die_with_the_command() {
     let (dir, context) = setup();
     let marker = dir.path().join("survivor");
     let command = format!(
-        "setsid sh -c 'sleep 1; echo x > {0}' & (sh -c 'sleep 1; echo x > {0}' &) ; echo started",
+        "setsid sh -c 'sleep 3; echo x > {0}' & (sh -c 'sleep 3; echo x > {0}' &) ; echo started",
         marker.display()
     );
     let started = Instant::now();
     let output = bash(&context, json!({ "command": command })).await.unwrap();
     assert_eq!(text_of(&output.content), "started");
-    assert!(started.elapsed() < Duration::from_secs(1));
-    assert_no_survivor_wrote(&marker, Duration::from_millis(1500)).await;
+    // Returned before the survivors would write (it did not wait for them),
+    // then they never do.
+    assert!(started.elapsed() < Duration::from_millis(2500));
+    assert_no_survivor_wrote(&marker, Duration::from_secs(4)).await;
 }
 
 #[tokio::test]
