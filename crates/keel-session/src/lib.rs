@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use futures::future::BoxFuture;
 use keel_protocol::{Entry, TimestampMs};
 
-pub use jsonl::{JsonlStore, SessionReader, Snapshot};
+pub use jsonl::{JsonlStore, LostSpan, SalvageReport, SessionReader, Snapshot};
 pub use memory::MemoryStore;
 
 /// The future a store operation returns.
@@ -331,15 +331,17 @@ pub enum SessionError {
         /// What is wrong with it.
         reason: String,
     },
-    /// The file was written by a newer Keel.
-    #[error(
-        "{path} has session format version {found}; this build reads up to version {supported}, so upgrade Keel"
-    )]
+    /// The header claims a format version this build does not read: one
+    /// written by a newer Keel, or one no Keel writes (version 0). The file
+    /// is neither read nor written.
+    #[error("{}", version_message(path, *found, *oldest, *supported))]
     UnsupportedVersion {
         /// The file.
         path: String,
         /// The version in the file.
         found: u64,
+        /// The oldest version this build reads.
+        oldest: u32,
         /// The newest version this build reads.
         supported: u32,
     },
@@ -366,7 +368,11 @@ pub enum SessionError {
     },
     /// The file holds damage that no crash can produce (anything but a
     /// prefix of the last write batch).
-    #[error("{path}:{line}: session file is damaged: {reason}")]
+    /// The message names `keel session salvage <id>`, the way forward.
+    #[error(
+        "{path}:{line}: session file is damaged: {reason}; `keel session salvage {}` writes its intact records to a new session and leaves this file as it is",
+        salvage_id(path)
+    )]
     Corrupt {
         /// The file.
         path: String,
@@ -375,6 +381,34 @@ pub enum SessionError {
         /// What is wrong there.
         reason: String,
     },
+}
+
+/// Why a header version is refused, for a person.
+fn version_message(path: &str, found: u64, oldest: u32, supported: u32) -> String {
+    if found > u64::from(supported) {
+        format!(
+            "{path} was written by a newer Keel (session format version {found}; this build reads versions {oldest} to {supported}): upgrade Keel to use it; the file is left untouched"
+        )
+    } else {
+        format!(
+            "{path} claims session format version {found}, which no Keel writes (this build reads versions {oldest} to {supported}); the file is refused and left untouched"
+        )
+    }
+}
+
+/// The session id a session file's path names (its stem), for the salvage
+/// hint; `<id>` when the stem is not one.
+fn salvage_id(path: &str) -> &str {
+    std::path::Path::new(path)
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .filter(|stem| {
+            !stem.is_empty()
+                && stem
+                    .bytes()
+                    .all(|byte| byte.is_ascii_alphanumeric() || byte == b'-' || byte == b'_')
+        })
+        .unwrap_or("<id>")
 }
 
 impl SessionError {

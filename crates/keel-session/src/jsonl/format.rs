@@ -23,6 +23,9 @@ use serde::{Deserialize, Serialize};
 pub(crate) const FORMAT: &str = "keel-session";
 /// The newest format version this build writes and reads.
 pub(crate) const VERSION: u32 = 2;
+/// The oldest format version any Keel wrote (and this build reads): a
+/// header claiming less (version 0) was never written by Keel.
+pub(crate) const OLDEST_VERSION: u32 = 1;
 
 /// The first line of a session file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -20,6 +20,7 @@ mod index;
 mod meta;
 mod open;
 mod read;
+mod salvage;
 mod scan;
 mod writer;
 
@@ -38,6 +39,7 @@ use self::writer::State;
 use crate::{NewSession, Repair, SessionError, SessionInfo, SessionStore, StoreFuture, TornTail};
 
 pub use self::read::{SessionReader, Snapshot};
+pub use self::salvage::{LostSpan, SalvageReport};
 
 /// Sessions as JSONL files in one directory.
 #[derive(Debug)]

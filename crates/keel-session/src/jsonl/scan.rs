@@ -231,7 +231,7 @@ pub(crate) fn header_at(file: &File, path: &Path) -> Option<Header> {
     parse_header(path, buffer.get(..=end)?).ok()
 }
 
-fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
+pub(crate) fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
     let not_a_session = |reason: &str| SessionError::NotASession {
         path: path.display().to_string(),
         reason: reason.to_owned(),
@@ -246,11 +246,18 @@ fn parse_header(path: &Path, line: &[u8]) -> Result<Header, SessionError> {
             "the header does not name the keel-session format",
         ));
     }
-    let version = value.get("version").and_then(|v| v.as_u64()).unwrap_or(0);
-    if version > u64::from(format::VERSION) {
+    let version = value
+        .get("version")
+        .ok_or_else(|| not_a_session("the header names no format version"))?
+        .as_u64()
+        .ok_or_else(|| not_a_session("the header's format version is not a whole number"))?;
+    // Only versions some Keel wrote and this build reads: never guess at
+    // the records below a version 0 (no Keel writes it) or a newer one.
+    if !(u64::from(format::OLDEST_VERSION)..=u64::from(format::VERSION)).contains(&version) {
         return Err(SessionError::UnsupportedVersion {
             path: path.display().to_string(),
             found: version,
+            oldest: format::OLDEST_VERSION,
             supported: format::VERSION,
         });
     }
@@ -432,7 +439,7 @@ pub(crate) fn tree_fault(fault: &TreeFault) -> String {
     }
 }
 
-fn describe(problem: &LineFault) -> String {
+pub(crate) fn describe(problem: &LineFault) -> String {
     match problem {
         LineFault::Checksum => "checksum mismatch (the line's bytes changed)".into(),
         LineFault::Malformed(reason) => format!("not a valid record: {reason}"),
