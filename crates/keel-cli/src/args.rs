@@ -118,6 +118,15 @@ pub enum SessionCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+    /// Write a new session from the intact records of a damaged one
+    /// (every complete record before the damage, and later groups that
+    /// still connect); the damaged file is left as it is.
+    Salvage {
+        /// The session id (or a unique prefix).
+        id: String,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Summarise the oldest part of a session's context into a checkpoint,
     /// with the session's own provider and model (or the ones given).
     Compact(Box<CompactArgs>),

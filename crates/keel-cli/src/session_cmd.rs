@@ -1,9 +1,9 @@
-//! `keel session`: list, show, draw, fork and export stored sessions.
+//! `keel session`: list, show, draw, fork, export and salvage stored sessions.
 //!
 //! Everything here reads through `JsonlStore::reader`, which takes no lock,
 //! never repairs and never writes, so inspecting a session is safe while a
-//! run writes to it; a torn tail is mentioned, not cut. Only `fork` writes,
-//! and only to the new session. `tree` and `export` read one entry at a time,
+//! run writes to it; a torn tail is mentioned, not cut. Only `fork` and
+//! `salvage` write, and only to the new session. `tree` and `export` read one entry at a time,
 //! so their memory grows with the number of entries, not their size.
 
 use std::io::{IsTerminal, Write};
@@ -37,6 +37,7 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
         SessionCommand::Export { id, output, store } => {
             export(&open_store(&store)?, &id, output.as_deref()).await
         }
+        SessionCommand::Salvage { id, store } => salvage(&open_store(&store)?, &id).await,
         SessionCommand::Compact(args) => crate::compact_cmd::run(*args).await,
     }
 }
@@ -322,6 +323,85 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
     say(format!(
         "{}",
         json!({"type": "fork", "session": {"id": id, "parent_session": source, "forked_at": entry}})
+    ));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A new session from a damaged one's intact records (through keel-host):
+/// what was kept and lost as lines on a terminal, else one JSON object.
+async fn salvage(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+    let report = sessions::salvage(store, wanted).await?;
+    if !std::io::stdout().is_terminal() {
+        let lost: Vec<serde_json::Value> = report
+            .lost
+            .iter()
+            .map(|span| {
+                json!({"line": span.line, "offset": span.offset, "lines": span.lines,
+                    "bytes": span.bytes, "damage_line": span.damage_line, "reason": span.reason})
+            })
+            .collect();
+        say(json!({
+            "type": "salvage",
+            "source": {"id": report.source, "path": report.source_path},
+            "session": {"id": report.session_id, "parent_session": report.source,
+                "leaf": report.leaf, "leaf_on_active_branch": report.leaf_on_active_branch},
+            "kept": {"entries": report.kept_entries, "records": report.kept_records,
+                "groups": report.kept_groups, "later_groups": report.kept_later_groups},
+            "lost": {"lines": report.lost_lines, "bytes": report.lost_bytes,
+                "entries": report.lost_entries, "spans": lost},
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    say(format!(
+        "salvaged session {} into new session {}",
+        report.source, report.session_id
+    ));
+    say(format!(
+        "kept {} entries ({} records in {} groups, {} of them after the damage)",
+        report.kept_entries, report.kept_records, report.kept_groups, report.kept_later_groups
+    ));
+    if report.lost_anything() {
+        say(format!(
+            "lost {} lines ({}), {} of them readable entries that no longer connect:",
+            report.lost_lines,
+            human_size(report.lost_bytes),
+            report.lost_entries
+        ));
+        for span in &report.lost {
+            let extent = match span.lines {
+                0 => format!("{} missing at the end", human_size(span.bytes)),
+                1 => format!("1 line, {}", human_size(span.bytes)),
+                lines => format!("{lines} lines, {}", human_size(span.bytes)),
+            };
+            say(format!(
+                "  line {} (byte {}): {extent}; damage at line {}: {}",
+                span.line,
+                span.offset,
+                span.damage_line,
+                crate::escape::visible(&span.reason)
+            ));
+        }
+    } else {
+        say("lost nothing: the session had no damage");
+    }
+    match &report.leaf {
+        Some(leaf) if report.leaf_on_active_branch => say(format!(
+            "leaf {} (the last kept entry of the branch the session was on)",
+            short_id(leaf)
+        )),
+        Some(leaf) => say(format!(
+            "leaf {} (the latest kept entry: the active branch was lost)",
+            short_id(leaf)
+        )),
+        None => say("no entry was kept"),
+    }
+    say(format!(
+        "the damaged file is left as it was: {}",
+        crate::escape::visible(&report.source_path)
+    ));
+    say(format!(
+        "continue with: keel run --session {} \"…\"",
+        report.session_id
     ));
     Ok(ExitCode::SUCCESS)
 }

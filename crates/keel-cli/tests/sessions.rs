@@ -516,3 +516,104 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
     let error: Value = serde_json::from_slice(&shown.stdout).unwrap();
     assert_eq!(error["code"], "session_not_found", "{error}");
 }
+
+#[test]
+fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
+    let fixture = Fixture::new(SCRIPT);
+    let first = fixture.run(&[], "hello");
+    assert_eq!(first.code, 0, "{:?}", first.result);
+    let id = session_line(&first)["id"].as_str().unwrap().to_owned();
+    let path = fixture.session_file(&id);
+    // A flipped byte in the assistant message's line (line 5 of 6): the
+    // configuration, run_start and user message before it stay intact.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let newlines: Vec<usize> = bytes
+        .iter()
+        .enumerate()
+        .filter(|(_, byte)| **byte == b'\n')
+        .map(|(at, _)| at)
+        .collect();
+    bytes[newlines[3] + 20] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let hint = format!("keel session salvage {id}");
+
+    // Every refusal names the way out: a run, a resume, show, tree.
+    let run = fixture.run(&["--session", &id], "hi");
+    let error = run.startup_error.unwrap();
+    assert_eq!(error["code"], "session_corrupt", "{error}");
+    assert!(error["message"].as_str().unwrap().contains(&hint), "{error}");
+    let script = fixture.dir.path().join("script.json").display().to_string();
+    let sessions = fixture.sessions();
+    let resumed = keel(
+        &["resume", &id, "--script", &script, "--session-dir", &sessions],
+        Some(fixture.dir.path()),
+        "",
+    );
+    let error = resumed.startup_error.unwrap();
+    assert!(error["message"].as_str().unwrap().contains(&hint), "{error}");
+    for command in ["show", "tree"] {
+        let (code, shown) = fixture.session(&[command, &id]);
+        assert_eq!(code, 2, "{command}");
+        let error: Value = serde_json::from_str(&shown).unwrap();
+        assert_eq!(error["code"], "session_corrupt");
+        assert!(error["message"].as_str().unwrap().contains(&hint), "{error}");
+    }
+    let (_, listing) = fixture.session(&["list"]);
+    assert!(listing.contains(&hint), "{listing}");
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "refusals write nothing");
+
+    // Salvage (by a prefix): a new session with everything before the damage.
+    let (code, salvaged) = fixture.session(&["salvage", &id[..13]]);
+    assert_eq!(code, 0, "{salvaged}");
+    let salvaged: Value = serde_json::from_str(&salvaged).unwrap();
+    assert_eq!(salvaged["type"], "salvage");
+    assert_eq!(salvaged["source"]["id"], id.as_str());
+    assert_eq!(salvaged["kept"]["entries"], 3, "{salvaged}");
+    assert_eq!(salvaged["lost"]["lines"], 2, "{salvaged}");
+    assert_eq!(salvaged["lost"]["spans"][0]["line"], 5, "{salvaged}");
+    assert_eq!(
+        salvaged["lost"]["spans"][0]["offset"],
+        newlines[3] + 1,
+        "{salvaged}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), bytes, "salvage writes nothing there");
+    let new_id = salvaged["session"]["id"].as_str().unwrap().to_owned();
+    assert_ne!(new_id, id);
+    let (code, shown) = fixture.session(&["show", &new_id]);
+    assert_eq!(code, 0, "{shown}");
+    let shown: Value = serde_json::from_str(&shown).unwrap();
+    assert_eq!(shown["parent_session"], id.as_str());
+    assert_eq!(shown["branch"].as_array().unwrap().len(), 3, "{shown}");
+    assert_eq!(shown["leaf"], salvaged["session"]["leaf"]);
+
+    // The salvaged session goes on: the model sees the first user message
+    // and the new one.
+    std::fs::write(
+        fixture.dir.path().join("script.json"),
+        r#"{"turns":[{"expect":{"messages":2},"content":[{"type":"text","text":"on again"}]}]}"#,
+    )
+    .unwrap();
+    let again = fixture.run(&["--session", &new_id], "hello again");
+    assert_eq!(again.code, 0, "{:?} {}", again.result, again.stderr);
+}
+
+#[test]
+fn a_header_version_no_keel_writes_is_refused_and_left_byte_identical() {
+    let fixture = Fixture::new(SCRIPT);
+    let first = fixture.run(&[], "hello");
+    let id = session_line(&first)["id"].as_str().unwrap().to_owned();
+    let path = fixture.session_file(&id);
+    let text = std::fs::read_to_string(&path).unwrap();
+    for (version, message) in [("0", "which no Keel writes"), ("7", "written by a newer Keel")] {
+        let edited = text.replacen("\"version\":2", &format!("\"version\":{version}"), 1);
+        assert_ne!(edited, text);
+        std::fs::write(&path, &edited).unwrap();
+        let run = fixture.run(&["--session", &id], "hi");
+        let error = run.startup_error.unwrap();
+        assert_eq!(error["code"], "session_version", "{error}");
+        assert!(error["message"].as_str().unwrap().contains(message), "{error}");
+        let (code, _) = fixture.session(&["show", &id]);
+        assert_eq!(code, 2);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), edited, "never appended to");
+    }
+}

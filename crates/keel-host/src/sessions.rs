@@ -17,7 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
-use keel_session::{JsonlStore, Repair, SessionInfo, SessionStore};
+use keel_session::{JsonlStore, Repair, SalvageReport, SessionInfo, SessionStore};
 
 use crate::HostError;
 
@@ -40,6 +40,14 @@ pub fn session_file(store: &JsonlStore, session_id: &str) -> Result<PathBuf, Hos
 /// does), as the store resolves it.
 pub async fn resolve_session(store: &dyn SessionStore, wanted: &str) -> Result<String, HostError> {
     Ok(store.resolve_id(wanted).await?)
+}
+
+/// Writes a new session from the intact records of the session `wanted`
+/// names (a damaged one, typically), leaving its file untouched: see
+/// [`JsonlStore::salvage`].
+pub async fn salvage(store: &JsonlStore, wanted: &str) -> Result<SalvageReport, HostError> {
+    let id = resolve_session(store, wanted).await?;
+    Ok(store.salvage(&id)?)
 }
 
 /// The entry among `ids` whose id is `wanted`, or starts or ends with it

@@ -305,7 +305,20 @@ impl JsonlStore {
         });
         let (meta, torn, problem) = match outcome {
             Ok((meta, torn)) => (meta, torn, None),
-            Err(error) => (meta::Meta::default(), None, Some(error.to_string())),
+            Err(error) => {
+                // A damaged session still lists under its workspace (from a
+                // readable header), so its owner sees it and the way out.
+                let header = scan::open_regular(path, false)
+                    .ok()
+                    .and_then(|file| scan::header_at(&file, path));
+                let meta = meta::Meta {
+                    created: header.as_ref().map_or(0, |header| header.created),
+                    parent_session: header.as_ref().and_then(|h| h.parent_session.clone()),
+                    workspace: header.and_then(|header| header.workspace),
+                    ..meta::Meta::default()
+                };
+                (meta, None, Some(error.to_string()))
+            }
         };
         SessionInfo {
             id: session_id.to_owned(),
