@@ -541,26 +541,46 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
     let run = fixture.run(&["--session", &id], "hi");
     let error = run.startup_error.unwrap();
     assert_eq!(error["code"], "session_corrupt", "{error}");
-    assert!(error["message"].as_str().unwrap().contains(&hint), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains(&hint),
+        "{error}"
+    );
     let script = fixture.dir.path().join("script.json").display().to_string();
     let sessions = fixture.sessions();
     let resumed = keel(
-        &["resume", &id, "--script", &script, "--session-dir", &sessions],
+        &[
+            "resume",
+            &id,
+            "--script",
+            &script,
+            "--session-dir",
+            &sessions,
+        ],
         Some(fixture.dir.path()),
         "",
     );
     let error = resumed.startup_error.unwrap();
-    assert!(error["message"].as_str().unwrap().contains(&hint), "{error}");
+    assert!(
+        error["message"].as_str().unwrap().contains(&hint),
+        "{error}"
+    );
     for command in ["show", "tree"] {
         let (code, shown) = fixture.session(&[command, &id]);
         assert_eq!(code, 2, "{command}");
         let error: Value = serde_json::from_str(&shown).unwrap();
         assert_eq!(error["code"], "session_corrupt");
-        assert!(error["message"].as_str().unwrap().contains(&hint), "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(&hint),
+            "{error}"
+        );
     }
     let (_, listing) = fixture.session(&["list"]);
     assert!(listing.contains(&hint), "{listing}");
-    assert_eq!(std::fs::read(&path).unwrap(), bytes, "refusals write nothing");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "refusals write nothing"
+    );
 
     // Salvage (by a prefix): a new session with everything before the damage.
     let (code, salvaged) = fixture.session(&["salvage", &id[..13]]);
@@ -576,7 +596,11 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
         newlines[3] + 1,
         "{salvaged}"
     );
-    assert_eq!(std::fs::read(&path).unwrap(), bytes, "salvage writes nothing there");
+    assert_eq!(
+        std::fs::read(&path).unwrap(),
+        bytes,
+        "salvage writes nothing there"
+    );
     let new_id = salvaged["session"]["id"].as_str().unwrap().to_owned();
     assert_ne!(new_id, id);
     let (code, shown) = fixture.session(&["show", &new_id]);
@@ -604,16 +628,26 @@ fn a_header_version_no_keel_writes_is_refused_and_left_byte_identical() {
     let id = session_line(&first)["id"].as_str().unwrap().to_owned();
     let path = fixture.session_file(&id);
     let text = std::fs::read_to_string(&path).unwrap();
-    for (version, message) in [("0", "which no Keel writes"), ("7", "written by a newer Keel")] {
+    for (version, message) in [
+        ("0", "which no Keel writes"),
+        ("7", "written by a newer Keel"),
+    ] {
         let edited = text.replacen("\"version\":2", &format!("\"version\":{version}"), 1);
         assert_ne!(edited, text);
         std::fs::write(&path, &edited).unwrap();
         let run = fixture.run(&["--session", &id], "hi");
         let error = run.startup_error.unwrap();
         assert_eq!(error["code"], "session_version", "{error}");
-        assert!(error["message"].as_str().unwrap().contains(message), "{error}");
+        assert!(
+            error["message"].as_str().unwrap().contains(message),
+            "{error}"
+        );
         let (code, _) = fixture.session(&["show", &id]);
         assert_eq!(code, 2);
-        assert_eq!(std::fs::read_to_string(&path).unwrap(), edited, "never appended to");
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            edited,
+            "never appended to"
+        );
     }
 }

@@ -48,7 +48,8 @@ impl Writer {
                     records.len()
                 );
                 let crc = crc32fast::hash(body.as_bytes());
-                self.text.push_str(&format!("{body},\"crc\":\"{crc:08x}\"}}\n"));
+                self.text
+                    .push_str(&format!("{body},\"crc\":\"{crc:08x}\"}}\n"));
             }
             self.next_group += 1;
         }
@@ -115,7 +116,10 @@ fn salvage(bytes: &[u8], kept: &[&str], leaf: &str) -> SalvageReport {
     let report = store.salvage(ID).unwrap();
     let mut after = files(dir.path());
     after.retain(|(name, _)| name != &format!("{}.jsonl", report.session_id));
-    assert_eq!(after, before, "the damaged file (and all else) is untouched");
+    assert_eq!(
+        after, before,
+        "the damaged file (and all else) is untouched"
+    );
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
 
     let reader = store.reader(&report.session_id).unwrap();
@@ -165,7 +169,11 @@ fn garbage_mid_file_loses_only_its_line_and_the_later_batches_that_connect_are_k
     assert_eq!(span.bytes, lines[5].len() as u64);
     assert!(span.reason.contains("checksum"), "{}", span.reason);
     assert_eq!(
-        (report.kept_groups, report.kept_later_groups, report.lost_lines),
+        (
+            report.kept_groups,
+            report.kept_later_groups,
+            report.lost_lines
+        ),
         (7, 3, 1)
     );
     assert!(report.leaf_on_active_branch);
@@ -233,7 +241,9 @@ fn a_bad_group_is_lost_whole_and_a_later_batch_that_connects_is_kept() {
     // parent d was lost).
     assert_eq!(spans, [(3, 2, 4), (6, 1, 6)], "{report:#?}");
     assert!(
-        report.lost[0].reason.contains("group 2 has 1 of its 3 records"),
+        report.lost[0]
+            .reason
+            .contains("group 2 has 1 of its 3 records"),
         "{}",
         report.lost[0].reason
     );
@@ -483,4 +493,135 @@ fn salvage_reads_only_regular_files_and_never_follows_a_link() {
         2,
         "no session was written"
     );
+}
+
+/// A session written by the store, one append (one batch) per group of
+/// `sizes`, each entry under the previous one; the file and each group's
+/// entry ids with the byte offset its last line ends at.
+fn chain(dir: &Path, sizes: &[usize]) -> (String, Vec<u8>, Vec<(Vec<String>, usize)>) {
+    let id = runtime().block_on(async {
+        let store = JsonlStore::new(dir).unwrap();
+        let id = store.create(NewSession::default()).await.unwrap();
+        let mut parent: Option<String> = None;
+        let mut made = 0;
+        for &size in sizes {
+            let group = (0..size)
+                .map(|_| {
+                    made += 1;
+                    let new = entry(&format!("e{made}"), parent.as_deref());
+                    parent = Some(new.id.clone());
+                    new
+                })
+                .collect();
+            store.append(&id, group).await.unwrap();
+        }
+        id
+    });
+    let bytes = std::fs::read(dir.join(format!("{id}.jsonl"))).unwrap();
+    let header = header_len(&bytes);
+    let mut line_ends = bytes[header..]
+        .iter()
+        .enumerate()
+        .filter(|(_, byte)| **byte == b'\n')
+        .map(|(at, _)| header + at + 1);
+    let mut made = 0;
+    let groups = sizes
+        .iter()
+        .map(|&size| {
+            let ids = (0..size)
+                .map(|_| {
+                    made += 1;
+                    format!("e{made}")
+                })
+                .collect();
+            (ids, line_ends.nth(size - 1).unwrap())
+        })
+        .collect();
+    (id, bytes, groups)
+}
+
+fn header_len(bytes: &[u8]) -> usize {
+    bytes.iter().position(|&byte| byte == b'\n').unwrap() + 1
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 12, ..Default::default() })]
+
+    /// Whatever the damage, salvage keeps every entry of each group that
+    /// ends before the first changed byte, in order, and the damaged file
+    /// stays as it was; garbage inserted between two groups loses only
+    /// itself (every later group is its own batch and connects).
+    #[test]
+    fn salvage_keeps_every_complete_group_before_the_first_changed_byte(
+        sizes in proptest::collection::vec(1usize..4, 2..7),
+        kind in 0usize..4,
+        at in proptest::prelude::any::<usize>(),
+        len in 1usize..40,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let (id, full, groups) = chain(dir.path(), &sizes);
+        let header = header_len(&full);
+        let boundaries: Vec<usize> = std::iter::once(header)
+            .chain(groups.iter().map(|(_, end)| *end))
+            .collect();
+        let (damaged, first_change) = match kind {
+            // A garbage line between two groups (or at the end).
+            0 => {
+                let place = boundaries[at % boundaries.len()];
+                let mut bytes = full[..place].to_vec();
+                bytes.extend_from_slice(b"{\"b\":1,\"g\":1,\"i\":0,\"n\":1,\"r\":nothing}\n");
+                bytes.extend_from_slice(&full[place..]);
+                (bytes, place)
+            }
+            // A flipped byte.
+            1 => {
+                let place = header + at % (full.len() - header);
+                let mut bytes = full.clone();
+                bytes[place] ^= 1 << (len % 8);
+                (bytes, place)
+            }
+            // A zeroed range.
+            2 => {
+                let place = header + at % (full.len() - header);
+                let end = (place + len).min(full.len());
+                let mut bytes = full.clone();
+                bytes[place..end].fill(0);
+                (bytes, place)
+            }
+            // A removed line.
+            _ => {
+                let starts: Vec<usize> = std::iter::once(header)
+                    .chain(full[header..].iter().enumerate().filter(|(_, b)| **b == b'\n').map(|(i, _)| header + i + 1))
+                    .filter(|&start| start < full.len())
+                    .collect();
+                let start = starts[at % starts.len()];
+                let end = start + full[start..].iter().position(|&b| b == b'\n').unwrap() + 1;
+                let mut bytes = full[..start].to_vec();
+                bytes.extend_from_slice(&full[end..]);
+                (bytes, start)
+            }
+        };
+        std::fs::write(dir.path().join(format!("{id}.jsonl")), &damaged).unwrap();
+        let _ = std::fs::remove_file(dir.path().join(format!("{id}.meta.json")));
+        let store = JsonlStore::new(dir.path()).unwrap();
+        let report = store.salvage(&id).unwrap();
+        proptest::prop_assert_eq!(
+            std::fs::read(dir.path().join(format!("{id}.jsonl"))).unwrap(),
+            damaged.clone()
+        );
+        let reader = store.reader(&report.session_id).unwrap();
+        let kept: Vec<String> = reader.entry_ids().map(str::to_owned).collect();
+        let before: Vec<String> = groups
+            .iter()
+            .filter(|(_, end)| *end <= first_change)
+            .flat_map(|(ids, _)| ids.clone())
+            .collect();
+        proptest::prop_assert!(kept.starts_with(&before), "{kept:?} {before:?} {report:#?}");
+        let all: Vec<String> = groups.iter().flat_map(|(ids, _)| ids.clone()).collect();
+        proptest::prop_assert!(kept.iter().all(|id| all.contains(id)));
+        if kind == 0 {
+            proptest::prop_assert_eq!(&kept, &all, "{:#?}", report);
+            proptest::prop_assert_eq!(report.lost_lines, 1);
+        }
+    }
 }
