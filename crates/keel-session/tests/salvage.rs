@@ -495,10 +495,13 @@ fn salvage_reads_only_regular_files_and_never_follows_a_link() {
     );
 }
 
+/// A group's entry ids and the byte offset its last line ends at.
+type Group = (Vec<String>, usize);
+
 /// A session written by the store, one append (one batch) per group of
 /// `sizes`, each entry under the previous one; the file and each group's
 /// entry ids with the byte offset its last line ends at.
-fn chain(dir: &Path, sizes: &[usize]) -> (String, Vec<u8>, Vec<(Vec<String>, usize)>) {
+fn chain(dir: &Path, sizes: &[usize]) -> (String, Vec<u8>, Vec<Group>) {
     let id = runtime().block_on(async {
         let store = JsonlStore::new(dir).unwrap();
         let id = store.create(NewSession::default()).await.unwrap();

@@ -713,8 +713,8 @@ fn plan(file: File, path: &Path, session_id: &str) -> Result<(Header, Plan), Ses
         };
         if !damaged {
             match front(&mut plan, &mut assembly, read) {
-                Ok(()) => continue,
-                Err((read, why)) => {
+                Front::Accepted => continue,
+                Front::Damage(read, why) => {
                     // The first damage: the group in progress is lost, and
                     // the record that broke the sequence may start a batch.
                     damaged = true;
@@ -747,15 +747,19 @@ fn plan(file: File, path: &Path, session_id: &str) -> Result<(Header, Plan), Ses
     Ok((header, plan))
 }
 
+/// What became of a record before the first damage.
+enum Front {
+    /// It continues the sequence (and its group, once complete, was kept).
+    Accepted,
+    /// The first damage, and why: the record comes back when it may still
+    /// start a later batch.
+    Damage(Option<Read>, (usize, String)),
+}
+
 /// A readable record before the first damage, checked as a scan checks it.
 /// On damage, returns the record back (when it may still start a later
 /// batch) with why the front ends there.
-#[allow(clippy::type_complexity)]
-fn front(
-    plan: &mut Plan,
-    assembly: &mut Option<Assembly>,
-    read: Read,
-) -> Result<(), (Option<Read>, (usize, String))> {
+fn front(plan: &mut Plan, assembly: &mut Option<Assembly>, read: Read) -> Front {
     match assembly {
         None => {
             let next_group = plan.last_group + 1;
@@ -769,7 +773,7 @@ fn front(
                         read.index, read.group, read.batch
                     ),
                 );
-                return Err((Some(read), why));
+                return Front::Damage(Some(read), why);
             }
             *assembly = Some(Assembly::start(read));
         }
@@ -786,7 +790,7 @@ fn front(
                     open.in_group()
                 ),
             );
-            return Err((Some(read), why));
+            return Front::Damage(Some(read), why);
         }
     }
     if let Some(open) = assembly.take_if(|open| open.complete == open.records.len()) {
@@ -795,12 +799,12 @@ fn front(
             for read in group {
                 plan.lose_read(read, &why);
             }
-            return Err((None, why));
+            return Front::Damage(None, why);
         }
         plan.last_batch = Some(open.batch);
         plan.keep(group, false);
     }
-    Ok(())
+    Front::Accepted
 }
 
 /// A readable record after the first damage: it continues the later batch
