@@ -362,7 +362,7 @@ async fn salvage(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupEr
     ));
     if report.lost_anything() {
         say(format!(
-            "lost {} lines ({}), {} of them readable entries that no longer connect:",
+            "lost {} lines ({}) holding {} readable entries:",
             report.lost_lines,
             human_size(report.lost_bytes),
             report.lost_entries
@@ -390,7 +390,7 @@ async fn salvage(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupEr
             short_id(leaf)
         )),
         Some(leaf) => say(format!(
-            "leaf {} (the latest kept entry: the active branch was lost)",
+            "leaf {} (the latest kept entry: the branch the session was on is not known past the damage)",
             short_id(leaf)
         )),
         None => say("no entry was kept"),

@@ -496,7 +496,11 @@ impl JsonlStore {
                 })
             })
             .and_then(|()| {
-                std::fs::remove_file(&temporary).map_err(|error| io_error(&temporary, &error))
+                // The session is in place; a leftover hidden name is harmless.
+                if let Err(error) = std::fs::remove_file(&temporary) {
+                    tracing::warn!(%error, path = %temporary.display(), "could not remove a salvage's temporary name");
+                }
+                Ok(())
             })
             .and_then(|()| {
                 File::open(self.dir())
