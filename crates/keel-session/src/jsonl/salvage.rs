@@ -495,12 +495,11 @@ impl JsonlStore {
                     }
                 })
             })
-            .and_then(|()| {
+            .map(|()| {
                 // The session is in place; a leftover hidden name is harmless.
                 if let Err(error) = std::fs::remove_file(&temporary) {
                     tracing::warn!(%error, path = %temporary.display(), "could not remove a salvage's temporary name");
                 }
-                Ok(())
             })
             .and_then(|()| {
                 File::open(self.dir())
