@@ -124,14 +124,16 @@ impl Backoff {
     /// The backoff after a failure at `requests` with the context at
     /// `tokens` of `window`, following `previous`.
     fn after(previous: Option<Backoff>, requests: u64, tokens: u64, window: u64) -> Self {
-        let failures = previous.map_or(0, |backoff| backoff.failures) + 1;
+        let failures = previous
+            .map_or(0, |backoff| backoff.failures)
+            .saturating_add(1);
         let wait = 1u64
             .checked_shl(failures)
             .unwrap_or(MAX_BACKOFF_REQUESTS)
             .min(MAX_BACKOFF_REQUESTS);
         Self {
             failures,
-            not_before: requests + wait,
+            not_before: requests.saturating_add(wait),
             unless_above: tokens + window.saturating_sub(tokens) / 2,
         }
     }
@@ -608,5 +610,38 @@ async fn summarise(
             () = seams.cancel.cancelled() => return Err(Interrupted::Cancelled),
             () = tokio::time::sleep(retry.delay) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap_and_yields_to_growth() {
+        // A first failure at request 10, 6,000 of 8,000 tokens: wait two
+        // requests, or until the context passes 7,000 tokens.
+        let first = Backoff::after(None, 10, 6_000, 8_000);
+        assert_eq!(
+            (first.failures, first.not_before, first.unless_above),
+            (1, 12, 7_000)
+        );
+        assert!(first.waits(11, 6_500));
+        assert!(!first.waits(12, 6_500));
+        assert!(!first.waits(11, 7_000));
+        // The next failure doubles the wait and halves the room again.
+        let second = Backoff::after(Some(first), 12, 7_000, 8_000);
+        assert_eq!(
+            (second.failures, second.not_before, second.unless_above),
+            (2, 16, 7_500)
+        );
+        let mut backoff = second;
+        for _ in 0..100 {
+            backoff = Backoff::after(Some(backoff), 0, 0, 8_000);
+        }
+        assert_eq!(backoff.not_before, MAX_BACKOFF_REQUESTS);
+        // A context past the window never waits on growth.
+        let over = Backoff::after(None, 0, 9_000, 8_000);
+        assert!(!over.waits(0, 9_000));
     }
 }
