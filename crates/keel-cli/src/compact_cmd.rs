@@ -6,7 +6,9 @@
 //! `AgentKernel::compact`. Prints one typed JSON line (`"type": "compaction"`, or a
 //! sentence on a terminal); exit code 0 when a checkpoint was written, 1
 //! when the compaction failed (`"type": "compaction_failed"`, nothing
-//! written), 2 for a startup error.
+//! written: among others a summary that is empty, mostly repeats Keel's
+//! summary instructions, or does not make the context smaller — the same
+//! checks a run's compaction applies), 2 for a startup error.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -10,8 +10,11 @@
 //!   with a context-length error; the kernel compacts and retries the
 //!   request once, and the run settles;
 //! - `summary-error`: as `overflow`, but the summary lacks the required
-//!   headings: nothing is written, `compaction_failed` says why, and the
-//!   run fails with the typed `compaction_failed` error.
+//!   headings; Keel asks once more, naming what was missing, and the
+//!   model's second answer only repeats Keel's summary instructions: it is
+//!   rejected, nothing is written, `compaction_failed` says why, and the
+//!   run — whose request the provider refused as too long — fails with the
+//!   typed `compaction_failed` error.
 //!
 //! The scripted turns state what each request must hold (`expect`): the
 //! summary request has no tools and carries the conversation; the request

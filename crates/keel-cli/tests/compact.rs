@@ -14,6 +14,10 @@ const AFTER: &str = r#"{"turns":[{"expect":{"messages":3,"last_user_contains":"a
 
 const SUMMARY: &str = "## Goal\n- answer\n## Constraints and preferences\n- none\n## Done and verified\n- two answers\n## In progress\n- none\n## Blocked\n- none\n## Key decisions\n- none\n## Exact files, symbols, commands and errors\n- none\n## Next steps\n- answer again";
 
+/// Keel's summary instructions, echoed back (the opening of its fixed
+/// summary prompt, its headings and its rules).
+const ECHO: &str = "You write checkpoint summaries of a coding agent's conversation. The agent will continue the task from your summary alone: the conversation you summarise is removed from its context. Do not continue the conversation, do not answer questions asked in it, and do not call tools. Write only the summary, in Markdown, under exactly these eight headings, in this order, each as a `## ` line:\n\n## Goal\n## Constraints and preferences\n## Done and verified\n## In progress\n## Blocked\n## Key decisions\n## Exact files, symbols, commands and errors\n## Next steps\n\nUnder each heading write short bullet points (or `- none`). Be exact: keep file paths, function and type names, commands, error messages and numbers verbatim, because the agent will act on them.";
+
 fn keel(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
         .args(args)
@@ -54,8 +58,16 @@ fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
         "content": [{"type": "text", "text": SUMMARY}],
     }]});
     std::fs::write(root.join("summary.json"), summary.to_string()).unwrap();
-    let bad = r#"{"turns":[{"content":[{"type":"text","text":"no headings here"}]}]}"#;
-    std::fs::write(root.join("bad.json"), bad).unwrap();
+    // A summary that echoes Keel's instructions (as SmolLM2 did), and one
+    // longer than what it replaces: both refused.
+    let answer =
+        |text: &str| serde_json::json!({"turns": [{"content": [{"type": "text", "text": text}]}]});
+    std::fs::write(root.join("echo.json"), answer(ECHO).to_string()).unwrap();
+    let bloated = format!(
+        "{SUMMARY}\n{}",
+        "- a detail that is not in the session\n".repeat(200)
+    );
+    std::fs::write(root.join("grow.json"), answer(&bloated).to_string()).unwrap();
     let workspace = root.display().to_string();
     let run = |script: &str, prompt: &str, session: Option<&str>| {
         let script = root.join(script).display().to_string();
@@ -67,7 +79,12 @@ fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
         keel(root, &args)
     };
 
-    let (code, out) = run("first.json", "first", None);
+    // The prompt is what the summary replaces: longer than the summary.
+    let first = format!(
+        "first: {}",
+        "keep this long note about the answers in mind; ".repeat(40)
+    );
+    let (code, out) = run("first.json", &first, None);
     assert_eq!(code, 0, "{out}");
     let id = line(&out, "session")["id"].as_str().unwrap().to_owned();
     let (code, out) = keel(root, &["session", "show", &id]);
@@ -80,14 +97,21 @@ fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
     );
     assert_eq!(shown["context"]["window"], Value::Null);
 
-    // A failed compaction writes nothing and exits 1.
-    let bad = root.join("bad.json").display().to_string();
-    let (code, out) = keel(root, &["session", "compact", &id, "--script", &bad]);
-    assert_eq!(code, 1, "{out}");
-    let failed = line(&out, "compaction_failed");
-    assert_eq!(failed["error"]["code"], "compaction_failed", "{failed}");
-    let (_, out) = keel(root, &["session", "show", &id]);
-    assert!(!out.contains("\"kind\":\"checkpoint\""), "{out}");
+    // A refused summary writes nothing and exits 1, saying why.
+    for (script, reason) in [
+        ("echo.json", "repeats Keel's summary instructions"),
+        ("grow.json", "does not shrink the context"),
+    ] {
+        let script = root.join(script).display().to_string();
+        let (code, out) = keel(root, &["session", "compact", &id, "--script", &script]);
+        assert_eq!(code, 1, "{out}");
+        let failed = line(&out, "compaction_failed");
+        assert_eq!(failed["error"]["code"], "compaction_failed", "{failed}");
+        let message = failed["error"]["message"].as_str().unwrap();
+        assert!(message.contains(reason), "{failed}");
+        let (_, out) = keel(root, &["session", "show", &id]);
+        assert!(!out.contains("\"kind\":\"checkpoint\""), "{out}");
+    }
 
     // The manual compaction: the session's provider (scripted) with its
     // script, the host's focus in the summary request.

@@ -3,8 +3,17 @@
 //! `scripts/setup-model-tier.sh` built), answers an oversized request with
 //! its own context error (`exceed_context_size_error`); Keel compacts — the
 //! summary written by SmolLM2 through the same server — retries, and the
-//! run ends settled or with the typed `compaction_failed` error: never a
-//! hang, a panic or another error.
+//! run ends settled, or failed with a typed error: never a hang or a panic.
+//!
+//! SmolLM2 does not write Keel's eight headings. That alone no longer ends
+//! the run (issue 22): its answer gets one corrective request, and a
+//! non-empty answer still without them is kept as free text. The run may
+//! still fail typed — `compaction_failed` when the summary is empty, mostly
+//! repeats Keel's instructions, or does not shrink the context;
+//! `context_overflow` when the request is still too long after compacting;
+//! `turn_limit` when the model keeps calling tools — but never because a
+//! heading is missing. (Updated by reasoning: written where no llama-server
+//! was available.)
 //!
 //! Runs when the tier is set up (`KEEL_MODEL_TIER_URL` set, as `.ci/run`
 //! does); the server, model and template come from `KEEL_LLAMA_SERVER`,
@@ -226,31 +235,55 @@ fn an_oversized_request_compacts_with_smollm2_and_ends_settled_or_typed() {
     assert!(!started_events.is_empty(), "no compaction\n{context}");
     assert_eq!(started_events[0]["reason"], "overflow", "{context}");
 
+    // Keel's headings guide the summary; they never fail a compaction.
+    for failed in of("compaction_failed") {
+        let message = failed["error"]["message"].as_str().unwrap_or_default();
+        assert!(!message.contains("lacks the heading"), "{context}");
+    }
+    let checkpoints = of("session_entry")
+        .into_iter()
+        .filter(|line| line["kind"] == "checkpoint")
+        .count();
+    // Each compaction wrote a checkpoint or reported why it did not.
+    assert_eq!(
+        of("compaction_succeeded").len() + of("compaction_failed").len(),
+        started_events.len(),
+        "{context}"
+    );
+    assert_eq!(checkpoints, of("compaction_succeeded").len(), "{context}");
+
     match result["state"].as_str() {
         Some("settled") => {
             assert_eq!(status.code(), Some(0), "{context}");
-            // The summary was written, and the retried request answered.
-            assert_eq!(
-                of("compaction_succeeded").len(),
-                started_events.len(),
-                "{context}"
-            );
-            let checkpoint = of("session_entry")
-                .into_iter()
-                .any(|line| line["kind"] == "checkpoint");
-            assert!(checkpoint, "{context}");
+            // The summary was written (Keel's headings or SmolLM2's free
+            // text), and the retried request answered.
+            assert!(checkpoints >= 1, "{context}");
             eprintln!("settled after compacting: {}", result["message"]);
         }
         Some("failed") => {
             assert_eq!(status.code(), Some(1), "{context}");
-            assert_eq!(result["error"]["code"], "compaction_failed", "{context}");
-            assert_eq!(of("compaction_failed").len(), 1, "{context}");
-            assert!(
-                !of("session_entry")
-                    .iter()
-                    .any(|line| line["kind"] == "checkpoint"),
-                "a failed compaction wrote a checkpoint\n{context}"
-            );
+            let code = result["error"]["code"].as_str().unwrap_or_default();
+            match code {
+                // The overflow's compaction failed: its event says why,
+                // and the run's error is that failure.
+                "compaction_failed" => {
+                    let last = of("compaction_failed")
+                        .pop()
+                        .expect("a compaction_failed event");
+                    assert!(
+                        result["error"]["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .starts_with(last["error"]["message"].as_str().unwrap_or_default()),
+                        "{context}"
+                    );
+                }
+                // Compacted, yet the retried request was still refused.
+                "context_overflow" => assert!(checkpoints >= 1, "{context}"),
+                // Compacted, then the model kept calling tools.
+                "turn_limit" => assert!(checkpoints >= 1, "{context}"),
+                other => panic!("unexpected error {other:?}\n{context}"),
+            }
             eprintln!("failed typed: {}", result["error"]["message"]);
         }
         other => panic!("unexpected end {other:?}\n{context}"),

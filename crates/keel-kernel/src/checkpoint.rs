@@ -1,6 +1,8 @@
 //! The rules of compaction, as pure functions over entries: the budgets a
 //! context window allows, where to cut, the evidence a covered span holds,
-//! the fixed summary prompt, and what a usable summary looks like.
+//! the fixed summary prompt, and the checks a summary goes through (its
+//! headings, which a corrective request asks for once, and whether it
+//! merely repeats the instructions).
 //!
 //! `compaction.rs` drives these against a provider and the session; keeping
 //! them here, without I/O, lets them be tested exhaustively.
@@ -333,6 +335,12 @@ them. Count as done and verified only what a tool result in the conversation sho
 previous summary is given, produce one updated summary that keeps what still holds from it and \
 adds the new conversation.";
 
+/// The last sentence of a summary request's user message: without, and
+/// with, a previous summary.
+const WRITE_NOW: &str = "Write the summary of the conversation above now.";
+const UPDATE_NOW: &str =
+    "Update the previous summary with the conversation above. Write the summary now.";
+
 /// The user message of a summary request.
 pub(crate) fn summary_input(
     previous: Option<&str>,
@@ -354,10 +362,11 @@ pub(crate) fn summary_input(
         text.push_str(&render_evidence(evidence));
         text.push_str("</evidence>\n");
     }
+    text.push('\n');
     text.push_str(if previous.is_some() {
-        "\nUpdate the previous summary with the conversation above. Write the summary now."
+        UPDATE_NOW
     } else {
-        "\nWrite the summary of the conversation above now."
+        WRITE_NOW
     });
     if let Some(instructions) = instructions.map(str::trim).filter(|text| !text.is_empty()) {
         text.push_str("\n\nAdditional focus: ");
@@ -399,8 +408,11 @@ fn render_evidence(evidence: &CheckpointEvidence) -> String {
     text
 }
 
-/// The summary, trimmed, if it has every heading in order; else why not.
-pub(crate) fn check_summary(text: &str) -> Result<String, String> {
+/// Whether `text` has Keel's eight headings in order (`Err`: what is
+/// wrong, for the corrective request). The headings guide a summary; they
+/// do not gate it: a non-empty summary without them is kept as free text
+/// after one corrective request.
+pub(crate) fn check_headings(text: &str) -> Result<(), String> {
     let text = text.trim();
     if text.is_empty() {
         return Err("the summary is empty".into());
@@ -412,18 +424,89 @@ pub(crate) fn check_summary(text: &str) -> Result<String, String> {
         .collect();
     let mut found = headings.iter();
     for wanted in HEADINGS {
-        let wanted = normalize(wanted);
-        if !found.any(|heading| heading.starts_with(&wanted)) {
+        let normalized = normalize(wanted);
+        if !found.any(|heading| heading.starts_with(&normalized)) {
             return Err(format!(
-                "the summary lacks the heading `{}` (or has it out of order)",
-                HEADINGS
-                    .iter()
-                    .find(|heading| normalize(heading) == wanted)
-                    .unwrap_or(&"")
+                "the summary lacks the heading `{wanted}` (or has it out of order)"
             ));
         }
     }
-    Ok(text.to_owned())
+    Ok(())
+}
+
+/// The sentences that open a corrective summary request's note and ask
+/// for the summary again; the note names what was wrong in between.
+const CORRECTION_LEAD: &str = "Your previous answer could not be used as the summary:";
+const CORRECTION_ASK: &str = "Write the summary again: only the summary of the conversation \
+above, under the eight `## ` headings of the instructions, in their order.";
+
+/// What a corrective summary request adds to the first request's input:
+/// `reason`, the validation error of the first answer.
+pub(crate) fn correction(reason: &str) -> String {
+    format!("\n\n{CORRECTION_LEAD} {reason}. {CORRECTION_ASK}")
+}
+
+/// Words per shingle when a summary is compared with the instructions.
+const SHINGLE_WORDS: usize = 4;
+/// A summary is an echo when at least this share of its shingles (its
+/// Keel headings left out) appears in Keel's summary instructions.
+const ECHO_SHARE: f64 = 0.5;
+
+/// Keel's own text in every summary request: the system prompt, the fixed
+/// sentences of the user message and the correction note.
+fn instruction_text() -> String {
+    [
+        SUMMARY_SYSTEM_PROMPT,
+        WRITE_NOW,
+        UPDATE_NOW,
+        CORRECTION_LEAD,
+        CORRECTION_ASK,
+    ]
+    .join("\n")
+}
+
+/// The lower-case words of `text`.
+fn words(text: &str) -> Vec<String> {
+    text.split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .map(str::to_lowercase)
+        .collect()
+}
+
+/// How many of the shingles of `summary` (its Keel heading lines left
+/// out) appear in Keel's summary instructions, and how many it has.
+pub(crate) fn echoed_shingles(summary: &str) -> (usize, usize) {
+    let keel_heading = |line: &&str| {
+        line.trim_start().starts_with('#')
+            && HEADINGS
+                .iter()
+                .any(|heading| normalize(line).starts_with(&normalize(heading)))
+    };
+    let own: Vec<&str> = summary.lines().filter(|line| !keel_heading(line)).collect();
+    let summary_words = words(&own.join("\n"));
+    let instruction_words = words(&instruction_text());
+    let known: std::collections::HashSet<&[String]> =
+        instruction_words.windows(SHINGLE_WORDS).collect();
+    let shingles: Vec<&[String]> = summary_words.windows(SHINGLE_WORDS).collect();
+    let echoed = shingles
+        .iter()
+        .filter(|shingle| known.contains(*shingle))
+        .count();
+    (echoed, shingles.len())
+}
+
+/// `Err` (why) when `summary` mostly repeats Keel's summary instructions
+/// instead of summarising the conversation: half or more of its
+/// four-word shingles, its Keel headings left out, are theirs.
+pub(crate) fn check_not_echo(summary: &str) -> Result<(), String> {
+    let (echoed, total) = echoed_shingles(summary);
+    if total > 0 && echoed as f64 >= total as f64 * ECHO_SHARE {
+        return Err(format!(
+            "the summary mostly repeats Keel's summary instructions ({echoed} of its {total} \
+             four-word phrases are theirs) instead of summarising the conversation"
+        ));
+    }
+    Ok(())
 }
 
 /// A heading reduced to lower-case words: `## Constraints & Preferences:`
@@ -489,8 +572,8 @@ mod tests {
     }
 
     #[test]
-    fn a_summary_needs_every_heading_in_order() {
-        assert!(check_summary(&summary(&HEADINGS)).is_ok());
+    fn the_headings_are_checked_in_order() {
+        assert!(check_headings(&summary(&HEADINGS)).is_ok());
         let loose = summary(&[
             "Goal:",
             "Constraints & Preferences",
@@ -501,13 +584,43 @@ mod tests {
             "Exact files, symbols, commands, and errors",
             "Next steps",
         ]);
-        assert!(check_summary(&loose).is_ok(), "{loose}");
+        assert!(check_headings(&loose).is_ok(), "{loose}");
         let mut swapped = HEADINGS;
         swapped.swap(0, 1);
-        assert!(check_summary(&summary(&swapped)).is_err());
-        let missing = check_summary(&summary(&HEADINGS[..7])).unwrap_err();
+        assert!(check_headings(&summary(&swapped)).is_err());
+        let missing = check_headings(&summary(&HEADINGS[..7])).unwrap_err();
         assert!(missing.contains("Next steps"), "{missing}");
-        assert!(check_summary("  \n").is_err());
+        assert_eq!(check_headings("  \n").unwrap_err(), "the summary is empty");
+        let correction = correction(&missing);
+        assert!(correction.contains(&missing), "{correction}");
+    }
+
+    #[test]
+    fn an_echo_of_the_instructions_is_told_from_a_summary() {
+        // The instructions themselves, and their opening, are echoes.
+        assert!(check_not_echo(SUMMARY_SYSTEM_PROMPT).is_err());
+        let opening: String = SUMMARY_SYSTEM_PROMPT.chars().take(300).collect();
+        let error = check_not_echo(&opening).unwrap_err();
+        assert!(
+            error.contains("repeats Keel's summary instructions"),
+            "{error}"
+        );
+        assert!(check_not_echo(&format!("{opening}\n{}", correction("x"))).is_err());
+        // A summary under Keel's headings is not: the headings do not count.
+        let real = "## Goal\n- fix the failing check in check.sh\n## Constraints and \
+            preferences\n- none\n## Done and verified\n- `bash check.sh` fails: add 2 3 -> -1\n\
+            ## In progress\n- none\n## Blocked\n- none\n## Key decisions\n- none\n\
+            ## Exact files, symbols, commands and errors\n- src/add.sh: `add` subtracts\n\
+            ## Next steps\n- change `-` to `+` in src/add.sh and rerun the check";
+        assert_eq!(echoed_shingles(real).0, 0, "{:?}", echoed_shingles(real));
+        assert!(check_not_echo(real).is_ok());
+        assert!(check_not_echo(&summary(&HEADINGS)).is_ok());
+        // Free text of the model's own, and text too short to judge, pass.
+        assert!(check_not_echo("### Status\n- the file was read; it has 500 lines").is_ok());
+        assert!(check_not_echo("done").is_ok());
+        // A summary that quotes one instruction among its own lines passes.
+        let quoting = format!("{real}\n- the user asked: do not call tools");
+        assert!(check_not_echo(&quoting).is_ok());
     }
 
     #[test]

@@ -11,10 +11,25 @@
 //! (`checkpoint::plan`, `checkpoint::evidence`); one summary request per
 //! chunk of the covered span, built by the pipeline and sent to the run's
 //! own provider and model (retryable errors retried by the run's policy);
-//! the summary checked for its headings; the checkpoint appended at the
-//! leaf; `compaction_succeeded`. Any failure writes nothing, emits
-//! `compaction_failed` with the reason, and is returned as a typed
-//! `compaction_failed` error, which ends the run — compaction never loops.
+//! the checkpoint appended at the leaf; `compaction_succeeded`.
+//!
+//! The summary's checks:
+//! - an answer without Keel's eight headings gets one corrective request
+//!   per compaction, carrying the validation error; a non-empty answer that
+//!   still lacks them is kept as free text (the headings guide, they do not
+//!   gate);
+//! - an empty summary, one that mostly repeats Keel's summary instructions
+//!   (`checkpoint::check_not_echo`), and one that does not make the
+//!   context smaller (the o200k estimate after is not below the one
+//!   before) are rejected.
+//!
+//! Any failure writes nothing, emits `compaction_failed` with the reason,
+//! and returns a typed `compaction_failed` error. What that error does
+//! depends on the trigger: a failed *threshold* compaction does not end a
+//! run whose context still fits its window — the run goes on and the next
+//! threshold compaction waits (see [`Backoff`]); one whose context no
+//! longer fits, an overflow's and a manual one are returned to the caller
+//! (the run ends with it). Compaction never loops.
 
 use futures::StreamExt;
 use keel_protocol::{
@@ -80,6 +95,54 @@ pub(crate) struct ContextBudget {
     learned_window: Option<u64>,
     max_output: Option<u32>,
     reported_input: Option<u64>,
+    /// Requests `make_room` was asked about (one per turn).
+    requests: u64,
+    /// When the last threshold compaction failed: when to try again.
+    backoff: Option<Backoff>,
+}
+
+/// Failed threshold compactions in a row, and when the next may start.
+///
+/// After the n-th failure in a row, the next threshold compaction waits
+/// for 2ⁿ more requests (2, 4, 8, …, at most [`MAX_BACKOFF_REQUESTS`]), or
+/// until the context has grown by half the room the window had left at the
+/// failure, whichever comes first. A context that no longer fits the window
+/// is compacted at once, whatever the backoff.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Backoff {
+    failures: u32,
+    /// The request count from which the next attempt may start.
+    not_before: u64,
+    /// The estimate from which it may start sooner.
+    unless_above: u64,
+}
+
+/// The longest wait, in requests, between threshold compaction attempts.
+const MAX_BACKOFF_REQUESTS: u64 = 64;
+
+impl Backoff {
+    /// The backoff after a failure at `requests` with the context at
+    /// `tokens` of `window`, following `previous`.
+    fn after(previous: Option<Backoff>, requests: u64, tokens: u64, window: u64) -> Self {
+        let failures = previous
+            .map_or(0, |backoff| backoff.failures)
+            .saturating_add(1);
+        let wait = 1u64
+            .checked_shl(failures)
+            .unwrap_or(MAX_BACKOFF_REQUESTS)
+            .min(MAX_BACKOFF_REQUESTS);
+        Self {
+            failures,
+            not_before: requests.saturating_add(wait),
+            unless_above: tokens + window.saturating_sub(tokens) / 2,
+        }
+    }
+
+    /// Whether a threshold compaction should wait at `requests` with the
+    /// context at `tokens`.
+    fn waits(&self, requests: u64, tokens: u64) -> bool {
+        requests < self.not_before && tokens < self.unless_above
+    }
 }
 
 impl ContextBudget {
@@ -96,6 +159,8 @@ impl ContextBudget {
                 (asked, limit) => asked.or(limit),
             },
             reported_input: None,
+            requests: 0,
+            backoff: None,
         }
     }
 
@@ -157,17 +222,67 @@ impl ContextBudget {
 
     /// Compacts when the next request would pass the window minus the
     /// reserve (and automatic compaction is on and the window known).
+    ///
+    /// A failed compaction (reported by `compaction_failed`) is not the
+    /// run's end while the context still fits the window: the next
+    /// attempt waits (see [`Backoff`]). Once the context no longer fits,
+    /// compaction is tried whatever the backoff, and its failure is
+    /// returned: the request could not be sent.
     pub(crate) async fn make_room(&mut self, seams: &Seams<'_>) -> Result<(), Interrupted> {
-        let Some(budget) = self.budget().filter(|_| self.settings.enabled) else {
+        self.requests += 1;
+        let Some((budget, window)) = self
+            .window()
+            .map(|window| (self.settings.budget(window, self.max_output), window))
+            .filter(|_| self.settings.enabled)
+        else {
             return Ok(());
         };
         let estimate = self.estimate(seams.writer).await;
         if estimate.tokens <= budget.threshold {
             return Ok(());
         }
-        self.compact(seams, CompactionTrigger::Threshold, None)
+        let fits = estimate.tokens <= window;
+        if fits
+            && self
+                .backoff
+                .is_some_and(|backoff| backoff.waits(self.requests, estimate.tokens))
+        {
+            tracing::debug!(
+                tokens = estimate.tokens,
+                "threshold compaction waits after a failure"
+            );
+            return Ok(());
+        }
+        let error = match self
+            .compact(seams, CompactionTrigger::Threshold, None)
             .await
-            .map(|_| ())
+        {
+            Ok(_) => return Ok(()),
+            Err(Interrupted::Failed(error)) if error.code == RunErrorCode::CompactionFailed => {
+                error
+            }
+            Err(other) => return Err(other),
+        };
+        if !fits {
+            return Err(Interrupted::Failed(RunError::new(
+                ErrorSource::Kernel,
+                RunErrorCode::CompactionFailed,
+                format!(
+                    "{}; the context (~{} tokens) does not fit the model's window of {window} \
+                     tokens, so the run cannot go on",
+                    error.message, estimate.tokens
+                ),
+            )));
+        }
+        let backoff = Backoff::after(self.backoff, self.requests, estimate.tokens, window);
+        tracing::warn!(
+            error = %error.message,
+            failures = backoff.failures,
+            next_request = backoff.not_before,
+            "a threshold compaction failed; the context still fits, so the run goes on"
+        );
+        self.backoff = Some(backoff);
+        Ok(())
     }
 
     /// The provider refused the request `failed` estimated as too long,
@@ -208,9 +323,10 @@ impl ContextBudget {
             tokens_before: before.tokens,
             window: self.window(),
         });
-        let outcome = self
-            .write_checkpoint(seams, trigger, instructions, &before)
-            .await;
+        let outcome = self.write_checkpoint(seams, trigger, instructions).await;
+        if outcome.is_ok() {
+            self.backoff = None;
+        }
         match &outcome {
             Ok(done) => seams.emitter.emit(RunEventKind::CompactionSucceeded {
                 reason: trigger,
@@ -236,7 +352,6 @@ impl ContextBudget {
         seams: &Seams<'_>,
         trigger: CompactionTrigger,
         instructions: Option<&str>,
-        before: &Estimate,
     ) -> Result<Compacted, Interrupted> {
         let window = self.window();
         let budget = self
@@ -280,31 +395,85 @@ impl ContextBudget {
         let mut summary = plan.previous.as_ref().map(|(_, summary)| summary.clone());
         let mut usage = Usage::default();
         let output = u32::try_from(budget.summary_output).unwrap_or(u32::MAX);
+        let mut requests = 0u32;
+        let mut corrected = false;
         for chunk in &chunks {
             let input =
                 checkpoint::summary_input(summary.as_deref(), chunk, &evidence, instructions);
-            let message = summarise(seams, seams.frame.summary_request(input, output)).await?;
+            let message =
+                summarise(seams, seams.frame.summary_request(input.clone(), output)).await?;
             add_usage(&mut usage, &message.usage);
-            summary = Some(message.text());
+            requests += 1;
+            let mut text = message.text();
+            if let Err(reason) = checkpoint::check_headings(&text)
+                && !corrected
+            {
+                // One corrective request per compaction, with what was wrong.
+                corrected = true;
+                tracing::info!(%reason, "the summary lacks Keel's headings; asking once more");
+                let retry = format!("{input}{}", checkpoint::correction(&reason));
+                requests += 1;
+                match summarise(seams, seams.frame.summary_request(retry, output)).await {
+                    Ok(message) => {
+                        add_usage(&mut usage, &message.usage);
+                        let again = message.text();
+                        if !again.trim().is_empty() {
+                            text = again;
+                        }
+                    }
+                    // The first answer stands when there is one.
+                    Err(Interrupted::Failed(error)) if !text.trim().is_empty() => {
+                        tracing::warn!(error = %error.message, "the corrective summary request failed");
+                    }
+                    Err(interrupted) => return Err(interrupted),
+                }
+            }
+            summary = Some(text);
         }
-        let summary = checkpoint::check_summary(summary.as_deref().unwrap_or_default()).map_err(
-            |reason| Interrupted::Failed(failure(format!("the summary is unusable: {reason}"))),
-        )?;
+        let summary = summary.unwrap_or_default().trim().to_owned();
+        let unusable = |reason: String| {
+            Interrupted::Failed(failure(format!("the summary is unusable: {reason}")))
+        };
+        if summary.is_empty() {
+            return Err(unusable("the summary is empty".into()));
+        }
+        checkpoint::check_not_echo(&summary).map_err(unusable)?;
+        if let Err(reason) = checkpoint::check_headings(&summary) {
+            tracing::info!(%reason, "the summary is kept as free text");
+        }
         let id = new_id();
         let first_kept = plan.first_kept.clone().unwrap_or_else(|| id.clone());
+        // Before and after counted alike (o200k, the same calibration): a
+        // summary that does not make the context smaller is refused.
+        let tokens_before = self.estimate_with(seams.writer, Some(0)).await.tokens;
         let after = self
             .estimate_after(seams.writer, &id, &summary, plan.first_kept.as_deref())
             .await;
+        if after >= tokens_before {
+            let summary_tokens = scaled(crate::tokens::count_tokens(&summary));
+            let ledger = &mut self.ledger;
+            let replaced = previous_tokens
+                + plan
+                    .covered
+                    .iter()
+                    .map(|entry| scaled(ledger.entry_tokens(entry)))
+                    .sum::<u64>();
+            return Err(Interrupted::Failed(failure(format!(
+                "the summary does not shrink the context (~{tokens_before} tokens before, \
+                 ~{after} after): it has ~{summary_tokens} tokens in place of the ~{replaced} \
+                 it would replace"
+            ))));
+        }
         let metrics = CheckpointMetrics {
             trigger,
-            tokens_before: before.tokens,
+            tokens_before,
             tokens_after: after,
             window,
             provider: seams.frame.provider.clone(),
             model: seams.frame.model.clone(),
             covered_entries: plan.covered.len(),
             kept_entries: plan.kept,
-            summary_requests: u32::try_from(chunks.len()).unwrap_or(u32::MAX),
+            summary_requests: requests,
             summary_usage: usage,
         };
         let payload = EntryPayload::Checkpoint {
@@ -329,7 +498,7 @@ impl ContextBudget {
         self.ledger.forget_entries();
         Ok(Compacted {
             entry_id: id,
-            tokens_before: before.tokens,
+            tokens_before,
             tokens_after: after,
             covered_entries: plan.covered.len(),
         })
@@ -441,5 +610,38 @@ async fn summarise(
             () = seams.cancel.cancelled() => return Err(Interrupted::Cancelled),
             () = tokio::time::sleep(retry.delay) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_cap_and_yields_to_growth() {
+        // A first failure at request 10, 6,000 of 8,000 tokens: wait two
+        // requests, or until the context passes 7,000 tokens.
+        let first = Backoff::after(None, 10, 6_000, 8_000);
+        assert_eq!(
+            (first.failures, first.not_before, first.unless_above),
+            (1, 12, 7_000)
+        );
+        assert!(first.waits(11, 6_500));
+        assert!(!first.waits(12, 6_500));
+        assert!(!first.waits(11, 7_000));
+        // The next failure doubles the wait and halves the room again.
+        let second = Backoff::after(Some(first), 12, 7_000, 8_000);
+        assert_eq!(
+            (second.failures, second.not_before, second.unless_above),
+            (2, 16, 7_500)
+        );
+        let mut backoff = second;
+        for _ in 0..100 {
+            backoff = Backoff::after(Some(backoff), 0, 0, 8_000);
+        }
+        assert_eq!(backoff.not_before, MAX_BACKOFF_REQUESTS);
+        // A context past the window never waits on growth.
+        let over = Backoff::after(None, 0, 9_000, 8_000);
+        assert!(!over.waits(0, 9_000));
     }
 }

@@ -34,7 +34,7 @@ use proptest::prelude::*;
 use tokio_util::sync::CancellationToken;
 
 /// A model whose first answer is cut off mid-stream (a retryable drop),
-/// then answers `done.`; summary requests get a valid summary.
+/// then answers `done.`; summary requests get a one-letter summary.
 struct Flaky {
     sim: common::Sim,
     dropped: std::sync::atomic::AtomicBool,
@@ -198,7 +198,10 @@ async fn case(ops: Vec<(u8, u16, u8)>, leaf: u16, keep: u64) -> Result<(), TestC
     let provider = Arc::new(Flaky {
         sim: common::Sim::new(
             vec![Reply::text("done."), Reply::text("done again.")],
-            vec![],
+            // A summary shorter than any span it covers (the turns here are
+            // small, and a summary that does not shrink the context is
+            // refused): free text, after its corrective request.
+            vec![Reply::text("S"); 64],
             None,
         ),
         dropped: false.into(),

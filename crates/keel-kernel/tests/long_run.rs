@@ -306,3 +306,98 @@ fn request_text(request: &keel_provider::ModelRequest) -> String {
 fn summaries_len(sim: &Sim) -> usize {
     sim.summaries.lock().unwrap().len()
 }
+
+/// A summary in a model's own format: three headings of its own, none of
+/// Keel's eight.
+fn own_format(n: usize) -> String {
+    format!(
+        "### Status\n- summary {n}: working through the numbered steps\n\
+         ### Files touched\n- notes/0.txt … notes/8.txt were written, read and edited\n\
+         ### Next\n- keep going with the next step"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hundred_steps_with_summaries_in_the_models_own_format_settle() {
+    const STEPS: usize = 200;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join(".git")).unwrap();
+    std::fs::create_dir(dir.path().join("notes")).unwrap();
+    let mut replies: Vec<Reply> = (1..=STEPS)
+        .map(|turn| {
+            let (name, arguments) = call(turn);
+            Reply::call(&format!("call_{turn}"), name, &arguments.to_string())
+        })
+        .collect();
+    replies.push(Reply::text("All 200 steps are done."));
+    // Every summary request is answered in the model's own format (the
+    // queue outlasts the run; the Sim's default would be Keel's headings).
+    let summaries: Vec<Reply> = (1..=1_000).map(|n| Reply::Text(own_format(n))).collect();
+    let sim = Arc::new(Sim::new(replies, summaries, None));
+    let store = Arc::new(MemoryStore::new());
+    let kernel = AgentKernel::builder()
+        .provider(sim.clone())
+        .model("sim-16k")
+        .context_window(WINDOW)
+        .workspace(Workspace::new(dir.path()).unwrap())
+        .store(store.clone())
+        .tools(default_tools(BashOptions::default()))
+        .project_instructions(Instructions::none())
+        .build()
+        .unwrap();
+    let run = kernel
+        .create_run(RunSpec::new("Work through the 200 steps.").mode(PermissionMode::Full))
+        .await
+        .unwrap();
+    let mut events = run.events().unwrap();
+    let (mut compactions, mut failures) = (0, 0);
+    while let Some(event) = events.next().await {
+        match event.type_name() {
+            "compaction_succeeded" => compactions += 1,
+            "compaction_failed" => failures += 1,
+            _ => {}
+        }
+    }
+    let result = run.result().await;
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    assert_eq!(failures, 0);
+
+    // Every step ran, and no request passed the window.
+    let sizes = sim.sizes.lock().unwrap().clone();
+    assert_eq!(sizes.len(), STEPS + 1);
+    let largest = sizes.iter().max().copied().unwrap();
+    assert!(largest <= WINDOW, "a request of {largest} tokens");
+
+    // It compacted along the way; each checkpoint holds the model's own
+    // summary as free text, written after one corrective retry.
+    let entries = store.entries(&result.session_id).await.unwrap();
+    let checkpoints: Vec<&str> = entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Checkpoint { summary, .. } => Some(summary.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(checkpoints.len() >= 3, "{} checkpoints", checkpoints.len());
+    assert_eq!(checkpoints.len(), compactions);
+    assert!(
+        checkpoints
+            .iter()
+            .all(|summary| summary.starts_with("### Status")),
+        "{checkpoints:?}"
+    );
+    let requests = sim.summaries.lock().unwrap().clone();
+    let corrections = requests
+        .iter()
+        .filter(|request| request_text(request).contains("lacks the heading `Goal`"))
+        .count();
+    assert!(
+        corrections >= 1 && corrections <= compactions,
+        "{corrections} corrections"
+    );
+    eprintln!(
+        "{} checkpoints, {} summary requests ({corrections} corrections), largest request {largest} tokens",
+        checkpoints.len(),
+        requests.len()
+    );
+}
