@@ -169,8 +169,8 @@ impl ProviderConfig {
             field,
             problem,
         };
-        let seconds = |field: &'static str, value: Option<u64>, least: u64, default: Duration| {
-            match value {
+        let seconds =
+            |field: &'static str, value: Option<u64>, least: u64, default: Duration| match value {
                 None => Ok(default),
                 Some(value) if (least..=MAX_SECONDS).contains(&value) => {
                     Ok(Duration::from_secs(value))
@@ -179,8 +179,7 @@ impl ProviderConfig {
                     field,
                     format!("{value} is not a number of seconds from {least} to {MAX_SECONDS}"),
                 )),
-            }
-        };
+            };
         let max_retries = match self.max_retries {
             None => DEFAULT_MAX_RETRIES,
             Some(value) if value <= MAX_RETRIES => value,
@@ -488,8 +487,9 @@ impl Config {
             ours.reasoning_content = theirs.reasoning_content.or(ours.reasoning_content);
             ours.aliases.extend(theirs.aliases);
             ours.connect_timeout_sec = theirs.connect_timeout_sec.or(ours.connect_timeout_sec);
-            ours.first_byte_timeout_sec =
-                theirs.first_byte_timeout_sec.or(ours.first_byte_timeout_sec);
+            ours.first_byte_timeout_sec = theirs
+                .first_byte_timeout_sec
+                .or(ours.first_byte_timeout_sec);
             ours.idle_timeout_sec = theirs.idle_timeout_sec.or(ours.idle_timeout_sec);
             ours.max_retries = theirs.max_retries.or(ours.max_retries);
             ours.max_retry_wait_sec = theirs.max_retry_wait_sec.or(ours.max_retry_wait_sec);
@@ -754,7 +754,10 @@ mod tests {
         )
         .unwrap();
         config.merge(Config::from_table(&table, "config.toml").unwrap());
-        let waits = config.resolve("local", None, None, &|_| None).unwrap().waits;
+        let waits = config
+            .resolve("local", None, None, &|_| None)
+            .unwrap()
+            .waits;
         assert_eq!(waits.connect, Duration::from_secs(5));
         assert_eq!(waits.first_byte, Duration::from_secs(1800));
         assert_eq!(waits.idle, Duration::from_secs(600));
@@ -762,7 +765,11 @@ mod tests {
         assert_eq!(policy.max_attempts, 1, "no retries");
         assert_eq!(policy.max_wait, Duration::from_secs(900));
         for (key, value, problem) in [
-            ("idle_timeout_sec", "0", "0 is not a number of seconds from 1 to 86400"),
+            (
+                "idle_timeout_sec",
+                "0",
+                "0 is not a number of seconds from 1 to 86400",
+            ),
             (
                 "first_byte_timeout_sec",
                 "86401",

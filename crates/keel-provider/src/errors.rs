@@ -249,7 +249,11 @@ pub fn http_date(text: &str) -> Option<std::time::SystemTime> {
             let day = fields.next()?.parse().ok()?;
             let month = fields.next()?;
             let short: i64 = fields.next()?.parse().ok()?;
-            let year = if short < 70 { 2000 + short } else { 1900 + short };
+            let year = if short < 70 {
+                2000 + short
+            } else {
+                1900 + short
+            };
             (day, month, year, *time)
         }
         // asctime: "Sun" "Nov" "6" "08:49:37" "1994"
@@ -308,7 +312,11 @@ pub fn format_http_date(time: std::time::SystemTime) -> String {
     let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
     let shifted_month = (5 * day_of_year + 2) / 153;
     let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
-    let month = if shifted_month < 10 { shifted_month + 3 } else { shifted_month - 9 };
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
     let year = year_of_era + era * 400 + i64::from(month <= 2);
     format!(
         "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
@@ -449,7 +457,10 @@ mod tests {
         let cases: [(&[(&str, &str)], Option<Duration>); 7] = [
             (&[("retry-after", "120")], Some(Duration::from_secs(120))),
             (&[("retry-after", "1.5")], Some(Duration::from_millis(1500))),
-            (&[("retry-after", date.as_str())], Some(Duration::from_secs(20))),
+            (
+                &[("retry-after", date.as_str())],
+                Some(Duration::from_secs(20)),
+            ),
             (
                 &[("retry-after", "Thu, 01 Jan 1970 00:00:00 GMT")],
                 Some(Duration::ZERO),

@@ -159,7 +159,10 @@ async fn a_240_s_steadily_streaming_response_succeeds() {
     )
     .await;
     let events = outcome.result.unwrap();
-    assert!(started.elapsed() >= Duration::from_secs(240), "it really streamed 240 s");
+    assert!(
+        started.elapsed() >= Duration::from_secs(240),
+        "it really streamed 240 s"
+    );
     assert_eq!((outcome.attempts, outcome.retries.len()), (1, 0));
     let message = assemble(&events);
     assert_eq!(message.text(), "word ".repeat(240));
@@ -174,7 +177,9 @@ async fn a_stalled_stream_fails_at_the_idle_timeout() {
     let mut chunks = steady(10);
     // The eleventh word would come after ten minutes.
     chunks.insert(10, (Duration::from_secs(600), chunk("late ", None)));
-    let server = TestServer::start(vec![Reply::Sse { chunks }]).await.unwrap();
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
     let started = Instant::now();
     let outcome = run(&provider(&server.url(), progress_timeouts()), policy(1)).await;
     let error = outcome.result.unwrap_err();
@@ -196,8 +201,7 @@ async fn a_stalled_stream_fails_at_the_idle_timeout() {
 #[tokio::test(start_paused = true)]
 async fn keep_alive_only_streams_fail_at_the_idle_timeout() {
     let _clock = tick_the_clock();
-    let keep_alives =
-        || (0..600).map(|_| (Duration::from_secs(1), b": keep-alive\n\n".to_vec()));
+    let keep_alives = || (0..600).map(|_| (Duration::from_secs(1), b": keep-alive\n\n".to_vec()));
     let mut after_output = vec![(Duration::ZERO, chunk("first ", None))];
     after_output.extend(keep_alives());
     let server = TestServer::start(vec![
@@ -221,7 +225,11 @@ async fn keep_alive_only_streams_fail_at_the_idle_timeout() {
             "the stream made no progress for 10 s (idle_timeout_sec; keep-alive comments do not count)"
         )
     );
-    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
     let started = Instant::now();
     let outcome = run(&provider, policy(1)).await;
     let error = outcome.result.unwrap_err();
@@ -233,7 +241,11 @@ async fn keep_alive_only_streams_fail_at_the_idle_timeout() {
              comments do not count)"
         )
     );
-    assert!(started.elapsed() < Duration::from_secs(60), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 /// Acceptance (issue 22): a `Retry-After` given as an HTTP-date, and one of
@@ -266,7 +278,11 @@ async fn retry_after_as_an_http_date_and_as_120_s_is_honoured() {
     )
     .await;
     assert!(outcome.result.is_ok());
-    let delays: Vec<Duration> = outcome.retries.iter().map(|(retry, _)| retry.delay).collect();
+    let delays: Vec<Duration> = outcome
+        .retries
+        .iter()
+        .map(|(retry, _)| retry.delay)
+        .collect();
     // The date has whole seconds, and some wall time passes before it is
     // read: the wait is the rest of the 20 s, not a backoff of 2 s.
     assert!(
@@ -337,11 +353,7 @@ async fn a_refused_connection_is_tried_twice() {
         listener.local_addr().unwrap().port()
     };
     let url = format!("http://127.0.0.1:{port}");
-    let outcome = run(
-        &provider(&url, HttpTimeouts::default()),
-        policy(10),
-    )
-    .await;
+    let outcome = run(&provider(&url, HttpTimeouts::default()), policy(10)).await;
     let error = outcome.result.unwrap_err();
     assert!(error.message.contains("connection refused"), "{error:?}");
     assert_eq!(outcome.attempts, 2);
@@ -355,11 +367,7 @@ async fn a_tls_failure_is_tried_twice() {
     let garbage = Reply::Raw(b"HTTP/1.1 400 Bad Request\r\n\r\n".to_vec());
     let server = TestServer::start(vec![garbage; 4]).await.unwrap();
     let url = server.url().replacen("http://", "https://", 1);
-    let outcome = run(
-        &provider(&url, HttpTimeouts::default()),
-        policy(10),
-    )
-    .await;
+    let outcome = run(&provider(&url, HttpTimeouts::default()), policy(10)).await;
     let error = outcome.result.unwrap_err();
     assert!(error.message.contains("TLS failed"), "{error:?}");
     assert_eq!((outcome.attempts, server.connections()), (2, 2));

@@ -276,9 +276,7 @@ pub(super) async fn an_idle_stream_times_out(adapter: &dyn WireAdapter) {
 pub(super) async fn keep_alive_comments_are_not_progress(adapter: &dyn WireAdapter) {
     let name = adapter.name();
     // Comments every 50 ms for far longer than the hang bound.
-    let comments = || {
-        (0..800).map(|_| (Duration::from_millis(50), b": keep-alive\n\n".to_vec()))
-    };
+    let comments = || (0..800).map(|_| (Duration::from_millis(50), b": keep-alive\n\n".to_vec()));
     let timeouts = HttpTimeouts {
         first_byte: Duration::from_millis(400),
         idle: Duration::from_millis(400),
