@@ -454,7 +454,8 @@ mod tests {
             map
         };
         let date = format_http_date(now + Duration::from_secs(20));
-        let cases: [(&[(&str, &str)], Option<Duration>); 7] = [
+        type Headers<'a> = &'a [(&'static str, &'a str)];
+        let cases: [(Headers, Option<Duration>); 7] = [
             (&[("retry-after", "120")], Some(Duration::from_secs(120))),
             (&[("retry-after", "1.5")], Some(Duration::from_millis(1500))),
             (
