@@ -400,3 +400,42 @@ async fn server_errors_are_retried_with_their_reason_until_an_answer() {
         ["HTTP 500: Internal error", "HTTP 529: Overloaded"]
     );
 }
+
+/// A server whose accept queue is full never completes a connection: the
+/// connect timeout (`connect_timeout_sec`) ends the attempt, in virtual
+/// time, and like any connect failure it is tried twice, not four times.
+#[tokio::test(start_paused = true)]
+async fn a_connection_that_never_opens_fails_at_the_connect_timeout() {
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap();
+    let address = listener.local_addr().unwrap();
+    // Fill the accept queue (nothing accepts): the kernel then drops SYNs,
+    // and a connection attempt neither completes nor fails.
+    let mut held = Vec::new();
+    while let Ok(stream) =
+        std::net::TcpStream::connect_timeout(&address, Duration::from_millis(200))
+    {
+        held.push(stream);
+        assert!(held.len() < 10_000, "the accept queue never filled");
+    }
+    let timeouts = HttpTimeouts {
+        connect: Duration::from_secs(5),
+        ..HttpTimeouts::default()
+    };
+    let started = Instant::now();
+    let outcome = run(&provider(&format!("http://{address}"), timeouts), policy(4)).await;
+    let error = outcome.result.unwrap_err();
+    assert_eq!(error.kind, ProviderErrorKind::Timeout);
+    assert!(
+        error.message.starts_with(
+            "cannot connect to the provider (no connection within 5 s: connect_timeout_sec): "
+        ),
+        "{error:?}"
+    );
+    assert_eq!((outcome.attempts, error.max_retries), (2, Some(1)));
+    assert!(
+        started.elapsed() >= Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(held);
+}

@@ -137,7 +137,7 @@ async fn run<F: WireFormat>(
                 ProviderErrorKind::Timeout,
                 format!("no response within {}", shown(timeouts.first_byte)),
             )),
-            Ok(Err(error)) => return Err(transport::classify(&error)),
+            Ok(Err(error)) => return Err(transport::classify(&error, timeouts.connect)),
             Ok(Ok(response)) => response,
         },
     };
