@@ -30,6 +30,7 @@ mod style;
 mod tty;
 mod view;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Parser;
@@ -41,8 +42,19 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {
-            if asks_for_text(std::env::args()) {
+            // `args_os`: `std::env::args` panics on an argument that is not
+            // UTF-8, which is exactly when clap refuses one.
+            let args: Vec<OsString> = std::env::args_os().collect();
+            if asks_for_text(&args) {
                 startup::set_plain_errors(true);
+            }
+            if error.kind() == clap::error::ErrorKind::InvalidUtf8 {
+                return startup::argument_not_utf8(&args, |args| {
+                    Cli::try_parse_from(args)
+                        .err()
+                        .is_some_and(|error| error.kind() == clap::error::ErrorKind::InvalidUtf8)
+                })
+                .report();
             }
             return startup::usage_error(error);
         }
@@ -91,9 +103,9 @@ fn main() -> ExitCode {
 }
 
 /// Whether arguments that did not parse still ask for text (`-q`,
-/// `--output-format text`), so the usage error is a plain line.
-fn asks_for_text(args: impl Iterator<Item = String>) -> bool {
-    let args: Vec<String> = args.collect();
+/// `--output-format text`), so the usage error is a plain line. Arguments
+/// that are not UTF-8 are compared as they are (they are none of these).
+fn asks_for_text(args: &[OsString]) -> bool {
     args.iter()
         .any(|arg| arg == "-q" || arg == "--quiet" || arg == "--output-format=text")
         || args

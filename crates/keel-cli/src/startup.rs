@@ -3,6 +3,7 @@
 //! `{"type": "startup_error", "code": …, "message": …}` line on stdout when a
 //! program does.
 
+use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::OnceLock;
@@ -100,6 +101,68 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
         );
     }
     StartupError::new("usage", message).report()
+}
+
+/// The startup error for arguments clap refused as not UTF-8, naming the
+/// argument: its position, the option it is the value of, and its bytes
+/// escaped (`\xFF`). Arguments taken as paths may hold any bytes; the one
+/// named is the first that `refuses` still refuses when every other
+/// argument that is not UTF-8 is made valid (so a non-UTF-8 path before it
+/// is never blamed).
+pub fn argument_not_utf8(
+    args: &[OsString],
+    refuses: impl Fn(Vec<OsString>) -> bool,
+) -> StartupError {
+    let invalid: Vec<usize> = args
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, arg)| arg.to_str().is_none())
+        .map(|(index, _)| index)
+        .collect();
+    let lossy = |arg: &OsString| OsString::from(arg.to_string_lossy().into_owned());
+    let culprit = invalid
+        .iter()
+        .copied()
+        .find(|&keep| {
+            let trial = args
+                .iter()
+                .enumerate()
+                .map(|(index, arg)| {
+                    if index == keep || !invalid.contains(&index) {
+                        arg.clone()
+                    } else {
+                        lossy(arg)
+                    }
+                })
+                .collect();
+            refuses(trial)
+        })
+        .or_else(|| invalid.first().copied());
+    let Some(index) = culprit else {
+        return StartupError::new(
+            "argument_not_utf8",
+            "an argument is not valid UTF-8; keel takes prompts, names and ids as UTF-8 text",
+        );
+    };
+    let shown = args
+        .get(index)
+        .map(|arg| format!("{arg:?}"))
+        .unwrap_or_default();
+    let option = args
+        .get(index - 1)
+        .and_then(|previous| previous.to_str())
+        .filter(|previous| previous.starts_with('-') && previous.len() > 1)
+        .map(|previous| format!(" (the value of {previous})"))
+        .unwrap_or_default();
+    StartupError::new(
+        "argument_not_utf8",
+        format!(
+            "argument {index}{option} is not valid UTF-8: {shown}; keel takes prompts, names \
+             and ids as UTF-8 text (a prompt can also come from a UTF-8 file with @FILE or \
+             from standard input)"
+        ),
+    )
 }
 
 /// `keel schema [NAME]`.

@@ -60,6 +60,7 @@ impl ProviderChoice {
                 provider: Arc::new(ScriptedProvider::new(script.clone())),
                 model: model.clone(),
                 info: ModelInfo::default(),
+                retry: None,
             }),
             Self::ScriptFile { path, model } => {
                 let path = path.as_ref().ok_or(HostError::ScriptRequired)?;
@@ -68,6 +69,7 @@ impl ProviderChoice {
                     provider: Arc::new(ScriptedProvider::new(script)),
                     model: model.clone(),
                     info: ModelInfo::default(),
+                    retry: None,
                 })
             }
             Self::Configured {
@@ -82,6 +84,7 @@ impl ProviderChoice {
                     })?;
                 Ok(Connected {
                     provider: connect(&resolved),
+                    retry: Some(resolved.waits.retry_policy()),
                     model: Some(resolved.model),
                     info: resolved.info,
                 })
@@ -97,6 +100,9 @@ struct Connected {
     model: Option<String>,
     /// What the catalog knows about the model.
     info: ModelInfo,
+    /// The provider's retry settings (`max_retries`, `max_retry_wait_sec`),
+    /// when it has any.
+    retry: Option<RetryPolicy>,
 }
 
 /// Everything a host resolved from its arguments and configuration.
@@ -120,7 +126,8 @@ pub struct HostConfig {
     /// Whether requests state the environment (date, working directory,
     /// OS, shell, git); default true.
     pub environment: bool,
-    /// How retryable provider errors are retried (default: the kernel's).
+    /// How retryable provider errors are retried (default: the configured
+    /// provider's `max_retries` and `max_retry_wait_sec`, else the kernel's).
     pub retry: Option<RetryPolicy>,
 }
 
@@ -152,6 +159,7 @@ impl HostConfig {
             provider,
             model,
             info,
+            retry,
         } = self.provider.connect()?;
         let root = match &self.workspace {
             Some(root) => root.clone(),
@@ -185,7 +193,7 @@ impl HostConfig {
         if let Some(limit) = info.max_output {
             builder = builder.output_limit(limit);
         }
-        if let Some(retry) = self.retry {
+        if let Some(retry) = self.retry.or(retry) {
             builder = builder.retry(retry);
         }
         Ok(builder.build()?)

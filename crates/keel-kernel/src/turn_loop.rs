@@ -412,6 +412,7 @@ impl<'a> TurnLoop<'a> {
                 continue;
             }
             let Some(retry) = attempts.after_failure(&error) else {
+                let error = attempts.give_up(error);
                 return Err(Stop::Failed(provider_failure(error, attempts.attempt())));
             };
             self.shared.emitter.emit(RunEventKind::ProviderRetry {

@@ -28,9 +28,23 @@
 //! context_window = 131072
 //! input_price = 0.27       # USD per million input tokens
 //! ```
+//!
+//! Each provider also says how long Keel waits for it ([`Waits`]); every
+//! key is optional, in seconds, and bounds a wait for *progress*, never the
+//! length of an answer that keeps streaming:
+//!
+//! ```toml
+//! [providers.local]
+//! connect_timeout_sec = 30       # opening the connection (TLS included)
+//! first_byte_timeout_sec = 300   # sending the request → first model output
+//! idle_timeout_sec = 120         # between two outputs; keep-alives do not count
+//! max_retries = 3                # retries of a retryable failure (0: none)
+//! max_retry_wait_sec = 300       # longest Retry-After waited; longer fails
+//! ```
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -70,6 +84,140 @@ pub struct ProviderConfig {
     /// Short names for models: alias → model id.
     #[serde(default)]
     pub aliases: BTreeMap<String, String>,
+    /// Seconds to open a connection (default 30).
+    pub connect_timeout_sec: Option<u64>,
+    /// Seconds from sending a request to the model's first output (default
+    /// 300): a slow model reading a long prompt needs more.
+    pub first_byte_timeout_sec: Option<u64>,
+    /// Seconds between two outputs of a streaming answer (default 120);
+    /// keep-alive comments do not count as output.
+    pub idle_timeout_sec: Option<u64>,
+    /// Retries of a retryable failure (default 3; 0 disables retries).
+    pub max_retries: Option<u32>,
+    /// The longest wait a server may ask for with `Retry-After`, in seconds
+    /// (default 300); a longer one is not waited and the request fails
+    /// `rate_limited`, naming the wait asked for.
+    pub max_retry_wait_sec: Option<u64>,
+}
+
+/// The default [`Waits::connect`].
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The default [`Waits::first_byte`].
+pub const DEFAULT_FIRST_BYTE_TIMEOUT: Duration = Duration::from_secs(300);
+/// The default [`Waits::idle`].
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(120);
+/// The default [`Waits::max_retries`].
+pub const DEFAULT_MAX_RETRIES: u32 = 3;
+/// The default [`Waits::max_retry_wait`].
+pub const DEFAULT_MAX_RETRY_WAIT: Duration = Duration::from_secs(300);
+
+/// The largest number of seconds a timeout or wait setting accepts (a day).
+const MAX_SECONDS: u64 = 86_400;
+/// The most retries a provider setting accepts.
+const MAX_RETRIES: u32 = 100;
+
+/// How long Keel waits for one provider: its progress timeouts and how it
+/// retries. Each bounds a wait for progress; none bounds the length of an
+/// answer that keeps streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Waits {
+    /// To open a connection, TLS included (`connect_timeout_sec`).
+    pub connect: Duration,
+    /// From sending a request to the first model output
+    /// (`first_byte_timeout_sec`).
+    pub first_byte: Duration,
+    /// Between two model outputs (`idle_timeout_sec`).
+    pub idle: Duration,
+    /// Retries of a retryable failure (`max_retries`).
+    pub max_retries: u32,
+    /// The longest `Retry-After` waited (`max_retry_wait_sec`).
+    pub max_retry_wait: Duration,
+}
+
+impl Default for Waits {
+    fn default() -> Self {
+        Self {
+            connect: DEFAULT_CONNECT_TIMEOUT,
+            first_byte: DEFAULT_FIRST_BYTE_TIMEOUT,
+            idle: DEFAULT_IDLE_TIMEOUT,
+            max_retries: DEFAULT_MAX_RETRIES,
+            max_retry_wait: DEFAULT_MAX_RETRY_WAIT,
+        }
+    }
+}
+
+impl Waits {
+    /// The retry policy these settings give: the default policy with this
+    /// many retries and this longest wait.
+    pub fn retry_policy(&self) -> crate::retry::RetryPolicy {
+        crate::retry::RetryPolicy {
+            max_attempts: self.max_retries.saturating_add(1),
+            max_wait: self.max_retry_wait,
+            ..crate::retry::RetryPolicy::default()
+        }
+    }
+}
+
+impl ProviderConfig {
+    /// The waits this provider's settings give (the defaults where unset),
+    /// or the first setting out of range: timeouts are 1 to 86400 s, the
+    /// longest retry wait 0 to 86400 s, retries 0 to 100.
+    pub fn waits(&self, provider: &str) -> Result<Waits, ConfigError> {
+        let invalid = |field: &'static str, problem: String| ConfigError::InvalidSetting {
+            provider: provider.to_owned(),
+            field,
+            problem,
+        };
+        let seconds =
+            |field: &'static str, value: Option<u64>, least: u64, default: Duration| match value {
+                None => Ok(default),
+                Some(value) if (least..=MAX_SECONDS).contains(&value) => {
+                    Ok(Duration::from_secs(value))
+                }
+                Some(value) => Err(invalid(
+                    field,
+                    format!("{value} is not a number of seconds from {least} to {MAX_SECONDS}"),
+                )),
+            };
+        let max_retries = match self.max_retries {
+            None => DEFAULT_MAX_RETRIES,
+            Some(value) if value <= MAX_RETRIES => value,
+            Some(value) => {
+                return Err(invalid(
+                    "max_retries",
+                    format!("{value} is more than {MAX_RETRIES}"),
+                ));
+            }
+        };
+        Ok(Waits {
+            connect: seconds(
+                "connect_timeout_sec",
+                self.connect_timeout_sec,
+                1,
+                DEFAULT_CONNECT_TIMEOUT,
+            )?,
+            first_byte: seconds(
+                "first_byte_timeout_sec",
+                self.first_byte_timeout_sec,
+                1,
+                DEFAULT_FIRST_BYTE_TIMEOUT,
+            )?,
+            idle: seconds(
+                "idle_timeout_sec",
+                self.idle_timeout_sec,
+                1,
+                DEFAULT_IDLE_TIMEOUT,
+            )?,
+            max_retries,
+            max_retry_wait: seconds(
+                "max_retry_wait_sec",
+                self.max_retry_wait_sec,
+                0,
+                DEFAULT_MAX_RETRY_WAIT,
+            )?,
+        })
+    }
 }
 
 impl ProviderConfig {
@@ -188,6 +336,16 @@ pub enum ConfigError {
         #[source]
         problem: BaseUrlError,
     },
+    /// A provider setting is out of its range.
+    #[error("provider `{provider}` has an invalid `{field}`: {problem}")]
+    InvalidSetting {
+        /// The provider.
+        provider: String,
+        /// The setting's key.
+        field: &'static str,
+        /// What is wrong with its value.
+        problem: String,
+    },
     /// The provider's key variable is unset.
     #[error("provider `{provider}` needs an API key: set the environment variable {variable}")]
     MissingKey {
@@ -203,7 +361,7 @@ impl ConfigError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Read { .. } => "config_unreadable",
-            Self::Invalid { .. } => "config_invalid",
+            Self::Invalid { .. } | Self::InvalidSetting { .. } => "config_invalid",
             Self::UnknownProvider { .. } => "unknown_provider",
             Self::Incomplete { .. } => "provider_incomplete",
             Self::InvalidBaseUrl { .. } => "invalid_base_url",
@@ -232,6 +390,8 @@ pub struct Resolved {
     /// Whether the catalog knows the model (if not, its context window and
     /// prices are unknown: no cost is computed).
     pub in_catalog: bool,
+    /// How long to wait for the provider, and how to retry it.
+    pub waits: Waits,
 }
 
 impl std::fmt::Debug for Resolved {
@@ -244,6 +404,7 @@ impl std::fmt::Debug for Resolved {
             .field("model", &self.model)
             .field("info", &self.info)
             .field("in_catalog", &self.in_catalog)
+            .field("waits", &self.waits)
             .finish()
     }
 }
@@ -325,6 +486,13 @@ impl Config {
             ours.default_model = theirs.default_model.or(ours.default_model.take());
             ours.reasoning_content = theirs.reasoning_content.or(ours.reasoning_content);
             ours.aliases.extend(theirs.aliases);
+            ours.connect_timeout_sec = theirs.connect_timeout_sec.or(ours.connect_timeout_sec);
+            ours.first_byte_timeout_sec = theirs
+                .first_byte_timeout_sec
+                .or(ours.first_byte_timeout_sec);
+            ours.idle_timeout_sec = theirs.idle_timeout_sec.or(ours.idle_timeout_sec);
+            ours.max_retries = theirs.max_retries.or(ours.max_retries);
+            ours.max_retry_wait_sec = theirs.max_retry_wait_sec.or(ours.max_retry_wait_sec);
             for (id, info) in theirs.models {
                 let base = ours.models.get(&id).copied().unwrap_or_default();
                 ours.models.insert(id, info.merged_over(base));
@@ -374,6 +542,7 @@ impl Config {
             .or(provider.default_model.as_deref())
             .map(|asked| provider.model_id(asked).to_owned())
             .ok_or_else(|| incomplete("default_model (or --model)"))?;
+        let waits = provider.waits(name)?;
         let api_key = match &provider.api_key_env {
             None => None,
             Some(variable) => {
@@ -394,6 +563,7 @@ impl Config {
             in_catalog: provider.models.contains_key(&model),
             model,
             reasoning_content: provider.reasoning_content.unwrap_or(false),
+            waits,
         })
     }
 }
@@ -543,6 +713,87 @@ mod tests {
         let error = Config::from_table(&bad, "c.toml").unwrap_err();
         assert_eq!(error.code(), "config_invalid");
         assert!(error.to_string().contains("bogus"), "{error}");
+    }
+
+    #[test]
+    fn waits_come_from_the_file_with_documented_defaults_and_ranges() {
+        let mut config = Config::builtin();
+        let defaults = config
+            .resolve("deepseek", None, None, &|_| Some("k".into()))
+            .unwrap()
+            .waits;
+        assert_eq!(defaults, Waits::default());
+        assert_eq!(
+            (
+                defaults.connect,
+                defaults.first_byte,
+                defaults.idle,
+                defaults.max_retries,
+                defaults.max_retry_wait
+            ),
+            (
+                Duration::from_secs(30),
+                Duration::from_secs(300),
+                Duration::from_secs(120),
+                3,
+                Duration::from_secs(300)
+            )
+        );
+        let table: toml::Table = toml::from_str(
+            r#"
+            [providers.local]
+            api = "openai-chat"
+            base_url = "http://127.0.0.1:8080/v1"
+            default_model = "slow"
+            connect_timeout_sec = 5
+            first_byte_timeout_sec = 1800
+            idle_timeout_sec = 600
+            max_retries = 0
+            max_retry_wait_sec = 900
+            "#,
+        )
+        .unwrap();
+        config.merge(Config::from_table(&table, "config.toml").unwrap());
+        let waits = config
+            .resolve("local", None, None, &|_| None)
+            .unwrap()
+            .waits;
+        assert_eq!(waits.connect, Duration::from_secs(5));
+        assert_eq!(waits.first_byte, Duration::from_secs(1800));
+        assert_eq!(waits.idle, Duration::from_secs(600));
+        let policy = waits.retry_policy();
+        assert_eq!(policy.max_attempts, 1, "no retries");
+        assert_eq!(policy.max_wait, Duration::from_secs(900));
+        for (key, value, problem) in [
+            (
+                "idle_timeout_sec",
+                "0",
+                "0 is not a number of seconds from 1 to 86400",
+            ),
+            (
+                "first_byte_timeout_sec",
+                "86401",
+                "86401 is not a number of seconds from 1 to 86400",
+            ),
+            ("max_retries", "101", "101 is more than 100"),
+        ] {
+            let table: toml::Table = toml::from_str(&format!(
+                "[providers.local]\napi = \"openai-chat\"\nbase_url = \"http://127.0.0.1:1\"\n\
+                 default_model = \"m\"\n{key} = {value}"
+            ))
+            .unwrap();
+            let mut bad = Config::default();
+            bad.merge(Config::from_table(&table, "config.toml").unwrap());
+            let error = bad.resolve("local", None, None, &|_| None).unwrap_err();
+            assert_eq!(error.code(), "config_invalid");
+            assert_eq!(
+                error.to_string(),
+                format!("provider `local` has an invalid `{key}`: {problem}")
+            );
+        }
+        let negative: toml::Table =
+            toml::from_str("[providers.local]\nidle_timeout_sec = -1").unwrap();
+        assert!(Config::from_table(&negative, "c.toml").is_err());
     }
 
     #[test]

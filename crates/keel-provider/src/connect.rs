@@ -1,7 +1,8 @@
 //! From a resolved configuration to a running adapter.
 //!
-//! [`connect`] builds the adapter for the provider's wire format and wraps
-//! it in [`Priced`], which fills in the cost of each `usage` event from the
+//! [`connect`] builds the adapter for the provider's wire format, with the
+//! provider's progress timeouts (`Resolved::waits`), and wraps it in
+//! [`Priced`], which fills in the cost of each `usage` event from the
 //! model's configured prices.
 
 use std::sync::Arc;
@@ -12,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::anthropic::{Anthropic, AnthropicOptions};
 use crate::config::{Api, ModelInfo, Resolved};
+use crate::http::HttpTimeouts;
 use crate::openai_chat::{ChatOptions, OpenAiChat};
 use crate::openai_responses::{OpenAiResponses, ResponsesOptions};
 use crate::{Endpoint, ModelRequest, Provider, ProviderStream};
@@ -22,7 +24,8 @@ pub fn connect(resolved: &Resolved) -> Arc<dyn Provider> {
         resolved.name.clone(),
         resolved.base_url.clone(),
         resolved.api_key.clone(),
-    );
+    )
+    .with_timeouts(HttpTimeouts::from(resolved.waits));
     let adapter: Arc<dyn Provider> = match resolved.api {
         Api::OpenaiChat => Arc::new(OpenAiChat::new(
             endpoint,

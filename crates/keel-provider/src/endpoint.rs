@@ -23,6 +23,9 @@ pub struct Endpoint {
     /// Time limits for each request.
     pub timeouts: HttpTimeouts,
     client: reqwest::Client,
+    /// Whether `client` came from [`Endpoint::with_client`] (then its own
+    /// connect timeout stays).
+    custom_client: bool,
 }
 
 impl Endpoint {
@@ -51,20 +54,27 @@ impl Endpoint {
             base_url,
             api_key: api_key.filter(|key| !key.is_empty()),
             timeouts: HttpTimeouts::default(),
-            client: reqwest::Client::new(),
+            client: client_for(HttpTimeouts::default()),
+            custom_client: false,
         }
     }
 
-    /// The same endpoint with other timeouts.
+    /// The same endpoint with other timeouts (the connect timeout applies
+    /// unless a client was given with [`Endpoint::with_client`]).
     pub fn with_timeouts(mut self, timeouts: HttpTimeouts) -> Self {
+        if !self.custom_client && timeouts.connect != self.timeouts.connect {
+            self.client = client_for(timeouts);
+        }
         self.timeouts = timeouts;
         self
     }
 
     /// The same endpoint sending through `client` (a proxy, other root
-    /// certificates, or a test's DNS resolver).
+    /// certificates, or a test's DNS resolver); the client's own connect
+    /// timeout applies.
     pub fn with_client(mut self, client: reqwest::Client) -> Self {
         self.client = client;
+        self.custom_client = true;
         self
     }
 
@@ -77,6 +87,20 @@ impl Endpoint {
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
         self.client.post(format!("{}{path}", self.base_url))
     }
+}
+
+/// A client that gives up connecting after `timeouts.connect`.
+fn client_for(timeouts: HttpTimeouts) -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(timeouts.connect)
+        .build()
+        // Building fails only where the TLS backend or the system resolver
+        // configuration cannot load: the conditions under which the plain
+        // `Client::new` (which endpoints always used) panics as well.
+        .unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot build the HTTP client; using the default one");
+            reqwest::Client::new()
+        })
 }
 
 impl std::fmt::Debug for Endpoint {

@@ -188,22 +188,146 @@ pub fn preview(bytes: &[u8], limit: usize) -> String {
     text
 }
 
-/// Parses a `retry-after` header: seconds, or milliseconds in
-/// `retry-after-ms` when the provider sends that.
+/// Parses the wait a response asks for: `retry-after-ms` (milliseconds,
+/// as OpenAI sends), else `retry-after` as seconds or as an HTTP-date
+/// (RFC 9110 § 10.2.3: the IMF-fixdate `Sun, 06 Nov 1994 08:49:37 GMT`, and
+/// the obsolete RFC 850 and asctime forms recipients must accept), the wait
+/// until that date from the system clock. A date in the past asks for no
+/// wait; a value that is none of these is ignored.
 #[cfg(feature = "http")]
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    retry_after_at(headers, std::time::SystemTime::now())
+}
+
+/// [`retry_after`] with `now` as the current time (for tests).
+#[cfg(feature = "http")]
+pub fn retry_after_at(
+    headers: &reqwest::header::HeaderMap,
+    now: std::time::SystemTime,
+) -> Option<Duration> {
     let read = |name: &str| {
         headers
             .get(name)
             .and_then(|value| value.to_str().ok())
             .map(str::trim)
     };
-    if let Some(ms) = read("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return Some(Duration::from_millis(ms.max(0.0) as u64));
+    if let Some(ms) = read("retry-after-ms").and_then(seconds_or_fraction) {
+        return Some(Duration::from_secs_f64(ms / 1000.0));
     }
-    read("retry-after")
-        .and_then(|v| v.parse::<f64>().ok())
-        .map(|seconds| Duration::from_millis((seconds.max(0.0) * 1000.0) as u64))
+    let value = read("retry-after")?;
+    if let Some(seconds) = seconds_or_fraction(value) {
+        return Some(Duration::from_secs_f64(seconds));
+    }
+    let date = http_date(value)?;
+    Some(date.duration_since(now).unwrap_or_default())
+}
+
+/// A non-negative, finite number of at most a year in units (seconds or
+/// milliseconds): larger values are clamped, so `Duration` cannot overflow.
+#[cfg(feature = "http")]
+fn seconds_or_fraction(text: &str) -> Option<f64> {
+    let value: f64 = text.parse().ok()?;
+    value
+        .is_finite()
+        .then(|| value.clamp(0.0, 366.0 * 86_400.0 * 1000.0))
+}
+
+/// Parses an HTTP-date (RFC 9110 § 5.6.7) in any of its three forms:
+/// `Sun, 06 Nov 1994 08:49:37 GMT` (IMF-fixdate), `Sunday, 06-Nov-94
+/// 08:49:37 GMT` (RFC 850; a two-digit year is taken in 1970–2069) and
+/// `Sun Nov  6 08:49:37 1994` (asctime). The weekday is not checked.
+pub fn http_date(text: &str) -> Option<std::time::SystemTime> {
+    let parts: Vec<&str> = text.split_whitespace().collect();
+    let (day, month, year, time) = match parts.as_slice() {
+        // IMF-fixdate: "Sun," "06" "Nov" "1994" "08:49:37" "GMT"
+        [weekday, day, month, year, time, "GMT"] if weekday.ends_with(',') => {
+            (day.parse().ok()?, *month, year.parse().ok()?, *time)
+        }
+        // RFC 850: "Sunday," "06-Nov-94" "08:49:37" "GMT"
+        [weekday, date, time, "GMT"] if weekday.ends_with(',') => {
+            let mut fields = date.split('-');
+            let day = fields.next()?.parse().ok()?;
+            let month = fields.next()?;
+            let short: i64 = fields.next()?.parse().ok()?;
+            let year = if short < 70 {
+                2000 + short
+            } else {
+                1900 + short
+            };
+            (day, month, year, *time)
+        }
+        // asctime: "Sun" "Nov" "6" "08:49:37" "1994"
+        [_, month, day, time, year] => (day.parse().ok()?, *month, year.parse().ok()?, *time),
+        _ => return None,
+    };
+    let month = MONTHS.iter().position(|name| *name == month)? as i64 + 1;
+    let mut clock = time.split(':').map(|field| field.parse::<i64>().ok());
+    let (hour, minute, second) = (clock.next()??, clock.next()??, clock.next()??);
+    let valid = (1..=31).contains(&day)
+        && (1970..=9999).contains(&year)
+        && (0..24).contains(&hour)
+        && (0..60).contains(&minute)
+        // 60: a leap second.
+        && (0..=60).contains(&second)
+        && clock.next().is_none();
+    if !valid {
+        return None;
+    }
+    let seconds = days_from_civil(year, month, day) * 86_400 + hour * 3_600 + minute * 60 + second;
+    let seconds = u64::try_from(seconds).ok()?;
+    std::time::UNIX_EPOCH.checked_add(Duration::from_secs(seconds))
+}
+
+const MONTHS: [&str; 12] = [
+    "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+];
+
+/// Days from 1970-01-01 to the proleptic Gregorian date (Howard Hinnant's
+/// `days_from_civil`).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let shifted_month = (month + 9) % 12;
+    let day_of_year = (153 * shifted_month + 2) / 5 + day - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
+/// Formats `time` as an IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`),
+/// whole seconds; the inverse of [`http_date`] (for tests and servers).
+pub fn format_http_date(time: std::time::SystemTime) -> String {
+    const WEEKDAYS: [&str; 7] = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"];
+    let seconds = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs() as i64;
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    // Hinnant's `civil_from_days`.
+    let shifted = days + 719_468;
+    let era = shifted.div_euclid(146_097);
+    let day_of_era = shifted - era * 146_097;
+    let year_of_era =
+        (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    format!(
+        "{}, {day:02} {} {year} {:02}:{:02}:{:02} GMT",
+        // Both indices are in range by construction (a remainder of 7, a
+        // month of 1–12); `get` keeps even a mistake from panicking.
+        WEEKDAYS.get(days.rem_euclid(7) as usize).unwrap_or(&"Thu"),
+        MONTHS.get((month - 1) as usize).unwrap_or(&"Jan"),
+        rest / 3_600,
+        rest % 3_600 / 60,
+        rest % 60
+    )
 }
 
 #[cfg(test)]
@@ -285,6 +409,72 @@ mod tests {
                 OverflowSizes { limit, requested },
                 "{message}"
             );
+        }
+    }
+
+    #[test]
+    fn http_dates_parse_in_all_three_forms() {
+        let expected = std::time::UNIX_EPOCH + Duration::from_secs(784_111_777);
+        for text in [
+            "Sun, 06 Nov 1994 08:49:37 GMT",
+            "Sunday, 06-Nov-94 08:49:37 GMT",
+            "Sun Nov  6 08:49:37 1994",
+        ] {
+            assert_eq!(http_date(text), Some(expected), "{text}");
+        }
+        assert_eq!(format_http_date(expected), "Sun, 06 Nov 1994 08:49:37 GMT");
+        for seconds in [0, 951_782_400, 1_709_164_800, 4_102_444_799] {
+            let time = std::time::UNIX_EPOCH + Duration::from_secs(seconds);
+            assert_eq!(http_date(&format_http_date(time)), Some(time), "{seconds}");
+        }
+        for bad in [
+            "",
+            "soon",
+            "Sun, 06 Nov 1994 08:49:37 UTC",
+            "Sun, 32 Nov 1994 08:49:37 GMT",
+            "Sun, 06 Nox 1994 08:49:37 GMT",
+            "Sun, 06 Nov 1994 24:00:00 GMT",
+            "Sun, 06 Nov 1994 08:49 GMT",
+            "Sun, 06 Nov 1994 08:49:37:01 GMT",
+        ] {
+            assert_eq!(http_date(bad), None, "{bad}");
+        }
+    }
+
+    #[cfg(feature = "http")]
+    #[test]
+    fn retry_after_is_read_as_seconds_milliseconds_or_a_date() {
+        use reqwest::header::{HeaderMap, HeaderValue};
+        let now = std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let headers = |pairs: &[(&'static str, &str)]| {
+            let mut map = HeaderMap::new();
+            for (name, value) in pairs {
+                map.insert(*name, HeaderValue::from_str(value).unwrap());
+            }
+            map
+        };
+        let date = format_http_date(now + Duration::from_secs(20));
+        type Headers<'a> = &'a [(&'static str, &'a str)];
+        let cases: [(Headers, Option<Duration>); 7] = [
+            (&[("retry-after", "120")], Some(Duration::from_secs(120))),
+            (&[("retry-after", "1.5")], Some(Duration::from_millis(1500))),
+            (
+                &[("retry-after", date.as_str())],
+                Some(Duration::from_secs(20)),
+            ),
+            (
+                &[("retry-after", "Thu, 01 Jan 1970 00:00:00 GMT")],
+                Some(Duration::ZERO),
+            ),
+            (&[("retry-after", "later")], None),
+            (
+                &[("retry-after-ms", "250"), ("retry-after", "9")],
+                Some(Duration::from_millis(250)),
+            ),
+            (&[], None),
+        ];
+        for (pairs, expected) in cases {
+            assert_eq!(retry_after_at(&headers(pairs), now), expected, "{pairs:?}");
         }
     }
 

@@ -1,11 +1,12 @@
 //! How a failed provider request is retried: which failures, how often,
-//! after what delay, and within what total time.
+//! after what delay, and how long a server may make Keel wait.
 //!
 //! Why here: the adapters classify failures and attach their hints
 //! (`retry_after_ms`, `max_retries`); the rules that read those hints sit
 //! next to them, so every host retries the same way. The host owns the
 //! loop — it sends the request again, persists, emits `provider_retry` with
-//! each failure as its reason — and asks this module what to do:
+//! each failure as its reason and each wait as its delay — and asks this
+//! module what to do:
 //!
 //! ```text
 //! let mut attempts = policy.start();
@@ -14,26 +15,33 @@
 //!     … consume it; on `done`, stop …
 //!     match attempts.after_failure(&error) {
 //!         Some(retry) => { report retry and error; sleep retry.delay }
-//!         None => fail with error,
+//!         None => fail with attempts.give_up(error),
 //!     }
 //! }
 //! ```
 //!
+//! What bounds time: an attempt is bounded by the provider's progress
+//! timeouts (for HTTP providers: connecting, the first model output, and
+//! each gap between outputs — `http::HttpTimeouts`), never by its length,
+//! so a long answer that keeps streaming is never cut. The retry budget
+//! bounds only the waits *between* attempts, and `max_wait` each single
+//! wait a server asks for.
+//!
 //! Delays are jittered: each backoff is drawn from `[backoff × (1 −
 //! jitter), backoff]` (AWS's "equal jitter" at the default 50 %), so many
 //! clients failing together do not retry together. Jitter only shortens a
-//! backoff — never below a server's `retry_after`, never above `max_delay` —
-//! so the budget arithmetic holds for the unjittered delays. The random
-//! draws come from a small generator seeded per request; tests seed it
-//! ([`RetryPolicy::start_seeded`]) and set `jitter_percent: 0` for exact delays.
+//! backoff — never below a server's `retry_after`, never above `max_delay`.
+//! The random draws come from a small generator seeded per request; tests
+//! seed it ([`RetryPolicy::start_seeded`]) and set `jitter_percent: 0` for
+//! exact delays.
 //!
 //! Invariants: a failure is retried only when its kind is retryable, the
-//! policy's attempts are not spent, its own `max_retries` is not spent, and
-//! the next attempt would start within the budget. An attempt still running
-//! when the budget ends is ended by [`Attempts::bound`] with a `timeout`
-//! error, so a server that accepts and never answers fails the run within
-//! the budget (plus the time the host takes to notice), whatever the
-//! adapter's own timeouts are.
+//! policy's attempts are not spent, its own `max_retries` is not spent, the
+//! wait the server asks for (`Retry-After`) is at most `max_wait`, and the
+//! waits so far plus this one stay within the budget. A server's wait is
+//! honoured in full, never shortened: a wait longer than `max_wait` is not
+//! waited at all, and the failure becomes final as `rate_limited`, naming
+//! the wait asked for ([`Attempts::give_up`]).
 
 use std::hash::{BuildHasher, RandomState};
 use std::time::Duration;
@@ -47,14 +55,21 @@ use crate::ProviderStream;
 /// How retryable provider errors are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetryPolicy {
-    /// Attempts in total, the first included (1 disables retries).
+    /// Attempts in total, the first included (1 disables retries);
+    /// `max_retries` in `config.toml` is this minus one.
     pub max_attempts: u32,
     /// Delay after the first failure; doubles after each further failure.
     pub base_delay: Duration,
-    /// Upper bound on any delay, including a server's retry-after.
+    /// Upper bound on a backoff the policy chooses itself (a server's
+    /// `retry_after` is bounded by `max_wait` instead).
     pub max_delay: Duration,
-    /// The most time all attempts of one request may take together,
-    /// delays included.
+    /// The longest wait a server may ask for with `Retry-After`
+    /// (`max_retry_wait_sec` in `config.toml`); a longer one is not waited
+    /// and the failure is final.
+    pub max_wait: Duration,
+    /// The most time the waits between the attempts of one request may
+    /// take together. The attempts themselves do not count: they are
+    /// bounded by the provider's progress timeouts.
     pub budget: Duration,
     /// How much of each backoff is random, in percent (0: none, 100: "full
     /// jitter"); values above 100 count as 100.
@@ -64,10 +79,11 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            max_attempts: 4,
+            max_attempts: crate::config::DEFAULT_MAX_RETRIES + 1,
             base_delay: Duration::from_secs(2),
             max_delay: Duration::from_secs(60),
-            budget: Duration::from_secs(180),
+            max_wait: crate::config::DEFAULT_MAX_RETRY_WAIT,
+            budget: Duration::from_secs(900),
             jitter_percent: 50,
         }
     }
@@ -75,16 +91,15 @@ impl Default for RetryPolicy {
 
 impl RetryPolicy {
     /// The longest delay after failed attempt `attempt` (1-based): the
-    /// unjittered backoff, or a server-requested `retry_after` when it is
-    /// longer, capped at `max_delay`.
+    /// unjittered backoff (capped at `max_delay`), or a server-requested
+    /// `retry_after` when it is longer.
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         self.jittered_delay(attempt, retry_after, 0.0)
     }
 
     /// The delay after failed attempt `attempt` for a random draw `unit` in
     /// `[0, 1)` (clamped): the backoff shortened by `unit × jitter`, then
-    /// raised to `retry_after` and capped at `max_delay` as in
-    /// [`RetryPolicy::delay`].
+    /// raised to `retry_after` as in [`RetryPolicy::delay`].
     pub fn jittered_delay(
         &self,
         attempt: u32,
@@ -95,9 +110,7 @@ impl RetryPolicy {
         let backoff = self.base_delay.saturating_mul(factor).min(self.max_delay);
         let share = f64::from(self.jitter_percent.min(100)) / 100.0 * unit.clamp(0.0, 1.0);
         let jittered = backoff.saturating_sub(backoff.mul_f64(share));
-        jittered
-            .max(retry_after.unwrap_or_default())
-            .min(self.max_delay)
+        jittered.max(retry_after.unwrap_or_default())
     }
 
     /// The attempts `error` allows in total: the policy's, or fewer when
@@ -109,8 +122,8 @@ impl RetryPolicy {
         self.max_attempts.max(1).min(own)
     }
 
-    /// Starts the attempts of one request; the budget runs from now and
-    /// the jitter's generator is seeded at random.
+    /// Starts the attempts of one request; the jitter's generator is
+    /// seeded at random.
     pub fn start(&self) -> Attempts {
         self.start_seeded(RandomState::new().hash_one(Instant::now()))
     }
@@ -120,9 +133,10 @@ impl RetryPolicy {
     pub fn start_seeded(&self, seed: u64) -> Attempts {
         Attempts {
             policy: *self,
-            deadline: Instant::now() + self.budget,
+            waited: Duration::ZERO,
             attempt: 1,
             random: SplitMix64(seed),
+            refused: None,
         }
     }
 }
@@ -145,13 +159,24 @@ impl SplitMix64 {
     }
 }
 
+/// Why a retryable failure was not retried, for [`Attempts::give_up`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The server asked for a longer wait than `max_wait`.
+    WaitTooLong(Duration),
+    /// The wait would have taken the waits past the budget.
+    OverBudget(Duration),
+}
+
 /// The attempts of one request, as they happen.
 #[derive(Debug, Clone)]
 pub struct Attempts {
     policy: RetryPolicy,
-    deadline: Instant,
+    /// The waits so far, together.
+    waited: Duration,
     attempt: u32,
     random: SplitMix64,
+    refused: Option<Refusal>,
 }
 
 /// A retry the policy allows after a failure.
@@ -171,51 +196,47 @@ impl Attempts {
         self.attempt
     }
 
-    /// When the budget ends.
-    pub fn deadline(&self) -> Instant {
-        self.deadline
+    /// The waits between attempts so far, together.
+    pub fn waited(&self) -> Duration {
+        self.waited
     }
 
-    /// The budget left.
-    pub fn remaining(&self) -> Duration {
-        self.deadline.saturating_duration_since(Instant::now())
-    }
-
-    /// The error for an attempt the budget ended.
-    pub fn out_of_budget(&self) -> ProviderError {
-        ProviderError::new(
-            ProviderErrorKind::Timeout,
-            format!(
-                "no complete response within the retry budget of {} s",
-                self.policy.budget.as_secs_f64()
-            ),
-        )
-    }
-
-    /// `stream`, ended with [`Attempts::out_of_budget`] if it is still
-    /// running when the budget ends (the rest of it is dropped, which
-    /// abandons the request).
+    /// `stream` as one attempt: its events up to and including the first
+    /// `done` or `error` (anything after is dropped, which abandons the
+    /// request), and a `stream_dropped` error when it ends without either.
+    ///
+    /// Time is not bounded here: the provider's own progress timeouts end
+    /// an attempt that stops making progress (see the module docs), and one
+    /// that keeps making progress may take as long as the answer takes.
     pub fn bound(&self, stream: ProviderStream) -> ProviderStream {
-        let deadline = self.deadline;
-        let expired = self.out_of_budget();
-        futures::stream::unfold(Some((stream, expired)), move |state| async move {
-            let (mut stream, expired) = state?;
-            tokio::select! {
-                event = stream.next() => {
-                    let event = event?;
-                    Some((event, Some((stream, expired))))
+        futures::stream::unfold(Some(stream), |state| async move {
+            let mut stream = state?;
+            match stream.next().await {
+                Some(event) => {
+                    let terminal = matches!(
+                        event,
+                        ProviderEvent::Done { .. } | ProviderEvent::Error { .. }
+                    );
+                    Some((event, (!terminal).then_some(stream)))
                 }
-                () = tokio::time::sleep_until(deadline) => {
-                    Some((ProviderEvent::Error { error: expired }, None))
-                }
+                None => Some((
+                    ProviderEvent::Error {
+                        error: ProviderError::new(
+                            ProviderErrorKind::StreamDropped,
+                            "the provider stream ended before `done`",
+                        ),
+                    },
+                    None,
+                )),
             }
         })
         .boxed()
     }
 
     /// What to do after the attempt in flight failed with `error`: the
-    /// retry, or `None` to give up (the error is final).
+    /// retry, or `None` to give up (then report [`Attempts::give_up`]).
     pub fn after_failure(&mut self, error: &ProviderError) -> Option<Retry> {
+        self.refused = None;
         if !error.is_retryable() {
             return None;
         }
@@ -224,10 +245,16 @@ impl Attempts {
             return None;
         }
         let retry_after = error.retry_after_ms.map(Duration::from_millis);
+        if let Some(asked) = retry_after.filter(|asked| *asked > self.policy.max_wait) {
+            self.refused = Some(Refusal::WaitTooLong(asked));
+            return None;
+        }
         let delay = self
             .policy
             .jittered_delay(self.attempt, retry_after, self.random.next_unit());
-        if delay >= self.remaining() {
+        let waited = self.waited.saturating_add(delay);
+        if waited > self.policy.budget {
+            self.refused = Some(Refusal::OverBudget(delay));
             return None;
         }
         let retry = Retry {
@@ -235,8 +262,49 @@ impl Attempts {
             max_attempts,
             delay,
         };
+        self.waited = waited;
         self.attempt += 1;
         Some(retry)
+    }
+
+    /// The final error after [`Attempts::after_failure`] refused to retry
+    /// `error`: `error` itself, or, when the server asked for a longer wait
+    /// than the policy allows, a `rate_limited` error naming the wait asked
+    /// for and the limit (and likewise naming the budget a wait would pass).
+    pub fn give_up(&self, error: ProviderError) -> ProviderError {
+        match self.refused {
+            None => error,
+            Some(Refusal::WaitTooLong(asked)) => ProviderError {
+                kind: ProviderErrorKind::RateLimited,
+                message: format!(
+                    "{} (the provider asked to wait {} before retrying, longer than the \
+                     longest wait allowed, {}: raise max_retry_wait_sec to wait that long)",
+                    error.message,
+                    shown(asked),
+                    shown(self.policy.max_wait)
+                ),
+                ..error
+            },
+            Some(Refusal::OverBudget(delay)) => ProviderError {
+                message: format!(
+                    "{} (not retried: a wait of {} would take the waits past the retry \
+                     budget of {})",
+                    error.message,
+                    shown(delay),
+                    shown(self.policy.budget)
+                ),
+                ..error
+            },
+        }
+    }
+}
+
+/// A duration as people read it in an error: `120 s`, `0.3 s`.
+fn shown(duration: Duration) -> String {
+    if duration.subsec_millis() == 0 {
+        format!("{} s", duration.as_secs())
+    } else {
+        format!("{:.1} s", duration.as_secs_f64())
     }
 }
 
@@ -257,7 +325,7 @@ mod tests {
     }
 
     #[test]
-    fn doubles_and_honours_retry_after_within_the_cap() {
+    fn doubles_and_honours_retry_after_in_full() {
         let policy = exact();
         assert_eq!(policy.delay(1, None), Duration::from_secs(2));
         assert_eq!(policy.delay(3, None), Duration::from_secs(8));
@@ -266,6 +334,36 @@ mod tests {
             Duration::from_secs(5)
         );
         assert_eq!(policy.delay(30, None), Duration::from_secs(60));
+        // A server's wait is not cut to the backoff's cap.
+        assert_eq!(
+            policy.delay(1, Some(Duration::from_secs(120))),
+            Duration::from_secs(120)
+        );
+    }
+
+    #[test]
+    fn a_wait_longer_than_max_wait_is_final_and_named() {
+        let policy = exact();
+        let asked = |seconds: u64| ProviderError {
+            retry_after_ms: Some(seconds * 1000),
+            ..error(ProviderErrorKind::Overloaded)
+        };
+        let mut attempts = policy.start();
+        let retry = attempts.after_failure(&asked(120)).unwrap();
+        assert_eq!(retry.delay, Duration::from_secs(120));
+        assert_eq!(attempts.give_up(asked(120)), asked(120), "nothing refused");
+        let retry = attempts.after_failure(&asked(300)).unwrap();
+        assert_eq!(retry.delay, Duration::from_secs(300), "the limit itself");
+        assert_eq!(attempts.after_failure(&asked(301)), None);
+        let final_error = attempts.give_up(asked(301));
+        assert_eq!(final_error.kind, ProviderErrorKind::RateLimited);
+        assert_eq!(
+            final_error.message,
+            "x (the provider asked to wait 301 s before retrying, longer than the longest \
+             wait allowed, 300 s: raise max_retry_wait_sec to wait that long)"
+        );
+        assert_eq!(attempts.attempt(), 3);
+        assert_eq!(attempts.waited(), Duration::from_secs(420));
     }
 
     #[tokio::test(start_paused = true)]
@@ -300,8 +398,8 @@ mod tests {
         );
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn no_retry_starts_after_the_budget() {
+    #[test]
+    fn the_budget_bounds_the_waits_together() {
         let policy = RetryPolicy {
             budget: Duration::from_secs(10),
             ..exact()
@@ -309,13 +407,14 @@ mod tests {
         let timeout = error(ProviderErrorKind::Timeout);
         let mut attempts = policy.start();
         assert!(attempts.after_failure(&timeout).is_some());
-        tokio::time::advance(Duration::from_secs(7)).await;
-        // A 4 s delay would start the third attempt past the budget.
+        assert!(attempts.after_failure(&timeout).is_some());
+        assert_eq!(attempts.waited(), Duration::from_secs(6));
+        // An 8 s wait would take the waits to 14 s.
         assert_eq!(attempts.after_failure(&timeout), None);
-        let mut late = policy.start();
-        tokio::time::advance(Duration::from_secs(11)).await;
-        assert_eq!(late.remaining(), Duration::ZERO);
-        assert_eq!(late.after_failure(&timeout), None);
+        assert_eq!(
+            attempts.give_up(timeout).message,
+            "x (not retried: a wait of 8 s would take the waits past the retry budget of 10 s)"
+        );
     }
 
     #[test]
@@ -401,27 +500,40 @@ mod tests {
         );
     }
 
+    /// An attempt is never cut for its length: 240 s of steady output
+    /// (virtual time) pass through whole, whatever the budget.
     #[tokio::test(start_paused = true)]
-    async fn a_stream_still_running_at_the_deadline_ends_with_a_timeout() {
+    async fn a_long_attempt_is_not_cut_and_ends_at_its_terminal_event() {
         let policy = RetryPolicy {
             budget: Duration::from_secs(5),
             ..RetryPolicy::default()
         };
-        let attempts = policy.start();
-        let silent: ProviderStream = futures::stream::pending().boxed();
-        let events: Vec<ProviderEvent> = attempts.bound(silent).collect().await;
-        assert_eq!(
-            events,
-            [ProviderEvent::Error {
-                error: attempts.out_of_budget()
-            }]
-        );
-        assert_eq!(Instant::now(), attempts.deadline());
+        let started = Instant::now();
+        let delta = ProviderEvent::TextDelta {
+            index: 0,
+            delta: "word ".into(),
+        };
         let done = ProviderEvent::Done {
             stop_reason: keel_protocol::StopReason::Stop,
         };
-        let finished: ProviderStream = futures::stream::iter([done.clone()]).boxed();
-        let events: Vec<ProviderEvent> = policy.start().bound(finished).collect().await;
-        assert_eq!(events, [done], "a stream that ends in time passes through");
+        let mut script: Vec<ProviderEvent> = vec![delta.clone(); 240];
+        script.push(done.clone());
+        script.push(delta.clone());
+        let slow: ProviderStream = futures::stream::iter(script)
+            .then(|event| async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                event
+            })
+            .boxed();
+        let events: Vec<ProviderEvent> = policy.start().bound(slow).collect().await;
+        assert_eq!(events.len(), 241, "nothing after `done`");
+        assert_eq!(events.last(), Some(&done));
+        assert!(started.elapsed() >= Duration::from_secs(240));
+        let cut: ProviderStream = futures::stream::iter([delta]).boxed();
+        let events: Vec<ProviderEvent> = policy.start().bound(cut).collect().await;
+        assert!(
+            matches!(&events[1], ProviderEvent::Error { error } if error.kind == ProviderErrorKind::StreamDropped),
+            "{events:?}"
+        );
     }
 }

@@ -26,6 +26,11 @@ pub fn demo(name: &str, case: &str) -> Output {
 
 /// Runs `keel ARGS` in `dir` with `stdin` as standard input.
 pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
+    keel_os(args, dir, stdin)
+}
+
+/// [`keel`] with arguments of any bytes (e.g. not UTF-8).
+pub fn keel_os<A: AsRef<std::ffi::OsStr>>(args: &[A], dir: Option<&Path>, stdin: &str) -> Output {
     let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
     command.args(args);
     // Never write sessions into the real home directory.

@@ -50,6 +50,7 @@ fn provider(
             .iter()
             .map(|(alias, id)| ((*alias).to_owned(), (*id).to_owned()))
             .collect(),
+        ..ProviderConfig::default()
     }
 }
 

@@ -255,6 +255,7 @@ pub(super) async fn an_idle_stream_times_out(adapter: &dyn WireAdapter) {
     let timeouts = HttpTimeouts {
         first_byte: Duration::from_secs(5),
         idle: Duration::from_millis(300),
+        ..HttpTimeouts::default()
     };
     let provider = provider_for(adapter, &server.url(), timeouts);
     let started = Instant::now();
@@ -267,6 +268,52 @@ pub(super) async fn an_idle_stream_times_out(adapter: &dyn WireAdapter) {
     let error = last_error(&events);
     assert_eq!(error.kind, ProviderErrorKind::Timeout, "{name}: {error:?}");
     check_requests(adapter, &server, 1);
+}
+
+/// A stream that sends only SSE comments (`: keep-alive`) makes no
+/// progress: after its head, it ends at the idle timeout; without a head,
+/// at the first-byte timeout. Comments never keep a stalled stream alive.
+pub(super) async fn keep_alive_comments_are_not_progress(adapter: &dyn WireAdapter) {
+    let name = adapter.name();
+    // Comments every 50 ms for far longer than the hang bound.
+    let comments = || (0..800).map(|_| (Duration::from_millis(50), b": keep-alive\n\n".to_vec()));
+    let timeouts = HttpTimeouts {
+        first_byte: Duration::from_millis(400),
+        idle: Duration::from_millis(400),
+        ..HttpTimeouts::default()
+    };
+    let mut after_head = vec![(Duration::ZERO, adapter.stream_head("thinking").into_bytes())];
+    after_head.extend(comments());
+    let only_comments: Vec<_> = comments().collect();
+    let server = TestServer::start(vec![
+        Reply::Sse { chunks: after_head },
+        Reply::Sse {
+            chunks: only_comments,
+        },
+    ])
+    .await
+    .unwrap();
+    let provider = provider_for(adapter, &server.url(), timeouts);
+    let events = collect(provider.as_ref(), adapter.request(), NO_HANG).await;
+    assert_head_then_error(adapter, &events, "thinking");
+    let error = last_error(&events);
+    assert_eq!(error.kind, ProviderErrorKind::Timeout, "{name}: {error:?}");
+    assert_eq!(
+        error.message,
+        "the stream made no progress for 0.4 s (idle_timeout_sec; keep-alive comments do not count)",
+        "{name}"
+    );
+    let events = collect(provider.as_ref(), adapter.request(), NO_HANG).await;
+    assert_eq!(events.len(), 1, "{name}: only the error: {events:?}");
+    let error = last_error(&events);
+    assert_eq!(error.kind, ProviderErrorKind::Timeout, "{name}: {error:?}");
+    assert_eq!(
+        error.message,
+        "no model output within 0.4 s of the request (first_byte_timeout_sec; keep-alive \
+         comments do not count)",
+        "{name}"
+    );
+    check_requests(adapter, &server, 2);
 }
 
 pub(super) async fn cancelling_mid_stream_ends_promptly(adapter: &dyn WireAdapter) {

@@ -83,6 +83,7 @@ pub async fn run_all(adapter: &dyn WireAdapter) {
     cases::an_error_inside_the_stream_is_classified(adapter).await;
     cases::error_statuses_map_onto_the_taxonomy(adapter).await;
     cases::an_idle_stream_times_out(adapter).await;
+    cases::keep_alive_comments_are_not_progress(adapter).await;
     cases::cancelling_mid_stream_ends_promptly(adapter).await;
     cases::a_long_history_is_sent_whole_with_its_length(adapter).await;
     transport::an_unusable_base_url_fails_at_once(adapter).await;

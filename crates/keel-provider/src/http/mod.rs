@@ -6,8 +6,15 @@
 //! produces. It owns the rules every adapter shares:
 //! - cancellation ends the stream with `cancelled`, and dropping the stream
 //!   abandons the request at once;
-//! - no response headers within the first-byte timeout (60 s by default)
-//!   end it with `timeout`, as does no event within the idle timeout;
+//! - time bounds the wait for *progress*, never the length of a response:
+//!   connecting has the connect timeout (30 s by default); the first model
+//!   output — response headers, then the first event the parser turns into
+//!   output — must come within the first-byte timeout of sending (300 s);
+//!   after it, each gap between outputs is bounded by the idle timeout
+//!   (120 s). SSE comments (`: keep-alive`) and events that carry no
+//!   output (pings) are not progress: a stream of nothing but keep-alives
+//!   ends with `timeout` as surely as a silent one, and one that keeps
+//!   producing output may stream for as long as it takes;
 //! - a success whose content type is not `text/event-stream` (an HTML page
 //!   from a proxy, a JSON body) is a `protocol` error quoting its first
 //!   bytes;
@@ -29,6 +36,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use keel_protocol::{ProviderError, ProviderErrorKind, ProviderEvent};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::ProviderStream;
@@ -41,20 +49,33 @@ const EVENT_STREAM: &str = "text/event-stream";
 /// How many bytes of an unexpected body an error quotes.
 const PREVIEW_BYTES: usize = 200;
 
-/// Time limits for one streamed request.
+/// Time limits for one streamed request: each bounds a wait for progress,
+/// none the length of a response that keeps producing output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HttpTimeouts {
-    /// Until the response headers arrive.
+    /// To open the connection, TLS included (`connect_timeout_sec`).
+    pub connect: Duration,
+    /// From sending the request until its first model output: the response
+    /// headers, then the first event the parser turns into output
+    /// (`first_byte_timeout_sec`). Covers a slow model reading a long prompt.
     pub first_byte: Duration,
-    /// Between two stream events once streaming.
+    /// Between two model outputs once the first came (`idle_timeout_sec`);
+    /// keep-alive comments and pings do not reset it.
     pub idle: Duration,
 }
 
 impl Default for HttpTimeouts {
     fn default() -> Self {
+        Self::from(crate::config::Waits::default())
+    }
+}
+
+impl From<crate::config::Waits> for HttpTimeouts {
+    fn from(waits: crate::config::Waits) -> Self {
         Self {
-            first_byte: Duration::from_secs(60),
-            idle: Duration::from_secs(90),
+            connect: waits.connect,
+            first_byte: waits.first_byte,
+            idle: waits.idle,
         }
     }
 }
@@ -104,15 +125,19 @@ async fn run<F: WireFormat>(
     cancel: &CancellationToken,
     sender: &mpsc::Sender<ProviderEvent>,
 ) -> Result<(), ProviderError> {
+    // The first output is due within `first_byte` of sending; each later
+    // one within `idle` of the one before. Only output moves the deadline.
+    let mut deadline = due(timeouts.first_byte);
+    let mut progressed = false;
     let response = tokio::select! {
         () = cancel.cancelled() => return Err(cancelled()),
         () = sender.closed() => return Ok(()),
-        response = tokio::time::timeout(timeouts.first_byte, request.send()) => match response {
+        response = tokio::time::timeout_at(deadline, request.send()) => match response {
             Err(_) => return Err(ProviderError::new(
                 ProviderErrorKind::Timeout,
                 format!("no response within {}", shown(timeouts.first_byte)),
             )),
-            Ok(Err(error)) => return Err(transport::classify(&error)),
+            Ok(Err(error)) => return Err(transport::classify(&error, timeouts.connect)),
             Ok(Ok(response)) => response,
         },
     };
@@ -161,15 +186,10 @@ async fn run<F: WireFormat>(
                 let next = tokio::select! {
                     () = cancel.cancelled() => return Err(cancelled()),
                     () = sender.closed() => return Ok(()),
-                    next = tokio::time::timeout(timeouts.idle, body.next()) => next,
+                    next = tokio::time::timeout_at(deadline, body.next()) => next,
                 };
                 match next {
-                    Err(_) => {
-                        return Err(ProviderError::new(
-                            ProviderErrorKind::Timeout,
-                            format!("the stream was idle for {}", shown(timeouts.idle)),
-                        ));
-                    }
+                    Err(_) => return Err(no_progress(progressed, timeouts)),
                     Ok(Some(Ok(bytes))) => {
                         decoder.push(&bytes, &mut pending);
                         continue;
@@ -182,6 +202,10 @@ async fn run<F: WireFormat>(
                 }
             }
         };
+        if !produced.is_empty() {
+            progressed = true;
+            deadline = due(timeouts.idle);
+        }
         let mut finished = false;
         for event in produced {
             finished |= matches!(
@@ -199,6 +223,31 @@ async fn run<F: WireFormat>(
             return Err(dropped());
         }
     }
+}
+
+/// The instant `wait` from now; a wait beyond a year counts as a year (an
+/// `Instant` cannot hold every `Duration`).
+fn due(wait: Duration) -> Instant {
+    const YEAR: Duration = Duration::from_secs(365 * 86_400);
+    Instant::now() + wait.min(YEAR)
+}
+
+/// The error for a stream whose next output did not come in time.
+fn no_progress(progressed: bool, timeouts: HttpTimeouts) -> ProviderError {
+    let message = if progressed {
+        format!(
+            "the stream made no progress for {} (idle_timeout_sec; keep-alive comments do \
+             not count)",
+            shown(timeouts.idle)
+        )
+    } else {
+        format!(
+            "no model output within {} of the request (first_byte_timeout_sec; keep-alive \
+             comments do not count)",
+            shown(timeouts.first_byte)
+        )
+    };
+    ProviderError::new(ProviderErrorKind::Timeout, message)
 }
 
 fn dropped() -> ProviderError {

@@ -5,7 +5,9 @@
 //! backoff. The cause decides how a failure is retried:
 //! - the request could not be built (an unusable URL, a bad header):
 //!   `invalid_request`, never retried;
-//! - a timeout: `timeout`, retried as the policy allows;
+//! - no connection within the connect timeout: `timeout` with
+//!   `max_retries` 1, naming the timeout (`connect_timeout_sec`);
+//! - another timeout: `timeout`, retried as the policy allows;
 //! - connecting failed — refused, DNS, TLS, or another connect error:
 //!   `stream_dropped` with `max_retries` 1, since one more try covers a
 //!   blip and more only delay an error the user must fix;
@@ -16,20 +18,33 @@
 //! reqwest's own text names the URL but never a header, so no key shows.
 
 use std::error::Error as _;
+use std::time::Duration;
 
 use keel_protocol::{ProviderError, ProviderErrorKind};
 
 /// Retries a failure to connect deserves.
 const CONNECT_RETRIES: u32 = 1;
 
-/// The provider error for a request that failed before a response.
-pub(super) fn classify(error: &reqwest::Error) -> ProviderError {
+/// The provider error for a request that failed before a response
+/// (`connect_timeout` is the connect timeout in force, for its message).
+pub(super) fn classify(error: &reqwest::Error, connect_timeout: Duration) -> ProviderError {
     let detail = chain(error);
     if error.is_builder() {
         return ProviderError::new(
             ProviderErrorKind::InvalidRequest,
             format!("the request could not be built: {detail}"),
         );
+    }
+    if error.is_connect() && error.is_timeout() {
+        return ProviderError::new(
+            ProviderErrorKind::Timeout,
+            format!(
+                "cannot connect to the provider (no connection within {}: connect_timeout_sec): \
+                 {detail}",
+                super::shown(connect_timeout)
+            ),
+        )
+        .with_max_retries(CONNECT_RETRIES);
     }
     if error.is_timeout() {
         return ProviderError::new(

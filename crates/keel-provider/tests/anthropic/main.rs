@@ -16,6 +16,7 @@ use keel_provider::anthropic::{
     Anthropic, AnthropicFormat, AnthropicOptions, REDACTED_THINKING_PREFIX,
 };
 use keel_provider::conformance::{self, WireAdapter};
+use keel_provider::http::HttpTimeouts;
 use keel_provider::testing::{RecordedRequest, Reply, TestServer, assemble, last_error, rechunk};
 use keel_provider::{Endpoint, ModelRequest, Provider};
 use proptest::prelude::*;
@@ -231,6 +232,43 @@ async fn the_adapter_passes_the_conformance_suite() {
 
 // ---------------------------------------------------------------------------
 // Streaming
+
+/// Anthropic's `ping` events keep a connection open but carry no output:
+/// a stream of pings after its first text fails at the idle timeout, as a
+/// stream of SSE comments does (issue 22).
+#[tokio::test]
+async fn pings_are_not_progress() {
+    let mut chunks = vec![(
+        Duration::ZERO,
+        [
+            message_start(small_usage()),
+            block_start(0, json!({"type": "text", "text": ""})),
+            text_delta(0, "Hello"),
+        ]
+        .concat()
+        .into_bytes(),
+    )];
+    // Pings every 50 ms for far longer than the hang bound of `collect`.
+    chunks.extend((0..800).map(|_| (Duration::from_millis(50), ping().into_bytes())));
+    let server = TestServer::start(vec![Reply::Sse { chunks }])
+        .await
+        .unwrap();
+    let endpoint = Endpoint::new("anthropic", server.url(), None).with_timeouts(HttpTimeouts {
+        idle: Duration::from_millis(400),
+        ..HttpTimeouts::default()
+    });
+    let events = collect(
+        &Anthropic::new(endpoint, AnthropicOptions::default()),
+        ask("hi"),
+    )
+    .await;
+    let error = last_error(&events);
+    assert_eq!(error.kind, ProviderErrorKind::Timeout, "{error:?}");
+    assert_eq!(
+        error.message,
+        "the stream made no progress for 0.4 s (idle_timeout_sec; keep-alive comments do not count)"
+    );
+}
 
 #[tokio::test]
 async fn streams_text_and_sends_a_minimal_body() {
