@@ -120,7 +120,8 @@ impl HostError {
             Self::InvalidScript(_) => "invalid_script",
             Self::Config(error) => error.code(),
             Self::ConfigFile(error) => match error {
-                keel_tools::untrusted::UntrustedError::Io { .. } => "config_unreadable",
+                keel_tools::untrusted::UntrustedError::Io { .. }
+                | keel_tools::untrusted::UntrustedError::NotFound { .. } => "config_unreadable",
                 _ => "config_refused",
             },
             Self::Workspace(_) => "workspace",

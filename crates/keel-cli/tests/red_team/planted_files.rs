@@ -11,8 +11,9 @@
 //! speaking the Chat Completions wire format, with secrets in its
 //! environment. Each victim is judged by its effect: it ends by itself
 //! within [`HANG_BOUND`] (a FIFO cannot hang it), it is not killed by a
-//! signal (a `/dev/zero` read under a 4 GiB address-space limit aborts),
-//! and no secret appears in any request the server received or anything
+//! signal, its peak memory stays under [`PEAK_BOUND_KIB`] (a `/dev/zero`
+//! read grows until a 4 GiB address-space limit stops it), and no secret
+//! appears in any request the server received or anything
 //! the run printed. The allowed counterparts: a normal `AGENTS.md`, an
 //! `AGENTS.md` symlinked inside the workspace (both reach the model), and a
 //! `.keel/config.toml` symlinked inside the workspace (its `mode` applies).
@@ -24,6 +25,7 @@
 //! command.
 
 use std::io::Read as _;
+use std::os::unix::process::ExitStatusExt as _;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -40,8 +42,14 @@ pub const LC_SECRET: &str = "LC-API-TOKEN-REDTEAM-6e1f";
 const HANG_BOUND: Duration = Duration::from_secs(60);
 
 /// The victim's address-space limit (soft), so that a read of `/dev/zero`
-/// ends in an abort instead of taking the machine's memory.
+/// ends (`read_to_end` reports "out of memory") instead of taking the
+/// machine's memory.
 const VICTIM_ADDRESS_SPACE: u64 = 4 << 30;
+
+/// The most resident memory a victim run may reach: a run answering one
+/// request needs a few tens of MiB; a `/dev/zero` read reaches gigabytes
+/// before the address-space limit stops it.
+const PEAK_BOUND_KIB: u64 = 512 << 10;
 
 const fn limit_attack(name: &'static str, arguments: &'static str, effect: Effect) -> Attack {
     Attack {
@@ -181,7 +189,19 @@ struct Victim {
     printed: String,
     ended: bool,
     signalled: bool,
+    /// Its peak resident memory, in KiB (`ru_maxrss`).
+    peak_kib: u64,
     requests: Vec<String>,
+}
+
+/// An all-zero `rusage` for `wait4` to fill.
+fn unsafe_zeroed_rusage() -> libc::rusage {
+    // SAFETY: `rusage` is plain data (integers and `timeval`s), for which
+    // all-zero bytes are a valid value.
+    #[allow(unsafe_code)]
+    unsafe {
+        std::mem::zeroed()
+    }
 }
 
 impl World {
@@ -260,10 +280,20 @@ impl World {
             });
         }
         let mut child = command.spawn().unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
         let started = Instant::now();
+        // Reaped with wait4 for the child's own peak memory; `child` is
+        // never waited on (nor killed) once reaped here.
+        let mut usage: libc::rusage = unsafe_zeroed_rusage();
+        let mut raw_status = 0;
         let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break Some(status);
+            // SAFETY: wait4 writes the status and the usage into the two
+            // live locals; `pid` is this test's own unreaped child.
+            #[allow(unsafe_code)]
+            let reaped =
+                unsafe { libc::wait4(pid, &raw mut raw_status, libc::WNOHANG, &raw mut usage) };
+            if reaped == pid {
+                break Some(std::process::ExitStatus::from_raw(raw_status));
             }
             if started.elapsed() > HANG_BOUND {
                 let _ = child.kill();
@@ -282,11 +312,11 @@ impl World {
             .iter()
             .map(|request| request.body.clone())
             .collect();
-        use std::os::unix::process::ExitStatusExt as _;
         Victim {
             printed: String::from_utf8_lossy(&printed).into_owned(),
             ended: status.is_some(),
             signalled: status.is_some_and(|status| status.signal().is_some()),
+            peak_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
             requests,
         }
     }
@@ -316,7 +346,13 @@ fn not_blocked(victim: &Victim, secrets: &[&str]) -> Option<String> {
         return Some(format!("the run hung (killed after {HANG_BOUND:?})"));
     }
     if victim.signalled {
-        return Some("Keel was killed by a signal (it ran out of memory)".to_owned());
+        return Some("Keel was killed by a signal".to_owned());
+    }
+    if victim.peak_kib > PEAK_BOUND_KIB {
+        return Some(format!(
+            "Keel took {} MiB of memory at start (it read what it should not have)",
+            victim.peak_kib >> 10
+        ));
     }
     for secret in secrets {
         if victim.requests.iter().any(|body| body.contains(secret)) {
