@@ -218,6 +218,9 @@ impl World {
 
     /// The next run in the workspace, in `mode` (`None`: the configured
     /// one), against a local Chat Completions server that answers once.
+    // The child is reaped by `wait4` (for its peak memory), which clippy
+    // does not see.
+    #[allow(clippy::zombie_processes)]
     fn victim(&self, runtime: &tokio::runtime::Runtime, mode: Option<&str>) -> Victim {
         let server = runtime
             .block_on(TestServer::start(vec![answer("done")]))
