@@ -21,6 +21,9 @@ use crate::startup::StartupError;
 /// What a confined shell reports of its own limits and session.
 const LIMITS_SCRIPT: &str = "echo \"processes $(( $(cat /proc/sys/kernel/pid_max) - 1 )) \
      file-size-kb $(ulimit -f) address-space-kb $(ulimit -v) cpu-s $(ulimit -t) \
+     tmp-kb $(df -k /tmp | awk 'NR == 2 { print $2 }') \
+     inotify-instances $(cat /proc/sys/user/max_inotify_instances) \
+     inotify-watches $(cat /proc/sys/user/max_inotify_watches) \
      controlling-terminal $(if tty -s; then tty; else echo none; fi)\"";
 
 /// Everything the doctor found.

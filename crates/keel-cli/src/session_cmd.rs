@@ -244,8 +244,10 @@ impl Context {
 
     fn window(&self) -> Option<u64> {
         let (provider, model) = self.model.as_ref()?;
-        let config = keel_provider::config::Config::load(None).ok()?;
-        config
+        // The user's configuration, read as Keel reads every file it did not create.
+        let settings = keel_host::Settings::load(&keel_host::Sources::default()).ok()?;
+        settings
+            .catalog
             .providers
             .get(provider)?
             .models

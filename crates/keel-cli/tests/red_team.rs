@@ -16,12 +16,17 @@
 //! listeners and a Unix socket standing for a daemon's. The attacks on
 //! git's and Keel's metadata (`red_team/git_attacks.rs`) run in a workspace
 //! that is a repository; the approved `git commit` is answered on stdin.
+//! The attacks on files Keel's own next run reads (a planted `AGENTS.md`
+//! or `.keel/config.toml`) and on the sandbox's shared limits are in
+//! `red_team/planted_files.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "red_team/attacks.rs"]
 mod attacks;
 #[path = "red_team/git_attacks.rs"]
 mod git_attacks;
+#[path = "red_team/planted_files.rs"]
+mod planted_files;
 #[path = "red_team/pty.rs"]
 mod pty;
 
@@ -38,6 +43,7 @@ use serde_json::{Value, json};
 
 use attacks::*;
 use git_attacks::{ALLOWED_IN_A_REPOSITORY, GIT_ATTACKS};
+use planted_files::{LC_SECRET, LIMIT_ALLOWED, LIMIT_ATTACKS};
 use pty::Pty;
 
 /// One attacker's world: a workspace beside another project and a home.
@@ -183,6 +189,8 @@ impl World {
             .arg(self.root().join("sessions"))
             .env("HOME", self.root().join("home"))
             .env("KEEL_REDTEAM_API_KEY", ENV_SECRET)
+            .env("LC_API_TOKEN", LC_SECRET)
+            .env("LC_ALL", "C.UTF-8")
             .env(
                 "DATABASE_URL",
                 format!("postgres://app:{DB_SECRET}@db.internal/app"),
@@ -382,7 +390,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
     let mut tried = 0;
     let mut failures = Vec::new();
     for mode in ["plan", "auto", "ask"] {
-        for attack in ATTACKS.iter().chain(GIT_ATTACKS) {
+        for attack in ATTACKS.iter().chain(GIT_ATTACKS).chain(LIMIT_ATTACKS) {
             let world = match attack.repository {
                 true => World::with_repository(),
                 false => World::new(),
@@ -410,6 +418,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             });
     let allowed = ALLOWED
         .iter()
+        .chain(LIMIT_ALLOWED)
         .map(|&(mode, name, tool, arguments, expected)| {
             (mode, name, tool, arguments, expected, None)
         })
@@ -431,6 +440,11 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             ));
         }
     }
+    // Files planted for Keel's own next run (issue 21), each tried against
+    // a victim run in the three modes.
+    let planted = planted_files::run_all(&mut failures);
+    tried += planted.tried;
+    allowed_ok += planted.allowed_ok;
     let blocked_count = tried
         - failures
             .iter()
@@ -438,7 +452,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             .count();
     println!(
         "red team: {tried} attacks tried, {blocked_count} blocked; {} allowed counterparts, {allowed_ok} succeeded",
-        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len()
+        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len() + LIMIT_ALLOWED.len() + planted.allowed
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

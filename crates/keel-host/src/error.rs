@@ -62,6 +62,11 @@ pub enum HostError {
     /// The configuration could not be loaded or does not name a usable provider.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A configuration file was refused or could not be read: a symlink
+    /// leading out of the workspace, a FIFO, a device, too large (the path
+    /// and the reason; never the file's content).
+    #[error("configuration: {0}")]
+    ConfigFile(#[source] keel_tools::untrusted::UntrustedError),
     /// The workspace directory is unusable.
     #[error("{0}")]
     Workspace(String),
@@ -114,6 +119,11 @@ impl HostError {
             Self::NothingToContinue { .. } => "no_session_to_continue",
             Self::InvalidScript(_) => "invalid_script",
             Self::Config(error) => error.code(),
+            Self::ConfigFile(error) => match error {
+                keel_tools::untrusted::UntrustedError::Io { .. }
+                | keel_tools::untrusted::UntrustedError::NotFound { .. } => "config_unreadable",
+                _ => "config_refused",
+            },
             Self::Workspace(_) => "workspace",
             Self::UnknownTool { .. } => "unknown_tool",
             Self::Kernel(error) => error.code(),

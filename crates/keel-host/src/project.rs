@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 
 use keel_protocol::PermissionMode;
 use keel_tools::builtin::{BashOptions, default_tools};
+use keel_tools::untrusted::Origin;
 
 use crate::HostError;
 use crate::modes::MODES;
@@ -35,7 +36,13 @@ pub(crate) fn narrow(
     warnings: &mut Vec<Warning>,
 ) -> Result<Defaults, HostError> {
     let path = workspace.join(PROJECT_FILE);
-    let Some(mut table) = read_table(&path, false)? else {
+    // Opened beneath the workspace: a command of an earlier run may have
+    // planted it (a symlink out, a FIFO, a device); see `read_table`.
+    let origin = Origin::Beneath {
+        root: workspace,
+        rel: Path::new(PROJECT_FILE),
+    };
+    let Some(mut table) = read_table(origin, false)? else {
         return Ok(base);
     };
     let shown = path.display().to_string();

@@ -30,6 +30,8 @@ use keel_protocol::PermissionMode;
 use keel_provider::config::{Config, ConfigError};
 use serde::Deserialize;
 
+use keel_tools::untrusted::{self, Limit, Origin};
+
 use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
 
 /// The top-level keys a layer may set.
@@ -178,7 +180,20 @@ impl Settings {
             .as_ref()
             .map_or_else(|| "config.toml".to_owned(), |p| p.display().to_string());
         let mut table = match &path {
-            Some(path) => read_table(path, required)?.unwrap_or_default(),
+            Some(path) => {
+                // A user file inside the workspace (a workspace that is the
+                // home directory) could have been planted by a command: it
+                // is read beneath the workspace, like the project layer.
+                let inside = sources
+                    .workspace
+                    .as_deref()
+                    .and_then(|workspace| beneath_workspace(path, workspace));
+                let origin = match &inside {
+                    Some((root, rel)) => Origin::Beneath { root, rel },
+                    None => Origin::User(path),
+                };
+                read_table(origin, required)?.unwrap_or_default()
+            }
             None => toml::Table::new(),
         };
         let overrides = overrides::parse_all(&sources.overrides)?;
@@ -363,36 +378,67 @@ impl UserFile {
     }
 }
 
-/// Reads a TOML file; `None` when it is absent and not `required`.
-pub(crate) fn read_table(path: &Path, required: bool) -> Result<Option<toml::Table>, HostError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
+/// Reads a TOML file Keel did not create (the user's `config.toml`, a
+/// project's `.keel/config.toml`) through [`untrusted::read`]: a regular
+/// file of at most [`untrusted::CONFIG_BYTES`], opened without blocking,
+/// beneath the workspace for a project file. `None` when it is absent and
+/// not `required`. A refusal names the file and the reason; a parse error
+/// gives the line, column and the parser's message, never the file's text.
+pub(crate) fn read_table(
+    origin: Origin<'_>,
+    required: bool,
+) -> Result<Option<toml::Table>, HostError> {
+    let contents = match untrusted::read(origin, Limit::Refuse(untrusted::CONFIG_BYTES)) {
+        Ok(contents) => contents,
         // A workspace that is a file (or absent) has no project layer; the
         // kernel's own workspace check reports it.
-        Err(error)
-            if !required
-                && matches!(
-                    error.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
-                ) =>
-        {
-            return Ok(None);
-        }
-        Err(error) => {
-            return Err(ConfigError::Read {
-                path: path.display().to_string(),
-                message: error.to_string(),
-            }
-            .into());
-        }
+        Err(error) if !required && error.is_not_found() => return Ok(None),
+        Err(error) => return Err(HostError::ConfigFile(error)),
     };
-    toml::from_str(&text).map(Some).map_err(|error| {
+    let shown = origin.shown().display().to_string();
+    let invalid = |message: String| -> HostError {
         ConfigError::Invalid {
-            path: path.display().to_string(),
-            message: error.to_string(),
+            path: shown.clone(),
+            message,
         }
         .into()
-    })
+    };
+    let text = String::from_utf8(contents.bytes).map_err(|error| {
+        invalid(format!(
+            "byte {} is not valid UTF-8",
+            error.utf8_error().valid_up_to()
+        ))
+    })?;
+    toml::from_str(&text)
+        .map(Some)
+        .map_err(|error| invalid(toml_message(&text, &error)))
+}
+
+/// A TOML error as "line L, column C: message", without the snippet of the
+/// source that the error's `Display` quotes: a file planted in place of a
+/// configuration may hold anything (`/proc/self/environ`, a key file).
+pub(crate) fn toml_message(text: &str, error: &toml::de::Error) -> String {
+    let message = error.message().trim_end().replace('\n', "; ");
+    let Some(span) = error.span() else {
+        return message;
+    };
+    let before = text.get(..span.start).unwrap_or(text);
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rsplit('\n')
+        .next()
+        .map_or(0, |tail| tail.chars().count())
+        + 1;
+    format!("line {line}, column {column}: {message}")
+}
+
+/// `path` as (canonical workspace root, path relative to it) when the
+/// directory holding it lies inside `workspace`.
+fn beneath_workspace(path: &Path, workspace: &Path) -> Option<(PathBuf, PathBuf)> {
+    let root = std::fs::canonicalize(workspace).ok()?;
+    let dir = std::fs::canonicalize(path.parent()?).ok()?;
+    let rel = dir.strip_prefix(&root).ok()?.join(path.file_name()?);
+    Some((root, rel))
 }
 
 /// `~/…` under `$HOME`; any other path as it is.

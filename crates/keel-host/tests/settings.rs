@@ -340,3 +340,88 @@ fn choices_override_settings_and_the_model_goes_with_its_provider() {
         PermissionMode::Auto
     );
 }
+
+/// A `.keel/config.toml` a command of an earlier run could have planted is
+/// read as a file Keel did not create: beneath the workspace, a regular
+/// file, size-capped, never blocking. A refusal names the file and the
+/// reason; neither a refusal nor a parse error quotes what the file holds.
+#[test]
+fn planted_project_files_are_refused_by_name_and_never_quoted() {
+    const SECRET: &str = "sk-planted-secret-31c4";
+    let fixture = Fixture::new(USER);
+    let keel = fixture.workspace().join(".keel");
+    let file = keel.join("config.toml");
+    std::fs::create_dir_all(&keel).unwrap();
+    let outside = fixture.dir.path().join("secret.toml");
+    std::fs::write(&outside, format!("mode = \"plan\"\ntoken = \"{SECRET}\"\n")).unwrap();
+    let reset = || {
+        let _ = std::fs::remove_file(&file);
+    };
+    let link = |target: &Path| {
+        reset();
+        std::os::unix::fs::symlink(target, &file).unwrap();
+    };
+    let refused = |what: &str, reason: &str| {
+        let (code, message) = fixture.error(None, &[]);
+        assert_eq!(code, "config_refused", "{what}: {message}");
+        assert!(message.contains(".keel/config.toml"), "{what}: {message}");
+        assert!(message.contains(reason), "{what}: {message}");
+        assert!(!message.contains(SECRET), "{what}: {message}");
+    };
+    link(&outside);
+    refused("a symlink out", "outside");
+    link(Path::new("/proc/self/environ"));
+    refused("a link to /proc/self/environ", "outside");
+    link(Path::new("../../secret.toml"));
+    refused("a relative link out", "outside");
+    link(Path::new("/dev/zero"));
+    refused("a link to /dev/zero", "outside");
+    reset();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&file)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    refused("a FIFO", "named pipe (FIFO)");
+    reset();
+    std::fs::write(&file, vec![b'#'; 2 << 20]).unwrap();
+    refused("a 2 MiB file", "more than");
+    // Environment-like content in a regular file: the parse error gives a
+    // line and column, not the line itself.
+    reset();
+    std::fs::write(
+        &file,
+        format!("HOME=/root\0KEEL_API_KEY={SECRET}\0PATH=/usr/bin\0"),
+    )
+    .unwrap();
+    let (code, message) = fixture.error(None, &[]);
+    assert_eq!(code, "config_invalid", "{message}");
+    assert!(message.contains("line 1, column"), "{message}");
+    assert!(
+        !message.contains(SECRET) && !message.contains("/root"),
+        "{message}"
+    );
+    // A symlink that stays inside the workspace is the project's own.
+    reset();
+    std::fs::write(fixture.workspace().join("keel.toml"), "mode = \"plan\"\n").unwrap();
+    link(Path::new("../keel.toml"));
+    let settings = fixture.load(None, &[]);
+    assert_eq!(settings.defaults.mode, Some(PermissionMode::Plan));
+}
+
+/// The user's own file is regular and size-capped too: a FIFO in its place
+/// is refused at once instead of hanging every run.
+#[test]
+fn a_user_file_that_is_a_fifo_is_refused() {
+    let fixture = Fixture::new(USER);
+    let path = fixture.dir.path().join("config.toml");
+    std::fs::remove_file(&path).unwrap();
+    let status = std::process::Command::new("mkfifo")
+        .arg(&path)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let (code, message) = fixture.error(None, &[]);
+    assert_eq!(code, "config_refused", "{message}");
+    assert!(message.contains("named pipe (FIFO)"), "{message}");
+}

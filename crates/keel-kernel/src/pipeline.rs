@@ -30,22 +30,23 @@
 
 use std::sync::Arc;
 
-use keel_protocol::{InstructionFile, Message, ToolSpec, UserMessage};
+use keel_protocol::{Message, ToolSpec, UserMessage};
 use keel_provider::ModelRequest;
 
 use crate::parts::KernelParts;
 use crate::project::{Environment, Loaded};
 
 /// The frame of a run that starts now: loads the project instructions and
-/// detects the environment; also returns the files loaded (for `run_started`).
-pub(crate) fn open(parts: &KernelParts) -> (Frame, Vec<InstructionFile>) {
+/// detects the environment; also returns what was loaded (the files for
+/// `run_started`, the refused files for `warning` events).
+pub(crate) fn open(parts: &KernelParts) -> (Frame, Loaded) {
     let root = parts.workspace.root();
     let instructions = crate::project::load(&parts.instructions, root);
     let environment = parts
         .environment
         .then(|| Environment::detect(root, crate::ids::now_ms()));
     let frame = Frame::new(parts, &instructions, environment.as_ref());
-    (frame, instructions.files)
+    (frame, instructions)
 }
 
 /// The parts of every request of one run that do not change between turns.

@@ -11,14 +11,23 @@
 //! a file cut by the cap ends with a notice the model sees, and the files
 //! loaded are reported in `run_started`.
 //!
-//! Invariants: only regular files are read (a FIFO or a directory named
-//! `AGENTS.md` is skipped, so loading never blocks); a file that cannot be
-//! read is skipped with a `warn` trace, never an error; nothing here writes.
+//! Every file is read through [`keel_tools::untrusted`], as a file Keel did
+//! not create: the workspace's own beneath the workspace root (a symlink is
+//! followed only while it stays inside), those of the directories above it
+//! only when the file itself is not a symlink (`O_NOFOLLOW`), the global one
+//! as the user's (a symlink is followed). Each must be a regular file, is
+//! opened without blocking and read only up to what is left of the cap.
+//!
+//! Invariants: loading never blocks (a FIFO or a device is refused at once);
+//! a file that exists but is refused — a symlink to `/proc/self/environ` or
+//! `~/.ssh/id_rsa`, a FIFO, a hard link — is skipped and named, with the
+//! reason, in a `warning` event (`instruction_file_refused`), never quoted;
+//! nothing here writes.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use keel_protocol::{InstructionFile, InstructionScope};
+use keel_tools::untrusted::{self, Limit, Origin};
 
 /// The default cap on all instruction files together.
 pub const DEFAULT_INSTRUCTION_BYTES: usize = 32 * 1024;
@@ -68,7 +77,13 @@ pub(crate) struct Loaded {
     pub(crate) files: Vec<InstructionFile>,
     /// The section of the system prompt, empty without files.
     pub(crate) text: String,
+    /// One sentence per instruction file that was refused (path and
+    /// reason, never its content), for `warning` events.
+    pub(crate) refused: Vec<String>,
 }
+
+/// The code of the `warning` event for a refused instruction file.
+pub(crate) const REFUSED_CODE: &str = "instruction_file_refused";
 
 /// The nearest ancestor of `root` (itself included) that holds `.git`.
 pub(crate) fn repository_root(root: &Path) -> Option<&Path> {
@@ -76,16 +91,42 @@ pub(crate) fn repository_root(root: &Path) -> Option<&Path> {
         .find(|dir| std::fs::symlink_metadata(dir.join(".git")).is_ok())
 }
 
+/// Where the instruction files of one directory are, and how they are opened.
+enum Place<'a> {
+    /// The global directory: the user's own files.
+    Global(&'a Path),
+    /// A directory above the workspace: no symlink as the last component.
+    Above(&'a Path),
+    /// A directory of the workspace (`dir` relative to `root`; empty for
+    /// the root itself): beneath the root's handle. The global directory is
+    /// read this way too when it lies inside the workspace (a workspace
+    /// that is the home directory), since a command could have planted it.
+    Workspace {
+        root: &'a Path,
+        dir: PathBuf,
+        scope: InstructionScope,
+    },
+}
+
 /// Loads the instruction files for a workspace at `root`.
 pub(crate) fn load(settings: &Instructions, root: &Path) -> Loaded {
+    let mut loaded = Loaded::default();
     if !settings.enabled {
-        return Loaded::default();
+        return loaded;
     }
-    let mut candidates: Vec<(PathBuf, InstructionScope)> = Vec::new();
-    if let Some(dir) = &settings.global_dir
-        && let Some(path) = pick(dir)
-    {
-        candidates.push((path, InstructionScope::Global));
+    let mut places: Vec<Place<'_>> = Vec::new();
+    if let Some(dir) = &settings.global_dir {
+        let inside = std::fs::canonicalize(dir)
+            .ok()
+            .and_then(|dir| Some(dir.strip_prefix(root).ok()?.to_path_buf()));
+        places.push(match inside {
+            Some(dir) => Place::Workspace {
+                root,
+                dir,
+                scope: InstructionScope::Global,
+            },
+            None => Place::Global(dir),
+        });
     }
     let top = repository_root(root);
     let mut dirs: Vec<&Path> = root
@@ -94,16 +135,22 @@ pub(crate) fn load(settings: &Instructions, root: &Path) -> Loaded {
         .collect();
     dirs.reverse();
     for dir in dirs {
-        if let Some(path) = pick(dir)
-            && !candidates.iter().any(|(seen, _)| seen == &path)
-        {
-            candidates.push((path, InstructionScope::Project));
+        // The global directory is read once, as the user's.
+        if settings.global_dir.as_deref() == Some(dir) {
+            continue;
         }
+        places.push(match dir == root {
+            true => Place::Workspace {
+                root,
+                dir: PathBuf::new(),
+                scope: InstructionScope::Project,
+            },
+            false => Place::Above(dir),
+        });
     }
-    let mut loaded = Loaded::default();
     let mut left = settings.max_bytes;
-    for (path, scope) in candidates {
-        let Some((content, bytes)) = read_capped(&path, left) else {
+    for place in places {
+        let Some((path, scope, content, bytes)) = pick(&place, left, &mut loaded.refused) else {
             continue;
         };
         let truncated = (content.len() as u64) < bytes;
@@ -139,42 +186,50 @@ pub(crate) fn load(settings: &Instructions, root: &Path) -> Loaded {
     loaded
 }
 
-/// `AGENTS.md` in `dir` if it is a regular file, else `CLAUDE.md` if that is.
-fn pick(dir: &Path) -> Option<PathBuf> {
-    ["AGENTS.md", "CLAUDE.md"]
-        .iter()
-        .map(|name| dir.join(name))
-        .find(|path| std::fs::metadata(path).is_ok_and(|meta| meta.is_file()))
-}
-
-/// At most `cap` bytes of the file (cut at a character boundary), and
-/// its full size; `None` if it cannot be read.
-fn read_capped(path: &Path, cap: usize) -> Option<(String, u64)> {
-    let read = || -> std::io::Result<(String, u64)> {
-        let file = std::fs::File::open(path)?;
-        let meta = file.metadata()?;
-        if !meta.is_file() {
-            return Err(std::io::Error::other("not a regular file"));
-        }
-        let mut bytes = Vec::new();
-        file.take(cap as u64).read_to_end(&mut bytes)?;
-        let mut text = String::from_utf8_lossy(&bytes).into_owned();
-        if bytes.len() as u64 == meta.len() {
-            return Ok((text, meta.len()));
-        }
-        // A character cut at the cap shows as a replacement; drop it.
-        while text.ends_with('\u{fffd}') {
-            text.pop();
-        }
-        Ok((text, meta.len()))
-    };
-    match read() {
-        Ok(found) => Some(found),
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "skipping an instruction file");
-            None
+/// The first of `AGENTS.md`, `CLAUDE.md` in `place` that can be read: its
+/// path, scope, at most `cap` bytes of it (cut at a character boundary) and
+/// its full size. A file that exists but is refused (a symlink leading out
+/// of the workspace, a FIFO, a device, …) is named in `refused`, and the
+/// next name is tried.
+fn pick(
+    place: &Place<'_>,
+    cap: usize,
+    refused: &mut Vec<String>,
+) -> Option<(PathBuf, InstructionScope, String, u64)> {
+    for name in ["AGENTS.md", "CLAUDE.md"] {
+        let name = Path::new(name);
+        let joined = match place {
+            Place::Global(dir) | Place::Above(dir) => dir.join(name),
+            Place::Workspace { dir, .. } => dir.join(name),
+        };
+        let (origin, scope) = match place {
+            Place::Global(_) => (Origin::User(&joined), InstructionScope::Global),
+            Place::Above(_) => (Origin::NoFollow(&joined), InstructionScope::Project),
+            Place::Workspace { root, scope, .. } => {
+                (Origin::Beneath { root, rel: &joined }, *scope)
+            }
+        };
+        match untrusted::read(origin, Limit::Truncate(cap as u64)) {
+            Ok(contents) => {
+                let mut text = String::from_utf8_lossy(&contents.bytes).into_owned();
+                if contents.truncated {
+                    // A character cut at the cap shows as a replacement; drop it.
+                    while text.ends_with('\u{fffd}') {
+                        text.pop();
+                    }
+                }
+                return Some((origin.shown(), scope, text, contents.len));
+            }
+            Err(error) if error.is_not_found() => {}
+            Err(error) => {
+                tracing::warn!(%error, "skipping an instruction file");
+                refused.push(format!(
+                    "project instructions: {error}; the file was not loaded"
+                ));
+            }
         }
     }
+    None
 }
 
 /// The facts about the machine a request states.

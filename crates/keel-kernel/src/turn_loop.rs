@@ -149,8 +149,14 @@ impl<'a> TurnLoop<'a> {
             provider: parts.provider.name().to_owned(),
             model: parts.model.clone(),
             mode: spec.mode,
-            instructions,
+            instructions: instructions.files,
         });
+        for message in instructions.refused {
+            shared.emitter.emit(RunEventKind::Warning {
+                code: crate::project::REFUSED_CODE.into(),
+                message,
+            });
+        }
         if let Some(repair) = repair {
             shared.emitter.emit(RunEventKind::SessionRepaired {
                 bytes_cut: repair.torn.bytes,

@@ -127,3 +127,93 @@ async fn global_then_root_down_claude_md_as_fallback_and_a_visible_cap() {
     assert!(!last.contains("GLOBAL:"), "{last}");
     assert!(!last.contains("# Environment"), "{last}");
 }
+
+/// Instruction files a command could have planted (issue 21): a symlink
+/// from the workspace to `/proc/self/environ`, to a key file outside, or
+/// through a directory symlink out of it, and a symlink as the file of a
+/// directory above the workspace, are refused — named with the reason in a
+/// `warning` event, never sent to the provider. A symlink that stays inside
+/// the workspace is the project's own and loads.
+#[tokio::test]
+async fn symlinks_out_of_the_workspace_are_refused_with_a_warning() {
+    const SECRET: &str = "PLANTED-KEY-7d1e";
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::create_dir_all(repo.join(".git")).unwrap();
+    std::fs::write(outside.join("id_rsa"), SECRET).unwrap();
+    std::fs::write(outside.join("AGENTS.md"), SECRET).unwrap();
+    let run_in = |workspace: std::path::PathBuf| async move {
+        let provider = Arc::new(Recorder::new(vec![Reply::text("ok")]));
+        let kernel = AgentKernel::builder()
+            .provider(provider.clone())
+            .workspace(Workspace::new(&workspace).unwrap())
+            .store(Arc::new(MemoryStore::new()))
+            .project_instructions(Instructions {
+                enabled: true,
+                global_dir: None,
+                max_bytes: 4096,
+            })
+            .build()
+            .unwrap();
+        let run = kernel.create_run(RunSpec::new("hi")).await.unwrap();
+        let mut events = run.events().unwrap();
+        let (mut files, mut warnings) = (Vec::new(), Vec::new());
+        while let Some(event) = events.next().await {
+            match event.kind {
+                RunEventKind::RunStarted { instructions, .. } => files = instructions,
+                RunEventKind::Warning { code, message } => warnings.push((code, message)),
+                _ => {}
+            }
+        }
+        assert_eq!(run.result().await.state, RunState::Settled);
+        let system = provider.requests()[0].system_prompt.clone();
+        (files, warnings, system)
+    };
+    let cases: [(&str, std::path::PathBuf); 4] = [
+        ("environ", "/proc/self/environ".into()),
+        ("key", outside.join("id_rsa")),
+        ("climb", "../../outside/id_rsa".into()),
+        ("through", "link_out/AGENTS.md".into()),
+    ];
+    for (name, target) in cases {
+        let workspace = repo.join(name);
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::os::unix::fs::symlink(&outside, workspace.join("link_out")).unwrap();
+        std::os::unix::fs::symlink(&target, workspace.join("AGENTS.md")).unwrap();
+        let (files, warnings, system) = run_in(workspace.clone()).await;
+        assert!(files.is_empty(), "{name}: {files:?}");
+        assert!(!system.contains(SECRET), "{name}: {system}");
+        assert!(
+            !system.contains("PATH="),
+            "{name}: the environment was sent"
+        );
+        let (code, message) = &warnings[0];
+        assert_eq!(code, "instruction_file_refused", "{name}");
+        assert!(
+            message.contains(&workspace.join("AGENTS.md").display().to_string())
+                && message.contains("outside"),
+            "{name}: {message}"
+        );
+        assert!(!message.contains(SECRET), "{name}: {message}");
+    }
+
+    // Above the workspace, the file itself must not be a symlink.
+    let nested = repo.join("above/ws");
+    std::fs::create_dir_all(&nested).unwrap();
+    std::os::unix::fs::symlink(outside.join("id_rsa"), repo.join("above/CLAUDE.md")).unwrap();
+    let (files, warnings, system) = run_in(nested).await;
+    assert!(files.is_empty() && !system.contains(SECRET), "{files:?}");
+    assert!(warnings[0].1.contains("symbolic link"), "{warnings:?}");
+
+    // Inside the workspace, a symlink is fine.
+    let inside = repo.join("inside");
+    std::fs::create_dir_all(inside.join("docs")).unwrap();
+    std::fs::write(inside.join("docs/agents.md"), "LINKED: use tabs.\n").unwrap();
+    std::os::unix::fs::symlink("docs/agents.md", inside.join("AGENTS.md")).unwrap();
+    let (files, warnings, system) = run_in(inside.clone()).await;
+    assert!(warnings.is_empty(), "{warnings:?}");
+    assert_eq!(files.len(), 1);
+    assert!(system.contains("LINKED: use tabs."), "{system}");
+}

@@ -8,9 +8,11 @@
 //! never in the file: each provider names the environment variable that
 //! holds its key, and a missing key is an error that names the variable.
 //!
-//! This module reads only the `[providers.*]` tables of the file; its other
-//! top-level keys (`provider`, `model`, `mode`, `profiles`, …) are the
-//! host's, which reads and checks them (keel-host's `settings`).
+//! This module interprets only the `[providers.*]` tables of the file
+//! ([`Config::from_table`]); it never opens the file. keel-host's `settings`
+//! reads it (as a file Keel did not create: a regular file, size-capped,
+//! never blocking) and checks its other top-level keys (`provider`,
+//! `model`, `mode`, `profiles`, …).
 //!
 //! A provider may name short aliases for its models (`sonnet`, `chat`, …);
 //! a model id of the catalog always wins over an alias of the same name.
@@ -43,7 +45,7 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -424,39 +426,6 @@ impl Config {
             .map(PathBuf::from)
             .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
         Some(base.join("keel").join("config.toml"))
-    }
-
-    /// The built-in catalog with `path` (or the default file, if it exists)
-    /// merged over it. An explicit path that cannot be read is an error.
-    /// Only the `[providers.*]` tables are read (see the module docs).
-    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
-        let (path, required) = match path {
-            Some(path) => (Some(path.to_path_buf()), true),
-            None => (Self::default_path(), false),
-        };
-        let Some(path) = path else {
-            return Ok(Self::builtin());
-        };
-        let text = match std::fs::read_to_string(&path) {
-            Ok(text) => text,
-            Err(error) if !required && error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Self::builtin());
-            }
-            Err(error) => {
-                return Err(ConfigError::Read {
-                    path: path.display().to_string(),
-                    message: error.to_string(),
-                });
-            }
-        };
-        let shown = path.display().to_string();
-        let table: toml::Table = toml::from_str(&text).map_err(|error| ConfigError::Invalid {
-            path: shown.clone(),
-            message: error.to_string(),
-        })?;
-        let mut config = Self::builtin();
-        config.merge(Self::from_table(&table, &shown)?);
-        Ok(config)
     }
 
     /// The providers of a parsed configuration file (`[providers.*]`; the

@@ -3,17 +3,40 @@
 //! Commands the model runs must not inherit the host's credentials, and a
 //! secret's name need not look secret (`DATABASE_URL` holding a password,
 //! `GITHUB_PAT`). So a child starts from an empty environment and receives
-//! only [`ALLOWED`] variables, `LC_*`, and the names the host listed; every
-//! other variable of the kernel's environment is dropped. Approved network
+//! only [`ALLOWED`] variables (the locale ones by their exact names, never
+//! by a prefix: `LC_API_TOKEN` is not a locale) and the names the host
+//! listed; every other variable of the kernel's environment is dropped. Approved network
 //! or outside access does not widen the list. Variables whose name or value
 //! is not valid UTF-8 are dropped too, and so are the variables that make a
 //! shell run code the command text does not show
 //! ([`SHELL_STARTUP_VARIABLES`], exported `BASH_FUNC_*` functions), even when
 //! listed, since the shell analysis could not see them.
 
-/// Variables every child may receive (besides `LC_*`).
+/// Variables every child may receive: these names exactly.
 pub const ALLOWED: &[&str] = &[
-    "PATH", "HOME", "LANG", "TERM", "USER", "SHELL", "TMPDIR", "PWD",
+    "PATH",
+    "HOME",
+    "TERM",
+    "USER",
+    "SHELL",
+    "TMPDIR",
+    "PWD",
+    // The locale (POSIX and glibc's categories), by exact name.
+    "LANG",
+    "LANGUAGE",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_COLLATE",
+    "LC_MESSAGES",
+    "LC_NUMERIC",
+    "LC_TIME",
+    "LC_MONETARY",
+    "LC_PAPER",
+    "LC_NAME",
+    "LC_ADDRESS",
+    "LC_TELEPHONE",
+    "LC_MEASUREMENT",
+    "LC_IDENTIFICATION",
 ];
 
 /// Variables that make a shell run code or resolve paths that the command
@@ -37,9 +60,7 @@ fn changes_the_shell(name: &str) -> bool {
 
 /// Whether a child may receive the variable `name`, given the host's `listed` names.
 pub fn is_allowed(name: &str, listed: &[String]) -> bool {
-    let allowed = ALLOWED.contains(&name)
-        || name.starts_with("LC_")
-        || listed.iter().any(|listed| listed == name);
+    let allowed = ALLOWED.contains(&name) || listed.iter().any(|listed| listed == name);
     allowed && !changes_the_shell(name)
 }
 
@@ -74,6 +95,9 @@ mod tests {
             "PATH",
             "HOME",
             "LC_ALL",
+            "LC_API_TOKEN",
+            "LC_",
+            "LANGUAGE",
             "DATABASE_URL",
             "GITHUB_PAT",
             "OPENAI_API_KEY",
@@ -84,7 +108,7 @@ mod tests {
         .map(pair);
         let kept = filter(vars, &["CARGO_HOME".to_owned(), "BASH_ENV".to_owned()]);
         let names: Vec<&str> = kept.iter().map(|(name, _)| name.as_str()).collect();
-        assert_eq!(names, ["PATH", "HOME", "LC_ALL", "CARGO_HOME"]);
+        assert_eq!(names, ["PATH", "HOME", "LC_ALL", "LANGUAGE", "CARGO_HOME"]);
     }
 
     #[test]

@@ -70,7 +70,7 @@ pub use holder::{
     Call, CallEnd, CallSpec, END_LEN, RunHolders, hold, read_end, spawn, wait_until_gone,
 };
 pub use keel_protocol::{SandboxLevel, SandboxMode};
-pub use limits::ResourceLimits;
+pub use limits::{ResourceLimits, default_tmp_size};
 pub use metadata::PROTECTED as PROTECTED_METADATA;
 
 use namespaces::{Launch, Parts};

@@ -12,7 +12,8 @@
 //!    the kernel process sees an ordinary child;
 //! 2. the **init** (PID 1 of the new PID namespace) pivots into a tmpfs,
 //!    builds the filesystem view there ([`super::view`]), detaches the
-//!    host's root, sets the PID namespace's process limit, forks the
+//!    host's root, sets the PID namespace's process limit and the user
+//!    namespace's inotify limits, forks the
 //!    command, then reaps whatever is orphaned; when the command exits it
 //!    kills and reaps every process left in the namespace and only then
 //!    reports the command's status, so nothing survives a call;
@@ -73,6 +74,9 @@ pub(crate) struct Launch {
     gid_map: Vec<u8>,
     view: View,
     pid_max: Option<(CString, Vec<u8>)>,
+    /// The user namespace's own limits (inotify): files under
+    /// `/proc/sys/user` and their values.
+    user_limits: Vec<(CString, Vec<u8>)>,
     workspace: CString,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
     /// The Landlock ruleset and the access bits for the view's own mounts.
@@ -116,8 +120,18 @@ impl Launch {
             )),
             None => None,
         };
+        let user_limits = parts
+            .limits
+            .user_namespace_limits()
+            .into_iter()
+            .map(|(name, value)| {
+                let path = std::path::Path::new("/proc/sys/user").join(name);
+                Ok((c_path(&path)?, value.to_string().into_bytes()))
+            })
+            .collect::<Result<_, SandboxError>>()?;
         Ok(Self {
             parent: i32::try_from(std::process::id()).unwrap_or(0),
+            user_limits,
             flags,
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
@@ -265,6 +279,13 @@ impl Launch {
         if let Some((path, value)) = &self.pid_max {
             // Kernels before 6.14 share one pid_max: RLIMIT_NPROC remains.
             let _ = sys::write_file(path, value);
+        }
+        // The user namespace's inotify limits, through the view's own
+        // `/proc` (writable even where the host's `/proc/sys` is mounted
+        // read-only). Every kernel with the Landlock ABI the sandbox needs
+        // has them, so a failure stops the set-up: nothing runs unbounded.
+        for (path, value) in &self.user_limits {
+            sys::write_file(path, value)?;
         }
         sys::set_hostname(HOSTNAME)?;
         sys::detach(OLD_ROOT)?;

@@ -13,7 +13,9 @@
 //!   linked work tree's git directories;
 //! - a fresh `/proc` for the command's own PID namespace, a minimal `/dev`
 //!   (null, zero, full, random, urandom, a private devpts, `/dev/shm`; no
-//!   tty of the host), a private tmpfs `/tmp`;
+//!   tty of the host), a private tmpfs `/tmp`; `/tmp` and `/dev/shm` are
+//!   bounded in size and inodes (`ResourceLimits::tmp_size`), since tmpfs
+//!   pages are not counted in any rlimit;
 //! - secrets among the readable locations (`/etc/shadow`, SSH host keys,
 //!   credential files of toolchains) masked: `/dev/null` is bound over a
 //!   file, an empty read-only tmpfs over a directory.
@@ -203,6 +205,7 @@ pub(crate) fn build(
         steps: Vec::new(),
         fresh: Vec::new(),
         made: BTreeSet::new(),
+        tmp_options: c_str(&sandbox.config.limits.tmpfs_options())?,
     };
     let mut bound: Vec<PathBuf> = Vec::new();
     for (path, entry) in sorted {
@@ -243,6 +246,8 @@ struct Planner {
     /// Indices of the steps every call must have afresh.
     fresh: Vec<usize>,
     made: BTreeSet<PathBuf>,
+    /// The options of the private `/tmp` and `/dev/shm` (their size bound).
+    tmp_options: CString,
 }
 
 impl Planner {
@@ -280,7 +285,7 @@ impl Planner {
                 let target = self.inside(path)?;
                 self.fresh(Step::Tmpfs {
                     target,
-                    options: c_str("mode=1777")?,
+                    options: self.tmp_options.clone(),
                 });
             }
             Entry::Proc => {
@@ -362,7 +367,7 @@ impl Planner {
         self.steps.push(Step::Dir(inside("shm")?));
         self.fresh(Step::Tmpfs {
             target: inside("shm")?,
-            options: c_str("mode=1777")?,
+            options: self.tmp_options.clone(),
         });
         for (name, target) in [
             ("fd", "/proc/self/fd"),

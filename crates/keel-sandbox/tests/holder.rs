@@ -289,3 +289,90 @@ fn a_running_call_outlives_the_replacement_of_its_holder() {
     assert_eq!(rest, "done\n");
     assert_eq!(exit_code(&end_of(&running)), Some(0));
 }
+
+/// The private `/tmp` and `/dev/shm` are tmpfs mounts, whose pages no
+/// rlimit counts: each has the size bound of `ResourceLimits::tmp_size`,
+/// past which a write fails with "No space left on device".
+#[test]
+fn tmp_and_shm_are_bounded_in_size() {
+    let workspace = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.limits.tmp_size = 8 << 20;
+    let sandbox = sandbox(SandboxLevel::WorkspaceWrite, config);
+    for dir in ["/tmp", "/dev/shm"] {
+        let ran = run(
+            &sandbox,
+            workspace.path(),
+            &format!(
+                "head -c 4194304 /dev/zero > {dir}/small && echo small ok; \
+                 head -c 16777216 /dev/zero > {dir}/big; echo big $?"
+            ),
+        );
+        assert!(ran.stdout.contains("small ok"), "{dir}: {}", ran.stderr);
+        assert!(
+            ran.stdout.contains("big 1"),
+            "{dir}: {} {}",
+            ran.stdout,
+            ran.stderr
+        );
+        assert!(
+            ran.stderr.contains("No space left on device"),
+            "{dir}: {}",
+            ran.stderr
+        );
+    }
+    let default = keel_sandbox::default_tmp_size();
+    assert!((64 << 20..=1 << 30).contains(&default), "{default}");
+}
+
+/// inotify instances and watches are the host user's, shared with every
+/// process of that user; the sandbox's user namespace has limits of its
+/// own, checked before the host's, so a call cannot take them all.
+#[test]
+fn inotify_instances_and_watches_are_capped_in_the_user_namespace() {
+    let workspace = tempfile::tempdir().unwrap();
+    let mut config = SandboxConfig::default();
+    config.limits.inotify_instances = 4;
+    config.limits.inotify_watches = 10;
+    let sandbox = sandbox(SandboxLevel::WorkspaceWrite, config);
+    let script = r#"python3 -c "
+import ctypes, errno
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while len(fds) < 50:
+    fd = libc.inotify_init()
+    if fd < 0:
+        print('instances', len(fds), errno.errorcode[ctypes.get_errno()])
+        break
+    fds.append(fd)
+watches = 0
+while watches < 50:
+    path = 'w%d' % watches
+    open(path, 'w').close()
+    if libc.inotify_add_watch(fds[0], path.encode(), 2) < 0:
+        print('watches', watches, errno.errorcode[ctypes.get_errno()])
+        break
+    watches += 1
+""#;
+    let ran = run(&sandbox, workspace.path(), script);
+    assert!(
+        ran.stdout.contains("instances 4 EMFILE"),
+        "{} {}",
+        ran.stdout,
+        ran.stderr
+    );
+    assert!(
+        ran.stdout.contains("watches 10 ENOSPC"),
+        "{} {}",
+        ran.stdout,
+        ran.stderr
+    );
+    // A second call of the same holder gets them again: the first call's
+    // instances died with it.
+    let again = run(&sandbox, workspace.path(), script);
+    assert!(
+        again.stdout.contains("instances 4 EMFILE"),
+        "{}",
+        again.stdout
+    );
+}

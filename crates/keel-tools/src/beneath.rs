@@ -108,6 +108,28 @@ pub(crate) fn open_read(dir: impl AsFd, rel: &Path) -> io::Result<File> {
     open(dir, rel, flags, Mode::empty()).map(File::from)
 }
 
+/// Opens `rel` beneath `dir` for reading without blocking, following a
+/// symlink only while it stays beneath `dir` (`RESOLVE_BENEATH` without
+/// `RESOLVE_NO_SYMLINKS`; magic links never): for files Keel did not create
+/// and did not check beforehand ([`crate::untrusted`]). Where `openat2` is
+/// missing, no symlink is followed at all.
+pub(crate) fn open_read_inside(dir: impl AsFd, rel: &Path) -> io::Result<File> {
+    if rel.is_absolute() {
+        return Err(io::Error::from(Errno::EXDEV));
+    }
+    let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY | OFlag::O_CLOEXEC;
+    let how = OpenHow::new()
+        .flags(flags)
+        .resolve(ResolveFlag::RESOLVE_BENEATH | ResolveFlag::RESOLVE_NO_MAGICLINKS);
+    match nix::fcntl::openat2(dir.as_fd(), rel, how) {
+        Err(Errno::ENOSYS | Errno::EPERM) => {
+            open_stepwise(dir.as_fd(), rel, flags | OFlag::O_NOFOLLOW, Mode::empty())
+        }
+        other => other.map_err(io::Error::from),
+    }
+    .map(File::from)
+}
+
 /// Opens a directory by absolute path as the handle later opens go beneath.
 pub(crate) fn open_root(path: &Path) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;

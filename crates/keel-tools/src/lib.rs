@@ -31,6 +31,7 @@ pub mod registry;
 pub mod scheduler;
 pub mod tool;
 pub mod truncate;
+pub mod untrusted;
 pub mod workspace;
 
 pub use keel_sandbox as sandbox;
