@@ -10,9 +10,13 @@
 //! metadata (scope `metadata`) and was allowed or approved runs with that
 //! metadata writable; every other call sees it read-only. Where the policy
 //! would ask, a session rule the host made earlier (an answer with scope
-//! `always`, see `rules`) decides instead, and is checked again just before
-//! asking, so a rule made for one call of a batch already decides the
-//! later calls of that batch.
+//! `always`, see `rules`) decides instead. Rules are consulted just before
+//! the call would run, after the earlier calls of its batch ran, and only
+//! hold while the call's target resolves to what the host approved (its
+//! binding): so a rule made for one call of a batch already decides the
+//! later calls of that batch, and a call whose symlink an earlier call
+//! re-pointed is asked about again. An approval whose target changed while
+//! the host was deciding is not run.
 //!
 //! Classifying a batch up front is sound because an intent only chooses
 //! between allow, deny and ask: every tool re-resolves its paths inside the
@@ -43,7 +47,7 @@ use crate::journal::Overlay;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
 use crate::policy::PolicyDecision;
-use crate::rules::{SessionRules, rule_for};
+use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
 
@@ -171,29 +175,18 @@ impl ToolRunner<'_> {
                 (Verdict::Refused(error), decision)
             }
             PolicyDecision::Ask(reason) => {
-                match self.rules.matching(call, &prepared.arguments, &intent) {
-                    Some(rule) => {
-                        let metadata = writes_metadata(&intent);
-                        let (allowed, decision) =
-                            self.by_rule(call, &prepared.arguments, intent, &rule);
-                        let verdict = match allowed {
-                            Ok(level) => Verdict::Run(prepared, level, metadata),
-                            Err(error) => Verdict::Refused(error),
-                        };
-                        (verdict, Some(decision))
-                    }
-                    None => {
-                        let effect =
-                            overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
-                        let verdict = Verdict::Ask {
-                            prepared,
-                            intent,
-                            reason: with_findings(reason, &findings),
-                            effect,
-                        };
-                        (verdict, None)
-                    }
-                }
+                // Session rules are consulted just before the call would
+                // run (`authorize_by_host`), against its target as it
+                // resolves then: an earlier call of this batch may have
+                // re-pointed it.
+                let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                let verdict = Verdict::Ask {
+                    prepared,
+                    intent,
+                    reason: with_findings(reason, &findings),
+                    effect,
+                };
+                (verdict, None)
             }
         }
     }
@@ -302,7 +295,7 @@ impl ToolRunner<'_> {
             } => {
                 let metadata = writes_metadata(&intent);
                 match self
-                    .authorize_by_host(call, &prepared.arguments, intent, reason, effect)
+                    .authorize_by_host(call, &prepared, intent, reason, effect)
                     .await?
                 {
                     Ok(level) => (prepared, level, metadata),
@@ -317,30 +310,61 @@ impl ToolRunner<'_> {
         Ok(self.execute(call, prepared, level, metadata).await)
     }
 
-    /// Asks the host and records its decision; the level to run at, or why not.
+    /// Decides by a session rule whose binding still holds, else asks the
+    /// host and records its decision; the level to run at, or why not.
     async fn authorize_by_host(
         &self,
         call: &ToolCall,
-        arguments: &Value,
+        prepared: &PreparedCall,
         intent: OperationIntent,
-        reason: String,
+        mut reason: String,
         effect: Option<EffectStarted>,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
-        // A rule made for an earlier call of this batch decides without asking.
-        if let Some(rule) = self.rules.matching(call, arguments, &intent) {
-            let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
-            let mut group = vec![EntryPayload::PermissionDecision { decision }];
-            if allowed.is_ok() {
-                group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+        let arguments = &prepared.arguments;
+        let bind = || {
+            binding_sha256(
+                prepared
+                    .tool
+                    .approval_binding(arguments, &self.parts.workspace),
+            )
+        };
+        // Computed now, just before the call would run: what the host is
+        // asked about, and what a rule must have been made for.
+        let binding = bind();
+        match self
+            .rules
+            .matching(call, arguments, &intent, || binding.clone())
+        {
+            RuleMatch::Matches(rule) => {
+                let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
+                let mut group = vec![EntryPayload::PermissionDecision { decision }];
+                if allowed.is_ok() {
+                    group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+                }
+                self.writer.append(&self.shared.emitter, group).await?;
+                return Ok(allowed);
             }
-            self.writer.append(&self.shared.emitter, group).await?;
-            return Ok(allowed);
+            RuleMatch::Stale(rule) => {
+                reason.push_str(&format!(
+                    "; asked again: the session rule made when the host answered call {} with always was for what this call's target resolved to then, and it resolves differently now",
+                    rule.call_id
+                ));
+            }
+            RuleMatch::None => {}
         }
         let (answer, source) = self.ask_host(call, arguments, &intent, &reason).await;
-        let resolution = answer.resolution;
+        let mut resolution = answer.resolution;
+        // The target changed while the host was deciding: what was
+        // approved is not what would run.
+        let moved = resolution == PermissionResolution::Approved && bind() != binding;
+        if moved {
+            resolution = PermissionResolution::Denied;
+            reason.push_str("; not run: its target resolved differently after the host answered");
+        }
         let level = self.parts.policy.approved_level(self.mode, &intent);
-        let rule = (source == DecisionSource::Host && answer.scope == PermissionScope::Always)
-            .then(|| rule_for(call, arguments, &intent, resolution));
+        let rule =
+            (source == DecisionSource::Host && answer.scope == PermissionScope::Always && !moved)
+                .then(|| rule_for(call, arguments, &intent, resolution, binding));
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
         let mut group = vec![EntryPayload::PermissionDecision { decision }];
         group.extend(
@@ -372,6 +396,10 @@ impl ToolRunner<'_> {
             }
             (PermissionResolution::Denied, DecisionSource::Kernel) => Err(denied(
                 "Permission denied: the host stopped listening, so nobody could approve it".into(),
+            )),
+            (PermissionResolution::Denied, _) if moved => Err(denied(
+                "Permission denied: the call's target resolved differently after the host approved it"
+                    .into(),
             )),
             (PermissionResolution::Denied, _) => {
                 Err(denied("Permission denied by the host".into()))
