@@ -30,12 +30,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EffectStarted, EntryPayload, IntentKind, IntentScope,
-    OperationIntent, PermissionAnswer, PermissionDecision, PermissionMode, PermissionResolution,
-    PermissionRule, PermissionScope, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
-    ToolResultMessage, ToolStatus,
+    BatchMode, DecisionSource, EffectStarted, EntryPayload, GitCodeChange, GitCodeChangeKind,
+    IntentKind, IntentScope, OperationIntent, PermissionAnswer, PermissionDecision, PermissionMode,
+    PermissionResolution, PermissionRule, PermissionScope, RunEventKind, ToolCall, ToolErrorCode,
+    ToolResultError, ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
+use keel_tools::changes::gitcode::GitCodeSnapshot;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
 use keel_tools::{PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
@@ -65,8 +66,9 @@ enum Verdict {
     /// It must not run: the error becomes its result.
     Refused(ToolError),
     /// It runs, its processes confined at this level (metadata writable
-    /// when the flag says so).
-    Run(PreparedCall, SandboxLevel, bool),
+    /// when the first flag says so; watched for planted git code when the
+    /// second does).
+    Run(PreparedCall, SandboxLevel, bool, bool),
     /// The host decides.
     Ask {
         prepared: PreparedCall,
@@ -114,7 +116,7 @@ impl ToolRunner<'_> {
                     .extend(decision.map(|decision| EntryPayload::PermissionDecision { decision }));
                 // The effect journal rides in the decisions' group: one
                 // durable append for the batch (SPEC §8).
-                if let Verdict::Run(prepared, _, _) = &verdict {
+                if let Verdict::Run(prepared, _, _, _) = &verdict {
                     let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
                     decisions.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
                 }
@@ -167,7 +169,8 @@ impl ToolRunner<'_> {
                 let reason = allowed_reason(self.mode, &intent, level);
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
-                (Verdict::Run(prepared, level, metadata), decision)
+                let watched = runs_programs(&intent);
+                (Verdict::Run(prepared, level, metadata, watched), decision)
             }
             PolicyDecision::Deny(reason) => {
                 let error = denied(format!("Permission denied: {reason}"));
@@ -284,9 +287,11 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         verdict: Verdict,
     ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
-        let (prepared, level, metadata) = match verdict {
+        let (prepared, level, metadata, watched) = match verdict {
             Verdict::Refused(error) => return Ok(Err(error)),
-            Verdict::Run(prepared, level, metadata) => (prepared, level, metadata),
+            Verdict::Run(prepared, level, metadata, watched) => {
+                (prepared, level, metadata, watched)
+            }
             Verdict::Ask {
                 prepared,
                 intent,
@@ -294,11 +299,12 @@ impl ToolRunner<'_> {
                 effect,
             } => {
                 let metadata = writes_metadata(&intent);
+                let watched = runs_programs(&intent);
                 match self
                     .authorize_by_host(call, &prepared, intent, reason, effect)
                     .await?
                 {
-                    Ok(level) => (prepared, level, metadata),
+                    Ok(level) => (prepared, level, metadata, watched),
                     Err(error) => return Ok(Err(error)),
                 }
             }
@@ -307,7 +313,64 @@ impl ToolRunner<'_> {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return Ok(Err(error));
         }
-        Ok(self.execute(call, prepared, level, metadata).await)
+        if !watched {
+            return Ok(self.execute(call, prepared, level, metadata).await);
+        }
+        let before = self.git_code_snapshot().await;
+        let outcome = self.execute(call, prepared, level, metadata).await;
+        if let Some(before) = before
+            && let Some(after) = self.git_code_snapshot().await
+        {
+            self.report_git_code(call, after.changes_since(&before, &call.id));
+        }
+        Ok(outcome)
+    }
+
+    /// The repository code in the workspace now (`None` if the snapshot
+    /// could not be taken at all).
+    async fn git_code_snapshot(&self) -> Option<GitCodeSnapshot> {
+        let root = self.parts.workspace.root().to_path_buf();
+        tokio::task::spawn_blocking(move || GitCodeSnapshot::capture(&root))
+            .await
+            .ok()
+    }
+
+    /// Names each piece of repository code a call planted in a `warning`
+    /// event, and keeps it for the run's `workspace_changes`.
+    fn report_git_code(&self, call: &ToolCall, changes: Vec<GitCodeChange>) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut by_repository: Vec<(String, Vec<String>)> = Vec::new();
+        for change in &changes {
+            let kind = match change.change {
+                GitCodeChangeKind::Added => "new",
+                _ => "changed",
+            };
+            let item = format!("`{}` ({kind})", change.item);
+            match by_repository
+                .iter_mut()
+                .find(|(repository, _)| *repository == change.repository)
+            {
+                Some((_, items)) => items.push(item),
+                None => by_repository.push((change.repository.clone(), vec![item])),
+            }
+        }
+        let listed: Vec<String> = by_repository
+            .iter()
+            .map(|(repository, items)| format!("in `{repository}`: {}", items.join(", ")))
+            .collect();
+        tracing::warn!(call_id = %call.id, count = changes.len(), "call left repository code");
+        self.shared.emitter.emit(RunEventKind::Warning {
+            code: "git_code".to_owned(),
+            message: format!(
+                "`{}` call {} left repository code that git runs at the next git command there; review it before running git: {}",
+                call.name,
+                call.id,
+                listed.join("; ")
+            ),
+        });
+        self.shared.add_git_code(changes);
     }
 
     /// Decides by a session rule whose binding still holds, else asks the
@@ -494,6 +557,14 @@ impl ToolRunner<'_> {
         }
         outcome
     }
+}
+
+/// Whether a call runs programs Keel cannot see into (a command, an
+/// extension tool, anything unclassified): such a call is watched for the
+/// git code it may leave (`changes::gitcode`). File tools name what they
+/// write, and writing into a `.git` is asked about.
+fn runs_programs(intent: &OperationIntent) -> bool {
+    !matches!(intent.kind, IntentKind::Read | IntentKind::Write)
 }
 
 /// Whether a call that runs may write git's and Keel's metadata: only when
