@@ -298,3 +298,38 @@ fn a_nested_repositorys_fsmonitor_written_with_python_is_reported() {
     assert_eq!(items, ["core.fsmonitor"], "{changes}");
     assert_eq!(changes["git_code"][0]["repository"], "vendor/lib/.git");
 }
+
+#[test]
+fn a_rule_is_checked_after_the_earlier_calls_of_its_batch_ran() {
+    let world = World::new();
+    let read = "cat link/credentials";
+    let repoint = format!(
+        "printf '%s\\n' 'ln -sfn {}/home/.aws link' > s.sh && bash s.sh",
+        world.root().display()
+    );
+    let both = json!({"content": [
+        {"type": "tool_call", "name": "bash", "arguments": {"command": repoint}},
+        {"type": "tool_call", "name": "bash", "arguments": {"command": read}},
+    ]});
+    let script = script(
+        world.root(),
+        "script.json",
+        json!([bash(read), both, done()]),
+    );
+    let mut live = world.keel("auto", &script, None);
+    let request = live.event("permission_requested");
+    live.send(&answer(&request, "approve", "always"));
+    live.event("tool_execution_end");
+    let repointed = next_step(&mut live);
+    assert_eq!(repointed["type"], "tool_execution_end", "{repointed}");
+    // Decided when the batch began, the rule would still have matched.
+    let again = next_step(&mut live);
+    assert_eq!(again["type"], "permission_requested", "asked again: {again}");
+    live.send(&answer(&again, "deny", "once"));
+    let result = live.result();
+    assert_eq!(result["state"], "settled", "{result}");
+    let (_, stderr, seen) = live.finish();
+    let printed = serde_json::to_string(&seen).unwrap();
+    assert!(!printed.contains(AWS_SECRET), "the secret leaked: {printed}");
+    assert!(!stderr.contains(AWS_SECRET));
+}
