@@ -324,12 +324,18 @@ fn a_rule_is_checked_after_the_earlier_calls_of_its_batch_ran() {
     assert_eq!(repointed["type"], "tool_execution_end", "{repointed}");
     // Decided when the batch began, the rule would still have matched.
     let again = next_step(&mut live);
-    assert_eq!(again["type"], "permission_requested", "asked again: {again}");
+    assert_eq!(
+        again["type"], "permission_requested",
+        "asked again: {again}"
+    );
     live.send(&answer(&again, "deny", "once"));
     let result = live.result();
     assert_eq!(result["state"], "settled", "{result}");
     let (_, stderr, seen) = live.finish();
     let printed = serde_json::to_string(&seen).unwrap();
-    assert!(!printed.contains(AWS_SECRET), "the secret leaked: {printed}");
+    assert!(
+        !printed.contains(AWS_SECRET),
+        "the secret leaked: {printed}"
+    );
     assert!(!stderr.contains(AWS_SECRET));
 }

@@ -18,6 +18,8 @@
 //! that is a repository; the approved `git commit` is answered on stdin.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "red_team/approval_attacks.rs"]
+mod approval_attacks;
 #[path = "red_team/attacks.rs"]
 mod attacks;
 #[path = "red_team/git_attacks.rs"]
@@ -431,6 +433,10 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             ));
         }
     }
+    let (approval_tried, _, approval_allowed, approval_allowed_ok) =
+        approval_attacks::run(&mut failures);
+    tried += approval_tried;
+    allowed_ok += approval_allowed_ok;
     let blocked_count = tried
         - failures
             .iter()
@@ -438,7 +444,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             .count();
     println!(
         "red team: {tried} attacks tried, {blocked_count} blocked; {} allowed counterparts, {allowed_ok} succeeded",
-        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len()
+        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len() + approval_allowed
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
