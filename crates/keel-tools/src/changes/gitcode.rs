@@ -145,8 +145,9 @@ struct Stamp {
 }
 
 impl GitCodeSnapshot {
-    /// Looks at every repository in the workspace whose root is open as
-    /// `root` (the canonical directory at `root_path`). Never fails.
+    /// Looks at every repository in the workspace rooted at `root` (a
+    /// canonical directory). Never fails: a workspace that cannot be
+    /// opened has no repositories.
     pub fn capture(root: &Path) -> GitCodeSnapshot {
         let mut snapshot = GitCodeSnapshot::default();
         let Ok(handle) = beneath::open_root(root) else {
@@ -322,8 +323,8 @@ fn list(root: &OwnedFd, rel: &Path) -> Option<Vec<(OsString, Kind)>> {
             Some(_) => Kind::Other,
             // DT_UNKNOWN: ask, without following a symlink.
             None => match nix::sys::stat::fstatat(&dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(stat) if stat.st_mode & libc_mode_mask() == libc_dir() => Kind::Dir,
-                Ok(stat) if stat.st_mode & libc_mode_mask() == libc_reg() => Kind::File,
+                Ok(stat) if stat.st_mode & S_IFMT == S_IFDIR => Kind::Dir,
+                Ok(stat) if stat.st_mode & S_IFMT == S_IFREG => Kind::File,
                 _ => Kind::Other,
             },
         };
@@ -332,17 +333,9 @@ fn list(root: &OwnedFd, rel: &Path) -> Option<Vec<(OsString, Kind)>> {
     Some(entries)
 }
 
-fn libc_mode_mask() -> u32 {
-    nix::sys::stat::SFlag::S_IFMT.bits()
-}
-
-fn libc_dir() -> u32 {
-    nix::sys::stat::SFlag::S_IFDIR.bits()
-}
-
-fn libc_reg() -> u32 {
-    nix::sys::stat::SFlag::S_IFREG.bits()
-}
+const S_IFMT: u32 = nix::sys::stat::SFlag::S_IFMT.bits();
+const S_IFDIR: u32 = nix::sys::stat::SFlag::S_IFDIR.bits();
+const S_IFREG: u32 = nix::sys::stat::SFlag::S_IFREG.bits();
 
 /// Whether anything is at `rel` (not following a final symlink).
 fn exists(root: &OwnedFd, rel: &Path) -> bool {
