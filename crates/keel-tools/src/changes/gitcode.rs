@@ -471,7 +471,7 @@ pub fn code_keys(bytes: &[u8]) -> BTreeMap<String, [u8; 32]> {
         if is_code_key(&key) {
             values
                 .entry(key)
-                .or_insert_with(Sha256::new)
+                .or_default()
                 .update(value.as_bytes());
         }
     }
