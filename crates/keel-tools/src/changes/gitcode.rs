@@ -168,9 +168,14 @@ impl GitCodeSnapshot {
         let mut changes = Vec::new();
         for (repository, now) in &self.repositories {
             let then = before.repositories.get(repository);
-            let shown = repository.display().to_string();
+            let shown = printable(&repository.to_string_lossy());
             let mut report = |item: String, change| {
-                changes.push(GitCodeChange::new(shown.clone(), item, change, call_id));
+                changes.push(GitCodeChange::new(
+                    shown.clone(),
+                    printable(&item),
+                    change,
+                    call_id,
+                ));
             };
             for (name, stamp) in &now.hooks {
                 let item = format!("hooks/{}", name.to_string_lossy());
@@ -195,6 +200,22 @@ impl GitCodeSnapshot {
     pub fn repositories(&self) -> usize {
         self.repositories.len()
     }
+}
+
+/// Names a command chose, made safe to show: control characters (a
+/// terminal escape in a hook's name) become `?`, and at most 200
+/// characters are kept.
+fn printable(text: &str) -> String {
+    const MAX: usize = 200;
+    let mut shown: String = text
+        .chars()
+        .take(MAX)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().count() > MAX {
+        shown.push('…');
+    }
+    shown
 }
 
 /// The walk in progress.
@@ -469,10 +490,7 @@ pub fn code_keys(bytes: &[u8]) -> BTreeMap<String, [u8; 32]> {
         }
         let key = format!("{section}.{}", name.trim().to_ascii_lowercase());
         if is_code_key(&key) {
-            values
-                .entry(key)
-                .or_default()
-                .update(value.as_bytes());
+            values.entry(key).or_default().update(value.as_bytes());
         }
     }
     values
@@ -626,5 +644,17 @@ mod tests {
             items,
             ["(unreadable config)", "(unreadable config.worktree)"]
         );
+    }
+
+    #[test]
+    fn a_hook_name_with_a_terminal_escape_is_shown_without_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::write(root.join(".git/hooks/pre-commit\u{1b}[2J"), "x").unwrap();
+        let changes = GitCodeSnapshot::capture(root).changes_since(&before, "c");
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].item, "hooks/pre-commit?[2J");
     }
 }
