@@ -369,3 +369,69 @@ async fn a_rule_holds_only_while_its_symlinked_target_resolves_to_what_was_appro
         "Host mine\n"
     );
 }
+
+#[tokio::test]
+async fn a_rule_recorded_before_bindings_existed_reads_and_asks_again() {
+    let f = fixture(vec![
+        turn(&[write("a.txt", "one")]),
+        done(),
+        turn(&[write("a.txt", "two")]),
+        done(),
+    ]);
+    let first = run(
+        &f,
+        RunSpec::new("go").mode(PermissionMode::Ask),
+        PermissionAnswer::once(PermissionResolution::Approved),
+    )
+    .await;
+    let session = first.result.session_id.clone();
+    // A rule for this very call as an older Keel wrote it: no binding.
+    let (_, rules) = recorded(&f.store, &session).await;
+    assert!(rules.is_empty());
+    let leaf = f.store.leaf(&session).await.unwrap().unwrap();
+    let old_rule: PermissionRule = serde_json::from_value(json!({
+        "tool_name": "write",
+        "kind": "write",
+        "scope": "workspace",
+        "target_sha256": "0".repeat(64),
+        "resolution": "approved",
+        "call_id": "old-call",
+    }))
+    .unwrap();
+    // Its target hash as the kernel computes it: taken from a fresh rule.
+    let probe = fixture(vec![turn(&[write("a.txt", "x")]), done()]);
+    let made = run(
+        &probe,
+        RunSpec::new("probe").mode(PermissionMode::Ask),
+        always(PermissionResolution::Approved),
+    )
+    .await;
+    let (_, made_rules) = recorded(&probe.store, &made.result.session_id).await;
+    let old_rule = PermissionRule {
+        target_sha256: made_rules[0].target_sha256.clone(),
+        ..old_rule
+    };
+    assert!(old_rule.binding_sha256.is_none());
+    f.store
+        .append(
+            &session,
+            vec![keel_protocol::Entry {
+                id: "old-rule".into(),
+                parent_id: Some(leaf),
+                timestamp: 1,
+                payload: EntryPayload::PermissionRule { rule: old_rule },
+            }],
+        )
+        .await
+        .unwrap();
+    let second = run(
+        &f,
+        RunSpec::new("again")
+            .session(session.clone())
+            .mode(PermissionMode::Ask),
+        PermissionAnswer::once(PermissionResolution::Denied),
+    )
+    .await;
+    assert_eq!(second.asked.len(), 1, "the old rule matches nothing");
+    assert_eq!(second.statuses, [ToolStatus::Error]);
+}
