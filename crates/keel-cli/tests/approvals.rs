@@ -5,7 +5,8 @@
 //!   after a sandboxed command re-points the workspace symlink the approved
 //!   command went through, the identical command is asked about again and
 //!   the secret behind the new target never reaches the output, while the
-//!   unchanged target is still decided by the rule;
+//!   unchanged target is still decided by the rule; re-pointed while the
+//!   host decides, the approved call does not run;
 //! - a session holding such a rule can be continued (`keel run --session`);
 //! - a command that plants git code — `git init` in a new directory with a
 //!   hook, `core.fsmonitor` written into a nested repository with python —
@@ -329,6 +330,38 @@ fn a_rule_is_checked_after_the_earlier_calls_of_its_batch_ran() {
         "asked again: {again}"
     );
     live.send(&answer(&again, "deny", "once"));
+    let result = live.result();
+    assert_eq!(result["state"], "settled", "{result}");
+    let (_, stderr, seen) = live.finish();
+    let printed = serde_json::to_string(&seen).unwrap();
+    assert!(
+        !printed.contains(AWS_SECRET),
+        "the secret leaked: {printed}"
+    );
+    assert!(!stderr.contains(AWS_SECRET));
+}
+
+#[test]
+fn an_approval_is_not_run_when_its_target_moved_while_the_host_decided() {
+    let world = World::new();
+    let script = script(
+        world.root(),
+        "script.json",
+        json!([bash("cat link/credentials"), done()]),
+    );
+    let mut live = world.keel("auto", &script, None);
+    let request = live.event("permission_requested");
+    // While the host reads the request, the symlink is re-pointed.
+    std::fs::remove_file(world.ws().join("link")).unwrap();
+    std::os::unix::fs::symlink(world.root().join("home/.aws"), world.ws().join("link")).unwrap();
+    live.send(&answer(&request, "approve", "always"));
+    let end = live.event("tool_execution_end");
+    assert_eq!(end["result"]["status"], "error", "{end}");
+    assert!(
+        end.to_string()
+            .contains("resolved differently after the host approved"),
+        "{end}"
+    );
     let result = live.result();
     assert_eq!(result["state"], "settled", "{result}");
     let (_, stderr, seen) = live.finish();
