@@ -3,8 +3,8 @@
 //! On a terminal, one line per request — the tool and its plain command or
 //! path, and why the policy asks — and one key: `y` allows it once, `a`
 //! allows it and every later call of the same tool on exactly the same
-//! command or path for the rest of the session (the kernel records a
-//! session rule), `n`, Enter, Escape or end of input deny. Off a terminal,
+//! command or path for the rest of the session, while it resolves to the
+//! same files and programs (the kernel records a session rule), `n`, Enter, Escape or end of input deny. Off a terminal,
 //! one line per request on stdin, as `keel_host::answers` reads it (a JSON
 //! answer, whose `scope` may be `always`, or a bare word); end of input,
 //! or anything not clearly an approval of that request, denies.

@@ -72,7 +72,8 @@ Examples:
 
 In ask mode on a terminal each request is one line; answer y (once), a
 (always for this session: later calls of the same tool on the exact same
-command or path are allowed without asking) or n. Piped, one JSON answer
+command or path are allowed without asking while they resolve to the same
+files and programs) or n. Piped, one JSON answer
 per line: {\"request_id\": \"…\", \"decision\": \"approve\"} (or \"deny\").";
 
 /// `keel demo --help`'s list of cases.

@@ -145,6 +145,7 @@ impl Output {
         let changes = changes.map(|changes| WorkspaceChangesLine {
             changed_paths: changes.changed_paths.clone(),
             patch: changes.patch.clone(),
+            git_code: changes.git_code.clone(),
         });
         let totals = state.totals.clone();
         match &mut state.form {

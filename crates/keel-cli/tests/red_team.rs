@@ -21,6 +21,8 @@
 //! `red_team/planted_files.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "red_team/approval_attacks.rs"]
+mod approval_attacks;
 #[path = "red_team/attacks.rs"]
 mod attacks;
 #[path = "red_team/git_attacks.rs"]
@@ -445,6 +447,10 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
     let planted = planted_files::run_all(&mut failures);
     tried += planted.tried;
     allowed_ok += planted.allowed_ok;
+    let (approval_tried, _, approval_allowed, approval_allowed_ok) =
+        approval_attacks::run(&mut failures);
+    tried += approval_tried;
+    allowed_ok += approval_allowed_ok;
     let blocked_count = tried
         - failures
             .iter()
@@ -452,7 +458,11 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             .count();
     println!(
         "red team: {tried} attacks tried, {blocked_count} blocked; {} allowed counterparts, {allowed_ok} succeeded",
-        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len() + LIMIT_ALLOWED.len() + planted.allowed
+        ALLOWED.len()
+            + ALLOWED_IN_A_REPOSITORY.len()
+            + LIMIT_ALLOWED.len()
+            + planted.allowed
+            + approval_allowed
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -164,18 +164,22 @@ impl AgentRun {
         }
     }
 
-    /// The workspace's changes since the run started: changed paths and a
-    /// unified patch (`git diff --binary` in a git workspace). Usually asked
+    /// The workspace's changes since the run started: changed paths, a
+    /// unified patch (`git diff --binary` in a git workspace), and the
+    /// repository code the run's commands planted (`git_code`, each also a
+    /// `warning` event when it was noticed). Usually asked
     /// after `result()`; asked earlier, it describes the changes so far.
     pub async fn workspace_changes(&self) -> Result<WorkspaceChanges, ControlError> {
         let baseline = self
             .baseline
             .clone()
             .map_err(ControlError::ChangesUnavailable)?;
-        tokio::task::spawn_blocking(move || baseline.changes())
+        let mut changes = tokio::task::spawn_blocking(move || baseline.changes())
             .await
             .map_err(|error| ControlError::ChangesUnavailable(error.to_string()))?
-            .map_err(|error| ControlError::ChangesUnavailable(error.to_string()))
+            .map_err(|error| ControlError::ChangesUnavailable(error.to_string()))?;
+        changes.git_code = self.shared.git_code();
+        Ok(changes)
     }
 
     fn lost_result(&self) -> RunResult {

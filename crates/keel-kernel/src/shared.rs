@@ -76,6 +76,8 @@ pub(crate) struct RunShared {
     /// permission request any more, so every request is denied.
     host_listening: AtomicBool,
     result: watch::Sender<Option<RunResult>>,
+    /// Repository code the run's commands planted (`gitcode`), in order.
+    git_code: Mutex<Vec<keel_protocol::GitCodeChange>>,
 }
 
 struct Control {
@@ -106,7 +108,24 @@ impl RunShared {
             permissions: Mutex::new(HashMap::new()),
             host_listening: AtomicBool::new(true),
             result,
+            git_code: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Records repository code a call planted.
+    pub(crate) fn add_git_code(&self, changes: Vec<keel_protocol::GitCodeChange>) {
+        self.git_code
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .extend(changes);
+    }
+
+    /// The repository code the run's calls planted so far.
+    pub(crate) fn git_code(&self) -> Vec<keel_protocol::GitCodeChange> {
+        self.git_code
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     pub(crate) fn enqueue(&self, queue: QueueKind, text: String) -> Result<(), ControlError> {

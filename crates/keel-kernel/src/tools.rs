@@ -10,9 +10,13 @@
 //! metadata (scope `metadata`) and was allowed or approved runs with that
 //! metadata writable; every other call sees it read-only. Where the policy
 //! would ask, a session rule the host made earlier (an answer with scope
-//! `always`, see `rules`) decides instead, and is checked again just before
-//! asking, so a rule made for one call of a batch already decides the
-//! later calls of that batch.
+//! `always`, see `rules`) decides instead. Rules are consulted just before
+//! the call would run, after the earlier calls of its batch ran, and only
+//! hold while the call's target resolves to what the host approved (its
+//! binding): so a rule made for one call of a batch already decides the
+//! later calls of that batch, and a call whose symlink an earlier call
+//! re-pointed is asked about again. An approval whose target changed while
+//! the host was deciding is not run.
 //!
 //! Classifying a batch up front is sound because an intent only chooses
 //! between allow, deny and ask: every tool re-resolves its paths inside the
@@ -26,12 +30,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
-    BatchMode, DecisionSource, EffectStarted, EntryPayload, IntentKind, IntentScope,
-    OperationIntent, PermissionAnswer, PermissionDecision, PermissionMode, PermissionResolution,
-    PermissionRule, PermissionScope, RunEventKind, ToolCall, ToolErrorCode, ToolResultError,
-    ToolResultMessage, ToolStatus,
+    BatchMode, DecisionSource, EffectStarted, EntryPayload, GitCodeChange, GitCodeChangeKind,
+    IntentKind, IntentScope, OperationIntent, PermissionAnswer, PermissionDecision, PermissionMode,
+    PermissionResolution, PermissionRule, PermissionScope, RunEventKind, ToolCall, ToolErrorCode,
+    ToolResultError, ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
+use keel_tools::changes::gitcode::GitCodeSnapshot;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
 use keel_tools::{PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
@@ -43,7 +48,7 @@ use crate::journal::Overlay;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
 use crate::policy::PolicyDecision;
-use crate::rules::{SessionRules, rule_for};
+use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
 
@@ -61,8 +66,9 @@ enum Verdict {
     /// It must not run: the error becomes its result.
     Refused(ToolError),
     /// It runs, its processes confined at this level (metadata writable
-    /// when the flag says so).
-    Run(PreparedCall, SandboxLevel, bool),
+    /// when the first flag says so; watched for planted git code when the
+    /// second does).
+    Run(PreparedCall, SandboxLevel, bool, bool),
     /// The host decides.
     Ask {
         prepared: PreparedCall,
@@ -110,7 +116,7 @@ impl ToolRunner<'_> {
                     .extend(decision.map(|decision| EntryPayload::PermissionDecision { decision }));
                 // The effect journal rides in the decisions' group: one
                 // durable append for the batch (SPEC §8).
-                if let Verdict::Run(prepared, _, _) = &verdict {
+                if let Verdict::Run(prepared, _, _, _) = &verdict {
                     let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
                     decisions.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
                 }
@@ -163,7 +169,8 @@ impl ToolRunner<'_> {
                 let reason = allowed_reason(self.mode, &intent, level);
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
-                (Verdict::Run(prepared, level, metadata), decision)
+                let watched = runs_programs(&intent);
+                (Verdict::Run(prepared, level, metadata, watched), decision)
             }
             PolicyDecision::Deny(reason) => {
                 let error = denied(format!("Permission denied: {reason}"));
@@ -171,29 +178,18 @@ impl ToolRunner<'_> {
                 (Verdict::Refused(error), decision)
             }
             PolicyDecision::Ask(reason) => {
-                match self.rules.matching(call, &prepared.arguments, &intent) {
-                    Some(rule) => {
-                        let metadata = writes_metadata(&intent);
-                        let (allowed, decision) =
-                            self.by_rule(call, &prepared.arguments, intent, &rule);
-                        let verdict = match allowed {
-                            Ok(level) => Verdict::Run(prepared, level, metadata),
-                            Err(error) => Verdict::Refused(error),
-                        };
-                        (verdict, Some(decision))
-                    }
-                    None => {
-                        let effect =
-                            overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
-                        let verdict = Verdict::Ask {
-                            prepared,
-                            intent,
-                            reason: with_findings(reason, &findings),
-                            effect,
-                        };
-                        (verdict, None)
-                    }
-                }
+                // Session rules are consulted just before the call would
+                // run (`authorize_by_host`), against its target as it
+                // resolves then: an earlier call of this batch may have
+                // re-pointed it.
+                let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                let verdict = Verdict::Ask {
+                    prepared,
+                    intent,
+                    reason: with_findings(reason, &findings),
+                    effect,
+                };
+                (verdict, None)
             }
         }
     }
@@ -291,9 +287,11 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         verdict: Verdict,
     ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
-        let (prepared, level, metadata) = match verdict {
+        let (prepared, level, metadata, watched) = match verdict {
             Verdict::Refused(error) => return Ok(Err(error)),
-            Verdict::Run(prepared, level, metadata) => (prepared, level, metadata),
+            Verdict::Run(prepared, level, metadata, watched) => {
+                (prepared, level, metadata, watched)
+            }
             Verdict::Ask {
                 prepared,
                 intent,
@@ -301,11 +299,12 @@ impl ToolRunner<'_> {
                 effect,
             } => {
                 let metadata = writes_metadata(&intent);
+                let watched = runs_programs(&intent);
                 match self
-                    .authorize_by_host(call, &prepared.arguments, intent, reason, effect)
+                    .authorize_by_host(call, &prepared, intent, reason, effect)
                     .await?
                 {
-                    Ok(level) => (prepared, level, metadata),
+                    Ok(level) => (prepared, level, metadata, watched),
                     Err(error) => return Ok(Err(error)),
                 }
             }
@@ -314,33 +313,121 @@ impl ToolRunner<'_> {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return Ok(Err(error));
         }
-        Ok(self.execute(call, prepared, level, metadata).await)
+        if !watched {
+            return Ok(self.execute(call, prepared, level, metadata).await);
+        }
+        let before = self.git_code_snapshot().await;
+        let outcome = self.execute(call, prepared, level, metadata).await;
+        if let Some(before) = before
+            && let Some(after) = self.git_code_snapshot().await
+        {
+            self.report_git_code(call, after.changes_since(&before, &call.id));
+        }
+        Ok(outcome)
     }
 
-    /// Asks the host and records its decision; the level to run at, or why not.
+    /// The repository code in the workspace now (`None` if the snapshot
+    /// could not be taken at all).
+    async fn git_code_snapshot(&self) -> Option<GitCodeSnapshot> {
+        let root = self.parts.workspace.root().to_path_buf();
+        tokio::task::spawn_blocking(move || GitCodeSnapshot::capture(&root))
+            .await
+            .ok()
+    }
+
+    /// Names each piece of repository code a call planted in a `warning`
+    /// event, and keeps it for the run's `workspace_changes`.
+    fn report_git_code(&self, call: &ToolCall, changes: Vec<GitCodeChange>) {
+        if changes.is_empty() {
+            return;
+        }
+        let mut by_repository: Vec<(String, Vec<String>)> = Vec::new();
+        for change in &changes {
+            let kind = match change.change {
+                GitCodeChangeKind::Added => "new",
+                _ => "changed",
+            };
+            let item = format!("`{}` ({kind})", change.item);
+            match by_repository
+                .iter_mut()
+                .find(|(repository, _)| *repository == change.repository)
+            {
+                Some((_, items)) => items.push(item),
+                None => by_repository.push((change.repository.clone(), vec![item])),
+            }
+        }
+        let listed: Vec<String> = by_repository
+            .iter()
+            .map(|(repository, items)| format!("in `{repository}`: {}", items.join(", ")))
+            .collect();
+        tracing::warn!(call_id = %call.id, count = changes.len(), "call left repository code");
+        self.shared.emitter.emit(RunEventKind::Warning {
+            code: "git_code".to_owned(),
+            message: format!(
+                "`{}` call {} left repository code that git runs at the next git command there; review it before running git: {}",
+                call.name,
+                call.id,
+                listed.join("; ")
+            ),
+        });
+        self.shared.add_git_code(changes);
+    }
+
+    /// Decides by a session rule whose binding still holds, else asks the
+    /// host and records its decision; the level to run at, or why not.
     async fn authorize_by_host(
         &self,
         call: &ToolCall,
-        arguments: &Value,
+        prepared: &PreparedCall,
         intent: OperationIntent,
-        reason: String,
+        mut reason: String,
         effect: Option<EffectStarted>,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
-        // A rule made for an earlier call of this batch decides without asking.
-        if let Some(rule) = self.rules.matching(call, arguments, &intent) {
-            let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
-            let mut group = vec![EntryPayload::PermissionDecision { decision }];
-            if allowed.is_ok() {
-                group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+        let arguments = &prepared.arguments;
+        let bind = || {
+            binding_sha256(
+                prepared
+                    .tool
+                    .approval_binding(arguments, &self.parts.workspace),
+            )
+        };
+        // Computed now, just before the call would run: what the host is
+        // asked about, and what a rule must have been made for.
+        let binding = bind();
+        match self
+            .rules
+            .matching(call, arguments, &intent, || binding.clone())
+        {
+            RuleMatch::Matches(rule) => {
+                let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
+                let mut group = vec![EntryPayload::PermissionDecision { decision }];
+                if allowed.is_ok() {
+                    group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+                }
+                self.writer.append(&self.shared.emitter, group).await?;
+                return Ok(allowed);
             }
-            self.writer.append(&self.shared.emitter, group).await?;
-            return Ok(allowed);
+            RuleMatch::Stale(rule) => {
+                reason.push_str(&format!(
+                    "; asked again: the session rule made when the host answered call {} with always was for what this call's target resolved to then, and it resolves differently now",
+                    rule.call_id
+                ));
+            }
+            RuleMatch::None => {}
         }
         let (answer, source) = self.ask_host(call, arguments, &intent, &reason).await;
-        let resolution = answer.resolution;
+        let mut resolution = answer.resolution;
+        // The target changed while the host was deciding: what was
+        // approved is not what would run.
+        let moved = resolution == PermissionResolution::Approved && bind() != binding;
+        if moved {
+            resolution = PermissionResolution::Denied;
+            reason.push_str("; not run: its target resolved differently after the host answered");
+        }
         let level = self.parts.policy.approved_level(self.mode, &intent);
-        let rule = (source == DecisionSource::Host && answer.scope == PermissionScope::Always)
-            .then(|| rule_for(call, arguments, &intent, resolution));
+        let rule =
+            (source == DecisionSource::Host && answer.scope == PermissionScope::Always && !moved)
+                .then(|| rule_for(call, arguments, &intent, resolution, binding));
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
         let mut group = vec![EntryPayload::PermissionDecision { decision }];
         group.extend(
@@ -372,6 +459,10 @@ impl ToolRunner<'_> {
             }
             (PermissionResolution::Denied, DecisionSource::Kernel) => Err(denied(
                 "Permission denied: the host stopped listening, so nobody could approve it".into(),
+            )),
+            (PermissionResolution::Denied, _) if moved => Err(denied(
+                "Permission denied: the call's target resolved differently after the host approved it"
+                    .into(),
             )),
             (PermissionResolution::Denied, _) => {
                 Err(denied("Permission denied by the host".into()))
@@ -466,6 +557,14 @@ impl ToolRunner<'_> {
         }
         outcome
     }
+}
+
+/// Whether a call runs programs Keel cannot see into (a command, an
+/// extension tool, anything unclassified): such a call is watched for the
+/// git code it may leave (`changes::gitcode`). File tools name what they
+/// write, and writing into a `.git` is asked about.
+fn runs_programs(intent: &OperationIntent) -> bool {
+    !matches!(intent.kind, IntentKind::Read | IntentKind::Write)
 }
 
 /// Whether a call that runs may write git's and Keel's metadata: only when

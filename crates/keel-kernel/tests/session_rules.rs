@@ -280,3 +280,158 @@ async fn an_always_denial_denies_the_same_command_later_in_the_batch_without_ask
             .all(|r| r.resolution == PermissionResolution::Denied)
     );
 }
+
+/// What each permission request's reason said, in order.
+async fn run_reasons(
+    fixture: &Fixture,
+    spec: RunSpec,
+    answer: PermissionAnswer,
+) -> (Vec<String>, Vec<ToolStatus>) {
+    let run = fixture.kernel.create_run(spec).await.unwrap();
+    let mut events = run.events().unwrap();
+    let (mut reasons, mut statuses) = (Vec::new(), Vec::new());
+    while let Some(event) = events.next().await {
+        match event.kind {
+            RunEventKind::PermissionRequested {
+                request_id, reason, ..
+            } => {
+                reasons.push(reason);
+                run.resolve_permission(&request_id, answer).unwrap();
+            }
+            RunEventKind::ToolExecutionEnd { result } => statuses.push(result.status),
+            _ => {}
+        }
+    }
+    run.result().await;
+    (reasons, statuses)
+}
+
+#[tokio::test]
+async fn a_rule_holds_only_while_its_symlinked_target_resolves_to_what_was_approved() {
+    let f = fixture(vec![
+        turn(&[write("link/config", "one")]),
+        done(),
+        turn(&[write("link/config", "two")]),
+        done(),
+        turn(&[write("link/config", "Host *\n  ProxyCommand evil\n")]),
+        done(),
+    ]);
+    let outside = tempfile::tempdir().unwrap();
+    let (approved, secret) = (outside.path().join("approved"), outside.path().join("ssh"));
+    std::fs::create_dir(&approved).unwrap();
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::write(secret.join("config"), "Host mine\n").unwrap();
+    std::os::unix::fs::symlink(&approved, f.dir.path().join("link")).unwrap();
+    let first = run(
+        &f,
+        RunSpec::new("go").mode(PermissionMode::Ask),
+        always(PermissionResolution::Approved),
+    )
+    .await;
+    assert_eq!(first.asked.len(), 1);
+    let session = first.result.session_id.clone();
+    let deny = PermissionAnswer::once(PermissionResolution::Denied);
+    // Unchanged target: the rule still decides.
+    let (reasons, statuses) = run_reasons(
+        &f,
+        RunSpec::new("again")
+            .session(session.clone())
+            .mode(PermissionMode::Ask),
+        deny,
+    )
+    .await;
+    assert!(reasons.is_empty(), "the rule answered: {reasons:?}");
+    assert_eq!(statuses, [ToolStatus::Success]);
+    assert_eq!(
+        std::fs::read_to_string(approved.join("config")).unwrap(),
+        "two"
+    );
+    // A sandboxed command re-points the symlink: the same text asks again.
+    std::fs::remove_file(f.dir.path().join("link")).unwrap();
+    std::os::unix::fs::symlink(&secret, f.dir.path().join("link")).unwrap();
+    let (reasons, statuses) = run_reasons(
+        &f,
+        RunSpec::new("re-pointed")
+            .session(session.clone())
+            .mode(PermissionMode::Ask),
+        deny,
+    )
+    .await;
+    assert_eq!(reasons.len(), 1, "asked again");
+    assert!(
+        reasons[0].contains("resolves differently now"),
+        "{}",
+        reasons[0]
+    );
+    assert_eq!(statuses, [ToolStatus::Error]);
+    assert_eq!(
+        std::fs::read_to_string(secret.join("config")).unwrap(),
+        "Host mine\n"
+    );
+}
+
+#[tokio::test]
+async fn a_rule_recorded_before_bindings_existed_reads_and_asks_again() {
+    let f = fixture(vec![
+        turn(&[write("a.txt", "one")]),
+        done(),
+        turn(&[write("a.txt", "two")]),
+        done(),
+    ]);
+    let first = run(
+        &f,
+        RunSpec::new("go").mode(PermissionMode::Ask),
+        PermissionAnswer::once(PermissionResolution::Approved),
+    )
+    .await;
+    let session = first.result.session_id.clone();
+    // A rule for this very call as an older Keel wrote it: no binding.
+    let (_, rules) = recorded(&f.store, &session).await;
+    assert!(rules.is_empty());
+    let leaf = f.store.leaf(&session).await.unwrap().unwrap();
+    let old_rule: PermissionRule = serde_json::from_value(json!({
+        "tool_name": "write",
+        "kind": "write",
+        "scope": "workspace",
+        "target_sha256": "0".repeat(64),
+        "resolution": "approved",
+        "call_id": "old-call",
+    }))
+    .unwrap();
+    // Its target hash as the kernel computes it: taken from a fresh rule.
+    let probe = fixture(vec![turn(&[write("a.txt", "x")]), done()]);
+    let made = run(
+        &probe,
+        RunSpec::new("probe").mode(PermissionMode::Ask),
+        always(PermissionResolution::Approved),
+    )
+    .await;
+    let (_, made_rules) = recorded(&probe.store, &made.result.session_id).await;
+    let old_rule = PermissionRule {
+        target_sha256: made_rules[0].target_sha256.clone(),
+        ..old_rule
+    };
+    assert!(old_rule.binding_sha256.is_none());
+    f.store
+        .append(
+            &session,
+            vec![keel_protocol::Entry {
+                id: "old-rule".into(),
+                parent_id: Some(leaf),
+                timestamp: 1,
+                payload: EntryPayload::PermissionRule { rule: old_rule },
+            }],
+        )
+        .await
+        .unwrap();
+    let second = run(
+        &f,
+        RunSpec::new("again")
+            .session(session.clone())
+            .mode(PermissionMode::Ask),
+        PermissionAnswer::once(PermissionResolution::Denied),
+    )
+    .await;
+    assert_eq!(second.asked.len(), 1, "the old rule matches nothing");
+    assert_eq!(second.statuses, [ToolStatus::Error]);
+}

@@ -38,8 +38,8 @@ pub use message::{
     Usage, UserContent, UserMessage,
 };
 pub use output::{
-    CompactionFailedLine, CompactionLine, HostLine, ResultLine, RunTotals, SessionLine,
-    StartupErrorLine, WorkspaceChangesLine,
+    CompactionFailedLine, CompactionLine, GitCodeChange, GitCodeChangeKind, HostLine, ResultLine,
+    RunTotals, SessionLine, StartupErrorLine, WorkspaceChangesLine,
 };
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,

@@ -79,6 +79,56 @@ pub struct WorkspaceChangesLine {
     pub changed_paths: Vec<String>,
     /// A unified patch from the start state (`git apply --binary` applies it).
     pub patch: String,
+    /// Repository code the run's commands planted or changed: git hooks and
+    /// configuration that runs programs (`core.fsmonitor`, filter and diff
+    /// drivers, …) in any repository in the workspace, which the user's
+    /// next `git` command there would run. Each was also a `warning` event.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub git_code: Vec<GitCodeChange>,
+}
+
+/// One piece of repository code a command planted or changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct GitCodeChange {
+    /// The repository's git directory, relative to the workspace (`.git`,
+    /// `vendor/lib/.git`).
+    pub repository: String,
+    /// What: `hooks/pre-commit`, or a configuration key such as
+    /// `core.fsmonitor` or `filter.lfs.smudge` (never its value).
+    pub item: String,
+    /// Whether it is new or was changed.
+    pub change: GitCodeChangeKind,
+    /// The call after which Keel noticed it.
+    pub call_id: String,
+}
+
+impl GitCodeChange {
+    /// A change to `item` of the repository at `repository`.
+    pub fn new(
+        repository: impl Into<String>,
+        item: impl Into<String>,
+        change: GitCodeChangeKind,
+        call_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            repository: repository.into(),
+            item: item.into(),
+            change,
+            call_id: call_id.into(),
+        }
+    }
+}
+
+/// How a piece of repository code changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum GitCodeChangeKind {
+    /// It was not there before the call.
+    Added,
+    /// It was there and is different now.
+    Changed,
 }
 
 /// The `session` line.

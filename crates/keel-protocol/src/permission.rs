@@ -151,6 +151,13 @@ pub struct PermissionDecision {
 /// call whose answer made the rule, whose exact arguments are in the
 /// session. A rule is only consulted where the policy would ask the host:
 /// it never allows what the mode denies.
+///
+/// A rule is bound to what was approved, not only to its text:
+/// `binding_sha256` hashes the call's targets as they resolved when the
+/// host answered (canonical paths with device and inode, a command's
+/// expanded words and programs). A later call matches only while its own
+/// targets resolve the same; otherwise the kernel asks again. A rule
+/// recorded before bindings existed has none and matches nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct PermissionRule {
     /// The tool the rule is for.
@@ -161,6 +168,12 @@ pub struct PermissionRule {
     pub scope: IntentScope,
     /// sha256 (hex) of the canonical JSON of the matched target.
     pub target_sha256: String,
+    /// sha256 (hex) of the canonical JSON of what the target resolved to
+    /// when the host answered; absent in rules written before it existed
+    /// and for targets that could not be resolved (such a rule matches
+    /// nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_sha256: Option<String>,
     /// What the rule decides for a matching call.
     pub resolution: PermissionResolution,
     /// The call whose host answer made the rule.

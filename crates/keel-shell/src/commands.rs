@@ -47,6 +47,7 @@ impl Walker<'_> {
         if !self.step() {
             return unchanged;
         }
+        self.out.command(fields.iter().map(Field::word).collect());
         let Some(name) = head.known() else {
             let why = match head.opaque {
                 true => "it is a positional parameter".to_owned(),

@@ -79,6 +79,15 @@ impl Field {
         }
     }
 
+    /// The word as far as it is known: its text, followed by `\u{0}?` when
+    /// part of it is not known statically (a NUL cannot occur in a word).
+    pub(super) fn word(&self) -> String {
+        match self.known() {
+            Some(text) => text.to_owned(),
+            None => format!("{}\u{0}?", self.text),
+        }
+    }
+
     /// The text when the value is fully known.
     pub(super) fn known(&self) -> Option<&str> {
         (self.unknown.is_none() && !self.opaque).then_some(self.text.as_str())

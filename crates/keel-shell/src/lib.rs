@@ -94,6 +94,12 @@ pub struct ShellAnalysis {
     /// Targets and reasons hold no URL userinfo, query or fragment
     /// ([`redact_url`]): they are shown to hosts and stored in sessions.
     pub reasons: Vec<String>,
+    /// The words of each simple command the walk reached, in order, as far
+    /// as they are known statically (variables set in the command
+    /// expanded; a word with an unknown part is its known prefix followed
+    /// by `\u{0}?`); at most 32 commands of 64 words. Not redacted: a
+    /// session keeps only hashes of it (an "always" answer binds to it).
+    pub commands: Vec<Vec<String>>,
 }
 
 impl ShellAnalysis {
@@ -104,6 +110,7 @@ impl ShellAnalysis {
             scope: IntentScope::Unknown,
             targets: Vec::new(),
             reasons: vec![reason.into()],
+            commands: Vec::new(),
         }
     }
 }

@@ -17,6 +17,10 @@ use super::redact::redact_urls_in;
 const MAX_TARGETS: usize = 32;
 /// Most reasons reported.
 const MAX_REASONS: usize = 32;
+/// Most commands whose words are reported.
+const MAX_COMMANDS: usize = 32;
+/// Most words reported per command.
+const MAX_WORDS: usize = 64;
 
 /// The findings so far.
 #[derive(Debug, Default)]
@@ -28,6 +32,7 @@ pub(super) struct Findings {
     unknown_scope: bool,
     targets: Vec<String>,
     reasons: Vec<String>,
+    commands: Vec<Vec<String>>,
 }
 
 impl Findings {
@@ -70,6 +75,14 @@ impl Findings {
         );
     }
 
+    /// The words of one simple command as expanded statically.
+    pub(super) fn command(&mut self, words: Vec<String>) {
+        if self.commands.len() < MAX_COMMANDS {
+            self.commands
+                .push(words.into_iter().take(MAX_WORDS).collect());
+        }
+    }
+
     /// Records a reason.
     fn reason(&mut self, reason: String) {
         push_bounded(&mut self.reasons, redact_urls_in(&reason), MAX_REASONS);
@@ -101,6 +114,7 @@ impl Findings {
             scope,
             targets: self.targets,
             reasons: if plain { Vec::new() } else { self.reasons },
+            commands: self.commands,
         }
     }
 }

@@ -22,6 +22,7 @@
 //! and exec is done by [`sandbox::Confinement::apply`].
 
 mod beneath;
+pub mod binding;
 pub mod builtin;
 pub mod changes;
 pub mod evidence;

@@ -51,6 +51,20 @@ pub trait Tool: Send + Sync {
         (self.intent(arguments, workspace), Vec::new())
     }
 
+    /// What a host's "always" answer for this call binds to: its targets as
+    /// they resolve now ([`crate::binding`]). The kernel stores a hash of
+    /// it in the session rule and applies the rule to a later call only
+    /// while that call's binding is the same, so a rule never follows a
+    /// re-pointed symlink. `None` binds to nothing: the answer then decides
+    /// no later call. The default binds a string `path` argument
+    /// ([`crate::binding::path`]) and otherwise only the arguments' text.
+    fn approval_binding(&self, arguments: &Value, workspace: &Workspace) -> Option<Value> {
+        match arguments.get("path") {
+            Some(Value::String(path)) => crate::binding::path(workspace, path),
+            _ => Some(Value::Null),
+        }
+    }
+
     /// How a call cut short by a crash may be recovered (the effect
     /// journal, SPEC §8). The default, `undeclared`, means never run again.
     fn idempotency(&self) -> Idempotency {

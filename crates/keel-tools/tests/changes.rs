@@ -415,6 +415,7 @@ fn no_changes_give_an_empty_result() {
     let empty = WorkspaceChanges {
         changed_paths: Vec::new(),
         patch: String::new(),
+        git_code: Vec::new(),
     };
 
     let plain = tempfile::tempdir().unwrap();

@@ -256,11 +256,15 @@ struct SkeletonEntry<'a> {
 }
 
 /// The entry kinds this version knows; anything else is not a valid record.
+/// Every kind of `EntryPayload` must be here (the test
+/// `every_entry_payload_kind_is_known_to_the_scan` compares this list with
+/// the entry schema), or a session holding it cannot be opened again.
 const KINDS: &[&str] = &[
     "configuration",
     "message",
     "checkpoint",
     "permission_decision",
+    "permission_rule",
     "branch_summary",
     "label",
     "run_start",
@@ -359,6 +363,44 @@ pub(crate) fn encode_header(header: &Header) -> Result<Vec<u8>, serde_json::Erro
 mod tests {
     use super::*;
     use keel_protocol::{EntryPayload, Message, UserMessage};
+
+    /// The `kind` constants of every variant in the entry schema.
+    fn schema_kinds(value: &serde_json::Value, out: &mut Vec<String>) {
+        match value {
+            serde_json::Value::Object(map) => {
+                if let Some(kind) = map
+                    .get("properties")
+                    .and_then(|properties| properties.get("kind"))
+                    .and_then(|kind| kind.get("const"))
+                    .and_then(serde_json::Value::as_str)
+                {
+                    out.push(kind.to_owned());
+                }
+                map.values().for_each(|item| schema_kinds(item, out));
+            }
+            serde_json::Value::Array(items) => {
+                items.iter().for_each(|item| schema_kinds(item, out))
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn every_entry_payload_kind_is_known_to_the_scan() {
+        let (_, schema) = keel_protocol::schema::all()
+            .into_iter()
+            .find(|(name, _)| *name == "entry")
+            .expect("the entry schema");
+        let mut kinds = Vec::new();
+        schema_kinds(
+            &serde_json::to_value(&schema).expect("a schema is JSON"),
+            &mut kinds,
+        );
+        assert!(kinds.len() >= KINDS.len(), "{kinds:?}");
+        for kind in kinds {
+            assert!(KINDS.contains(&kind.as_str()), "`{kind}` is not in KINDS");
+        }
+    }
 
     fn entry(id: &str) -> Record {
         Record::Entry {

@@ -128,6 +128,7 @@ pub(super) fn files_changes(
     let mut changes = WorkspaceChanges {
         changed_paths: Vec::new(),
         patch: String::new(),
+        git_code: Vec::new(),
     };
     for rel in paths {
         let new = changed.get(rel);

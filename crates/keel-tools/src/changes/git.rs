@@ -331,6 +331,7 @@ pub(super) fn git_changes(
     let mut changes = WorkspaceChanges {
         changed_paths: Vec::new(),
         patch: String::new(),
+        git_code: Vec::new(),
     };
     if start.commit != end.commit {
         let mut tail: Vec<&OsStr> = vec![

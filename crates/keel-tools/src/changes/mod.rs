@@ -60,6 +60,7 @@
 
 mod files;
 mod git;
+pub mod gitcode;
 mod scan;
 mod shadow;
 
@@ -171,12 +172,15 @@ pub struct WorkspaceChanges {
     pub changed_paths: Vec<String>,
     /// A unified, git-compatible patch from the start state to the end state.
     pub patch: String,
+    /// Repository code the run's commands planted or changed
+    /// ([`gitcode`]); the kernel fills it in, a [`Baseline`] leaves it empty.
+    pub git_code: Vec<keel_protocol::GitCodeChange>,
 }
 
 impl WorkspaceChanges {
     /// Whether the run changed nothing.
     pub fn is_empty(&self) -> bool {
-        self.changed_paths.is_empty() && self.patch.is_empty()
+        self.changed_paths.is_empty() && self.patch.is_empty() && self.git_code.is_empty()
     }
 }
 

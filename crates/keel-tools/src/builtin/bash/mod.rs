@@ -177,6 +177,15 @@ impl Tool for BashTool {
         (intent, analysis.reasons)
     }
 
+    fn approval_binding(&self, arguments: &Value, workspace: &Workspace) -> Option<Value> {
+        let command = arguments.get("command").and_then(Value::as_str)?;
+        Some(crate::binding::command(
+            workspace,
+            command,
+            Some(Path::new(TMPDIR_STAND_IN)),
+        ))
+    }
+
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(async move {
             let arguments: BashArguments = parse_arguments(self.name(), arguments)?;

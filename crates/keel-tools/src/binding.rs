@@ -1,0 +1,230 @@
+//! What a host's "always" answer binds to: a call's targets as they resolve
+//! now, not the text that named them.
+//!
+//! A session rule made from an answer with scope `always` holds only while
+//! the call's targets resolve to the same objects as when the host
+//! answered ([`Tool::approval_binding`](crate::Tool::approval_binding)). A
+//! path binds to its canonical location (every symlink followed) and to the
+//! identity of what is there:
+//!
+//! - the directory that holds the name (device and inode), for a regular
+//!   file with one link or a name that does not exist yet — the `write` and
+//!   `edit` tools replace a file by renaming a new one over it, so the file's
+//!   own inode changes with every write while the place stays the same;
+//! - its own device and inode, for anything else: a directory, a file with
+//!   several hard links (another name may be anywhere), a device or a FIFO.
+//!
+//! A command binds to its statically expanded words, each command name
+//! resolved through `PATH` to its canonical file (device and inode), its
+//! kind and scope, and every path it names bound as above. So re-pointing a
+//! workspace symlink, swapping a directory, planting a hard link or a
+//! program earlier on `PATH` changes the binding, and Keel asks again.
+//!
+//! Nothing here opens a file: only metadata is read and links resolved.
+//! The binding is hashed before it is stored; it may hold paths and
+//! command words and is never shown.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::shell::paths::normalize;
+use crate::workspace::Workspace;
+
+/// The binding of a file tool's `path`: its canonical location and the
+/// identity of what is there; `None` when it cannot be resolved (a dangling
+/// symlink, an invalid path), so an answer about it binds to nothing.
+pub fn path(workspace: &Workspace, path: &str) -> Option<Value> {
+    let resolved = workspace.allowing_outside().resolve(path).ok()?;
+    Some(located(&resolved))
+}
+
+/// The binding of a shell command run from the workspace root, with
+/// `temp_dir` standing for the private temp dir as in the analysis.
+pub fn command(workspace: &Workspace, command: &str, temp_dir: Option<&Path>) -> Value {
+    let root = workspace.root();
+    let analysis = crate::shell::analyze(command, root, temp_dir);
+    let commands: Vec<Value> = analysis
+        .commands
+        .iter()
+        .map(|words| {
+            let program = words
+                .first()
+                .map_or(Value::Null, |name| program(name, root));
+            json!({ "words": words, "program": program })
+        })
+        .collect();
+    let targets: Vec<Value> = analysis
+        .targets
+        .iter()
+        .map(|target| target_binding(target, root))
+        .collect();
+    json!({
+        "kind": analysis.kind,
+        "scope": analysis.scope,
+        "commands": commands,
+        "targets": targets,
+    })
+}
+
+/// A target the analysis named: a path (workspace-relative or absolute)
+/// bound to what is there; a URL, host or home-relative text as it is.
+fn target_binding(target: &str, root: &Path) -> Value {
+    if target.contains("://") || target.starts_with('~') {
+        return json!({ "text": target });
+    }
+    located(&resolve_now(&root.join(target)))
+}
+
+/// Where a command name runs from: a name with a slash relative to the
+/// root, else the first executable file of that name on `PATH` (Keel's own,
+/// which the sandboxed child inherits).
+fn program(name: &str, root: &Path) -> Value {
+    if name.contains('\0') {
+        return json!({ "unknown": name });
+    }
+    if name.contains('/') {
+        return located(&resolve_now(&root.join(name)));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = root.join(dir).join(name);
+        if fs::metadata(&candidate).is_ok_and(|meta| meta.is_file()) {
+            return located(&resolve_now(&candidate));
+        }
+    }
+    json!({ "not_on_path": name })
+}
+
+/// An absolute path with every existing prefix resolved physically (the
+/// rest kept lexically), as the kernel would resolve it now.
+fn resolve_now(path: &Path) -> PathBuf {
+    let normalized = normalize(path);
+    let mut existing = normalized.as_path();
+    let mut rest: Vec<&OsStr> = Vec::new();
+    loop {
+        if let Ok(real) = fs::canonicalize(existing) {
+            return rest.iter().rev().fold(real, |acc, part| acc.join(part));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name);
+                existing = parent;
+            }
+            _ => return normalized,
+        }
+    }
+}
+
+/// A resolved path and the identity of what is there (see the module docs).
+fn located(path: &Path) -> Value {
+    let holder = nearest_directory(path);
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_file() && meta.nlink() == 1 => {
+            json!({ "path": path, "in": holder })
+        }
+        Ok(meta) => json!({
+            "path": path,
+            "in": holder,
+            "type": type_name(&meta),
+            "dev": meta.dev(),
+            "ino": meta.ino(),
+            "links": meta.nlink(),
+        }),
+        // Absent (or not inspectable): the place it would be created in.
+        Err(_) => json!({ "path": path, "in": holder }),
+    }
+}
+
+/// The nearest existing directory above `path`, with its device and inode.
+fn nearest_directory(path: &Path) -> Value {
+    let mut current = path.parent();
+    while let Some(dir) = current {
+        if let Ok(meta) = fs::metadata(dir) {
+            return json!({ "dir": dir, "dev": meta.dev(), "ino": meta.ino() });
+        }
+        current = dir.parent();
+    }
+    Value::Null
+}
+
+fn type_name(meta: &fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = meta.file_type();
+    if kind.is_dir() {
+        "directory"
+    } else if kind.is_file() {
+        "file"
+    } else if kind.is_symlink() {
+        "symlink"
+    } else if kind.is_fifo() {
+        "fifo"
+    } else if kind.is_socket() {
+        "socket"
+    } else if kind.is_block_device() || kind.is_char_device() {
+        "device"
+    } else {
+        "other"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::os::unix::fs::symlink;
+
+    use super::*;
+
+    #[test]
+    fn a_repointed_symlink_or_a_hard_link_changes_a_path_binding_a_rewrite_does_not() {
+        let base = tempfile::tempdir().unwrap();
+        let ws = base.path().join("ws");
+        for dir in ["ws", "a", "b"] {
+            fs::create_dir(base.path().join(dir)).unwrap();
+        }
+        fs::write(base.path().join("a/config"), "a").unwrap();
+        fs::write(base.path().join("b/config"), "b").unwrap();
+        symlink(base.path().join("a"), ws.join("link")).unwrap();
+        let workspace = Workspace::new(&ws).unwrap();
+        let before = path(&workspace, "link/config").unwrap();
+        // Rewritten by rename, as the write tool does: the same place.
+        fs::write(base.path().join("a/new"), "a2").unwrap();
+        fs::rename(base.path().join("a/new"), base.path().join("a/config")).unwrap();
+        assert_eq!(path(&workspace, "link/config").unwrap(), before);
+        fs::remove_file(ws.join("link")).unwrap();
+        symlink(base.path().join("b"), ws.join("link")).unwrap();
+        assert_ne!(path(&workspace, "link/config").unwrap(), before);
+        // A hard link in place of a single-link file: bound to its inode.
+        fs::write(ws.join("f"), "x").unwrap();
+        let single = path(&workspace, "f").unwrap();
+        fs::remove_file(ws.join("f")).unwrap();
+        fs::hard_link(base.path().join("b/config"), ws.join("f")).unwrap();
+        assert_ne!(path(&workspace, "f").unwrap(), single);
+        // A dangling symlink binds to nothing.
+        symlink(base.path().join("gone"), ws.join("dangling")).unwrap();
+        assert_eq!(path(&workspace, "dangling/x"), None);
+    }
+
+    #[test]
+    fn a_command_binds_to_the_paths_it_names_as_they_resolve_now() {
+        let base = tempfile::tempdir().unwrap();
+        let ws = base.path().join("ws");
+        for dir in ["ws", "a", "b"] {
+            fs::create_dir(base.path().join(dir)).unwrap();
+        }
+        symlink(base.path().join("a"), ws.join("link")).unwrap();
+        let workspace = Workspace::new(&ws).unwrap();
+        let text = "cat link/credentials";
+        let before = command(&workspace, text, None);
+        assert_eq!(command(&workspace, text, None), before);
+        fs::remove_file(ws.join("link")).unwrap();
+        symlink(base.path().join("b"), ws.join("link")).unwrap();
+        assert_ne!(command(&workspace, text, None), before);
+        let words = &before["commands"][0]["words"];
+        assert_eq!(words, &json!(["cat", "link/credentials"]));
+    }
+}

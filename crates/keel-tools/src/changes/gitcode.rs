@@ -1,0 +1,660 @@
+//! Repository code planted for later: git hooks and configuration that
+//! runs programs, in any repository inside the workspace.
+//!
+//! A command can leave code that git runs at the user's next `git status`
+//! or `git commit`: a hook, `core.fsmonitor`, a filter or diff driver, an
+//! alias — in the workspace's repository (where the sandbox keeps `.git`
+//! read-only unless the host approved writing it) or in a repository the
+//! command made itself (`git init sub`, a python script writing
+//! `sub/.git/config`), which no sandbox rule covers because it is plain
+//! workspace content. The kernel takes a [`GitCodeSnapshot`] before and
+//! after each command and reports what [`GitCodeSnapshot::changes_since`]
+//! finds, so nobody runs it unknowingly.
+//!
+//! What a snapshot holds, per repository: the names, inodes, sizes, modes
+//! and modification times in `hooks/` (`*.sample` files, which git never
+//! runs, left out), and which code-bearing configuration keys
+//! ([`CODE_KEYS`]) `config` and `config.worktree` set, each with a hash of
+//! its values. Repositories are found by walking the workspace: every
+//! `.git` directory, and every `.git` file (a submodule's or worktree's
+//! link) whose `gitdir:` lies inside the workspace.
+//!
+//! Invariants:
+//! - Keel runs no git and no repository code to look: it reads the files
+//!   itself, each opened beneath the workspace handle with no symlink
+//!   followed ([`crate::beneath`]), non-blocking, regular files only, at
+//!   most [`MAX_CONFIG`] bytes; a config that is not a readable regular file
+//!   is itself reported. Values are hashed, never kept or shown.
+//! - Bounded: the walk goes [`MAX_DEPTH`] directories deep, visits at most
+//!   [`MAX_DIRS`] directories and [`MAX_REPOSITORIES`] repositories, skips
+//!   dependency and build directories ([`SKIPPED`]) and never follows a
+//!   symlink. What lies beyond is not seen (docs/security.md).
+//! - A snapshot never fails: what cannot be read is recorded as such, so
+//!   that the comparison only ever reports more.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use keel_protocol::{GitCodeChange, GitCodeChangeKind};
+use nix::fcntl::{AtFlags, OFlag};
+use nix::sys::stat::Mode;
+use sha2::{Digest, Sha256};
+
+use crate::beneath;
+use crate::shell::paths::normalize;
+
+/// Deepest directory (below the root) whose `.git` is looked at.
+pub const MAX_DEPTH: usize = 6;
+/// Most directories one snapshot lists.
+pub const MAX_DIRS: usize = 4096;
+/// Most repositories one snapshot records.
+pub const MAX_REPOSITORIES: usize = 64;
+/// Largest `config` file read; a larger one is reported as unreadable.
+pub const MAX_CONFIG: u64 = 1024 * 1024;
+/// Most hook entries recorded per repository.
+const MAX_HOOKS: usize = 256;
+/// Largest `.git` link file read.
+const MAX_GITLINK: u64 = 4096;
+
+/// Directories the walk does not enter: dependencies and build output,
+/// large and not where a person runs `git`.
+pub const SKIPPED: &[&str] = &[
+    "node_modules",
+    "target",
+    ".venv",
+    "venv",
+    "__pycache__",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".gradle",
+];
+
+/// Configuration keys whose value git runs as a program or shell command
+/// (or that make git read more configuration), lower-cased; `*` is one
+/// subsection (`filter.*.clean` is `filter.<name>.clean`). A key of the
+/// sections in [`CODE_SECTIONS`] counts whatever its name.
+pub const CODE_KEYS: &[&str] = &[
+    "core.fsmonitor",
+    "core.hookspath",
+    "core.sshcommand",
+    "core.pager",
+    "core.editor",
+    "core.askpass",
+    "core.gitproxy",
+    "core.worktree",
+    "sequence.editor",
+    "diff.external",
+    "diff.*.textconv",
+    "diff.*.command",
+    "difftool.*.cmd",
+    "mergetool.*.cmd",
+    "merge.*.driver",
+    "filter.*.clean",
+    "filter.*.smudge",
+    "filter.*.process",
+    "credential.helper",
+    "credential.*.helper",
+    "gpg.program",
+    "gpg.*.program",
+    "include.path",
+    "includeif.*.path",
+    "remote.*.uploadpack",
+    "remote.*.receivepack",
+    "remote.*.proxy",
+    "http.proxy",
+    "uploadpack.packobjectshook",
+    "protocol.allow",
+    "protocol.*.allow",
+    "web.browser",
+];
+
+/// Sections every key of which counts as code: aliases (`!cmd` runs a
+/// shell), per-command pagers, hooks configured in config (git ≥ 2.36).
+pub const CODE_SECTIONS: &[&str] = &["alias", "pager", "hook"];
+
+/// What one snapshot saw.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GitCodeSnapshot {
+    /// Per repository (its git directory relative to the root).
+    repositories: BTreeMap<PathBuf, Repository>,
+}
+
+/// One repository's code.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct Repository {
+    /// Hook name → its stamp.
+    hooks: BTreeMap<OsString, Stamp>,
+    /// Code-bearing key → hash of its values, over `config` and `config.worktree`.
+    keys: BTreeMap<String, [u8; 32]>,
+}
+
+/// What identifies a hook's content without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Stamp {
+    ino: u64,
+    size: i64,
+    mode: u32,
+    mtime: (i64, i64),
+}
+
+impl GitCodeSnapshot {
+    /// Looks at every repository in the workspace rooted at `root` (a
+    /// canonical directory). Never fails: a workspace that cannot be
+    /// opened has no repositories.
+    pub fn capture(root: &Path) -> GitCodeSnapshot {
+        let mut snapshot = GitCodeSnapshot::default();
+        let Ok(handle) = beneath::open_root(root) else {
+            return snapshot;
+        };
+        let mut walk = Walk {
+            root: &handle,
+            dirs: 0,
+            snapshot: &mut snapshot,
+        };
+        walk.dir(Path::new(""), 0);
+        snapshot
+    }
+
+    /// What is new or changed in `self` compared with `before`, attributed
+    /// to `call_id`, in a stable order.
+    pub fn changes_since(&self, before: &GitCodeSnapshot, call_id: &str) -> Vec<GitCodeChange> {
+        let mut changes = Vec::new();
+        for (repository, now) in &self.repositories {
+            let then = before.repositories.get(repository);
+            let shown = printable(&repository.to_string_lossy());
+            let mut report = |item: String, change| {
+                changes.push(GitCodeChange::new(
+                    shown.clone(),
+                    printable(&item),
+                    change,
+                    call_id,
+                ));
+            };
+            for (name, stamp) in &now.hooks {
+                let item = format!("hooks/{}", name.to_string_lossy());
+                match then.and_then(|then| then.hooks.get(name)) {
+                    None => report(item, GitCodeChangeKind::Added),
+                    Some(old) if old != stamp => report(item, GitCodeChangeKind::Changed),
+                    Some(_) => {}
+                }
+            }
+            for (key, hash) in &now.keys {
+                match then.and_then(|then| then.keys.get(key)) {
+                    None => report(key.clone(), GitCodeChangeKind::Added),
+                    Some(old) if old != hash => report(key.clone(), GitCodeChangeKind::Changed),
+                    Some(_) => {}
+                }
+            }
+        }
+        changes
+    }
+
+    /// How many repositories the snapshot saw.
+    pub fn repositories(&self) -> usize {
+        self.repositories.len()
+    }
+}
+
+/// Names a command chose, made safe to show: control characters (a
+/// terminal escape in a hook's name) become `?`, and at most 200
+/// characters are kept.
+fn printable(text: &str) -> String {
+    const MAX: usize = 200;
+    let mut shown: String = text
+        .chars()
+        .take(MAX)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().count() > MAX {
+        shown.push('…');
+    }
+    shown
+}
+
+/// The walk in progress.
+struct Walk<'a> {
+    root: &'a OwnedFd,
+    dirs: usize,
+    snapshot: &'a mut GitCodeSnapshot,
+}
+
+impl Walk<'_> {
+    /// Lists the directory `rel` (beneath the root), records the
+    /// repository its `.git` names, and walks its subdirectories.
+    fn dir(&mut self, rel: &Path, depth: usize) {
+        if self.dirs >= MAX_DIRS {
+            return;
+        }
+        self.dirs += 1;
+        let Some(entries) = list(self.root, rel) else {
+            return;
+        };
+        let mut subdirs = Vec::new();
+        for (name, kind) in entries {
+            if name.as_bytes() == b".git" {
+                match kind {
+                    Kind::Dir => self.repository(&rel.join(".git")),
+                    Kind::File => self.gitlink(rel),
+                    Kind::Other => {}
+                }
+            } else if kind == Kind::Dir
+                && depth < MAX_DEPTH
+                && !SKIPPED
+                    .iter()
+                    .any(|skip| name.as_bytes() == skip.as_bytes())
+            {
+                subdirs.push(name);
+            }
+        }
+        subdirs.sort();
+        for name in subdirs {
+            self.dir(&rel.join(name), depth + 1);
+        }
+    }
+
+    /// A `.git` file in `rel`: the repository its `gitdir:` names, when
+    /// that lies inside the workspace (lexically; opening it beneath the
+    /// root then refuses any symlink on the way).
+    fn gitlink(&mut self, rel: &Path) {
+        let Some(text) = read_small(self.root, &rel.join(".git"), MAX_GITLINK) else {
+            return;
+        };
+        let Some(target) = String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|line| line.strip_prefix("gitdir:").map(|t| t.trim().to_owned()))
+        else {
+            return;
+        };
+        // Relative to the directory holding the link, against a stand-in
+        // root `/`, so `..` cannot climb above the workspace unnoticed.
+        let joined = normalize(&Path::new("/").join(rel).join(&target));
+        let Ok(inside) = joined.strip_prefix("/") else {
+            return;
+        };
+        if Path::new(&target).is_absolute() || inside.as_os_str().is_empty() {
+            return;
+        }
+        self.repository(inside);
+    }
+
+    /// Records the repository whose git directory is `gitdir` (beneath the root).
+    fn repository(&mut self, gitdir: &Path) {
+        if self.snapshot.repositories.len() >= MAX_REPOSITORIES
+            || self.snapshot.repositories.contains_key(gitdir)
+        {
+            return;
+        }
+        let mut repository = Repository::default();
+        if let Some(entries) = list(self.root, &gitdir.join("hooks")) {
+            for (name, _) in entries.into_iter().take(MAX_HOOKS) {
+                if name.as_bytes().ends_with(b".sample") {
+                    continue;
+                }
+                let stamp = stamp(self.root, &gitdir.join("hooks"), &name);
+                repository.hooks.insert(name, stamp);
+            }
+        } else if exists(self.root, &gitdir.join("hooks")) {
+            // A `hooks` that cannot be listed (a symlink, a file): report it.
+            let stamp = stamp(self.root, gitdir, OsStr::new("hooks"));
+            repository
+                .hooks
+                .insert(OsString::from("(not a directory)"), stamp);
+        }
+        for file in ["config", "config.worktree"] {
+            config_keys(self.root, &gitdir.join(file), file, &mut repository.keys);
+        }
+        self.snapshot
+            .repositories
+            .insert(gitdir.to_path_buf(), repository);
+    }
+}
+
+/// What a directory entry is (never following a symlink).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    File,
+    Other,
+}
+
+/// The entries of the directory `rel` beneath `root`, `.` and `..` left
+/// out; `None` when it cannot be opened as a directory without following
+/// a symlink.
+fn list(root: &OwnedFd, rel: &Path) -> Option<Vec<(OsString, Kind)>> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_NONBLOCK;
+    let fd = beneath::open(root, rel, flags, Mode::empty()).ok()?;
+    let mut dir = nix::dir::Dir::from_fd(fd).ok()?;
+    let dirfd = dir.as_fd().try_clone_to_owned().ok()?;
+    let mut entries = Vec::new();
+    for entry in dir.iter().flatten() {
+        let name = OsStr::from_bytes(entry.file_name().to_bytes());
+        if name == "." || name == ".." {
+            continue;
+        }
+        let kind = match entry.file_type() {
+            Some(nix::dir::Type::Directory) => Kind::Dir,
+            Some(nix::dir::Type::File) => Kind::File,
+            Some(_) => Kind::Other,
+            // DT_UNKNOWN: ask, without following a symlink.
+            None => match nix::sys::stat::fstatat(&dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(stat) if stat.st_mode & S_IFMT == S_IFDIR => Kind::Dir,
+                Ok(stat) if stat.st_mode & S_IFMT == S_IFREG => Kind::File,
+                _ => Kind::Other,
+            },
+        };
+        entries.push((name.to_os_string(), kind));
+    }
+    Some(entries)
+}
+
+const S_IFMT: u32 = nix::sys::stat::SFlag::S_IFMT.bits();
+const S_IFDIR: u32 = nix::sys::stat::SFlag::S_IFDIR.bits();
+const S_IFREG: u32 = nix::sys::stat::SFlag::S_IFREG.bits();
+
+/// Whether anything is at `rel` (not following a final symlink).
+fn exists(root: &OwnedFd, rel: &Path) -> bool {
+    let flags = OFlag::O_PATH;
+    match beneath::open(root, rel, flags, Mode::empty()) {
+        Ok(_) => true,
+        // ELOOP: a symlink is there.
+        Err(error) => error.raw_os_error() == Some(nix::libc::ELOOP),
+    }
+}
+
+/// The stamp of `name` in the directory `dir` (beneath `root`), without
+/// following a symlink; all zero when it cannot be inspected.
+fn stamp(root: &OwnedFd, dir: &Path, name: &OsStr) -> Stamp {
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY;
+    let stat = beneath::open(root, dir, flags, Mode::empty())
+        .ok()
+        .and_then(|dirfd| nix::sys::stat::fstatat(&dirfd, name, AtFlags::AT_SYMLINK_NOFOLLOW).ok());
+    match stat {
+        Some(stat) => Stamp {
+            ino: stat.st_ino,
+            size: stat.st_size,
+            mode: stat.st_mode,
+            mtime: (stat.st_mtime, stat.st_mtime_nsec),
+        },
+        None => Stamp {
+            ino: 0,
+            size: -1,
+            mode: 0,
+            mtime: (0, 0),
+        },
+    }
+}
+
+/// Reads a regular file beneath `root` of at most `limit` bytes, opened
+/// non-blocking with no symlink followed; `None` otherwise.
+fn read_small(root: &OwnedFd, rel: &Path, limit: u64) -> Option<Vec<u8>> {
+    let mut file: File = beneath::open_read(root, rel).ok()?;
+    beneath::regular(&file).ok()?.ok()?;
+    beneath::read_bounded(&mut file, limit).ok()?.ok()
+}
+
+/// Adds the code-bearing keys of the config file `rel` to `keys`. A
+/// config that is there but cannot be read as a regular file within the
+/// size cap counts as one key, `(unreadable <name>)`, bound to its stamp.
+fn config_keys(root: &OwnedFd, rel: &Path, name: &str, keys: &mut BTreeMap<String, [u8; 32]>) {
+    let opened = beneath::open_read(root, rel);
+    let bytes = match opened {
+        Err(error) if error.kind() == io::ErrorKind::NotFound => return,
+        Err(error) => Err(error.to_string()),
+        Ok(mut file) => match beneath::regular(&file) {
+            Ok(Ok(meta)) => match beneath::read_bounded(&mut file, MAX_CONFIG) {
+                Ok(Ok(bytes)) => Ok(bytes),
+                _ => Err(format!(
+                    "{}:{}:{}",
+                    meta.ino(),
+                    meta.size(),
+                    meta.mtime_nsec()
+                )),
+            },
+            _ => Err("not a regular file".to_owned()),
+        },
+    };
+    match bytes {
+        Ok(bytes) => {
+            for (key, hash) in code_keys(&bytes) {
+                keys.entry(key)
+                    .and_modify(|old| *old = hash_pair(old, &hash))
+                    .or_insert(hash);
+            }
+        }
+        Err(what) => {
+            keys.insert(
+                format!("(unreadable {name})"),
+                Sha256::digest(what.as_bytes()).into(),
+            );
+        }
+    }
+}
+
+fn hash_pair(a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(a);
+    hasher.update(b);
+    hasher.finalize().into()
+}
+
+/// The code-bearing keys a git config file sets, each with a hash of its
+/// values in order. The syntax is git's: `[section]`, `[section
+/// "subsection"]`, `[section.subsection]`, `key = value` or a bare `key`,
+/// `#`/`;` comments, a `\` at the end of a line continuing the value.
+/// Section and key names compare without case, subsections with.
+pub fn code_keys(bytes: &[u8]) -> BTreeMap<String, [u8; 32]> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut section = String::new();
+    let mut values: BTreeMap<String, Sha256> = BTreeMap::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        let mut rest = line.trim_start();
+        if rest.starts_with('[') {
+            match parse_section(rest) {
+                Some((name, after)) => {
+                    section = name;
+                    rest = after.trim_start();
+                }
+                None => {
+                    section = "(unparsed)".to_owned();
+                    continue;
+                }
+            }
+        }
+        if rest.is_empty() || rest.starts_with('#') || rest.starts_with(';') {
+            continue;
+        }
+        let (name, value) = match rest.find('=') {
+            Some(at) => (
+                rest.get(..at).unwrap_or_default(),
+                rest.get(at + 1..).unwrap_or_default(),
+            ),
+            None => (rest, ""),
+        };
+        let mut value = value.to_owned();
+        while value.trim_end().ends_with('\\') && !value.trim_end().ends_with("\\\\") {
+            match lines.next() {
+                Some(next) => {
+                    value.push('\n');
+                    value.push_str(next);
+                }
+                None => break,
+            }
+        }
+        let key = format!("{section}.{}", name.trim().to_ascii_lowercase());
+        if is_code_key(&key) {
+            values.entry(key).or_default().update(value.as_bytes());
+        }
+    }
+    values
+        .into_iter()
+        .map(|(key, hasher)| (key, hasher.finalize().into()))
+        .collect()
+}
+
+/// `[name]`, `[name "sub"]` or `[name.sub]` at the start of `line`: the
+/// section's key prefix and the text after `]`.
+fn parse_section(line: &str) -> Option<(String, &str)> {
+    let inner = line.strip_prefix('[')?;
+    let end = find_section_end(inner)?;
+    let header = inner.get(..end)?;
+    let after = inner.get(end + 1..)?;
+    let header = header.trim();
+    let name = match header.find(|c: char| c.is_whitespace()) {
+        Some(space) => {
+            let (name, sub) = header.split_at(space);
+            let sub = sub.trim();
+            let sub = sub.strip_prefix('"')?.strip_suffix('"')?;
+            let sub = sub.replace("\\\"", "\"").replace("\\\\", "\\");
+            format!("{}.{sub}", name.to_ascii_lowercase())
+        }
+        None => match header.split_once('.') {
+            Some((name, sub)) => {
+                format!("{}.{}", name.to_ascii_lowercase(), sub.to_ascii_lowercase())
+            }
+            None => header.to_ascii_lowercase(),
+        },
+    };
+    Some((name, after))
+}
+
+/// The index of the `]` closing a section header, outside quotes.
+fn find_section_end(inner: &str) -> Option<usize> {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (at, c) in inner.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            ']' if !quoted => return Some(at),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a full key (`section[.sub].name`, section and name lower-cased)
+/// is code-bearing. A section Keel could not parse counts: it may be any.
+fn is_code_key(key: &str) -> bool {
+    let Some((section, name)) = key.split_once('.') else {
+        return false;
+    };
+    if section == "(unparsed)" || CODE_SECTIONS.contains(&section) {
+        return true;
+    }
+    let (sub, name) = match name.rsplit_once('.') {
+        Some((sub, name)) => (Some(sub), name),
+        None => (None, name),
+    };
+    CODE_KEYS.iter().any(|pattern| {
+        let mut parts = pattern.split('.');
+        let (Some(p_section), Some(second)) = (parts.next(), parts.next()) else {
+            return false;
+        };
+        match (parts.next(), sub) {
+            (None, None) => p_section == section && second == name,
+            (Some(p_name), Some(_)) => p_section == section && second == "*" && p_name == name,
+            _ => false,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn code_keys_are_found_in_every_section_form_and_others_are_not() {
+        let config = b"[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch x\n\
+            [filter \"lfs\"]\n\tsmudge = a \\\n b\n[diff.Tool]\ntextconv=cat\n\
+            [ALIAS] st = !sh\n[user]\n\tname = u\n[remote \"o\"]\n\turl = x\n";
+        let keys: Vec<String> = code_keys(config).into_keys().collect();
+        assert_eq!(
+            keys,
+            [
+                "alias.st",
+                "core.fsmonitor",
+                "diff.tool.textconv",
+                "filter.lfs.smudge"
+            ]
+        );
+        let changed = code_keys(b"[core]\n\tfsmonitor = touch y\n");
+        assert_ne!(
+            changed.get("core.fsmonitor"),
+            code_keys(config).get("core.fsmonitor")
+        );
+        assert!(code_keys(b"[core\n fsmonitor = x\n").contains_key("(unparsed).fsmonitor"));
+    }
+
+    #[test]
+    fn new_hooks_and_keys_in_new_and_nested_repositories_are_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        std::fs::write(root.join(".git/hooks/pre-commit.sample"), "x").unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        assert_eq!(before.repositories(), 1);
+        assert!(
+            GitCodeSnapshot::capture(root)
+                .changes_since(&before, "c")
+                .is_empty()
+        );
+        std::fs::create_dir_all(root.join("a/b/.git/hooks")).unwrap();
+        std::fs::write(root.join("a/b/.git/hooks/post-checkout"), "#!/bin/sh").unwrap();
+        std::fs::write(root.join(".git/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::create_dir_all(root.join("node_modules/m/.git/hooks")).unwrap();
+        std::fs::write(root.join("node_modules/m/.git/hooks/pre-commit"), "x").unwrap();
+        let after = GitCodeSnapshot::capture(root);
+        let changes = after.changes_since(&before, "c");
+        let items: Vec<(String, String)> = changes
+            .iter()
+            .map(|change| (change.repository.clone(), change.item.clone()))
+            .collect();
+        assert_eq!(
+            items,
+            [
+                (".git".to_owned(), "core.fsmonitor".to_owned()),
+                ("a/b/.git".to_owned(), "hooks/post-checkout".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_config_that_is_a_fifo_or_a_symlink_out_is_reported_never_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("r/.git")).unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        nix::unistd::mkfifo(&root.join("r/.git/config"), Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", root.join("r/.git/config.worktree")).unwrap();
+        let changes = GitCodeSnapshot::capture(root).changes_since(&before, "c");
+        let items: Vec<&str> = changes.iter().map(|c| c.item.as_str()).collect();
+        assert_eq!(
+            items,
+            ["(unreadable config)", "(unreadable config.worktree)"]
+        );
+    }
+
+    #[test]
+    fn a_hook_name_with_a_terminal_escape_is_shown_without_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::write(root.join(".git/hooks/pre-commit\u{1b}[2J"), "x").unwrap();
+        let changes = GitCodeSnapshot::capture(root).changes_since(&before, "c");
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].item, "hooks/pre-commit?[2J");
+    }
+}
