@@ -287,7 +287,7 @@ impl AgentKernel {
     /// Whether `session_id`'s active branch ends in an interrupted run.
     pub async fn interrupted(&self, session_id: &str) -> Result<bool, KernelError> {
         let branch = self.inner.store.context_branch(session_id).await?;
-        Ok(crate::journal::plan(&branch, &|_| None, &|_| {
+        Ok(crate::journal::plan(&branch, &|_| crate::journal::OnDisk::Absent, &|_| {
             crate::journal::ReceiptState::Absent
         })
         .is_interrupted())
@@ -297,7 +297,7 @@ impl AgentKernel {
     /// results: a new run must not continue past them (only `resume` may).
     async fn dangling_calls(&self, session_id: &str) -> Result<bool, KernelError> {
         let branch = self.inner.store.context_branch(session_id).await?;
-        Ok(!crate::journal::plan(&branch, &|_| None, &|_| {
+        Ok(!crate::journal::plan(&branch, &|_| crate::journal::OnDisk::Absent, &|_| {
             crate::journal::ReceiptState::Absent
         })
         .calls

@@ -126,6 +126,7 @@ mod tests {
             id: "c1".into(),
             name: name.into(),
             arguments,
+            wire_id: None,
         }
     }
 

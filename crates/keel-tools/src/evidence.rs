@@ -10,6 +10,9 @@
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use keel_protocol::PathKind;
+
+use crate::beneath::FileKind;
 use crate::workspace::Workspace;
 
 /// One file a call will change.
@@ -31,4 +34,53 @@ pub fn current_content(workspace: &Workspace, abs: &Path) -> Option<Vec<u8>> {
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes).ok()?;
     Some(bytes)
+}
+
+/// What is at a path now, as recovery compares it with the journal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathState {
+    /// Nothing (the path, or a directory on the way, does not exist).
+    Absent,
+    /// A regular file and its content.
+    File(Vec<u8>),
+    /// Something else: a directory, a symlink, a special file, or a file
+    /// that cannot be read.
+    Other(PathKind),
+}
+
+impl PathState {
+    /// The kind of what is there.
+    pub fn kind(&self) -> PathKind {
+        match self {
+            Self::Absent => PathKind::Absent,
+            Self::File(_) => PathKind::File,
+            Self::Other(kind) => *kind,
+        }
+    }
+}
+
+/// What is at `abs` beneath the workspace now, a symlink there not
+/// followed (a link is [`PathKind::Symlink`], whatever it points to).
+pub fn path_state(workspace: &Workspace, abs: &Path) -> PathState {
+    let metadata = match workspace.symlink_metadata(abs) {
+        Ok(metadata) => metadata,
+        Err(error)
+            if matches!(
+                error.raw_os_error(),
+                Some(nix::libc::ENOENT | nix::libc::ENOTDIR)
+            ) =>
+        {
+            return PathState::Absent;
+        }
+        Err(_) => return PathState::Other(PathKind::Other),
+    };
+    match FileKind::of(&metadata) {
+        FileKind::Regular => match current_content(workspace, abs) {
+            Some(bytes) => PathState::File(bytes),
+            None => PathState::Other(PathKind::Other),
+        },
+        FileKind::Directory => PathState::Other(PathKind::Directory),
+        FileKind::Symlink => PathState::Other(PathKind::Symlink),
+        FileKind::Fifo | FileKind::Socket | FileKind::Device => PathState::Other(PathKind::Other),
+    }
 }

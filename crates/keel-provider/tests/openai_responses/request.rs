@@ -46,6 +46,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
                 id: "call_1".into(),
                 name: "read".into(),
                 arguments: json!({"path": "a.txt"}),
+                wire_id: None,
             }),
             // Unsigned reasoning and another provider's signature are dropped.
             ContentBlock::Thinking {
@@ -66,6 +67,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
         usage: Usage::default(),
         model: Some("gpt-5-2025-08-07".into()),
         provider: None,
+        wire_id: None,
     };
     let request = ModelRequest {
         model: "gpt-5".into(),
