@@ -450,7 +450,11 @@ fn a_file_the_user_changed_or_deleted_after_a_crash_is_a_conflict_and_kept() {
         "--workspace",
         workspace.path().to_str().unwrap(),
     ];
-    let run: Vec<&str> = ["run"].into_iter().chain(common).chain(["change files"]).collect();
+    let run: Vec<&str> = ["run"]
+        .into_iter()
+        .chain(common)
+        .chain(["change files"])
+        .collect();
     // Killed once the batch's records are durable, before any call ran.
     assert!(killed(&mut keel_in(
         &run,
@@ -556,7 +560,11 @@ fn resume_in_another_workspace_is_refused_unless_named_then_warned_and_recorded(
     assert!(!ok, "{said}");
     assert!(said.contains("workspace_empty"), "{said}");
     assert!(said.contains(own.to_str().unwrap()), "{said}");
-    assert_eq!(std::fs::read_dir(&empty).unwrap().count(), 0, "nothing written");
+    assert_eq!(
+        std::fs::read_dir(&empty).unwrap().count(),
+        0,
+        "nothing written"
+    );
     let (ok, said) = finished(
         keel_in(&resume, sessions.path(), None)
             .arg("--workspace")
@@ -565,7 +573,9 @@ fn resume_in_another_workspace_is_refused_unless_named_then_warned_and_recorded(
     assert!(!ok, "{said}");
     let (_, unchanged) = entries(sessions.path());
     assert!(
-        !unchanged.iter().any(|entry| entry["kind"] == "effect_recovered"),
+        !unchanged
+            .iter()
+            .any(|entry| entry["kind"] == "effect_recovered"),
         "a refused resume records nothing"
     );
 

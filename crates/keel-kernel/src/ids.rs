@@ -225,7 +225,10 @@ mod tests {
             panic!("an assistant message")
         };
         let call = assistant.tool_calls().next().unwrap();
-        assert_eq!((call.id.as_str(), call.wire_id.as_deref()), ("call_0", None));
+        assert_eq!(
+            (call.id.as_str(), call.wire_id.as_deref()),
+            ("call_0", None)
+        );
         let Message::ToolResult(result) = sent[2].as_ref() else {
             panic!("a result")
         };

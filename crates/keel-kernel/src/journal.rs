@@ -254,12 +254,7 @@ pub(crate) fn plan_records<'a>(
             continue;
         }
         let effect = effects.get(call.id.as_str()).copied();
-        let now = |path: &str| {
-            expected
-                .get(path)
-                .cloned()
-                .unwrap_or_else(|| current(path))
-        };
+        let now = |path: &str| expected.get(path).cloned().unwrap_or_else(|| current(path));
         let (action, reason) = decide(effect, &now, receipt(&call.id));
         if action == RecoveryAction::Rerun
             && let Some(effect) = effect
@@ -341,9 +336,7 @@ fn decide_files(
     if effect.evidence.is_empty() {
         return (
             RecoveryAction::Conflict,
-            format!(
-                "the {what} recorded no evidence of its target, so it was not run again"
-            ),
+            format!("the {what} recorded no evidence of its target, so it was not run again"),
         );
     }
     let states: Vec<(&FileEvidence, OnDisk)> = effect
@@ -390,7 +383,10 @@ fn decide_files(
     let changes = if changes.is_empty() {
         // Each target holds its before or its after, but not all the same:
         // the call was partly applied.
-        format!("{} hold a mix of the content before and after the {what}", paths())
+        format!(
+            "{} hold a mix of the content before and after the {what}",
+            paths()
+        )
     } else {
         changes.join("; ")
     };

@@ -694,7 +694,10 @@ fn a_write_never_overwrites_a_file_the_user_changed_deleted_or_replaced_after_th
     );
     let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).ok();
     assert_eq!(read("a.txt").as_deref(), Some("the user's fix\n"));
-    assert!(!dir.path().join("b.txt").exists(), "the deleted file stays deleted");
+    assert!(
+        !dir.path().join("b.txt").exists(),
+        "the deleted file stays deleted"
+    );
     assert!(dir.path().join("c.txt").is_dir(), "the directory stays");
     assert!(!dir.path().join("d.txt").exists());
     assert_eq!(read("e.txt").as_deref(), Some("planned\n"));

@@ -30,9 +30,7 @@ pub use context::{
     InstructionFile, InstructionScope, ToolErrorEvidence,
 };
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
-pub use effect::{
-    EffectStarted, FileEvidence, Idempotency, PathKind, RecoveryAction, RunEndState,
-};
+pub use effect::{EffectStarted, FileEvidence, Idempotency, PathKind, RecoveryAction, RunEndState};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
 pub use message::{
