@@ -61,13 +61,13 @@ async fn the_whole_context_is_mapped_onto_input_items() {
                 id: "call_2".into(),
                 name: "bash".into(),
                 arguments: Value::String("{not json".into()),
+                wire_id: None,
             }),
         ],
         stop_reason: StopReason::ToolUse,
         usage: Usage::default(),
         model: Some("gpt-5-2025-08-07".into()),
         provider: None,
-        wire_id: None,
     };
     let request = ModelRequest {
         model: "gpt-5".into(),
