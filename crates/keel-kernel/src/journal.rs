@@ -415,6 +415,9 @@ fn describe_change(file: &FileEvidence, now: &OnDisk) -> String {
     let path = &file.path;
     match now {
         OnDisk::Absent => format!("{path} was deleted"),
+        OnDisk::Other(kind) if file.before_kind == Some(*kind) => {
+            format!("{path} could not be compared (it is {})", kind.describe())
+        }
         OnDisk::Other(kind) => format!("{path} was replaced by {}", kind.describe()),
         OnDisk::File { .. } if file.before_sha256.is_none() => {
             format!("{path} was created with other content")

@@ -73,7 +73,8 @@ pub enum PathKind {
     Directory,
     /// A symbolic link.
     Symlink,
-    /// Anything else: a FIFO, a socket, a device, or a file Keel cannot read.
+    /// Anything else: a FIFO, a socket, a device, or a file Keel cannot
+    /// read whole (unreadable, or too large to compare).
     Other,
 }
 
@@ -85,7 +86,7 @@ impl PathKind {
             Self::File => "a regular file",
             Self::Directory => "a directory",
             Self::Symlink => "a symbolic link",
-            Self::Other => "a special or unreadable file",
+            Self::Other => "a special, unreadable or oversized file",
         }
     }
 }
