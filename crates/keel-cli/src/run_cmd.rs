@@ -118,10 +118,31 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     let Some(session_id) = continued.session_id else {
         return Err(StartupError::new("usage", "no session to resume"));
     };
+    // Another workspace than the session's only when named explicitly
+    // (`continued_session` refused it otherwise): warn, and record it.
+    let moved_from = match &workspace {
+        Some(workspace) => sessions::resume_workspace(&store, &session_id, workspace).await?,
+        None => None,
+    };
+    if let (Some(from), Some(to)) = (&moved_from, &workspace) {
+        eprintln!(
+            "keel: warning: resuming session {session_id} in workspace {}, not in its own \
+             workspace {from}: the interrupted calls are judged against the files in {}",
+            to.display(),
+            to.display()
+        );
+    }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
-    let spec = spec_for(&args, setup.mode);
+    let base = spec_for(&args, setup.mode);
+    let spec = move |prompt, session| {
+        let spec = base(prompt, session);
+        match &moved_from {
+            Some(from) => spec.moved_from_workspace(from.clone()),
+            None => spec,
+        }
+    };
     if args.input_format == InputFormat::StreamJson {
         let output = Output::new(&args.output, false);
         let session = Some(session_id);

@@ -180,3 +180,438 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
     );
     assert_eq!(after.last().unwrap()["kind"], "run_end");
 }
+
+/// `keel ARGS` isolated from the user's configuration and data, no
+/// failpoint armed unless `failpoint` names one (`NAME:N`).
+fn keel_in(args: &[&str], sessions: &Path, failpoint: Option<&str>) -> Command {
+    let mut command = keel();
+    command
+        .args(args)
+        .arg("--session-dir")
+        .arg(sessions)
+        .env(
+            "XDG_DATA_HOME",
+            std::env::temp_dir().join(format!("keel-test-data-{}", std::process::id())),
+        )
+        .env("XDG_CONFIG_HOME", "/nonexistent/keel-test-config")
+        // The key of the local provider server, where a test uses one.
+        .env("KEEL_TEST_PROVIDER_KEY", "sk-test")
+        .env_remove(keel_failpoint::ENV)
+        .stdin(Stdio::null());
+    if let Some(point) = failpoint {
+        command.env(keel_failpoint::ENV, point);
+    }
+    command
+}
+
+/// Runs `command` to its end; true when a failpoint killed it (SIGKILL).
+/// What it printed goes to the test's output, for a failure's sake.
+fn killed(command: &mut Command) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let output = command.output().unwrap();
+    if output.status.signal() != Some(libc::SIGKILL) {
+        eprintln!(
+            "not killed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    output.status.signal() == Some(libc::SIGKILL)
+}
+
+/// Runs `command` to its end; its exit status and what it printed.
+fn finished(command: &mut Command) -> (bool, String) {
+    let output = command.output().unwrap();
+    (
+        output.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ),
+    )
+}
+
+/// `(tool, action)` of each `effect_recovered` entry, in order.
+fn recovered_actions(entries: &[Value]) -> Vec<(String, String)> {
+    entries
+        .iter()
+        .filter(|entry| entry["kind"] == "effect_recovered")
+        .map(|entry| {
+            (
+                entry["tool_name"].as_str().unwrap().to_owned(),
+                entry["action"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// The ToolResult of `call_id` in the session.
+fn result_of(entries: &[Value], call_id: &str) -> Value {
+    entries
+        .iter()
+        .find(|entry| entry["kind"] == "message" && entry["message"]["call_id"] == call_id)
+        .map(|entry| entry["message"].clone())
+        .unwrap_or_else(|| panic!("no result for {call_id}"))
+}
+
+/// Turn 1 runs a command with `first` as its id and is killed once its
+/// result is durable but before its receipts are removed; the resumed run's
+/// next turn calls a command with `second` as its id and is killed while it
+/// runs; the second resume must report that command `interrupted`, never
+/// recovered from the first command's receipt. `args` choose the model.
+fn a_reused_id_case(args: &[&str], workspace: &Path, sessions: &Path) -> Vec<Value> {
+    let mut all = args.to_vec();
+    all.extend(["--mode", "auto", "--workspace", workspace.to_str().unwrap()]);
+    let run: Vec<&str> = ["run"].iter().copied().chain(all.iter().copied()).collect();
+    let mut first = keel_in(&run, sessions, Some("after_result:1"));
+    assert!(killed(first.arg("count")), "the first run was not killed");
+    let (id, _) = entries(sessions);
+    let resume: Vec<&str> = ["resume", id.as_str()]
+        .iter()
+        .copied()
+        .chain(all.iter().copied())
+        .collect();
+    assert!(
+        killed(&mut keel_in(&resume, sessions, Some("in_bash:1"))),
+        "the first resume was not killed in its command"
+    );
+    let (ok, said) = finished(&mut keel_in(&resume, sessions, None));
+    assert!(ok, "{said}");
+    let (_, entries) = entries(sessions);
+    let calls: Vec<String> = entries
+        .iter()
+        .filter(|entry| entry["kind"] == "message" && entry["message"]["role"] == "assistant")
+        .flat_map(|entry| entry["message"]["content"].as_array().unwrap().clone())
+        .filter(|block| block["type"] == "tool_call")
+        .map(|block| block["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert_ne!(calls[0], calls[1], "call ids are unique in the session");
+    assert_eq!(
+        recovered_actions(&entries),
+        vec![("bash".to_owned(), "interrupted".to_owned())],
+        "the killed command's outcome is unknown"
+    );
+    let result = result_of(&entries, &calls[1]);
+    assert_eq!(result["status"], "error", "{result}");
+    assert_eq!(result["error"]["code"], "interrupted", "{result}");
+    entries
+}
+
+#[test]
+fn a_call_id_a_scripted_model_reuses_is_interrupted_when_killed_not_recovered_as_a_success() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let script = scripts.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"by_history": true, "turns": [
+            {"content": [{"type": "tool_call", "id": "dup", "name": "bash", "arguments": {"command": "echo one >> counter.txt"}}]},
+            {"content": [{"type": "tool_call", "id": "dup", "name": "bash", "arguments": {"command": "echo two >> counter.txt; sleep 30"}}]},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let entries = a_reused_id_case(
+        &["--script", script.to_str().unwrap()],
+        workspace.path(),
+        sessions.path(),
+    );
+    // The scripted model's repeated id is kept for the wire.
+    let second = entries
+        .iter()
+        .filter(|entry| entry["kind"] == "message" && entry["message"]["role"] == "assistant")
+        .filter_map(|entry| entry["message"]["content"][0].get("wire_id").cloned())
+        .collect::<Vec<_>>();
+    assert_eq!(second, vec![json!("dup")]);
+}
+
+/// One SSE `data:` line for a Chat Completions chunk.
+fn chat_chunk(delta: Value, finish: Option<&str>) -> String {
+    let body = json!({"id": "c1", "object": "chat.completion.chunk", "model": "local-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {body}\n\n")
+}
+
+/// A streamed Chat Completions reply calling `bash` with no call id, as
+/// some OpenAI-compatible servers send it.
+fn bash_without_id(command: &str) -> keel_provider::testing::Reply {
+    let arguments = json!({ "command": command }).to_string();
+    let mut sse = chat_chunk(
+        json!({"role": "assistant", "content": null,
+        "tool_calls": [{"index": 0, "type": "function", "function": {"name": "bash", "arguments": arguments}}]}),
+        None,
+    );
+    sse += &chat_chunk(json!({}), Some("tool_calls"));
+    sse += "data: [DONE]\n\n";
+    keel_provider::testing::Reply::sse(&sse)
+}
+
+#[test]
+fn a_call_id_an_openai_compatible_server_never_sent_is_unique_and_a_killed_command_interrupted() {
+    use keel_provider::testing::{Reply, TestServer};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let mut answer = chat_chunk(json!({"role": "assistant", "content": "done"}), None);
+    answer += &chat_chunk(json!({}), Some("stop"));
+    answer += "data: [DONE]\n\n";
+    let server = runtime
+        .block_on(TestServer::start(vec![
+            bash_without_id("echo one >> counter.txt"),
+            bash_without_id("echo two >> counter.txt; sleep 30"),
+            Reply::sse(&answer),
+        ]))
+        .unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let config = config.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.local]\napi = \"openai-chat\"\napi_key_env = \"KEEL_TEST_PROVIDER_KEY\"\n\n[providers.local.models.local-model]\ninput_price = 0.0\noutput_price = 0.0\n",
+    )
+    .unwrap();
+    let url = server.url();
+    a_reused_id_case(
+        &[
+            "--provider",
+            "local",
+            "--base-url",
+            &url,
+            "--model",
+            "local-model",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+        workspace.path(),
+        sessions.path(),
+    );
+    // The last request carries both calls, each answered under its own id.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 3, "one request per turn");
+    let last = requests[2].json();
+    let messages = last["messages"].as_array().unwrap();
+    let called: Vec<&str> = messages
+        .iter()
+        .filter_map(|message| message["tool_calls"].as_array())
+        .flatten()
+        .map(|call| call["id"].as_str().unwrap())
+        .collect();
+    let answered: Vec<&str> = messages
+        .iter()
+        .filter(|message| message["role"] == "tool")
+        .map(|message| message["tool_call_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(called.len(), 2);
+    assert_ne!(called[0], called[1]);
+    assert_eq!(called, answered);
+}
+
+/// Writes a by-history script whose first turn is `calls` and whose
+/// second answers "done".
+fn batch_script(path: &Path, calls: Value) {
+    std::fs::write(
+        path,
+        json!({"by_history": true, "turns": [
+            {"content": calls},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_file_the_user_changed_or_deleted_after_a_crash_is_a_conflict_and_kept() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    for name in ["a.txt", "b.txt", "c.txt", "d.txt"] {
+        std::fs::write(workspace.path().join(name), "original\n").unwrap();
+    }
+    let script = scripts.path().join("script.json");
+    batch_script(
+        &script,
+        json!([
+            {"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "planned\n"}},
+            {"type": "tool_call", "name": "write", "arguments": {"path": "b.txt", "content": "planned\n"}},
+            {"type": "tool_call", "name": "edit", "arguments": {"path": "c.txt", "edits": [{"old_text": "original", "new_text": "edited"}]}},
+            {"type": "tool_call", "name": "write", "arguments": {"path": "d.txt", "content": "planned\n"}}
+        ]),
+    );
+    let common = [
+        "--mode",
+        "auto",
+        "--script",
+        script.to_str().unwrap(),
+        "--workspace",
+        workspace.path().to_str().unwrap(),
+    ];
+    let run: Vec<&str> = ["run"]
+        .into_iter()
+        .chain(common)
+        .chain(["change files"])
+        .collect();
+    // Killed once the batch's records are durable, before any call ran.
+    assert!(killed(&mut keel_in(
+        &run,
+        sessions.path(),
+        Some("after_effect_started:1")
+    )));
+    // After the crash the user fixes a.txt, deletes b.txt, edits c.txt.
+    std::fs::write(workspace.path().join("a.txt"), "the user's fix\n").unwrap();
+    std::fs::remove_file(workspace.path().join("b.txt")).unwrap();
+    std::fs::write(workspace.path().join("c.txt"), "the user's c\n").unwrap();
+
+    let (id, _) = entries(sessions.path());
+    let resume: Vec<&str> = ["resume", id.as_str()].into_iter().chain(common).collect();
+    let (ok, said) = finished(&mut keel_in(&resume, sessions.path(), None));
+    assert!(ok, "{said}");
+    let (_, entries) = entries(sessions.path());
+    assert_eq!(
+        recovered_actions(&entries),
+        vec![
+            ("write".to_owned(), "conflict".to_owned()),
+            ("write".to_owned(), "conflict".to_owned()),
+            ("edit".to_owned(), "conflict".to_owned()),
+            ("write".to_owned(), "rerun".to_owned()),
+        ]
+    );
+    let read = |name: &str| std::fs::read_to_string(workspace.path().join(name)).ok();
+    assert_eq!(read("a.txt").as_deref(), Some("the user's fix\n"));
+    assert_eq!(read("b.txt"), None, "the deleted file was not recreated");
+    assert_eq!(read("c.txt").as_deref(), Some("the user's c\n"));
+    assert_eq!(read("d.txt").as_deref(), Some("planned\n"));
+    // The model is told (an effect_conflict result naming the file), and
+    // so is the user (a warning, and the recovery entry's reason).
+    let results: Vec<&Value> = entries
+        .iter()
+        .filter(|entry| entry["kind"] == "message" && entry["message"]["role"] == "tool_result")
+        .map(|entry| &entry["message"])
+        .collect();
+    assert_eq!(results[0]["error"]["code"], "effect_conflict");
+    assert!(
+        results[1]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("b.txt was deleted"),
+        "{}",
+        results[1]
+    );
+    assert!(said.contains("recovery_conflict"), "{said}");
+    assert!(said.contains("a.txt was changed"), "{said}");
+}
+
+#[test]
+fn resume_in_another_workspace_is_refused_unless_named_then_warned_and_recorded() {
+    let home = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let own = home.path().join("own");
+    let other = home.path().join("other");
+    let empty = home.path().join("empty");
+    for dir in [&own, &other, &empty] {
+        std::fs::create_dir(dir).unwrap();
+    }
+    std::fs::write(own.join("a.txt"), "original\n").unwrap();
+    std::fs::write(other.join("a.txt"), "original\n").unwrap();
+    let script = home.path().join("script.json");
+    batch_script(
+        &script,
+        json!([{"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "planned\n"}}]),
+    );
+    let script = script.to_str().unwrap();
+    let run = [
+        "run",
+        "--mode",
+        "auto",
+        "--script",
+        script,
+        "--workspace",
+        own.to_str().unwrap(),
+        "write",
+    ];
+    assert!(killed(&mut keel_in(
+        &run,
+        sessions.path(),
+        Some("after_effect_started:1")
+    )));
+    let (id, _) = entries(sessions.path());
+    let own = std::fs::canonicalize(&own).unwrap();
+    let other = std::fs::canonicalize(&other).unwrap();
+    let resume = ["resume", id.as_str(), "--mode", "auto", "--script", script];
+
+    // Run from another directory without --workspace: refused, both named.
+    let (ok, said) = finished(keel_in(&resume, sessions.path(), None).current_dir(&other));
+    assert!(!ok, "{said}");
+    assert!(said.contains("session_workspace"), "{said}");
+    assert!(
+        said.contains(own.to_str().unwrap()) && said.contains(other.to_str().unwrap()),
+        "{said}"
+    );
+    // An empty or missing workspace for a session whose calls changed files: refused.
+    let (ok, said) = finished(
+        keel_in(&resume, sessions.path(), None)
+            .arg("--workspace")
+            .arg(&empty),
+    );
+    assert!(!ok, "{said}");
+    assert!(said.contains("workspace_empty"), "{said}");
+    assert!(said.contains(own.to_str().unwrap()), "{said}");
+    assert_eq!(
+        std::fs::read_dir(&empty).unwrap().count(),
+        0,
+        "nothing written"
+    );
+    let (ok, said) = finished(
+        keel_in(&resume, sessions.path(), None)
+            .arg("--workspace")
+            .arg(home.path().join("missing")),
+    );
+    assert!(!ok, "{said}");
+    let (_, unchanged) = entries(sessions.path());
+    assert!(
+        !unchanged
+            .iter()
+            .any(|entry| entry["kind"] == "effect_recovered"),
+        "a refused resume records nothing"
+    );
+
+    // Named explicitly: it warns naming both, and records the move.
+    let (ok, said) = finished(
+        keel_in(&resume, sessions.path(), None)
+            .arg("--workspace")
+            .arg(&other),
+    );
+    assert!(ok, "{said}");
+    assert!(said.contains("workspace_moved"), "{said}");
+    assert!(
+        said.contains(&format!(
+            "in workspace {}, not in its own workspace {}",
+            other.display(),
+            own.display()
+        )),
+        "{said}"
+    );
+    let (_, entries) = entries(sessions.path());
+    let moved: Vec<&Value> = entries
+        .iter()
+        .filter(|entry| entry["kind"] == "run_start")
+        .filter_map(|entry| entry.get("workspace_moved"))
+        .collect();
+    assert_eq!(
+        moved,
+        vec![&json!({"from": own.to_str().unwrap(), "to": other.to_str().unwrap()})]
+    );
+    // Recovery was judged against the named workspace, and acted there.
+    assert_eq!(
+        std::fs::read_to_string(other.join("a.txt")).unwrap(),
+        "planned\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(own.join("a.txt")).unwrap(),
+        "original\n"
+    );
+}

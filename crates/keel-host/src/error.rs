@@ -48,6 +48,22 @@ pub enum HostError {
         /// The workspace of this run.
         workspace: String,
     },
+    /// A session whose calls changed files is resumed in another,
+    /// empty workspace: recovery would judge its interrupted calls
+    /// against nothing (and re-run a write into the empty tree).
+    #[error(
+        "session `{session}` belongs to workspace {session_workspace} and its calls changed \
+         files there, but workspace {workspace} is empty: recovery would judge the interrupted \
+         calls against nothing; resume it in a workspace that holds its files"
+    )]
+    EmptyWorkspace {
+        /// The session.
+        session: String,
+        /// The workspace the session records.
+        session_workspace: String,
+        /// The empty workspace the host named.
+        workspace: String,
+    },
     /// `--continue` found no session of this workspace.
     #[error(
         "no session of workspace {workspace} to continue (`keel session list --all` shows every one)"
@@ -116,6 +132,7 @@ impl HostError {
             Self::Override { .. } => "config_override",
             Self::UnknownProfile { .. } => "unknown_profile",
             Self::WorkspaceMismatch { .. } => "session_workspace",
+            Self::EmptyWorkspace { .. } => "workspace_empty",
             Self::NothingToContinue { .. } => "no_session_to_continue",
             Self::InvalidScript(_) => "invalid_script",
             Self::Config(error) => error.code(),

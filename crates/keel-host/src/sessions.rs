@@ -17,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 
+use keel_protocol::EntryPayload;
 use keel_session::{JsonlStore, Repair, SalvageReport, SessionInfo, SessionStore};
 
 use crate::HostError;
@@ -207,6 +208,51 @@ async fn check_workspace(
         session_workspace: recorded,
         workspace: workspace.display().to_string(),
     })
+}
+
+/// Where `keel resume` continues session `id` when the host named the
+/// workspace explicitly (a session of another workspace is refused without
+/// that, by [`continued_session`]): `None` in the session's own workspace
+/// (or one it does not record), else the session's workspace, for the host
+/// to warn about and the run to record. A session whose calls changed
+/// files (it holds an `effect_started` entry) is refused in an empty
+/// workspace.
+pub async fn resume_workspace(
+    store: &JsonlStore,
+    id: &str,
+    workspace: &Path,
+) -> Result<Option<String>, HostError> {
+    let recorded = store
+        .list()
+        .await?
+        .into_iter()
+        .find(|info| info.id == id)
+        .and_then(|info| info.workspace);
+    let Some(recorded) = recorded else {
+        return Ok(None);
+    };
+    if belongs(Some(&recorded), workspace) {
+        return Ok(None);
+    }
+    let empty = std::fs::read_dir(workspace)
+        .map_err(|error| HostError::Workspace(format!("{}: {error}", workspace.display())))?
+        .next()
+        .is_none();
+    if empty {
+        let changed_files = store
+            .entries(id)
+            .await?
+            .iter()
+            .any(|entry| matches!(entry.payload, EntryPayload::EffectStarted { .. }));
+        if changed_files {
+            return Err(HostError::EmptyWorkspace {
+                session: id.to_owned(),
+                session_workspace: recorded,
+                workspace: workspace.display().to_string(),
+            });
+        }
+    }
+    Ok(Some(recorded))
 }
 
 fn unique(matches: Vec<String>, wanted: &str, what: &'static str) -> Result<String, HostError> {

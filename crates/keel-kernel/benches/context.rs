@@ -71,6 +71,7 @@ fn payload(n: usize) -> EntryPayload {
                     id: format!("call_{n}"),
                     name: "read".into(),
                     arguments: serde_json::json!({"path": "counter.txt"}),
+                    wire_id: None,
                 }),
             ],
             stop_reason: StopReason::ToolUse,

@@ -149,6 +149,7 @@ impl Accumulator {
                     id,
                     name,
                     arguments: decode_arguments(arguments),
+                    wire_id: None,
                 }),
             })
             .collect();

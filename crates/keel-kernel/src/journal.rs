@@ -20,10 +20,10 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use keel_protocol::{
-    EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency, Message, RecoveryAction,
-    ToolCall,
+    EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency, Message, PathKind,
+    RecoveryAction, ToolCall,
 };
-use keel_tools::evidence::current_content;
+use keel_tools::evidence::{PathState, current_content, path_state};
 use keel_tools::{Tool, Workspace};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -71,6 +71,16 @@ impl<'a> Overlay<'a> {
         }
     }
 
+    /// What is at `abs` before the next call: the batch's own planned
+    /// content, else the disk.
+    fn state(&self, abs: &Path) -> PathState {
+        match self.planned.get(abs) {
+            Some(Some(planned)) => PathState::File(planned.clone()),
+            Some(None) => PathState::Absent,
+            None => path_state(self.workspace, abs),
+        }
+    }
+
     /// The journal record of one validated call, `None` for a read-only
     /// tool (re-running it is always safe, so it needs none).
     pub(crate) fn record(
@@ -86,11 +96,15 @@ impl<'a> Overlay<'a> {
         let planned = tool.planned_files(arguments, self.workspace, &|abs| self.current(abs));
         let mut evidence = Vec::new();
         for file in planned {
-            let before = self.current(&file.abs);
+            let before = self.state(&file.abs);
             evidence.push(FileEvidence {
                 path: self.workspace.display(&file.abs),
-                before_sha256: before.as_deref().map(content_sha256),
+                before_sha256: match &before {
+                    PathState::File(bytes) => Some(content_sha256(bytes)),
+                    _ => None,
+                },
                 after_sha256: file.after.as_deref().map(content_sha256),
+                before_kind: Some(before.kind()),
             });
             // An unknown post-image is planned as "absent": a later call of
             // the batch on this file then records a pre-image that cannot
@@ -104,6 +118,34 @@ impl<'a> Overlay<'a> {
             idempotency,
             evidence,
         })
+    }
+}
+
+/// What an evidence path holds now, as recovery compares it with the
+/// journal's record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OnDisk {
+    /// Nothing is there.
+    Absent,
+    /// A regular file with this content hash.
+    File {
+        /// SHA-256 of the content, lowercase hex.
+        sha256: String,
+    },
+    /// Something that is not a regular file (or cannot be read).
+    Other(PathKind),
+}
+
+impl OnDisk {
+    /// A regular file with content hash `sha256`.
+    pub fn file(sha256: impl Into<String>) -> Self {
+        Self::File {
+            sha256: sha256.into(),
+        }
+    }
+
+    fn holds(&self, sha256: Option<&str>) -> bool {
+        matches!((self, sha256), (Self::File { sha256: now }, Some(hash)) if now == hash)
     }
 }
 
@@ -157,21 +199,25 @@ impl<'a> Record<'a> {
 }
 
 /// Reads how `branch` ends and decides each dangling call;
-/// `current_sha256(path)` is the workspace's content hash of an evidence
-/// path now (`None`: absent), `receipt(call_id)` the state of a command's
-/// receipt.
+/// `current(path)` is what an evidence path of the workspace holds now,
+/// `receipt(call_id)` the state of a command's receipt.
+///
+/// The calls are decided in call order as the resumed run will carry them
+/// out: a file that an earlier call of the batch is run again on is
+/// expected to hold that call's planned content when a later call is
+/// decided (two writes of one file, both cut short, are both run again).
 pub fn plan(
     branch: &[Entry],
-    current_sha256: &dyn Fn(&str) -> Option<String>,
+    current: &dyn Fn(&str) -> OnDisk,
     receipt: &dyn Fn(&str) -> ReceiptState,
 ) -> Interruption {
-    plan_records(branch.iter().map(Record::of), current_sha256, receipt)
+    plan_records(branch.iter().map(Record::of), current, receipt)
 }
 
 /// [`plan`] over the branch's records, however the branch holds them.
 pub(crate) fn plan_records<'a>(
     branch: impl Iterator<Item = Record<'a>>,
-    current_sha256: &dyn Fn(&str) -> Option<String>,
+    current: &dyn Fn(&str) -> OnDisk,
     receipt: &dyn Fn(&str) -> ReceiptState,
 ) -> Interruption {
     let mut open_run: Option<&str> = None;
@@ -200,33 +246,46 @@ pub(crate) fn plan_records<'a>(
             _ => {}
         }
     }
-    let calls = last_calls
-        .into_iter()
-        .filter(|call| !answered.contains(call.id.as_str()))
-        .map(|call| {
-            let (action, reason) = decide(
-                effects.get(call.id.as_str()).copied(),
-                current_sha256,
-                receipt(&call.id),
-            );
-            CallRecovery {
-                call: call.clone(),
-                action,
-                reason,
+    // What the files hold once the calls decided so far are carried out.
+    let mut expected: HashMap<&str, OnDisk> = HashMap::new();
+    let mut calls = Vec::new();
+    for call in last_calls {
+        if answered.contains(call.id.as_str()) {
+            continue;
+        }
+        let effect = effects.get(call.id.as_str()).copied();
+        let now = |path: &str| expected.get(path).cloned().unwrap_or_else(|| current(path));
+        let (action, reason) = decide(effect, &now, receipt(&call.id));
+        if action == RecoveryAction::Rerun
+            && let Some(effect) = effect
+        {
+            for file in &effect.evidence {
+                let after = match &file.after_sha256 {
+                    Some(sha256) => OnDisk::file(sha256.as_str()),
+                    // Unknown content: no later call can match it.
+                    None => OnDisk::Other(PathKind::Other),
+                };
+                expected.insert(file.path.as_str(), after);
             }
-        })
-        .collect();
+        }
+        calls.push(CallRecovery {
+            call: call.clone(),
+            action,
+            reason,
+        });
+    }
     Interruption {
         run_open: open_run.is_some(),
         calls,
     }
 }
 
-/// The recovery table for one call left without a result (`receipt`: its
-/// command receipt, read only for commands).
+/// The recovery table for one call left without a result (`current`: what
+/// an evidence path holds now; `receipt`: its command receipt, read only
+/// for commands).
 pub fn decide(
     effect: Option<&EffectStarted>,
-    current_sha256: &dyn Fn(&str) -> Option<String>,
+    current: &dyn Fn(&str) -> OnDisk,
     receipt: ReceiptState,
 ) -> (RecoveryAction, String) {
     let Some(effect) = effect else {
@@ -237,25 +296,7 @@ pub fn decide(
     };
     match effect.idempotency {
         Idempotency::ReadOnly => (RecoveryAction::Rerun, "read-only: safe to run again".into()),
-        Idempotency::WriteFile => {
-            let applied = !effect.evidence.is_empty()
-                && effect.evidence.iter().all(|file| {
-                    file.after_sha256.is_some() && current_sha256(&file.path) == file.after_sha256
-                });
-            if applied {
-                (
-                    RecoveryAction::AlreadyApplied,
-                    "the write was applied before the interruption: its target holds the new content"
-                        .into(),
-                )
-            } else {
-                (
-                    RecoveryAction::Rerun,
-                    "the write had not been applied: it is written again".into(),
-                )
-            }
-        }
-        Idempotency::EditFile => decide_edit(&effect.evidence, current_sha256),
+        Idempotency::WriteFile | Idempotency::EditFile => decide_files(effect, current),
         Idempotency::Command if receipt == ReceiptState::Exited => (
             RecoveryAction::RecoveredFromReceipt,
             "the command had finished before the crash: its exit status and output are \
@@ -277,48 +318,133 @@ pub fn decide(
     }
 }
 
-fn decide_edit(
-    evidence: &[FileEvidence],
-    current_sha256: &dyn Fn(&str) -> Option<String>,
+/// The rule of every file tool (`write`, `edit`, an extension's file
+/// tool): applied when every target holds the planned content; run again
+/// only when every target still holds what it held before the call (its
+/// content, or nothing); anything else — a target changed, deleted, or
+/// replaced by another kind of file — is a conflict, and the user's files
+/// are left as they are.
+fn decide_files(
+    effect: &EffectStarted,
+    current: &dyn Fn(&str) -> OnDisk,
 ) -> (RecoveryAction, String) {
-    let Some(file) = evidence.first() else {
+    let what = match effect.idempotency {
+        Idempotency::WriteFile => "write",
+        Idempotency::EditFile => "edit",
+        _ => "call",
+    };
+    if effect.evidence.is_empty() {
         return (
             RecoveryAction::Conflict,
-            "the edit recorded no evidence of its target, so it was not run again".into(),
+            format!("the {what} recorded no evidence of its target, so it was not run again"),
         );
+    }
+    let states: Vec<(&FileEvidence, OnDisk)> = effect
+        .evidence
+        .iter()
+        .map(|file| (file, current(&file.path)))
+        .collect();
+    let paths = || {
+        states
+            .iter()
+            .map(|(file, _)| file.path.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
-    let now = current_sha256(&file.path);
-    if file.after_sha256.is_some() && now == file.after_sha256 {
-        (
-            RecoveryAction::AlreadyApplied,
-            format!(
-                "the edit of {} was applied before the interruption",
-                file.path
+    if states
+        .iter()
+        .all(|(file, now)| now.holds(file.after_sha256.as_deref()))
+    {
+        let reason = match effect.idempotency {
+            Idempotency::WriteFile => "the write was applied before the interruption: its \
+                 target holds the new content"
+                .to_owned(),
+            _ => format!(
+                "the {what} of {} was applied before the interruption",
+                paths()
             ),
-        )
-    } else if now == file.before_sha256 {
-        (
+        };
+        return (RecoveryAction::AlreadyApplied, reason);
+    }
+    if states.iter().all(|(file, now)| holds_before(file, now)) {
+        return (
             RecoveryAction::Rerun,
             format!(
-                "{} still holds its content from before the edit: it is applied now",
-                file.path
+                "{} still holds what it held before the {what}: the {what} is applied now",
+                paths()
             ),
+        );
+    }
+    let changes: Vec<String> = states
+        .iter()
+        .filter(|(file, now)| !holds_before(file, now) && !now.holds(file.after_sha256.as_deref()))
+        .map(|(file, now)| describe_change(file, now))
+        .collect();
+    let changes = if changes.is_empty() {
+        // Each target holds its before or its after, but not all the same:
+        // the call was partly applied.
+        format!(
+            "{} hold a mix of the content before and after the {what}",
+            paths()
         )
     } else {
-        (
-            RecoveryAction::Conflict,
-            format!(
-                "{} changed since the edit was planned and holds neither the content before \
-                 nor the content after it; the edit was not applied — read the file and redo it \
-                 if it is still needed",
-                file.path
-            ),
-        )
+        changes.join("; ")
+    };
+    (
+        RecoveryAction::Conflict,
+        format!(
+            "{changes} since the {what} was planned, so it was not applied and the file was \
+             left as it is — read it and redo the change if it is still needed"
+        ),
+    )
+}
+
+/// Whether `now` is what the target held before the call.
+fn holds_before(file: &FileEvidence, now: &OnDisk) -> bool {
+    match (file.before_kind, file.before_sha256.as_deref()) {
+        // Records written before the kind was kept: no hash means absent.
+        (None | Some(PathKind::File), Some(before)) => now.holds(Some(before)),
+        (None | Some(PathKind::Absent), None) => *now == OnDisk::Absent,
+        // Another kind before the call: never run again on it.
+        _ => false,
     }
 }
 
-/// The current content hash of an evidence path in `workspace`.
-pub fn workspace_sha256(workspace: &Workspace, path: &str) -> Option<String> {
-    let abs = workspace.resolve(path).ok()?;
-    current_content(workspace, &abs).map(|bytes| content_sha256(&bytes))
+/// How a target differs from both its before and its after, in words.
+fn describe_change(file: &FileEvidence, now: &OnDisk) -> String {
+    let path = &file.path;
+    match now {
+        OnDisk::Absent => format!("{path} was deleted"),
+        OnDisk::Other(kind) if file.before_kind == Some(*kind) => {
+            format!("{path} could not be compared (it is {})", kind.describe())
+        }
+        OnDisk::Other(kind) => format!("{path} was replaced by {}", kind.describe()),
+        OnDisk::File { .. } if file.before_sha256.is_none() => {
+            format!("{path} was created with other content")
+        }
+        OnDisk::File { .. } => format!("{path} was changed"),
+    }
+}
+
+/// What an evidence path of `workspace` holds now. The path is taken as
+/// recorded, not resolved: a symlink that now stands there is a symlink
+/// (resolving would follow it); a path outside the workspace, recorded
+/// for a call allowed there, is read where it is.
+pub fn workspace_state(workspace: &Workspace, path: &str) -> OnDisk {
+    let recorded = Path::new(path);
+    let plain = recorded
+        .components()
+        .all(|component| matches!(component, std::path::Component::Normal(_)));
+    let (workspace, abs) = if recorded.is_absolute() {
+        (workspace.allowing_outside(), recorded.to_path_buf())
+    } else if plain {
+        (workspace.clone(), workspace.root().join(recorded))
+    } else {
+        return OnDisk::Other(PathKind::Other);
+    };
+    match path_state(&workspace, &abs) {
+        PathState::Absent => OnDisk::Absent,
+        PathState::File(bytes) => OnDisk::file(content_sha256(&bytes)),
+        PathState::Other(kind) => OnDisk::Other(kind),
+    }
 }

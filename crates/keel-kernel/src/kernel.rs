@@ -287,21 +287,25 @@ impl AgentKernel {
     /// Whether `session_id`'s active branch ends in an interrupted run.
     pub async fn interrupted(&self, session_id: &str) -> Result<bool, KernelError> {
         let branch = self.inner.store.context_branch(session_id).await?;
-        Ok(crate::journal::plan(&branch, &|_| None, &|_| {
-            crate::journal::ReceiptState::Absent
-        })
-        .is_interrupted())
+        Ok(
+            crate::journal::plan(&branch, &|_| crate::journal::OnDisk::Absent, &|_| {
+                crate::journal::ReceiptState::Absent
+            })
+            .is_interrupted(),
+        )
     }
 
     /// Whether `session_id`'s active branch ends in tool calls without
     /// results: a new run must not continue past them (only `resume` may).
     async fn dangling_calls(&self, session_id: &str) -> Result<bool, KernelError> {
         let branch = self.inner.store.context_branch(session_id).await?;
-        Ok(!crate::journal::plan(&branch, &|_| None, &|_| {
-            crate::journal::ReceiptState::Absent
-        })
-        .calls
-        .is_empty())
+        Ok(
+            !crate::journal::plan(&branch, &|_| crate::journal::OnDisk::Absent, &|_| {
+                crate::journal::ReceiptState::Absent
+            })
+            .calls
+            .is_empty(),
+        )
     }
 
     async fn start(

@@ -21,9 +21,10 @@
 //! 0. `context` — the context branch as a run holds it (entries whose
 //!    messages are shared with every request) and its projection; the
 //!    modules that read the branch take it in this form.
-//! 1. `ids` — run and entry ids and the clock (the only place the kernel
-//!    reads either); `accumulator`, `permission`, `policy` — pure data and
-//!    rules over keel-protocol types; `tokens` (token accounting),
+//! 1. `ids` — run, entry and tool-call ids and the clock (the only place
+//!    the kernel reads either); `accumulator`, `permission`, `policy` —
+//!    pure data and rules over keel-protocol types; `tokens` (token
+//!    accounting),
 //!    `checkpoint` (the rules of compaction), `project` (project
 //!    instructions and the environment), `system_prompt` (the default
 //!    prompt, kept in `system_prompt.md`).

@@ -64,6 +64,9 @@ pub struct RunSpec {
     /// Fail the run before the next model request once the cost of its
     /// responses so far, in USD, passes this (no limit when `None`).
     pub max_cost_usd: Option<f64>,
+    /// A resumed run in another workspace than the session's: the
+    /// session's workspace (set by [`RunSpec::moved_from_workspace`]).
+    pub(crate) moved_from: Option<String>,
 }
 
 impl RunSpec {
@@ -106,6 +109,15 @@ impl RunSpec {
     /// not kept by guessing.
     pub fn max_cost_usd(mut self, limit: impl Into<Option<f64>>) -> Self {
         self.max_cost_usd = limit.into();
+        self
+    }
+
+    /// For a resumed run whose host explicitly chose another workspace
+    /// than the session's: `from` is the session's workspace. The run
+    /// warns, naming both, and its `run_start` records the move (recovery
+    /// judges the interrupted calls against the kernel's workspace).
+    pub fn moved_from_workspace(mut self, from: impl Into<String>) -> Self {
+        self.moved_from = Some(from.into());
         self
     }
 }

@@ -93,7 +93,7 @@ impl Frame {
             model: self.model.clone(),
             system_prompt: self.system_prompt.clone(),
             messages: keel_provider::transform::adapt_history(
-                messages,
+                crate::ids::for_wire(messages),
                 &self.provider,
                 &self.model,
             ),

@@ -26,7 +26,7 @@ use keel_session::SessionError;
 use keel_tools::receipt::Leftover;
 use keel_tools::{Receipts, ToolError, ToolOutput};
 
-use crate::journal::{CallRecovery, ReceiptState, Record, plan_records, workspace_sha256};
+use crate::journal::{CallRecovery, ReceiptState, Record, plan_records, workspace_state};
 use crate::session_writer::SessionWriter;
 use crate::tools::{ToolRunner, to_result};
 
@@ -66,7 +66,7 @@ pub(crate) async fn recover(
             (
                 plan_records(
                     records,
-                    &|path| workspace_sha256(&workspace, path),
+                    &|path| workspace_state(&workspace, path),
                     &receipt_state,
                 ),
                 last,
@@ -92,6 +92,17 @@ pub(crate) async fn recover(
             call_id: recovery.call.id.clone(),
             action: recovery.action.as_str().to_owned(),
         });
+        if recovery.action == RecoveryAction::Conflict {
+            // The user's files were kept; the user hears why, as the
+            // model does from the call's result.
+            emitter.emit(RunEventKind::Warning {
+                code: "recovery_conflict".into(),
+                message: format!(
+                    "the interrupted {} call {} was not run again: {}",
+                    recovery.call.name, recovery.call.id, recovery.reason
+                ),
+            });
+        }
     }
     let settled = match last {
         Some(Message::Assistant(message)) if message.tool_calls().next().is_none() => Some(message),

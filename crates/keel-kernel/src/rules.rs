@@ -169,6 +169,7 @@ mod tests {
             id: "c1".into(),
             name: name.into(),
             arguments,
+            wire_id: None,
         }
     }
 

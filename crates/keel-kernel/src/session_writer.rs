@@ -13,6 +13,7 @@
 //! and behind an `Arc` that every request shares (`context.rs`), so the
 //! branch is in memory once.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use keel_protocol::{Entry, EntryPayload, Message, RunEventKind};
@@ -21,7 +22,7 @@ use tokio::sync::Mutex;
 
 use crate::context::BranchEntry;
 use crate::emitter::Emitter;
-use crate::ids::{new_id, now_ms};
+use crate::ids::{call_ids, new_id, now_ms};
 use crate::pipeline::Frame;
 use crate::rules::SessionRules;
 
@@ -41,6 +42,9 @@ pub(crate) struct SessionWriter {
     model: String,
     /// The leaf and the context branch that ends at it.
     state: Mutex<(Option<String>, Vec<BranchEntry>)>,
+    /// Every tool-call id of the session (all branches, before any
+    /// checkpoint too): a response's calls get ids outside it (`ids`).
+    call_ids: Mutex<Arc<HashSet<String>>>,
 }
 
 impl SessionWriter {
@@ -58,13 +62,35 @@ impl SessionWriter {
             .into_iter()
             .map(|entry| BranchEntry::new(entry, &frame.provider, &frame.model))
             .collect();
+        // The whole session, not only the context branch: an id used on
+        // another branch or before a checkpoint is used all the same.
+        let used = if leaf.is_some() {
+            let entries = store.entries(&session_id).await?;
+            entries
+                .iter()
+                .filter_map(|entry| match &entry.payload {
+                    EntryPayload::Message { message } => Some(call_ids(message)),
+                    _ => None,
+                })
+                .flatten()
+                .map(str::to_owned)
+                .collect()
+        } else {
+            HashSet::new()
+        };
         Ok(Self {
             store,
             session_id,
             provider: frame.provider.clone(),
             model: frame.model.clone(),
             state: Mutex::new((leaf, context)),
+            call_ids: Mutex::new(Arc::new(used)),
         })
+    }
+
+    /// The tool-call ids the session used so far.
+    pub(crate) async fn used_call_ids(&self) -> Arc<HashSet<String>> {
+        Arc::clone(&*self.call_ids.lock().await)
     }
 
     /// The session's command receipts (its private journal directory), or
@@ -137,6 +163,19 @@ impl SessionWriter {
             })
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
+        let new_calls: Vec<String> = entries
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                EntryPayload::Message { message } => Some(call_ids(message)),
+                _ => None,
+            })
+            .flatten()
+            .map(str::to_owned)
+            .collect();
+        if !new_calls.is_empty() {
+            let mut used = self.call_ids.lock().await;
+            Arc::make_mut(&mut used).extend(new_calls);
+        }
         state.0 = parent;
         state.1.extend(
             entries

@@ -13,7 +13,7 @@ use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
     ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind, ToolCall,
-    UserMessage,
+    UserMessage, WorkspaceMove,
 };
 use keel_provider::ModelRequest;
 use keel_provider::retry::Attempts;
@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
 use crate::compaction::{ContextBudget, Interrupted, Seams};
+use crate::ids::ResponseIds;
 use crate::parts::{KernelParts, RunSpec};
 use crate::pipeline::Frame;
 use crate::recovery;
@@ -129,6 +130,8 @@ struct TurnLoop<'a> {
     mode: PermissionMode,
     max_turns: Option<u32>,
     max_cost_usd: Option<f64>,
+    /// A resumed run's move from the session's workspace, if it moved.
+    workspace_moved: Option<WorkspaceMove>,
     /// The cost of the run's responses so far, `None` once one was unknown.
     cost_usd: Option<f64>,
     turn: u32,
@@ -183,6 +186,10 @@ impl<'a> TurnLoop<'a> {
             mode: spec.mode,
             max_turns: spec.max_turns,
             max_cost_usd: spec.max_cost_usd,
+            workspace_moved: spec.moved_from.clone().map(|from| WorkspaceMove {
+                from,
+                to: parts.workspace.root().display().to_string(),
+            }),
             cost_usd: Some(0.0),
             turn: 0,
             permission_requests: AtomicU64::new(0),
@@ -225,8 +232,25 @@ impl<'a> TurnLoop<'a> {
     /// Continues an interrupted run (SPEC §8): completes the batch the crash
     /// cut short, then goes on as the run would have.
     async fn resume(&mut self) -> Result<AssistantMessage, Stop> {
+        if let Some(moved) = &self.workspace_moved {
+            self.shared.emitter.emit(RunEventKind::Warning {
+                code: "workspace_moved".into(),
+                message: format!(
+                    "resuming session {} in workspace {}, not in its own workspace {}: the \
+                     interrupted calls are judged against the files in {}",
+                    self.shared.session_id, moved.to, moved.from, moved.to
+                ),
+            });
+        }
+        let mut run_start = self.run_start();
+        if let EntryPayload::RunStart {
+            workspace_moved, ..
+        } = &mut run_start
+        {
+            workspace_moved.clone_from(&self.workspace_moved);
+        }
         let runner = self.tool_runner();
-        let recovered = recovery::recover(&runner, &self.writer, self.run_start()).await?;
+        let recovered = recovery::recover(&runner, &self.writer, run_start).await?;
         for result in recovered.results {
             self.report_complete(Message::ToolResult(result));
         }
@@ -241,6 +265,7 @@ impl<'a> TurnLoop<'a> {
         EntryPayload::RunStart {
             run_id: self.shared.run_id.clone(),
             mode: self.mode,
+            workspace_moved: None,
         }
     }
 
@@ -455,9 +480,12 @@ impl<'a> TurnLoop<'a> {
                 .stream(request, self.shared.cancel.child_token()),
         );
         let mut accumulator = Accumulator::for_provider(self.parts.provider.name());
+        let mut ids = ResponseIds::new(self.writer.used_call_ids().await);
         let mut started = false;
         let result = async {
             while let Some(event) = stream.next().await {
+                // Call ids are made unique before anything sees them.
+                let event = ids.assign(event);
                 if !started && !matches!(event, keel_protocol::ProviderEvent::Error { .. }) {
                     started = true;
                     self.shared.emitter.emit(RunEventKind::MessageStart {
@@ -474,7 +502,8 @@ impl<'a> TurnLoop<'a> {
                         .emit(RunEventKind::MessageUpdate { delta: event });
                 }
                 match finished {
-                    Some(Finished::Message(message)) => {
+                    Some(Finished::Message(mut message)) => {
+                        ids.attach(&mut message);
                         tracing::Span::current()
                             .record("gen_ai.usage.input_tokens", message.usage.input_tokens);
                         tracing::Span::current()

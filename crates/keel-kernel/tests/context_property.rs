@@ -109,6 +109,7 @@ impl Tree {
                             id: id.clone(),
                             name: "read".into(),
                             arguments: serde_json::json!({ "path": format!("{id}.txt") }),
+                            wire_id: None,
                         }));
                     ids.push(id);
                 }

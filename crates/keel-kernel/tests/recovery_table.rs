@@ -1,13 +1,15 @@
 //! The recovery decision table of SPEC §8 (`keel_kernel::journal`), as a
 //! property: for every tool class and every on-disk state of its target,
-//! the decision is the one specified — and an effect whose outcome cannot
-//! be known is never run again.
+//! the decision is the one specified — an effect whose outcome cannot be
+//! known is never run again, and a file tool is run again only on a target
+//! that still holds what it held before the call (a user's change is never
+//! overwritten).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use keel_kernel::journal::{ReceiptState, decide, plan};
+use keel_kernel::journal::{OnDisk, ReceiptState, decide, plan};
 use keel_protocol::{
     AssistantMessage, ContentBlock, EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency,
-    Message, RecoveryAction, ToolCall, ToolResultMessage, ToolStatus,
+    Message, PathKind, RecoveryAction, ToolCall, ToolResultMessage, ToolStatus,
 };
 use proptest::prelude::*;
 use serde_json::json;
@@ -41,24 +43,58 @@ fn hash() -> impl Strategy<Value = Option<String>> {
     ]
 }
 
+/// What the journal recorded before the call: a kind (`None`: a record
+/// written before kinds were kept) and a hash.
+fn before() -> impl Strategy<Value = (Option<PathKind>, Option<String>)> {
+    prop_oneof![
+        Just((Some(PathKind::Absent), None)),
+        hash()
+            .prop_filter("a file has a hash", Option::is_some)
+            .prop_map(|hash| (Some(PathKind::File), hash)),
+        Just((Some(PathKind::Directory), None)),
+        Just((Some(PathKind::Symlink), None)),
+        hash().prop_map(|hash| (None, hash)),
+    ]
+}
+
+/// What the target holds now.
+fn now() -> impl Strategy<Value = OnDisk> {
+    prop_oneof![
+        Just(OnDisk::Absent),
+        Just(OnDisk::file("h1")),
+        Just(OnDisk::file("h2")),
+        Just(OnDisk::file("h3")),
+        Just(OnDisk::Other(PathKind::Directory)),
+        Just(OnDisk::Other(PathKind::Symlink)),
+    ]
+}
+
+/// Whether `now` is what the record says was there before the call.
+fn is_before(kind: Option<PathKind>, hash: &Option<String>, now: &OnDisk) -> bool {
+    match (kind, hash) {
+        (None | Some(PathKind::File), Some(hash)) => *now == OnDisk::file(hash.as_str()),
+        (None | Some(PathKind::Absent), None) => *now == OnDisk::Absent,
+        _ => false,
+    }
+}
+
 /// The table, written out case by case.
 fn specified(
     class: Option<Idempotency>,
-    evidence: Option<(&Option<String>, &Option<String>)>,
-    now: &Option<String>,
+    evidence: Option<(Option<PathKind>, &Option<String>, &Option<String>)>,
+    now: &OnDisk,
     receipt: ReceiptState,
 ) -> RecoveryAction {
     match class {
         None => RecoveryAction::NotStarted,
         Some(Idempotency::ReadOnly) => RecoveryAction::Rerun,
-        Some(Idempotency::WriteFile) => match evidence {
-            Some((_, after)) if after.is_some() && now == after => RecoveryAction::AlreadyApplied,
-            _ => RecoveryAction::Rerun,
-        },
-        Some(Idempotency::EditFile) => match evidence {
+        // Every file tool, write and edit alike.
+        Some(Idempotency::WriteFile | Idempotency::EditFile) => match evidence {
             None => RecoveryAction::Conflict,
-            Some((_, after)) if after.is_some() && now == after => RecoveryAction::AlreadyApplied,
-            Some((before, _)) if now == before => RecoveryAction::Rerun,
+            Some((_, _, Some(after))) if *now == OnDisk::file(after.as_str()) => {
+                RecoveryAction::AlreadyApplied
+            }
+            Some((kind, before, _)) if is_before(kind, before, now) => RecoveryAction::Rerun,
             Some(_) => RecoveryAction::Conflict,
         },
         Some(Idempotency::Command) if receipt == ReceiptState::Exited => {
@@ -73,15 +109,17 @@ proptest! {
     fn each_class_and_disk_state_gets_the_specified_decision(
         class in class(),
         with_evidence in any::<bool>(),
-        before in hash(),
+        before in before(),
         after in hash(),
-        now in hash(),
+        now in now(),
         receipt in receipt(),
     ) {
+        let (before_kind, before) = before;
         let evidence = with_evidence.then(|| FileEvidence {
             path: "f.txt".into(),
             before_sha256: before.clone(),
             after_sha256: after.clone(),
+            before_kind,
         });
         let effect = class.map(|idempotency| EffectStarted {
             call_id: "c1".into(),
@@ -97,7 +135,7 @@ proptest! {
         let (action, reason) = decide(effect.as_ref(), &current, receipt);
         let expected = specified(
             class,
-            with_evidence.then_some((&before, &after)),
+            with_evidence.then_some((before_kind, &before, &after)),
             &now,
             receipt,
         );
@@ -110,8 +148,16 @@ proptest! {
             prop_assert_eq!(class, Some(Idempotency::Command));
             prop_assert_eq!(receipt, ReceiptState::Exited, "only a complete exit receipt recovers");
         }
-        if action == RecoveryAction::Rerun && class == Some(Idempotency::EditFile) {
-            prop_assert_eq!(&now, &before, "an edit is applied again only on its pre-image");
+        if action == RecoveryAction::Rerun
+            && matches!(class, Some(Idempotency::WriteFile | Idempotency::EditFile))
+        {
+            prop_assert!(
+                is_before(before_kind, &before, &now),
+                "a file tool runs again only on what its target held before"
+            );
+        }
+        if action == RecoveryAction::Conflict {
+            prop_assert!(reason.contains("f.txt") || evidence.is_none(), "{}", reason);
         }
     }
 
@@ -126,10 +172,15 @@ proptest! {
                 id: format!("c{index}"),
                 name: "bash".into(),
                 arguments: json!({}),
+                wire_id: None,
             })
             .collect();
         let mut payloads = vec![
-            EntryPayload::RunStart { run_id: "r".into(), mode: Default::default() },
+            EntryPayload::RunStart {
+                run_id: "r".into(),
+                mode: Default::default(),
+                workspace_moved: None,
+            },
             EntryPayload::Message {
                 message: Message::Assistant(AssistantMessage {
                     content: calls.iter().cloned().map(ContentBlock::ToolCall).collect(),
@@ -181,7 +232,7 @@ proptest! {
             let index: usize = call_id.trim_start_matches('c').parse().unwrap();
             if exited[index] { ReceiptState::Exited } else { ReceiptState::Started }
         };
-        let interruption = plan(&branch, &|_| None, &receipt);
+        let interruption = plan(&branch, &|_| OnDisk::Absent, &receipt);
         let expected: Vec<String> = calls
             .iter()
             .zip(&answered)
@@ -201,4 +252,106 @@ proptest! {
         prop_assert_eq!(interruption.run_open, !run_ended);
         prop_assert_eq!(interruption.is_interrupted(), !run_ended || !expected.is_empty());
     }
+}
+
+/// A branch: a run, one assistant message with `calls`, their records.
+fn interrupted_batch(calls: &[(&str, FileEvidence)]) -> Vec<Entry> {
+    let mut payloads = vec![
+        EntryPayload::RunStart {
+            run_id: "r".into(),
+            mode: Default::default(),
+            workspace_moved: None,
+        },
+        EntryPayload::Message {
+            message: Message::Assistant(AssistantMessage {
+                content: calls
+                    .iter()
+                    .map(|(id, _)| ContentBlock::ToolCall(ToolCall::new(*id, "write", json!({}))))
+                    .collect(),
+                ..AssistantMessage::default()
+            }),
+        },
+    ];
+    for (id, evidence) in calls {
+        payloads.push(EntryPayload::EffectStarted {
+            effect: EffectStarted {
+                call_id: (*id).into(),
+                tool_name: "write".into(),
+                arguments_sha256: "x".into(),
+                idempotency: Idempotency::WriteFile,
+                evidence: vec![evidence.clone()],
+            },
+        });
+    }
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(index, payload)| Entry {
+            id: format!("e{index}"),
+            parent_id: index.checked_sub(1).map(|parent| format!("e{parent}")),
+            timestamp: 0,
+            payload,
+        })
+        .collect()
+}
+
+#[test]
+fn two_writes_of_one_file_cut_short_are_judged_in_call_order() {
+    // The second write's pre-image is the first write's post-image.
+    let first = FileEvidence {
+        path: "f.txt".into(),
+        before_sha256: None,
+        after_sha256: Some("h1".into()),
+        before_kind: Some(PathKind::Absent),
+    };
+    let second = FileEvidence {
+        path: "f.txt".into(),
+        before_sha256: Some("h1".into()),
+        after_sha256: Some("h2".into()),
+        before_kind: Some(PathKind::File),
+    };
+    let branch = interrupted_batch(&[("a", first), ("b", second)]);
+    let decided = |now: OnDisk| -> Vec<RecoveryAction> {
+        plan(&branch, &|_| now.clone(), &|_| ReceiptState::Absent)
+            .calls
+            .iter()
+            .map(|call| call.action)
+            .collect()
+    };
+    // Neither had happened: both run again, the second on the first's result.
+    assert_eq!(
+        decided(OnDisk::Absent),
+        [RecoveryAction::Rerun, RecoveryAction::Rerun]
+    );
+    assert_eq!(
+        decided(OnDisk::file("h1")),
+        [RecoveryAction::AlreadyApplied, RecoveryAction::Rerun]
+    );
+    // Someone else's content: neither is run, the file is kept.
+    assert_eq!(
+        decided(OnDisk::file("h9")),
+        [RecoveryAction::Conflict, RecoveryAction::Conflict]
+    );
+}
+
+#[test]
+fn a_record_written_before_kinds_were_kept_is_still_decided() {
+    // An `effect_started` record as Keel wrote it before `before_kind`.
+    let effect: EffectStarted = serde_json::from_value(json!({
+        "call_id": "c1",
+        "tool_name": "write",
+        "arguments_sha256": "x",
+        "idempotency": "write_file",
+        "evidence": [{"path": "f.txt", "before_sha256": null, "after_sha256": "h1"}]
+    }))
+    .unwrap();
+    assert_eq!(effect.evidence[0].before_kind, None);
+    let action = |now: OnDisk| decide(Some(&effect), &|_| now.clone(), ReceiptState::Absent).0;
+    assert_eq!(action(OnDisk::Absent), RecoveryAction::Rerun);
+    assert_eq!(action(OnDisk::file("h1")), RecoveryAction::AlreadyApplied);
+    assert_eq!(action(OnDisk::file("h9")), RecoveryAction::Conflict);
+    assert_eq!(
+        action(OnDisk::Other(PathKind::Directory)),
+        RecoveryAction::Conflict
+    );
 }

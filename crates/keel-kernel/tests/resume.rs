@@ -572,3 +572,231 @@ fn receipts_are_removed_once_the_batch_results_are_durable() {
     let left: Vec<_> = std::fs::read_dir(&receipts).unwrap().collect();
     assert!(left.is_empty(), "receipts left behind: {left:?}");
 }
+
+/// The tool calls of the session's assistant messages: (id, wire id).
+fn call_ids(entries: &[Entry]) -> Vec<(String, Option<String>)> {
+    entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Message {
+                message: Message::Assistant(assistant),
+            } => Some(assistant.tool_calls().cloned().collect::<Vec<_>>()),
+            _ => None,
+        })
+        .flatten()
+        .map(|call| (call.id, call.wire_id))
+        .collect()
+}
+
+#[test]
+fn a_call_id_the_model_reuses_in_a_later_turn_never_takes_the_earlier_calls_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    // Turn 1: `same` finishes before the crash and is recovered from its
+    // receipt, which is kept.
+    let calls = json!([
+        {"type": "tool_call", "id": "same", "name": "bash", "arguments": {"command": "echo one >> counter.txt"}},
+        {"type": "tool_call", "id": "other", "name": "hang", "arguments": {}}
+    ]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    // The resumed run's next turn calls `same` again; it is cut short.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let script = json!({"turns": [{"content": [
+            {"type": "tool_call", "id": "same", "name": "bash", "arguments": {"command": "echo two >> counter.txt; echo started-two; sleep 30"}}
+        ]}]});
+        let kernel = kernel(dir.path(), Arc::clone(&store), script);
+        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
+        let mut events = run.events().unwrap();
+        while let Some(event) = events.next().await {
+            if matches!(&event.kind, RunEventKind::ToolExecutionUpdate { progress, .. }
+                if progress.data.contains("started-two"))
+            {
+                break;
+            }
+        }
+        std::mem::forget(run);
+    });
+    runtime.shutdown_timeout(Duration::from_millis(100));
+
+    let after = resume_settled(dir.path(), &store, &session);
+    let decided = recovered(&after);
+    assert_eq!(
+        decided,
+        vec![
+            ("bash".into(), RecoveryAction::RecoveredFromReceipt),
+            ("hang".into(), RecoveryAction::Interrupted),
+            ("bash".into(), RecoveryAction::Interrupted),
+        ],
+        "the second command was cut short: its outcome is unknown"
+    );
+    let ids = call_ids(&after);
+    assert_eq!(ids[0], ("same".to_owned(), None));
+    // The repeated id was replaced by one unique in the session; the
+    // provider's id is kept for the wire.
+    assert_ne!(ids[2].0, "same");
+    assert_eq!(ids[2].1.as_deref(), Some("same"));
+    let unique: std::collections::HashSet<&String> = ids.iter().map(|(id, _)| id).collect();
+    assert_eq!(unique.len(), ids.len(), "call ids are unique: {ids:?}");
+    let (status, text, _) = after
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Message {
+                message: Message::ToolResult(result),
+            } if result.call_id == ids[2].0 => Some((result.status, result.text(), ())),
+            _ => None,
+        })
+        .next()
+        .unwrap();
+    assert_eq!(status, ToolStatus::Error, "never a success: {text}");
+}
+
+#[test]
+fn a_write_never_overwrites_a_file_the_user_changed_deleted_or_replaced_after_the_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a.txt", "b.txt", "c.txt", "d.txt", "e.txt"] {
+        std::fs::write(dir.path().join(name), "original\n").unwrap();
+    }
+    let store = Arc::new(MemoryStore::new());
+    // Journaled, but the crash came while `hang` ran: none of them ran.
+    let calls = json!([
+        {"type": "tool_call", "name": "hang", "arguments": {}},
+        {"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "planned\n"}},
+        {"type": "tool_call", "name": "write", "arguments": {"path": "b.txt", "content": "planned\n"}},
+        {"type": "tool_call", "name": "write", "arguments": {"path": "c.txt", "content": "planned\n"}},
+        {"type": "tool_call", "name": "edit", "arguments": {"path": "d.txt", "edits": [{"old_text": "original", "new_text": "edited"}]}},
+        {"type": "tool_call", "name": "write", "arguments": {"path": "e.txt", "content": "planned\n"}},
+        {"type": "tool_call", "name": "write", "arguments": {"path": "new.txt", "content": "planned\n"}}
+    ]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    // The user's changes after the crash.
+    std::fs::write(dir.path().join("a.txt"), "the user's fix\n").unwrap();
+    std::fs::remove_file(dir.path().join("b.txt")).unwrap();
+    std::fs::remove_file(dir.path().join("c.txt")).unwrap();
+    std::fs::create_dir(dir.path().join("c.txt")).unwrap();
+    std::fs::remove_file(dir.path().join("d.txt")).unwrap();
+    std::os::unix::fs::symlink("a.txt", dir.path().join("new.txt")).unwrap();
+
+    let after = resume_settled(dir.path(), &store, &session);
+    assert_eq!(
+        recovered(&after),
+        vec![
+            ("hang".into(), RecoveryAction::Interrupted),
+            ("write".into(), RecoveryAction::Conflict),
+            ("write".into(), RecoveryAction::Conflict),
+            ("write".into(), RecoveryAction::Conflict),
+            ("edit".into(), RecoveryAction::Conflict),
+            // Untouched since: written now.
+            ("write".into(), RecoveryAction::Rerun),
+            ("write".into(), RecoveryAction::Conflict),
+        ]
+    );
+    let read = |name: &str| std::fs::read_to_string(dir.path().join(name)).ok();
+    assert_eq!(read("a.txt").as_deref(), Some("the user's fix\n"));
+    assert!(
+        !dir.path().join("b.txt").exists(),
+        "the deleted file stays deleted"
+    );
+    assert!(dir.path().join("c.txt").is_dir(), "the directory stays");
+    assert!(!dir.path().join("d.txt").exists());
+    assert_eq!(read("e.txt").as_deref(), Some("planned\n"));
+    assert!(
+        std::fs::symlink_metadata(dir.path().join("new.txt"))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the user's symlink stays"
+    );
+    let codes: Vec<Option<ToolErrorCode>> = results(&after).into_iter().map(|r| r.2).collect();
+    assert_eq!(codes[1], Some(ToolErrorCode::EffectConflict));
+    // The model and the recovery entries say what happened to each file.
+    let reasons: Vec<String> = after
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::EffectRecovered { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(reasons[1].contains("a.txt was changed"), "{}", reasons[1]);
+    assert!(reasons[2].contains("b.txt was deleted"), "{}", reasons[2]);
+    assert!(
+        reasons[3].contains("c.txt was replaced by a directory"),
+        "{}",
+        reasons[3]
+    );
+    assert!(reasons[4].contains("d.txt was deleted"), "{}", reasons[4]);
+    assert!(
+        reasons[6].contains("new.txt was replaced by a symbolic link"),
+        "{}",
+        reasons[6]
+    );
+    let (_, text, _) = result_of(&after, "edit");
+    assert!(text.contains("d.txt was deleted"), "{text}");
+}
+
+#[test]
+fn a_session_written_before_the_new_journal_fields_still_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "mine\n").unwrap();
+    let store = Arc::new(MemoryStore::new());
+    // Entries as an older Keel wrote them: no `wire_id` on calls, no
+    // `before_kind` in the evidence, no `workspace_moved` on `run_start`.
+    let payloads: Vec<EntryPayload> = [
+        json!({"kind": "run_start", "run_id": "r1", "mode": "auto"}),
+        json!({"kind": "message", "message": {"role": "user", "content": [{"type": "text", "text": "go"}]}}),
+        json!({"kind": "message", "message": {"role": "assistant", "stop_reason": "tool_use", "content": [
+            {"type": "tool_call", "id": "w1", "name": "write", "arguments": {"path": "a.txt", "content": "planned\n"}},
+            {"type": "tool_call", "id": "w2", "name": "write", "arguments": {"path": "b.txt", "content": "planned\n"}}
+        ]}}),
+        json!({"kind": "effect_started", "effect": {"call_id": "w1", "tool_name": "write",
+            "arguments_sha256": "x", "idempotency": "write_file",
+            "evidence": [{"path": "a.txt", "before_sha256": null, "after_sha256": "00"}]}}),
+        json!({"kind": "effect_started", "effect": {"call_id": "w2", "tool_name": "write",
+            "arguments_sha256": "x", "idempotency": "write_file",
+            "evidence": [{"path": "b.txt", "before_sha256": null, "after_sha256": "00"}]}}),
+    ]
+    .into_iter()
+    .map(|value| serde_json::from_value(value).unwrap())
+    .collect();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let session = runtime.block_on(async {
+        let session = store
+            .create(keel_session::NewSession::default())
+            .await
+            .unwrap();
+        let mut parent: Option<String> = None;
+        let entries = payloads
+            .into_iter()
+            .enumerate()
+            .map(|(index, payload)| {
+                let id = format!("old{index}");
+                Entry {
+                    parent_id: parent.replace(id.clone()),
+                    id,
+                    timestamp: 0,
+                    payload,
+                }
+            })
+            .collect();
+        store.append(&session, entries).await.unwrap();
+        session
+    });
+    let after = resume_settled(dir.path(), &store, &session);
+    assert_eq!(
+        recovered(&after),
+        vec![
+            // An old record's "no hash before" is "absent": a.txt exists now.
+            ("write".into(), RecoveryAction::Conflict),
+            ("write".into(), RecoveryAction::Rerun),
+        ]
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "mine\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
+        "planned\n"
+    );
+}

@@ -48,10 +48,47 @@ impl Idempotency {
 pub struct FileEvidence {
     /// The target, relative to the workspace root where it is inside.
     pub path: String,
-    /// SHA-256 of the content before the change; `None` if it did not exist.
+    /// SHA-256 of the content before the change; `None` if it was not a
+    /// regular file (see `before_kind`).
     pub before_sha256: Option<String>,
     /// SHA-256 of the intended content after the change, where known.
     pub after_sha256: Option<String>,
+    /// What was at the path before the change. `None` in records written
+    /// before Keel kept it: then `before_sha256` being `None` is read as
+    /// "absent".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub before_kind: Option<PathKind>,
+}
+
+/// What is at a path, as the effect journal records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum PathKind {
+    /// Nothing.
+    Absent,
+    /// A regular file (its content hash is recorded beside).
+    File,
+    /// A directory.
+    Directory,
+    /// A symbolic link.
+    Symlink,
+    /// Anything else: a FIFO, a socket, a device, or a file Keel cannot
+    /// read whole (unreadable, or too large to compare).
+    Other,
+}
+
+impl PathKind {
+    /// The kind as words, e.g. "a directory".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Self::Absent => "nothing",
+            Self::File => "a regular file",
+            Self::Directory => "a directory",
+            Self::Symlink => "a symbolic link",
+            Self::Other => "a special, unreadable or oversized file",
+        }
+    }
 }
 
 /// The journal record acknowledged before a side-effecting call starts.

@@ -30,7 +30,7 @@ pub use context::{
     InstructionFile, InstructionScope, ToolErrorEvidence,
 };
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
-pub use effect::{EffectStarted, FileEvidence, Idempotency, RecoveryAction, RunEndState};
+pub use effect::{EffectStarted, FileEvidence, Idempotency, PathKind, RecoveryAction, RunEndState};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
 pub use message::{
@@ -48,7 +48,7 @@ pub use permission::{
 pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};
 pub use sandbox::{SandboxLevel, SandboxMode};
-pub use session::{Entry, EntryPayload};
+pub use session::{Entry, EntryPayload, WorkspaceMove};
 pub use tool::{ExecutionMode, ToolErrorCode, ToolResultError, ToolSpec, ToolStatus};
 
 /// Milliseconds since the Unix epoch, the one timestamp unit on the wire.

@@ -136,13 +136,40 @@ pub enum ContentBlock {
 /// A model's request to run a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolCall {
-    /// Provider-assigned call id; the ToolResult answers it.
+    /// The call's id, unique within its session; the ToolResult answers it.
+    /// It is the provider's id unless the provider gave none or one the
+    /// session already used: then Keel assigned it (see `wire_id`).
     pub id: String,
     /// The tool's name.
     pub name: String,
     /// The decoded arguments. When the model sent text that is not a JSON
     /// object, this holds that text as a string and the call fails validation.
     pub arguments: Value,
+    /// The id the provider gave this call, when Keel replaced it because
+    /// the session already used it: requests send this id back to the
+    /// provider (in the call and in its result), so the provider sees the
+    /// ids it issued. `None` when `id` is the provider's own or the
+    /// provider gave none (absent in sessions written before Keel kept it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire_id: Option<String>,
+}
+
+impl ToolCall {
+    /// A call with `id`, as the provider gave it (no `wire_id`).
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            wire_id: None,
+        }
+    }
+
+    /// The id requests send to the provider for this call: `wire_id` when
+    /// Keel replaced the provider's id, else `id`.
+    pub fn wire_id(&self) -> &str {
+        self.wire_id.as_deref().unwrap_or(&self.id)
+    }
 }
 
 /// The authoritative outcome of one tool call.

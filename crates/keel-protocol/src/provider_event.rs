@@ -63,7 +63,9 @@ pub enum ProviderEvent {
     ToolCallStart {
         /// Block index within the message.
         index: usize,
-        /// Provider-assigned call id.
+        /// Provider-assigned call id; empty when the provider sent none.
+        /// In a run's `message_update` events it is already the call's id
+        /// as the kernel made it: unique in the session.
         id: String,
         /// Tool name.
         name: String,

@@ -116,6 +116,11 @@ pub enum EntryPayload {
         run_id: String,
         /// The permission mode the host gave it.
         mode: PermissionMode,
+        /// A resumed run in another workspace than the session's (the host
+        /// named it explicitly): where the session worked, and where
+        /// recovery judged the interrupted calls. Absent otherwise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        workspace_moved: Option<WorkspaceMove>,
     },
     /// The run that began at the matching `run_start` ended.
     RunEnd {
@@ -147,6 +152,15 @@ pub enum EntryPayload {
         /// The extension's data.
         data: Value,
     },
+}
+
+/// A resumed run's workspace, when it is not the session's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct WorkspaceMove {
+    /// The workspace the session records.
+    pub from: String,
+    /// The workspace the resumed run works in.
+    pub to: String,
 }
 
 impl EntryPayload {

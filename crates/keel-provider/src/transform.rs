@@ -290,6 +290,7 @@ mod tests {
             id: id.into(),
             name: "read".into(),
             arguments: json!({}),
+            wire_id: None,
         })
     }
 

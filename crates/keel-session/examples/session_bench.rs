@@ -259,6 +259,7 @@ impl Chain {
                         id: call_id.to_owned(),
                         name: tool.to_owned(),
                         arguments,
+                        wire_id: None,
                     }),
                 ],
                 stop_reason: StopReason::ToolUse,

@@ -24,6 +24,7 @@ fn check(tool: &str, valid: &[Value], invalid: &[Value]) {
         id: "c".into(),
         name: tool.into(),
         arguments: arguments.clone(),
+        wire_id: None,
     };
     for arguments in valid {
         if let Err(error) = registry.prepare(&call(arguments)) {

@@ -144,6 +144,7 @@ pub fn assistant_call(id: &str, name: &str, arguments: &str) -> EntryPayload {
                 id: id.into(),
                 name: name.into(),
                 arguments: serde_json::from_str(arguments).unwrap(),
+                wire_id: None,
             })],
             stop_reason: StopReason::ToolUse,
             provider: Some("recorder".into()),

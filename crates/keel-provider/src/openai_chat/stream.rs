@@ -195,6 +195,12 @@ impl ChatFormat {
                 ),
             ));
         }
+        if call.id.is_empty()
+            && call.state == CallState::Unnamed
+            && let Some(id) = fragment.id.filter(|id| !id.is_empty())
+        {
+            call.id = id;
+        }
         if let Some(name) = function.name.filter(|name| !name.is_empty())
             && call.state == CallState::Unnamed
         {
@@ -223,10 +229,13 @@ impl ChatFormat {
         if let Some(position) = self.calls.iter().position(|call| call.key == key) {
             return position;
         }
-        let id = fragment.id.clone().filter(|id| !id.is_empty());
+        // A server that sends no id gets none invented here: an empty id
+        // tells the kernel to assign one unique in the session (a per-turn
+        // `call_0` would name a call of every turn alike).
+        let id = fragment.id.clone().unwrap_or_default();
         self.calls.push(Call {
             key,
-            id: id.unwrap_or_else(|| format!("call_{key}")),
+            id,
             name: String::new(),
             pending: String::new(),
             state: CallState::Unnamed,

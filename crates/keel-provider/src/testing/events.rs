@@ -73,6 +73,7 @@ pub fn assemble(events: &[ProviderEvent]) -> AssistantMessage {
                         id: id.clone(),
                         name: name.clone(),
                         arguments: Value::Null,
+                        wire_id: None,
                     }),
                 );
                 arguments.insert(*index, String::new());

@@ -31,6 +31,7 @@ fn representative_request() -> ModelRequest {
             id: id.into(),
             name: "read".into(),
             arguments,
+            wire_id: None,
         })
     };
     let assistant = |model: &str, content: Vec<ContentBlock>, stop_reason| {

@@ -512,11 +512,13 @@ fn representative_request() -> ModelRequest {
                 id: "call_1".into(),
                 name: "read".into(),
                 arguments: json!({ "path": "src/main.rs" }),
+                wire_id: None,
             }),
             ContentBlock::ToolCall(ToolCall {
                 id: "call_2".into(),
                 name: "screenshot".into(),
                 arguments: json!({}),
+                wire_id: None,
             }),
         ],
         stop_reason: StopReason::ToolUse,

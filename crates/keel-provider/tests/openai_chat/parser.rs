@@ -112,6 +112,39 @@ fn tool_calls_without_index_are_keyed_by_id() {
     assert_eq!(ids, ["a", "b"]);
 }
 
+#[test]
+fn calls_a_server_sent_without_ids_get_none_invented() {
+    // Some OpenAI-compatible servers send no `id`: the adapter leaves it
+    // empty for the kernel to assign one unique in the session (a per-turn
+    // `call_0` would name a call of every turn alike).
+    let call = |index: u64, arguments: &str| {
+        let entry = json!({ "index": index, "type": "function",
+            "function": { "name": "read", "arguments": arguments } });
+        chunk(json!({ "tool_calls": [entry] }), None)
+    };
+    // The second call's first fragment has neither id nor name; its id
+    // comes with its name.
+    let unnamed = json!({ "tool_calls": [{ "index": 1, "function": { "arguments": "" } }] });
+    let late = json!({ "tool_calls": [{ "index": 1, "id": "late", "type": "function",
+        "function": { "name": "read", "arguments": "{\"path\":\"y\"}" } }] });
+    let text = sse(&[
+        call(0, "{\"path\":\"x\"}"),
+        chunk(unnamed, None),
+        chunk(late, None),
+        chunk(json!({}), Some("tool_calls")),
+    ]) + DONE;
+    let events = replay_now(vec![text.into_bytes()], ChatFormat::new());
+    let ids: Vec<&str> = events
+        .iter()
+        .filter_map(|event| match event {
+            ProviderEvent::ToolCallStart { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect();
+    // An id that comes before the call is started is still taken.
+    assert_eq!(ids, ["", "late"]);
+}
+
 proptest! {
     #[test]
     fn arbitrary_bytes_end_in_exactly_one_terminal_event(

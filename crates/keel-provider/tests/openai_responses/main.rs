@@ -429,11 +429,13 @@ async fn parallel_calls_survive_awkward_splits() {
                 id: "call_a".into(),
                 name: "write".into(),
                 arguments: json!({"path": "notes.txt", "text": "line1\nline2 \"quoted\" café"}),
+                wire_id: None,
             },
             ToolCall {
                 id: "call_b".into(),
                 name: "read".into(),
                 arguments: json!({"path": "crab 🦀 é.rs"}),
+                wire_id: None,
             },
         ]
     );

@@ -46,6 +46,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
                 id: "call_1".into(),
                 name: "read".into(),
                 arguments: json!({"path": "a.txt"}),
+                wire_id: None,
             }),
             // Unsigned reasoning and another provider's signature are dropped.
             ContentBlock::Thinking {
@@ -60,6 +61,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
                 id: "call_2".into(),
                 name: "bash".into(),
                 arguments: Value::String("{not json".into()),
+                wire_id: None,
             }),
         ],
         stop_reason: StopReason::ToolUse,

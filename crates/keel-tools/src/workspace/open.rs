@@ -150,6 +150,19 @@ impl Workspace {
         }
     }
 
+    /// The metadata of what is at a path returned by [`Workspace::resolve`],
+    /// not following a symlink there (opened `O_PATH` beneath the root).
+    pub(crate) fn symlink_metadata(&self, abs: &Path) -> io::Result<std::fs::Metadata> {
+        let Ok(rel) = abs.strip_prefix(&self.root) else {
+            if !self.outside_allowed {
+                return Err(io::Error::from(Errno::EXDEV));
+            }
+            return std::fs::symlink_metadata(abs);
+        };
+        let fd = beneath::open(&*self.handle, rel, OFlag::O_PATH, Mode::empty())?;
+        File::from(fd).metadata()
+    }
+
     /// Whether paths outside the root are allowed for this call.
     pub fn allows_outside(&self) -> bool {
         self.outside_allowed
