@@ -24,6 +24,7 @@ use keel_protocol::{
     ToolCall,
 };
 use keel_tools::evidence::current_content;
+use keel_tools::receipt::ReceiptDamage;
 use keel_tools::{Tool, Workspace};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -38,8 +39,11 @@ pub fn content_sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// What a command's receipt in the session's journal directory shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a command's receipt in the session's journal directory shows
+/// (looked up by the id of the call's `effect_started` entry, never by its
+/// call id: a receipt of another call never decides a recovery).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ReceiptState {
     /// No receipt (or none is kept): nothing is known.
     #[default]
@@ -48,6 +52,10 @@ pub enum ReceiptState {
     Started,
     /// A complete exit receipt: the command ended before the crash.
     Exited,
+    /// The journal or the call's receipts cannot be trusted (torn, garbage,
+    /// output lost, wrong type, untrusted or missing directory): the call
+    /// is interrupted, and the cause is reported.
+    Damaged(ReceiptDamage),
 }
 
 /// The planned content of files a batch writes, layered over the workspace.
@@ -116,6 +124,10 @@ pub struct CallRecovery {
     pub action: RecoveryAction,
     /// Why, in one sentence (told to the model for reported calls).
     pub reason: String,
+    /// The id of the call's `effect_started` entry: its receipts' key.
+    pub effect_entry_id: Option<String>,
+    /// What was wrong with a command's receipts, when that decided it.
+    pub damage: Option<ReceiptDamage>,
 }
 
 /// How a branch ends, as far as recovery is concerned.
@@ -142,6 +154,8 @@ impl Interruption {
 pub(crate) enum Record<'a> {
     /// A message entry.
     Message(&'a Message),
+    /// An `effect_started` entry, with its entry id.
+    Effect(&'a str, &'a EffectStarted),
     /// Any other entry.
     Other(&'a EntryPayload),
 }
@@ -151,6 +165,7 @@ impl<'a> Record<'a> {
     fn of(entry: &'a Entry) -> Self {
         match &entry.payload {
             EntryPayload::Message { message } => Self::Message(message),
+            EntryPayload::EffectStarted { effect } => Self::Effect(&entry.id, effect),
             other => Self::Other(other),
         }
     }
@@ -158,8 +173,8 @@ impl<'a> Record<'a> {
 
 /// Reads how `branch` ends and decides each dangling call;
 /// `current_sha256(path)` is the workspace's content hash of an evidence
-/// path now (`None`: absent), `receipt(call_id)` the state of a command's
-/// receipt.
+/// path now (`None`: absent), `receipt(key)` the state of a command's
+/// receipts keyed by its `effect_started` entry's id.
 pub fn plan(
     branch: &[Entry],
     current_sha256: &dyn Fn(&str) -> Option<String>,
@@ -177,7 +192,7 @@ pub(crate) fn plan_records<'a>(
     let mut open_run: Option<&str> = None;
     let mut last_calls: Vec<&ToolCall> = Vec::new();
     let mut answered: HashSet<&str> = HashSet::new();
-    let mut effects: HashMap<&str, &EffectStarted> = HashMap::new();
+    let mut effects: HashMap<&str, (Option<&str>, &EffectStarted)> = HashMap::new();
     for record in branch {
         match record {
             Record::Other(EntryPayload::RunStart { run_id, .. }) => open_run = Some(run_id),
@@ -194,8 +209,11 @@ pub(crate) fn plan_records<'a>(
             Record::Message(Message::ToolResult(result)) => {
                 answered.insert(&result.call_id);
             }
+            Record::Effect(entry_id, effect) => {
+                effects.insert(&effect.call_id, (Some(entry_id), effect));
+            }
             Record::Other(EntryPayload::EffectStarted { effect }) => {
-                effects.insert(&effect.call_id, effect);
+                effects.insert(&effect.call_id, (None, effect));
             }
             _ => {}
         }
@@ -204,15 +222,28 @@ pub(crate) fn plan_records<'a>(
         .into_iter()
         .filter(|call| !answered.contains(call.id.as_str()))
         .map(|call| {
-            let (action, reason) = decide(
-                effects.get(call.id.as_str()).copied(),
-                current_sha256,
-                receipt(&call.id),
-            );
+            let (key, effect) = match effects.get(call.id.as_str()) {
+                Some((key, effect)) => (*key, Some(*effect)),
+                None => (None, None),
+            };
+            // Receipts are read only for commands, by their entry's key.
+            let state = match (key, effect) {
+                (Some(key), Some(effect)) if effect.idempotency == Idempotency::Command => {
+                    receipt(key)
+                }
+                _ => ReceiptState::Absent,
+            };
+            let damage = match &state {
+                ReceiptState::Damaged(damage) => Some(damage.clone()),
+                _ => None,
+            };
+            let (action, reason) = decide(effect, current_sha256, state);
             CallRecovery {
                 call: call.clone(),
                 action,
                 reason,
+                effect_entry_id: key.map(str::to_owned),
+                damage,
             }
         })
         .collect();
@@ -256,18 +287,27 @@ pub fn decide(
             }
         }
         Idempotency::EditFile => decide_edit(&effect.evidence, current_sha256),
-        Idempotency::Command if receipt == ReceiptState::Exited => (
-            RecoveryAction::RecoveredFromReceipt,
-            "the command had finished before the crash: its exit status and output are \
-             recovered from its receipt; it was not run again"
-                .into(),
-        ),
-        Idempotency::Command => (
-            RecoveryAction::Interrupted,
-            "the command was interrupted by a crash; whether it finished, and what it did, \
-             is unknown, so it was not run again"
-                .into(),
-        ),
+        Idempotency::Command => match receipt {
+            ReceiptState::Exited => (
+                RecoveryAction::RecoveredFromReceipt,
+                "the command had finished before the crash: its exit status and output are \
+                 recovered from its receipt; it was not run again"
+                    .into(),
+            ),
+            ReceiptState::Damaged(damage) => (
+                RecoveryAction::Interrupted,
+                format!(
+                    "the command journal is damaged ({damage}), so whether the command \
+                     finished, and what it did, is unknown; it was not run again"
+                ),
+            ),
+            _ => (
+                RecoveryAction::Interrupted,
+                "the command was interrupted by a crash; whether it finished, and what it did, \
+                 is unknown, so it was not run again"
+                    .into(),
+            ),
+        },
         Idempotency::Undeclared | _ => (
             RecoveryAction::Interrupted,
             "the call was interrupted by a crash and the tool declares no safe way to \
