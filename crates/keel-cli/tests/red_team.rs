@@ -22,6 +22,8 @@
 mod attacks;
 #[path = "red_team/git_attacks.rs"]
 mod git_attacks;
+#[path = "red_team/journal_attacks.rs"]
+mod journal_attacks;
 #[path = "red_team/pty.rs"]
 mod pty;
 
@@ -431,6 +433,11 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             ));
         }
     }
+    // The command journal's attacks (issue 21) run `keel resume` as well.
+    let journal = journal_attacks::run();
+    tried += journal.tried;
+    allowed_ok += journal.allowed_ok;
+    failures.extend(journal.failures);
     let blocked_count = tried
         - failures
             .iter()
@@ -438,7 +445,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             .count();
     println!(
         "red team: {tried} attacks tried, {blocked_count} blocked; {} allowed counterparts, {allowed_ok} succeeded",
-        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len()
+        ALLOWED.len() + ALLOWED_IN_A_REPOSITORY.len() + journal.allowed
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
