@@ -56,7 +56,10 @@ fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
     std::fs::write(root.join("summary.json"), summary.to_string()).unwrap();
     let bad = r#"{"turns":[{"content":[{"type":"text","text":"no headings here"}]}]}"#;
     std::fs::write(root.join("bad.json"), bad).unwrap();
-    let workspace = root.display().to_string();
+    // The workspace beside the session directory: Keel refuses sessions
+    // that a sandboxed command could write.
+    std::fs::create_dir(root.join("ws")).unwrap();
+    let workspace = root.join("ws").display().to_string();
     let run = |script: &str, prompt: &str, session: Option<&str>| {
         let script = root.join(script).display().to_string();
         let mut args = vec!["run", "--script", &script, "--workspace", &workspace];

@@ -307,19 +307,23 @@ fn planted_link(sessions_in: SessionsIn) -> Result<(), String> {
         SessionsIn::HomeWorkspace => (world.path("home"), None, world.path("home")),
     };
     let victim = world.path("victim.txt");
-    let plant = format!(
-        "for d in $(find {} -name '*.journal' -type d); do \
-         ln -sf {} \"$d/$(printf %s call_next | sha256sum | cut -c1-64).out\"; done",
-        workspace.display(),
-        victim.display()
-    );
+    // Python, so that `auto` runs it without asking (the shell analysis
+    // would ask about `ln` with a target outside); the victim is beside the
+    // workspace, the journal anywhere below it.
+    let plant = "python3 -c \"import os,hashlib\nfor r,ds,fs in os.walk('.'):\n  for d in ds:\n    \
+                 if d.endswith('.journal'): os.symlink(os.path.dirname(os.getcwd())+'/victim.txt', \
+                 os.path.join(r,d,hashlib.sha256(b'call_next').hexdigest()+'.out'))\"";
     let script = world.script(json!([
         {"content": [{"type": "tool_call", "id": "call_plant", "name": "bash", "arguments": {"command": plant}}]},
         {"content": [{"type": "tool_call", "id": "call_next", "name": "bash", "arguments": {"command": "echo OVERWRITTEN"}}]},
         {"content": [{"type": "text", "text": "done"}]}
     ]));
     let mut command = world.keel(&["run", "--mode", "auto", "--script"]);
-    command.arg(&script).arg("--workspace").arg(&workspace);
+    command
+        .arg(&script)
+        .arg("--workspace")
+        .arg(&workspace)
+        .current_dir(&workspace);
     match &sessions {
         Some(sessions) => {
             command.arg("--session-dir").arg(sessions);
