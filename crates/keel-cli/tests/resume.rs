@@ -293,3 +293,74 @@ fn a_reused_call_id_is_interrupted_not_recovered_from_an_earlier_calls_receipt()
         "each command ran once"
     );
 }
+
+/// Issue 21: SIGTERM and SIGINT end `keel resume` as they end `keel run`,
+/// here while its recovery re-runs a command that never started (the dead
+/// run was killed right after the model asked for it): the command is
+/// killed and `keel resume` exits with 128 + the signal.
+#[test]
+fn sigterm_and_sigint_end_keel_resume_while_it_recovers() {
+    assert!(keel_failpoint::ENABLED, "the test binary arms failpoints");
+    for (signal, number) in [("-TERM", 15), ("-INT", 2)] {
+        let workspace = tempfile::tempdir().unwrap();
+        let sessions = tempfile::tempdir().unwrap();
+        let scripts = tempfile::tempdir().unwrap();
+        let marker = format!("44.{}{number}", std::process::id() % 1000 + 100);
+        let script = scripts.path().join("script.json");
+        std::fs::write(
+            &script,
+            json!({"by_history": true, "turns": [
+                {"content": [{"type": "tool_call", "name": "bash",
+                              "arguments": {"command": format!("sleep {marker}")}}]},
+                {"content": [{"type": "text", "text": "done"}]}
+            ]})
+            .to_string(),
+        )
+        .unwrap();
+        let keel_in = |args: &[&str]| {
+            let mut command = keel();
+            command
+                .args(args)
+                .args(["--mode", "auto", "--script"])
+                .arg(&script)
+                .arg("--workspace")
+                .arg(workspace.path())
+                .arg("--session-dir")
+                .arg(sessions.path())
+                .env_remove(keel_failpoint::ENV)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            command
+        };
+        let status = keel_in(&["run", "go"])
+            .env(keel_failpoint::ENV, keel_failpoint::AFTER_MESSAGE_END)
+            .status()
+            .unwrap();
+        assert!(!status.success(), "killed at the failpoint");
+        let (id, _) = entries(sessions.path());
+        let mut child = keel_in(&["resume", &id]).spawn().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || !sleepers(&marker).is_empty()),
+            "the recovered command never started"
+        );
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let ended = wait_until(Duration::from_secs(30), || {
+            child.try_wait().unwrap().is_some()
+        });
+        if !ended {
+            child.kill().unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert!(ended, "{signal}: keel resume did not end");
+        assert_eq!(status.code(), Some(128 + number), "{signal}");
+        assert!(
+            wait_until(Duration::from_secs(10), || sleepers(&marker).is_empty()),
+            "{signal}: the command outlived keel resume"
+        );
+    }
+}
