@@ -3,8 +3,8 @@
 //! The top layer of the crate: it depends on the run handle (`run`) and the
 //! run parts (`parts`), and nothing in the crate depends on it.
 
-use std::sync::Arc;
 use std::path::Path;
+use std::sync::Arc;
 
 use keel_protocol::{CompactionTrigger, RunError};
 use keel_provider::Provider;
@@ -390,7 +390,12 @@ fn resolve_existing(path: &Path) -> Option<std::path::PathBuf> {
     let mut current = path;
     loop {
         if let Ok(resolved) = std::fs::canonicalize(current) {
-            return Some(missing.iter().rev().fold(resolved, |path, part| path.join(part)));
+            return Some(
+                missing
+                    .iter()
+                    .rev()
+                    .fold(resolved, |path, part| path.join(part)),
+            );
         }
         missing.push(current.file_name()?.to_owned());
         current = current.parent()?;

@@ -112,9 +112,10 @@ impl ToolRunner<'_> {
             .iter()
             .map(|call| {
                 let (mut verdict, decision) = self.decide(call, &mut overlay);
-                decisions.extend(decision.map(|decision| {
-                    (new_id(), EntryPayload::PermissionDecision { decision })
-                }));
+                decisions.extend(
+                    decision
+                        .map(|decision| (new_id(), EntryPayload::PermissionDecision { decision })),
+                );
                 // The effect journal rides in the decisions' group: one
                 // durable append for the batch (SPEC §8).
                 if let Verdict::Run(prepared, _, _, key) = &mut verdict {
@@ -342,9 +343,8 @@ impl ToolRunner<'_> {
         reason: String,
         effect: Option<(String, EffectStarted)>,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
-        let journal = |(id, effect): (String, EffectStarted)| {
-            (id, EntryPayload::EffectStarted { effect })
-        };
+        let journal =
+            |(id, effect): (String, EffectStarted)| (id, EntryPayload::EffectStarted { effect });
         // A rule made for an earlier call of this batch decides without asking.
         if let Some(rule) = self.rules.matching(call, arguments, &intent) {
             let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);

@@ -5,11 +5,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use keel_kernel::journal::{ReceiptState, decide, plan};
-use keel_tools::receipt::{ReceiptDamage, ReceiptFile};
 use keel_protocol::{
     AssistantMessage, ContentBlock, EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency,
     Message, RecoveryAction, ToolCall, ToolResultMessage, ToolStatus,
 };
+use keel_tools::receipt::{ReceiptDamage, ReceiptFile};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -29,8 +29,13 @@ fn receipt() -> impl Strategy<Value = ReceiptState> {
         Just(ReceiptState::Absent),
         Just(ReceiptState::Started),
         Just(ReceiptState::Exited),
-        Just(ReceiptState::Damaged(ReceiptDamage::Torn { file: ReceiptFile::Exit })),
-        Just(ReceiptState::Damaged(ReceiptDamage::OutputLost { printed: 3, kept: 0 })),
+        Just(ReceiptState::Damaged(ReceiptDamage::Torn {
+            file: ReceiptFile::Exit
+        })),
+        Just(ReceiptState::Damaged(ReceiptDamage::OutputLost {
+            printed: 3,
+            kept: 0
+        })),
     ]
 }
 

@@ -735,7 +735,11 @@ fn each_journal_damage_is_an_interruption_that_names_its_cause() {
         assert_eq!(status, ToolStatus::Error, "{name}");
         assert!(!text.contains("(no output)"), "{name}: {text}");
         assert!(!text.contains("PRIVATE-KEY-MATERIAL"), "{name}: {text}");
-        assert_eq!(results(&after)[0].2, Some(ToolErrorCode::Interrupted), "{name}");
+        assert_eq!(
+            results(&after)[0].2,
+            Some(ToolErrorCode::Interrupted),
+            "{name}"
+        );
         // Let the temporary directories be removed.
         let _ = std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o700));
     }
@@ -788,4 +792,54 @@ fn a_reused_call_id_never_takes_the_receipt_of_an_earlier_call() {
         "second\n",
         "the cut-short command was not run again"
     );
+}
+
+#[test]
+fn an_untrusted_journal_directory_is_reported_when_a_command_is_journaled() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    let script = json!({"turns": [
+        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo hi"}}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let kernel = kernel(dir.path(), Arc::clone(&store), script);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (warnings, status) = runtime.block_on(async {
+        let session = store
+            .create(keel_session::NewSession::default())
+            .await
+            .unwrap();
+        // The session's journal directory exists, and others may write it.
+        let untrusted = journal.path().join(&session);
+        std::fs::create_dir(&untrusted).unwrap();
+        std::fs::set_permissions(&untrusted, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let run = kernel
+            .create_run(RunSpec::new("go").session(&session))
+            .await
+            .unwrap();
+        let mut events = run.events().unwrap();
+        let mut warnings = Vec::new();
+        while let Some(event) = events.next().await {
+            if let RunEventKind::Warning { code, message } = event.kind {
+                warnings.push((code, message));
+            }
+        }
+        assert_eq!(run.result().await.state, RunState::Settled);
+        let entries = store.entries(&session).await.unwrap();
+        (warnings, result_of(&entries, "bash").0)
+    });
+    assert!(
+        warnings.iter().any(|(code, message)| code == "journal_untrusted"
+            && message.contains("other users may write it")),
+        "{warnings:?}"
+    );
+    assert_eq!(status, ToolStatus::Success, "the command still runs");
+    let left: Vec<_> = std::fs::read_dir(journal.path())
+        .unwrap()
+        .flatten()
+        .flat_map(|entry| std::fs::read_dir(entry.path()).unwrap().flatten())
+        .collect();
+    assert!(left.is_empty(), "no receipt was written into it: {left:?}");
 }

@@ -514,10 +514,12 @@ impl Receipts {
         }
         // What was captured so far must be readable as well.
         self.open(&dir, key, ReceiptFile::Out)?;
-        Ok(match self.parsed::<Started>(&dir, key, ReceiptFile::Started)? {
-            Some(started) => Examined::Started(started),
-            None => Examined::Absent,
-        })
+        Ok(
+            match self.parsed::<Started>(&dir, key, ReceiptFile::Started)? {
+                Some(started) => Examined::Started(started),
+                None => Examined::Absent,
+            },
+        )
     }
 
     /// `key`'s `.started` receipt, if complete and trusted.
@@ -799,7 +801,11 @@ mod tests {
             started_ms: 0,
         };
         receipts.write_started(key, &started).unwrap();
-        receipts.create_out(key).unwrap().write_all(b"hi\n").unwrap();
+        receipts
+            .create_out(key)
+            .unwrap()
+            .write_all(b"hi\n")
+            .unwrap();
         receipts.write_exit(key, &exit_receipt(3)).unwrap();
         (base, receipts)
     }
@@ -974,7 +980,10 @@ mod tests {
             receipts.examine("k"),
             Examined::Damaged(ReceiptDamage::JournalSymlink(dir.clone()))
         );
-        assert!(receipts.create_out("k").is_err(), "nothing is written through it");
+        assert!(
+            receipts.create_out("k").is_err(),
+            "nothing is written through it"
+        );
         assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
     }
 

@@ -131,7 +131,11 @@ impl World {
 
     fn script(&self, turns: Value) -> PathBuf {
         let path = self.path("script.json");
-        std::fs::write(&path, json!({"by_history": true, "turns": turns}).to_string()).unwrap();
+        std::fs::write(
+            &path,
+            json!({"by_history": true, "turns": turns}).to_string(),
+        )
+        .unwrap();
         path
     }
 
@@ -176,13 +180,16 @@ impl World {
             .spawn()
             .unwrap();
         assert!(
-            wait_until(Duration::from_secs(30), || !sleepers(&self.marker).is_empty()),
+            wait_until(Duration::from_secs(30), || !sleepers(&self.marker)
+                .is_empty()),
             "the command never started"
         );
         child.kill().unwrap();
         child.wait().unwrap();
-        assert!(wait_until(Duration::from_secs(10), || sleepers(&self.marker)
-            .is_empty()));
+        assert!(wait_until(Duration::from_secs(10), || sleepers(
+            &self.marker
+        )
+        .is_empty()));
         let file = std::fs::read_dir(self.sessions())
             .unwrap()
             .flatten()
@@ -221,7 +228,9 @@ impl World {
             .unwrap()
             .read_to_string(&mut printed)
             .unwrap();
-        printed.push_str(&std::fs::read_to_string(self.sessions().join(format!("{id}.jsonl"))).unwrap());
+        printed.push_str(
+            &std::fs::read_to_string(self.sessions().join(format!("{id}.jsonl"))).unwrap(),
+        );
         (ended, printed)
     }
 }
@@ -387,7 +396,11 @@ fn sleeper() -> Child {
 fn start_time(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
     let rest = &stat[stat.rfind(')').unwrap() + 1..];
-    rest.split_whitespace().nth(22 - 3).unwrap().parse().unwrap()
+    rest.split_whitespace()
+        .nth(22 - 3)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// A forged `.started` names a live process (start time right) as `pid`
@@ -462,7 +475,9 @@ fn recovered_normally() -> Result<(), String> {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    if !wait_until(Duration::from_secs(30), || !sleepers(&world.marker).is_empty()) {
+    if !wait_until(Duration::from_secs(30), || {
+        !sleepers(&world.marker).is_empty()
+    }) {
         let _ = child.kill();
         return Err("the second command never started".into());
     }
