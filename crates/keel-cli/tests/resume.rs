@@ -204,7 +204,7 @@ fn recoveries(entries: &[Value]) -> Vec<(String, String, String)> {
 /// be `interrupted`, never the first call's success.
 #[test]
 fn a_reused_call_id_is_interrupted_not_recovered_from_an_earlier_calls_receipt() {
-    assert!(keel_failpoint::ENABLED, "the test binary arms failpoints");
+    const { assert!(keel_failpoint::ENABLED, "the test binary arms failpoints") };
     let workspace = tempfile::tempdir().unwrap();
     let sessions = tempfile::tempdir().unwrap();
     let scripts = tempfile::tempdir().unwrap();
@@ -300,7 +300,7 @@ fn a_reused_call_id_is_interrupted_not_recovered_from_an_earlier_calls_receipt()
 /// killed and `keel resume` exits with 128 + the signal.
 #[test]
 fn sigterm_and_sigint_end_keel_resume_while_it_recovers() {
-    assert!(keel_failpoint::ENABLED, "the test binary arms failpoints");
+    const { assert!(keel_failpoint::ENABLED, "the test binary arms failpoints") };
     for (signal, number) in [("-TERM", 15), ("-INT", 2)] {
         let workspace = tempfile::tempdir().unwrap();
         let sessions = tempfile::tempdir().unwrap();

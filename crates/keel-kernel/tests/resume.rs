@@ -831,8 +831,10 @@ fn an_untrusted_journal_directory_is_reported_when_a_command_is_journaled() {
         (warnings, result_of(&entries, "bash").0)
     });
     assert!(
-        warnings.iter().any(|(code, message)| code == "journal_untrusted"
-            && message.contains("other users may write it")),
+        warnings
+            .iter()
+            .any(|(code, message)| code == "journal_untrusted"
+                && message.contains("other users may write it")),
         "{warnings:?}"
     );
     assert_eq!(status, ToolStatus::Success, "the command still runs");

@@ -479,6 +479,7 @@ fn recovered_normally() -> Result<(), String> {
         !sleepers(&world.marker).is_empty()
     }) {
         let _ = child.kill();
+        let _ = child.wait();
         return Err("the second command never started".into());
     }
     child.kill().unwrap();
