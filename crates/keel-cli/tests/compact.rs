@@ -68,7 +68,10 @@ fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
         "- a detail that is not in the session\n".repeat(200)
     );
     std::fs::write(root.join("grow.json"), answer(&bloated).to_string()).unwrap();
-    let workspace = root.display().to_string();
+    // The workspace beside the session directory: Keel refuses sessions
+    // that a sandboxed command could write.
+    std::fs::create_dir(root.join("ws")).unwrap();
+    let workspace = root.join("ws").display().to_string();
     let run = |script: &str, prompt: &str, session: Option<&str>| {
         let script = root.join(script).display().to_string();
         let mut args = vec!["run", "--script", &script, "--workspace", &workspace];

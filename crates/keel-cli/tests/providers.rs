@@ -79,6 +79,9 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
     )
     .unwrap();
     let secret = "sk-very-secret-4c0ffee";
+    // Outside the workspace: Keel refuses a session directory that a
+    // sandboxed command could write.
+    let sessions = tempfile::tempdir().unwrap();
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
         .args([
             "run",
@@ -96,7 +99,7 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
         .arg("--workspace")
         .arg(dir.path())
         .arg("--session-dir")
-        .arg(dir.path().join("sessions"))
+        .arg(sessions.path())
         .arg("Make check.sh pass")
         .env("KEEL_TEST_PROVIDER_KEY", secret)
         .env("KEEL_LOG", "debug")
@@ -135,7 +138,7 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
         "the key leaked into output"
     );
     // The session files, and the receipts in each session's journal directory.
-    let mut paths: Vec<_> = std::fs::read_dir(dir.path().join("sessions"))
+    let mut paths: Vec<_> = std::fs::read_dir(sessions.path())
         .unwrap()
         .map(|entry| entry.unwrap().path())
         .collect();

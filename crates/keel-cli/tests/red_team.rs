@@ -29,6 +29,8 @@ mod attacks;
 mod git_attacks;
 #[path = "red_team/planted_files.rs"]
 mod planted_files;
+#[path = "red_team/journal_attacks.rs"]
+mod journal_attacks;
 #[path = "red_team/pty.rs"]
 mod pty;
 
@@ -451,6 +453,11 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
         approval_attacks::run(&mut failures);
     tried += approval_tried;
     allowed_ok += approval_allowed_ok;
+    // The command journal's attacks (issue 21) run `keel resume` as well.
+    let journal = journal_attacks::run();
+    tried += journal.tried;
+    allowed_ok += journal.allowed_ok;
+    failures.extend(journal.failures);
     let blocked_count = tried
         - failures
             .iter()
@@ -463,6 +470,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             + LIMIT_ALLOWED.len()
             + planted.allowed
             + approval_allowed
+            + journal.allowed
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -615,3 +615,187 @@ fn resume_in_another_workspace_is_refused_unless_named_then_warned_and_recorded(
         "original\n"
     );
 }
+
+/// The effect_recovered entries of `entries`: (tool, action, reason).
+fn recoveries(entries: &[Value]) -> Vec<(String, String, String)> {
+    entries
+        .iter()
+        .filter(|entry| entry["kind"] == "effect_recovered")
+        .map(|entry| {
+            (
+                entry["tool_name"].as_str().unwrap().to_owned(),
+                entry["action"].as_str().unwrap().to_owned(),
+                entry["reason"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// Issue 22: Keel (or a provider) may give two calls of a session the same
+/// id — `call_0` in each turn of an OpenAI-compatible server that sends
+/// none. The first `call_0` finished and its receipts outlived it (Keel
+/// was killed after its result was durable, before the receipts were
+/// removed); the second `call_0` is killed mid-command. Its recovery must
+/// be `interrupted`, never the first call's success.
+#[test]
+fn a_reused_call_id_is_interrupted_not_recovered_from_an_earlier_calls_receipt() {
+    const { assert!(keel_failpoint::ENABLED, "the test binary arms failpoints") };
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = tempfile::tempdir().unwrap();
+    let scripts = tempfile::tempdir().unwrap();
+    let marker = format!("43.{}", std::process::id() % 1000 + 100);
+    let second = format!("echo second >> log.txt; sleep {marker}");
+    let script = scripts.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"by_history": true, "turns": [
+            {"content": [{"type": "tool_call", "id": "call_0", "name": "bash",
+                          "arguments": {"command": "echo first >> log.txt"}}]},
+            {"content": [{"type": "tool_call", "id": "call_0", "name": "bash",
+                          "arguments": {"command": second}}]},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let keel_in = |args: &[&str]| {
+        let mut command = keel();
+        command
+            .args(args)
+            .args(["--mode", "auto", "--script"])
+            .arg(&script)
+            .arg("--workspace")
+            .arg(workspace.path())
+            .arg("--session-dir")
+            .arg(sessions.path())
+            .env_remove(keel_failpoint::ENV)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    };
+    // 1. The first call_0 runs; Keel dies right after its result is durable.
+    let status = keel_in(&["run", "go"])
+        .env(keel_failpoint::ENV, keel_failpoint::AFTER_RESULT)
+        .status()
+        .unwrap();
+    assert!(!status.success(), "killed at the failpoint");
+    let (id, _) = entries(sessions.path());
+    let journal = sessions.path().join(format!("{id}.journal"));
+    assert!(
+        std::fs::read_dir(&journal)
+            .unwrap()
+            .flatten()
+            .any(|entry| entry.path().extension().is_some_and(|ext| ext == "exit")),
+        "the first call's .exit outlived it"
+    );
+    // 2. The resumed run's next turn reuses call_0; Keel is killed while it runs.
+    let mut child = keel_in(&["resume", &id]).spawn().unwrap();
+    assert!(
+        wait_until(Duration::from_secs(20), || !sleepers(&marker).is_empty()),
+        "the second call_0 never started"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(wait_until(Duration::from_secs(10), || sleepers(&marker).is_empty()));
+    // 3. Its recovery: interrupted, not the first call_0's exit 0.
+    let resumed = keel_in(&["resume", &id])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert!(
+        resumed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
+    let (_, after) = entries(sessions.path());
+    let recovered = recoveries(&after);
+    let (tool, action, _) = recovered.last().unwrap();
+    assert_eq!(
+        (tool.as_str(), action.as_str()),
+        ("bash", "interrupted"),
+        "{recovered:?}"
+    );
+    let result = after
+        .iter()
+        .rev()
+        .find(|entry| entry.pointer("/message/role") == Some(&json!("tool_result")))
+        .unwrap();
+    assert_eq!(result["message"]["status"], "error", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(workspace.path().join("log.txt")).unwrap(),
+        "first\nsecond\n",
+        "each command ran once"
+    );
+}
+
+/// Issue 21: SIGTERM and SIGINT end `keel resume` as they end `keel run`,
+/// here while its recovery re-runs a command that never started (the dead
+/// run was killed right after the model asked for it): the command is
+/// killed and `keel resume` exits with 128 + the signal.
+#[test]
+fn sigterm_and_sigint_end_keel_resume_while_it_recovers() {
+    const { assert!(keel_failpoint::ENABLED, "the test binary arms failpoints") };
+    for (signal, number) in [("-TERM", 15), ("-INT", 2)] {
+        let workspace = tempfile::tempdir().unwrap();
+        let sessions = tempfile::tempdir().unwrap();
+        let scripts = tempfile::tempdir().unwrap();
+        let marker = format!("44.{}{number}", std::process::id() % 1000 + 100);
+        let script = scripts.path().join("script.json");
+        std::fs::write(
+            &script,
+            json!({"by_history": true, "turns": [
+                {"content": [{"type": "tool_call", "name": "bash",
+                              "arguments": {"command": format!("sleep {marker}")}}]},
+                {"content": [{"type": "text", "text": "done"}]}
+            ]})
+            .to_string(),
+        )
+        .unwrap();
+        let keel_in = |args: &[&str]| {
+            let mut command = keel();
+            command
+                .args(args)
+                .args(["--mode", "auto", "--script"])
+                .arg(&script)
+                .arg("--workspace")
+                .arg(workspace.path())
+                .arg("--session-dir")
+                .arg(sessions.path())
+                .env_remove(keel_failpoint::ENV)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            command
+        };
+        let status = keel_in(&["run", "go"])
+            .env(keel_failpoint::ENV, keel_failpoint::AFTER_MESSAGE_END)
+            .status()
+            .unwrap();
+        assert!(!status.success(), "killed at the failpoint");
+        let (id, _) = entries(sessions.path());
+        let mut child = keel_in(&["resume", &id]).spawn().unwrap();
+        assert!(
+            wait_until(Duration::from_secs(20), || !sleepers(&marker).is_empty()),
+            "the recovered command never started"
+        );
+        let sent = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let ended = wait_until(Duration::from_secs(30), || {
+            child.try_wait().unwrap().is_some()
+        });
+        if !ended {
+            child.kill().unwrap();
+        }
+        let status = child.wait().unwrap();
+        assert!(ended, "{signal}: keel resume did not end");
+        assert_eq!(status.code(), Some(128 + number), "{signal}");
+        assert!(
+            wait_until(Duration::from_secs(10), || sleepers(&marker).is_empty()),
+            "{signal}: the command outlived keel resume"
+        );
+    }
+}

@@ -14,18 +14,21 @@ const SCRIPT: &str = r#"{"turns":[
 
 struct Fixture {
     dir: tempfile::TempDir,
+    /// The session directory, outside the workspace (`dir`): Keel refuses
+    /// one that a sandboxed command could write.
+    store: tempfile::TempDir,
 }
 
 impl Fixture {
     fn new(script: &str) -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("script.json"), script).unwrap();
-        std::fs::create_dir(dir.path().join("sessions")).unwrap();
-        Self { dir }
+        let store = tempfile::tempdir().unwrap();
+        Self { dir, store }
     }
 
     fn sessions(&self) -> String {
-        self.dir.path().join("sessions").display().to_string()
+        self.store.path().display().to_string()
     }
 
     fn run(&self, extra: &[&str], prompt: &str) -> common::Output {
@@ -188,11 +191,7 @@ fn bad_session_arguments_are_startup_errors() {
     assert_eq!(hostile.code, 2);
 
     // A damaged file is refused with the line, and left as it was.
-    let path = fixture
-        .dir
-        .path()
-        .join("sessions")
-        .join(format!("{id}.jsonl"));
+    let path = fixture.store.path().join(format!("{id}.jsonl"));
     let mut bytes = std::fs::read(&path).unwrap();
     let second_line = bytes.iter().position(|&b| b == b'\n').unwrap() + 5;
     bytes[second_line] ^= 0x01;
@@ -264,7 +263,7 @@ fn the_session_tree_demo_branches_and_forks() {
 
 impl Fixture {
     fn session_file(&self, id: &str) -> std::path::PathBuf {
-        self.dir.path().join("sessions").join(format!("{id}.jsonl"))
+        self.store.path().join(format!("{id}.jsonl"))
     }
 
     /// `keel session ARGS`, with its exit code, stdout and stderr.

@@ -191,7 +191,7 @@ fn a_signal_ends_the_wait_for_a_piped_answer() {
         .arg("--workspace")
         .arg(workspace.path())
         .arg("--session-dir")
-        .arg(workspace.path().join("sessions"))
+        .arg(scripts.path().join("sessions"))
         .arg("ask first")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

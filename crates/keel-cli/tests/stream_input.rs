@@ -207,10 +207,14 @@ fn input_that_ends_before_a_user_message_is_a_startup_error() {
 fn a_signal_between_runs_ends_keel_with_its_code() {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path(), json!([{"content": text("done")}]));
+    // The workspace beside the data directory (which holds the sessions):
+    // Keel refuses sessions a sandboxed command could write.
+    let workspace = dir.path().join("project");
+    std::fs::create_dir(&workspace).unwrap();
     let mut keel = command(dir.path());
     keel.args(["run", "--input-format", "stream-json", "--script", &script])
         .arg("--workspace")
-        .arg(dir.path());
+        .arg(&workspace);
     let mut live = Live::start(keel);
     live.send(&control(json!({"type": "user_message", "text": "one run"})));
     assert_eq!(live.result()["state"], "settled");

@@ -24,6 +24,7 @@ use keel_protocol::{
     RecoveryAction, ToolCall,
 };
 use keel_tools::evidence::{PathState, current_content, path_state};
+use keel_tools::receipt::ReceiptDamage;
 use keel_tools::{Tool, Workspace};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -38,8 +39,11 @@ pub fn content_sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// What a command's receipt in the session's journal directory shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+/// What a command's receipt in the session's journal directory shows
+/// (looked up by the id of the call's `effect_started` entry, never by its
+/// call id: a receipt of another call never decides a recovery).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum ReceiptState {
     /// No receipt (or none is kept): nothing is known.
     #[default]
@@ -48,6 +52,10 @@ pub enum ReceiptState {
     Started,
     /// A complete exit receipt: the command ended before the crash.
     Exited,
+    /// The journal or the call's receipts cannot be trusted (torn, garbage,
+    /// output lost, wrong type, untrusted or missing directory): the call
+    /// is interrupted, and the cause is reported.
+    Damaged(ReceiptDamage),
 }
 
 /// The planned content of files a batch writes, layered over the workspace.
@@ -158,6 +166,10 @@ pub struct CallRecovery {
     pub action: RecoveryAction,
     /// Why, in one sentence (told to the model for reported calls).
     pub reason: String,
+    /// The id of the call's `effect_started` entry: its receipts' key.
+    pub effect_entry_id: Option<String>,
+    /// What was wrong with a command's receipts, when that decided it.
+    pub damage: Option<ReceiptDamage>,
 }
 
 /// How a branch ends, as far as recovery is concerned.
@@ -184,6 +196,8 @@ impl Interruption {
 pub(crate) enum Record<'a> {
     /// A message entry.
     Message(&'a Message),
+    /// An `effect_started` entry, with its entry id.
+    Effect(&'a str, &'a EffectStarted),
     /// Any other entry.
     Other(&'a EntryPayload),
 }
@@ -193,6 +207,7 @@ impl<'a> Record<'a> {
     fn of(entry: &'a Entry) -> Self {
         match &entry.payload {
             EntryPayload::Message { message } => Self::Message(message),
+            EntryPayload::EffectStarted { effect } => Self::Effect(&entry.id, effect),
             other => Self::Other(other),
         }
     }
@@ -200,7 +215,8 @@ impl<'a> Record<'a> {
 
 /// Reads how `branch` ends and decides each dangling call;
 /// `current(path)` is what an evidence path of the workspace holds now,
-/// `receipt(call_id)` the state of a command's receipt.
+/// `receipt(key)` the state of a command's receipts keyed by its
+/// `effect_started` entry's id.
 ///
 /// The calls are decided in call order as the resumed run will carry them
 /// out: a file that an earlier call of the batch is run again on is
@@ -223,7 +239,7 @@ pub(crate) fn plan_records<'a>(
     let mut open_run: Option<&str> = None;
     let mut last_calls: Vec<&ToolCall> = Vec::new();
     let mut answered: HashSet<&str> = HashSet::new();
-    let mut effects: HashMap<&str, &EffectStarted> = HashMap::new();
+    let mut effects: HashMap<&str, (Option<&str>, &EffectStarted)> = HashMap::new();
     for record in branch {
         match record {
             Record::Other(EntryPayload::RunStart { run_id, .. }) => open_run = Some(run_id),
@@ -240,8 +256,11 @@ pub(crate) fn plan_records<'a>(
             Record::Message(Message::ToolResult(result)) => {
                 answered.insert(&result.call_id);
             }
+            Record::Effect(entry_id, effect) => {
+                effects.insert(&effect.call_id, (Some(entry_id), effect));
+            }
             Record::Other(EntryPayload::EffectStarted { effect }) => {
-                effects.insert(&effect.call_id, effect);
+                effects.insert(&effect.call_id, (None, effect));
             }
             _ => {}
         }
@@ -253,9 +272,23 @@ pub(crate) fn plan_records<'a>(
         if answered.contains(call.id.as_str()) {
             continue;
         }
-        let effect = effects.get(call.id.as_str()).copied();
+        let (key, effect) = match effects.get(call.id.as_str()) {
+            Some((key, effect)) => (*key, Some(*effect)),
+            None => (None, None),
+        };
+        // Receipts are read only for commands, by their entry's key.
+        let state = match (key, effect) {
+            (Some(key), Some(effect)) if effect.idempotency == Idempotency::Command => {
+                receipt(key)
+            }
+            _ => ReceiptState::Absent,
+        };
+        let damage = match &state {
+            ReceiptState::Damaged(damage) => Some(damage.clone()),
+            _ => None,
+        };
         let now = |path: &str| expected.get(path).cloned().unwrap_or_else(|| current(path));
-        let (action, reason) = decide(effect, &now, receipt(&call.id));
+        let (action, reason) = decide(effect, &now, state);
         if action == RecoveryAction::Rerun
             && let Some(effect) = effect
         {
@@ -272,6 +305,8 @@ pub(crate) fn plan_records<'a>(
             call: call.clone(),
             action,
             reason,
+            effect_entry_id: key.map(str::to_owned),
+            damage,
         });
     }
     Interruption {
@@ -297,18 +332,27 @@ pub fn decide(
     match effect.idempotency {
         Idempotency::ReadOnly => (RecoveryAction::Rerun, "read-only: safe to run again".into()),
         Idempotency::WriteFile | Idempotency::EditFile => decide_files(effect, current),
-        Idempotency::Command if receipt == ReceiptState::Exited => (
-            RecoveryAction::RecoveredFromReceipt,
-            "the command had finished before the crash: its exit status and output are \
-             recovered from its receipt; it was not run again"
-                .into(),
-        ),
-        Idempotency::Command => (
-            RecoveryAction::Interrupted,
-            "the command was interrupted by a crash; whether it finished, and what it did, \
-             is unknown, so it was not run again"
-                .into(),
-        ),
+        Idempotency::Command => match receipt {
+            ReceiptState::Exited => (
+                RecoveryAction::RecoveredFromReceipt,
+                "the command had finished before the crash: its exit status and output are \
+                 recovered from its receipt; it was not run again"
+                    .into(),
+            ),
+            ReceiptState::Damaged(damage) => (
+                RecoveryAction::Interrupted,
+                format!(
+                    "the command journal is damaged ({damage}), so whether the command \
+                     finished, and what it did, is unknown; it was not run again"
+                ),
+            ),
+            _ => (
+                RecoveryAction::Interrupted,
+                "the command was interrupted by a crash; whether it finished, and what it did, \
+                 is unknown, so it was not run again"
+                    .into(),
+            ),
+        },
         Idempotency::Undeclared | _ => (
             RecoveryAction::Interrupted,
             "the call was interrupted by a crash and the tool declares no safe way to \

@@ -3,6 +3,7 @@
 //! The top layer of the crate: it depends on the run handle (`run`) and the
 //! run parts (`parts`), and nothing in the crate depends on it.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use keel_protocol::{CompactionTrigger, RunError};
@@ -59,6 +60,21 @@ pub enum KernelError {
     /// A manual compaction wrote nothing (the error says why).
     #[error("{0}")]
     Compaction(RunError),
+    /// The session store keeps its command journal where a sandboxed
+    /// command of the run could write (issue 21): it could forge receipts
+    /// or plant links in it, so Keel refuses to run.
+    #[error(
+        "the session directory {journal} is inside {root}, which sandboxed commands may \
+         write, so a command could forge Keel's command journal; keep sessions outside \
+         it (e.g. `--session-dir DIR` or XDG_DATA_HOME elsewhere) or use a workspace \
+         that does not contain them"
+    )]
+    JournalExposed {
+        /// Where the store keeps sessions and their journals.
+        journal: std::path::PathBuf,
+        /// The writable root that contains it.
+        root: std::path::PathBuf,
+    },
 }
 
 /// The model context a run on a session would start from
@@ -116,6 +132,7 @@ impl KernelError {
             Self::Interrupted(_) => "session_interrupted",
             Self::NotInterrupted(_) => "nothing_to_resume",
             Self::Compaction(error) => error.code.as_str(),
+            Self::JournalExposed { .. } => "session_dir_writable",
         }
     }
 }
@@ -225,6 +242,7 @@ impl AgentKernel {
         if spec.prompt.trim().is_empty() {
             return Err(KernelError::EmptyPrompt);
         }
+        self.check_journal_private()?;
         let store = &self.inner.store;
         let mut repair = None;
         let session_id = match &spec.session_id {
@@ -276,12 +294,54 @@ impl AgentKernel {
         let Some(session_id) = spec.session_id.clone() else {
             return Err(KernelError::NotInterrupted("(none named)".into()));
         };
+        self.check_journal_private()?;
         let repair = self.inner.store.open_for_writing(&session_id).await?;
         if !self.interrupted(&session_id).await? {
             return Err(KernelError::NotInterrupted(session_id));
         }
         spec.resume = true;
         Ok(self.start(spec, session_id, repair).await)
+    }
+
+    /// Refuses a store whose command journals lie inside a root that
+    /// sandboxed commands may write (the workspace, or an extra writable
+    /// directory of the sandbox): the journal is Keel's alone (issue 21).
+    /// Links are resolved: a session directory reached through a link into
+    /// the workspace is refused too.
+    fn check_journal_private(&self) -> Result<(), KernelError> {
+        // Where journals go: the parent of any session's journal directory.
+        let Some(home) = self
+            .inner
+            .store
+            .journal_dir("journal-check")
+            .and_then(|dir| dir.parent().map(Path::to_path_buf))
+            .map(|home| {
+                if home.as_os_str().is_empty() {
+                    std::path::PathBuf::from(".")
+                } else {
+                    home
+                }
+            })
+        else {
+            return Ok(());
+        };
+        let Some(resolved) = resolve_existing(&home) else {
+            return Ok(());
+        };
+        let roots = std::iter::once(self.inner.workspace.root().to_path_buf())
+            .chain(self.inner.sandbox.writable.iter().cloned());
+        for root in roots {
+            let Ok(root) = std::fs::canonicalize(&root) else {
+                continue;
+            };
+            if resolved.starts_with(&root) {
+                return Err(KernelError::JournalExposed {
+                    journal: home,
+                    root,
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Whether `session_id`'s active branch ends in an interrupted run.
@@ -324,6 +384,25 @@ impl AgentKernel {
             tracing::warn!(%reason, "workspace changes will not be available for this run");
         }
         AgentRun::start(Arc::clone(&self.inner), spec, session_id, baseline, repair)
+    }
+}
+
+/// `path` with links resolved: its nearest existing ancestor, canonical,
+/// joined with the rest (`None` when nothing of it exists).
+fn resolve_existing(path: &Path) -> Option<std::path::PathBuf> {
+    let mut missing = Vec::new();
+    let mut current = path;
+    loop {
+        if let Ok(resolved) = std::fs::canonicalize(current) {
+            return Some(
+                missing
+                    .iter()
+                    .rev()
+                    .fold(resolved, |path, part| path.join(part)),
+            );
+        }
+        missing.push(current.file_name()?.to_owned());
+        current = current.parent()?;
     }
 }
 

@@ -10,11 +10,20 @@
 //! recovered from a command's receipt (its exit status and output), or
 //! interrupted (with the output a command's receipt captured so far).
 //!
+//! A command's receipts are found by the id of its `effect_started` entry
+//! (never by its call id, which a provider may reuse) and read as hostile
+//! input ([`keel_tools::receipt`]): a damaged journal or receipt makes the
+//! call `interrupted`, its cause named in the `effect_recovered` entry and
+//! in a `warning` event (`journal_damaged`).
+//!
 //! Before anything is recorded, a process group that an interrupted
 //! command of the dead run left running (an unsandboxed command outlives
 //! Keel) is killed, found from its `.started` receipt and checked by its
-//! leader's start time so that a reused pid is never signalled. All results are appended as one group in call order, so the
-//! branch again holds a result for every call before the model is asked.
+//! leader (alive, with the recorded start time, leading the group) so that
+//! a reused pid or another group is never signalled. All results are
+//! appended as one group in call order, so the branch again holds a result
+//! for every call before the model is asked; then the batch's receipts,
+//! moot, are removed.
 
 use std::borrow::Cow;
 
@@ -23,7 +32,7 @@ use keel_protocol::{
     ToolResultMessage, UserContent,
 };
 use keel_session::SessionError;
-use keel_tools::receipt::Leftover;
+use keel_tools::receipt::{Examined, Leftover};
 use keel_tools::{Receipts, ToolError, ToolOutput};
 
 use crate::journal::{CallRecovery, ReceiptState, Record, plan_records, workspace_state};
@@ -47,9 +56,10 @@ pub(crate) async fn recover(
 ) -> Result<Recovered, SessionError> {
     let workspace = runner.parts.workspace.clone();
     let receipts = writer.receipts();
-    let receipt_state = |call_id: &str| match &receipts {
-        Some(receipts) if receipts.exit(call_id).is_some() => ReceiptState::Exited,
-        Some(receipts) if receipts.started(call_id).is_some() => ReceiptState::Started,
+    let receipt_state = |key: &str| match receipts.as_ref().map(|receipts| receipts.examine(key)) {
+        Some(Examined::Exited(_)) => ReceiptState::Exited,
+        Some(Examined::Started(_)) => ReceiptState::Started,
+        Some(Examined::Damaged(damage)) => ReceiptState::Damaged(damage),
         _ => ReceiptState::Absent,
     };
     let (interruption, last) = writer
@@ -60,8 +70,12 @@ pub(crate) async fn recover(
                 .find_map(|entry| entry.stored().map(Cow::into_owned));
             // Every branch entry is a message or another payload.
             let records = branch.iter().filter_map(|entry| {
-                (entry.message().map(Record::Message))
-                    .or_else(|| entry.payload().map(Record::Other))
+                (entry.message().map(Record::Message)).or_else(|| {
+                    entry.payload().map(|payload| match payload {
+                        EntryPayload::EffectStarted { effect } => Record::Effect(&entry.id, effect),
+                        other => Record::Other(other),
+                    })
+                })
             });
             (
                 plan_records(
@@ -87,6 +101,21 @@ pub(crate) async fn recover(
     }
     let emitter = &runner.shared.emitter;
     writer.append(emitter, group).await?;
+    for recovery in &interruption.calls {
+        if let Some(damage) = &recovery.damage {
+            tracing::warn!(call_id = %recovery.call.id, %damage, "the command journal is damaged");
+            emitter.emit(RunEventKind::Warning {
+                code: "journal_damaged".into(),
+                message: format!(
+                    "call {} ({}): {damage}; it is reported as interrupted, its outcome unknown \
+                     ({})",
+                    recovery.call.id,
+                    recovery.call.name,
+                    damage.code()
+                ),
+            });
+        }
+    }
     for recovery in &interruption.calls {
         emitter.emit(RunEventKind::EffectRecovered {
             call_id: recovery.call.id.clone(),
@@ -144,6 +173,18 @@ pub(crate) async fn recover(
         })
         .collect();
     writer.append(emitter, payloads).await?;
+    if let Some(receipts) = &receipts {
+        // The results are durable: the batch's receipts are moot.
+        let keys = interruption
+            .calls
+            .iter()
+            .filter(|recovery| recovery.damage.is_none())
+            .filter_map(|recovery| recovery.effect_entry_id.clone())
+            .chain(runner.take_receipt_keys());
+        for key in keys {
+            receipts.remove(&key);
+        }
+    }
     Ok(Recovered {
         results,
         settled: None,
@@ -157,15 +198,20 @@ async fn kill_leftovers(receipts: &Receipts, calls: &[CallRecovery]) {
         if recovery.action != RecoveryAction::Interrupted {
             continue;
         }
+        let Some(key) = recovery.effect_entry_id.clone() else {
+            continue;
+        };
         let receipts = receipts.clone();
-        let call_id = recovery.call.id.clone();
-        let found = tokio::task::spawn_blocking(move || receipts.kill_leftover(&call_id)).await;
+        let found = tokio::task::spawn_blocking(move || receipts.kill_leftover(&key)).await;
         match found {
             Ok(Leftover::Killed) => {
                 tracing::info!(call_id = %recovery.call.id, "killed a command left running by the interrupted run");
             }
             Ok(Leftover::StillAlive) => {
                 tracing::warn!(call_id = %recovery.call.id, "a command left running by the interrupted run did not die");
+            }
+            Ok(Leftover::NotLeader) => {
+                tracing::warn!(call_id = %recovery.call.id, "a start receipt names a process group its process does not lead: nothing was signalled");
             }
             Ok(_) => {}
             Err(error) => tracing::warn!(%error, "looking for a leftover command failed"),
@@ -176,7 +222,8 @@ async fn kill_leftovers(receipts: &Receipts, calls: &[CallRecovery]) {
 /// The result a call that is not run again reports to the model.
 fn reported(recovery: &CallRecovery, receipts: Option<&Receipts>) -> ToolResultMessage {
     let text = format!("Recovered after a crash: {}.", recovery.reason);
-    let call_id = &recovery.call.id;
+    let key = recovery.effect_entry_id.as_deref();
+    let receipts = receipts.zip(key);
     let outcome = match recovery.action {
         RecoveryAction::AlreadyApplied => Ok(ToolOutput {
             content: vec![UserContent::Text { text }],
@@ -184,22 +231,34 @@ fn reported(recovery: &CallRecovery, receipts: Option<&Receipts>) -> ToolResultM
         }),
         RecoveryAction::Conflict => Err(ToolError::new(ToolErrorCode::EffectConflict, text)),
         RecoveryAction::RecoveredFromReceipt => {
-            match receipts.and_then(|receipts| receipts.recovered_result(call_id)) {
-                Some(outcome) => outcome,
-                // The receipt was read when deciding; gone now, nothing is known.
-                None => Err(ToolError::new(ToolErrorCode::Interrupted, text)),
+            match receipts.map(|(receipts, key)| receipts.recovered_result(key)) {
+                Some(Ok(Some(outcome))) => outcome,
+                // The receipt was read when deciding; damaged or gone now:
+                // nothing is known.
+                Some(Err(damage)) => Err(ToolError::new(
+                    ToolErrorCode::Interrupted,
+                    format!(
+                        "Recovered after a crash: the command journal is damaged ({damage}), \
+                         so whether the command finished, and what it did, is unknown; it was \
+                         not run again."
+                    ),
+                )),
+                _ => Err(ToolError::new(ToolErrorCode::Interrupted, text)),
             }
         }
         _ => {
             let error = ToolError::new(ToolErrorCode::Interrupted, text.clone());
-            Err(
-                match receipts.and_then(|receipts| receipts.output_tail(call_id)) {
-                    Some(tail) if !tail.is_empty() => error.with_output(ToolOutput::text(format!(
-                        "{text}\n\nOutput captured before the crash:\n{tail}"
-                    ))),
-                    _ => error,
-                },
-            )
+            // A damaged journal is not read for output.
+            let tail = match (&recovery.damage, receipts) {
+                (None, Some((receipts, key))) => receipts.output_tail(key).ok().flatten(),
+                _ => None,
+            };
+            Err(match tail {
+                Some(tail) if !tail.is_empty() => error.with_output(ToolOutput::text(format!(
+                    "{text}\n\nOutput captured before the crash:\n{tail}"
+                ))),
+                _ => error,
+            })
         }
     };
     to_result(&recovery.call, outcome)

@@ -31,19 +31,20 @@ use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
     BatchMode, DecisionSource, EffectStarted, EntryPayload, GitCodeChange, GitCodeChangeKind,
-    IntentKind, IntentScope, OperationIntent, PermissionAnswer, PermissionDecision, PermissionMode,
-    PermissionResolution, PermissionRule, PermissionScope, RunEventKind, ToolCall, ToolErrorCode,
-    ToolResultError, ToolResultMessage, ToolStatus,
+    Idempotency, IntentKind, IntentScope, OperationIntent, PermissionAnswer, PermissionDecision,
+    PermissionMode, PermissionResolution, PermissionRule, PermissionScope, RunEventKind, ToolCall,
+    ToolErrorCode, ToolResultError, ToolResultMessage, ToolStatus,
 };
 use keel_session::SessionError;
 use keel_tools::changes::gitcode::GitCodeSnapshot;
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
-use keel_tools::{PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
+use keel_tools::{CallReceipt, PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::ids::new_id;
 use crate::journal::Overlay;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
@@ -59,6 +60,9 @@ pub(crate) struct ToolRunner<'a> {
     pub(crate) mode: PermissionMode,
     pub(crate) requests: &'a AtomicU64,
     pub(crate) rules: &'a SessionRules,
+    /// The receipt keys (`effect_started` entry ids) of the commands this
+    /// runner journaled: their receipts are moot once the results are durable.
+    pub(crate) receipt_keys: Mutex<Vec<String>>,
 }
 
 /// What the policy made of one call before the batch runs.
@@ -67,14 +71,16 @@ enum Verdict {
     Refused(ToolError),
     /// It runs, its processes confined at this level (metadata writable
     /// when the first flag says so; watched for planted git code when the
-    /// second does).
-    Run(PreparedCall, SandboxLevel, bool, bool),
+    /// second does), its receipts keyed by its `effect_started` entry's id
+    /// when it has one.
+    Run(PreparedCall, SandboxLevel, bool, bool, Option<String>),
     /// The host decides.
     Ask {
         prepared: PreparedCall,
         intent: OperationIntent,
         reason: String,
-        effect: Option<EffectStarted>,
+        /// The call's journal record and the id its entry will have.
+        effect: Option<(String, EffectStarted)>,
     },
 }
 
@@ -111,14 +117,20 @@ impl ToolRunner<'_> {
         let verdicts = calls
             .iter()
             .map(|call| {
-                let (verdict, decision) = self.decide(call, &mut overlay);
-                decisions
-                    .extend(decision.map(|decision| EntryPayload::PermissionDecision { decision }));
+                let (mut verdict, decision) = self.decide(call, &mut overlay);
+                decisions.extend(
+                    decision
+                        .map(|decision| (new_id(), EntryPayload::PermissionDecision { decision })),
+                );
                 // The effect journal rides in the decisions' group: one
                 // durable append for the batch (SPEC §8).
-                if let Verdict::Run(prepared, _, _, _) = &verdict {
+                if let Verdict::Run(prepared, _, _, _, key) = &mut verdict {
                     let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
-                    decisions.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+                    if let Some(effect) = effect {
+                        let id = new_id();
+                        *key = Some(id.clone());
+                        decisions.push((id, EntryPayload::EffectStarted { effect }));
+                    }
                 }
                 verdict
             })
@@ -126,8 +138,11 @@ impl ToolRunner<'_> {
         if !decisions.is_empty() {
             let journaled = decisions
                 .iter()
-                .any(|payload| matches!(payload, EntryPayload::EffectStarted { .. }));
-            self.writer.append(&self.shared.emitter, decisions).await?;
+                .any(|(_, payload)| matches!(payload, EntryPayload::EffectStarted { .. }));
+            self.prepare_journal(&decisions);
+            self.writer
+                .append_identified(&self.shared.emitter, decisions)
+                .await?;
             if journaled {
                 keel_failpoint::hit(keel_failpoint::AFTER_EFFECT_STARTED);
             }
@@ -170,7 +185,7 @@ impl ToolRunner<'_> {
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
                 let watched = runs_programs(&intent);
-                (Verdict::Run(prepared, level, metadata, watched), decision)
+                (Verdict::Run(prepared, level, metadata, watched, None), decision)
             }
             PolicyDecision::Deny(reason) => {
                 let error = denied(format!("Permission denied: {reason}"));
@@ -182,7 +197,9 @@ impl ToolRunner<'_> {
                 // run (`authorize_by_host`), against its target as it
                 // resolves then: an earlier call of this batch may have
                 // re-pointed it.
-                let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
+                let effect = overlay
+                    .record(call, prepared.tool.as_ref(), &prepared.arguments)
+                    .map(|effect| (new_id(), effect));
                 let verdict = Verdict::Ask {
                     prepared,
                     intent,
@@ -287,10 +304,10 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         verdict: Verdict,
     ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
-        let (prepared, level, metadata, watched) = match verdict {
+        let (prepared, level, metadata, watched, key) = match verdict {
             Verdict::Refused(error) => return Ok(Err(error)),
-            Verdict::Run(prepared, level, metadata, watched) => {
-                (prepared, level, metadata, watched)
+            Verdict::Run(prepared, level, metadata, watched, key) => {
+                (prepared, level, metadata, watched, key)
             }
             Verdict::Ask {
                 prepared,
@@ -300,11 +317,12 @@ impl ToolRunner<'_> {
             } => {
                 let metadata = writes_metadata(&intent);
                 let watched = runs_programs(&intent);
+                let key = effect.as_ref().map(|(id, _)| id.clone());
                 match self
                     .authorize_by_host(call, &prepared, intent, reason, effect)
                     .await?
                 {
-                    Ok(level) => (prepared, level, metadata, watched),
+                    Ok(level) => (prepared, level, metadata, watched, key),
                     Err(error) => return Ok(Err(error)),
                 }
             }
@@ -314,10 +332,10 @@ impl ToolRunner<'_> {
             return Ok(Err(error));
         }
         if !watched {
-            return Ok(self.execute(call, prepared, level, metadata).await);
+            return Ok(self.execute(call, prepared, level, metadata, key).await);
         }
         let before = self.git_code_snapshot().await;
-        let outcome = self.execute(call, prepared, level, metadata).await;
+        let outcome = self.execute(call, prepared, level, metadata, key).await;
         if let Some(before) = before
             && let Some(after) = self.git_code_snapshot().await
         {
@@ -381,8 +399,10 @@ impl ToolRunner<'_> {
         prepared: &PreparedCall,
         intent: OperationIntent,
         mut reason: String,
-        effect: Option<EffectStarted>,
+        effect: Option<(String, EffectStarted)>,
     ) -> Result<Result<SandboxLevel, ToolError>, SessionError> {
+        let journal =
+            |(id, effect): (String, EffectStarted)| (id, EntryPayload::EffectStarted { effect });
         let arguments = &prepared.arguments;
         let bind = || {
             binding_sha256(
@@ -400,11 +420,14 @@ impl ToolRunner<'_> {
         {
             RuleMatch::Matches(rule) => {
                 let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
-                let mut group = vec![EntryPayload::PermissionDecision { decision }];
+                let mut group = vec![(new_id(), EntryPayload::PermissionDecision { decision })];
                 if allowed.is_ok() {
-                    group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+                    group.extend(effect.map(journal));
                 }
-                self.writer.append(&self.shared.emitter, group).await?;
+                self.prepare_journal(&group);
+                self.writer
+                    .append_identified(&self.shared.emitter, group)
+                    .await?;
                 return Ok(allowed);
             }
             RuleMatch::Stale(rule) => {
@@ -429,18 +452,21 @@ impl ToolRunner<'_> {
             (source == DecisionSource::Host && answer.scope == PermissionScope::Always && !moved)
                 .then(|| rule_for(call, arguments, &intent, resolution, binding));
         let decision = self.decision(call, arguments, intent, resolution, source, reason);
-        let mut group = vec![EntryPayload::PermissionDecision { decision }];
+        let mut group = vec![(new_id(), EntryPayload::PermissionDecision { decision })];
         group.extend(
             rule.clone()
-                .map(|rule| EntryPayload::PermissionRule { rule }),
+                .map(|rule| (new_id(), EntryPayload::PermissionRule { rule })),
         );
         if resolution == PermissionResolution::Approved {
-            group.extend(effect.map(|effect| EntryPayload::EffectStarted { effect }));
+            group.extend(effect.map(journal));
         }
         let journaled = group
             .iter()
-            .any(|payload| matches!(payload, EntryPayload::EffectStarted { .. }));
-        self.writer.append(&self.shared.emitter, group).await?;
+            .any(|(_, payload)| matches!(payload, EntryPayload::EffectStarted { .. }));
+        self.prepare_journal(&group);
+        self.writer
+            .append_identified(&self.shared.emitter, group)
+            .await?;
         if journaled {
             keel_failpoint::hit(keel_failpoint::AFTER_EFFECT_STARTED);
         }
@@ -520,6 +546,7 @@ impl ToolRunner<'_> {
         prepared: PreparedCall,
         level: SandboxLevel,
         metadata_writable: bool,
+        receipt_key: Option<String>,
     ) -> Result<ToolOutput, ToolError> {
         let sandbox = Sandbox {
             level,
@@ -537,7 +564,11 @@ impl ToolRunner<'_> {
             cancel: self.shared.cancel.child_token(),
             progress: ProgressSink::new(call.id.clone(), sender),
             sandbox: sandbox.clone(),
-            receipts: self.writer.receipts(),
+            receipts: self
+                .writer
+                .receipts()
+                .zip(receipt_key)
+                .map(|(receipts, key)| CallReceipt::new(receipts, key)),
         };
         let execution = prepared.tool.execute(prepared.arguments, context);
         tokio::pin!(execution);
@@ -565,6 +596,54 @@ impl ToolRunner<'_> {
 /// write, and writing into a `.git` is asked about.
 fn runs_programs(intent: &OperationIntent) -> bool {
     !matches!(intent.kind, IntentKind::Read | IntentKind::Write)
+}
+
+impl ToolRunner<'_> {
+    /// Before a group that journals commands is appended: makes sure the
+    /// session's journal directory exists and can be trusted (so that at a
+    /// resume, a missing or untrusted directory is damage, never "no
+    /// receipt yet"), reports it when not, and remembers the commands'
+    /// receipt keys.
+    fn prepare_journal(&self, group: &[(String, EntryPayload)]) {
+        let keys: Vec<&String> = group
+            .iter()
+            .filter_map(|(id, payload)| match payload {
+                EntryPayload::EffectStarted { effect }
+                    if effect.idempotency == Idempotency::Command =>
+                {
+                    Some(id)
+                }
+                _ => None,
+            })
+            .collect();
+        if keys.is_empty() {
+            return;
+        }
+        let Some(receipts) = self.writer.receipts() else {
+            return;
+        };
+        if let Err(damage) = receipts.prepare() {
+            tracing::warn!(%damage, "the command journal cannot be used");
+            self.shared.emitter.emit(RunEventKind::Warning {
+                code: "journal_untrusted".into(),
+                message: format!(
+                    "{damage}: commands run without receipts, so a crash leaves their \
+                     outcome unknown"
+                ),
+            });
+        }
+        if let Ok(mut known) = self.receipt_keys.lock() {
+            known.extend(keys.into_iter().cloned());
+        }
+    }
+
+    /// The receipt keys of the commands this runner journaled.
+    pub(crate) fn take_receipt_keys(&self) -> Vec<String> {
+        self.receipt_keys
+            .lock()
+            .map(|mut keys| std::mem::take(&mut *keys))
+            .unwrap_or_default()
+    }
 }
 
 /// Whether a call that runs may write git's and Keel's metadata: only when

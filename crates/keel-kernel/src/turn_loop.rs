@@ -295,6 +295,7 @@ impl<'a> TurnLoop<'a> {
             mode: self.mode,
             requests: &self.permission_requests,
             rules: &self.rules,
+            receipt_keys: std::sync::Mutex::default(),
         }
     }
 
@@ -550,7 +551,8 @@ impl<'a> TurnLoop<'a> {
 
     /// Runs the batch and persists its results, in call order, as one group.
     async fn run_tools(&self, calls: &[ToolCall]) -> Result<(), Stop> {
-        let results = self.tool_runner().run_batch(calls).await?;
+        let runner = self.tool_runner();
+        let results = runner.run_batch(calls).await?;
         let payloads = results
             .iter()
             .map(|result| EntryPayload::Message {
@@ -561,8 +563,8 @@ impl<'a> TurnLoop<'a> {
         keel_failpoint::hit(keel_failpoint::AFTER_RESULT);
         if let Some(receipts) = self.writer.receipts() {
             // The results are durable: the commands' receipts are moot.
-            for result in results.iter().filter(|result| result.tool_name == "bash") {
-                receipts.remove(&result.call_id);
+            for key in runner.take_receipt_keys() {
+                receipts.remove(&key);
             }
         }
         for result in results {

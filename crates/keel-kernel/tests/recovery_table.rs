@@ -11,6 +11,7 @@ use keel_protocol::{
     AssistantMessage, ContentBlock, EffectStarted, Entry, EntryPayload, FileEvidence, Idempotency,
     Message, PathKind, RecoveryAction, ToolCall, ToolResultMessage, ToolStatus,
 };
+use keel_tools::receipt::{ReceiptDamage, ReceiptFile};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -30,6 +31,13 @@ fn receipt() -> impl Strategy<Value = ReceiptState> {
         Just(ReceiptState::Absent),
         Just(ReceiptState::Started),
         Just(ReceiptState::Exited),
+        Just(ReceiptState::Damaged(ReceiptDamage::Torn {
+            file: ReceiptFile::Exit
+        })),
+        Just(ReceiptState::Damaged(ReceiptDamage::OutputLost {
+            printed: 3,
+            kept: 0
+        })),
     ]
 }
 
@@ -132,17 +140,20 @@ proptest! {
             assert_eq!(path, "f.txt");
             now.clone()
         };
-        let (action, reason) = decide(effect.as_ref(), &current, receipt);
+        let (action, reason) = decide(effect.as_ref(), &current, receipt.clone());
         let expected = specified(
             class,
             with_evidence.then_some((before_kind, &before, &after)),
             &now,
-            receipt,
+            receipt.clone(),
         );
         prop_assert_eq!(action, expected);
         prop_assert!(!reason.is_empty());
         if matches!(class, Some(Idempotency::Command | Idempotency::Undeclared)) {
             prop_assert!(!action.runs(), "an unknown outcome is never run again");
+        }
+        if let (Some(Idempotency::Command), ReceiptState::Damaged(damage)) = (class, &receipt) {
+            prop_assert!(reason.contains(&damage.to_string()), "the cause is named: {}", reason);
         }
         if action == RecoveryAction::RecoveredFromReceipt {
             prop_assert_eq!(class, Some(Idempotency::Command));
@@ -227,10 +238,16 @@ proptest! {
                 payload,
             })
             .collect();
-        // Each call's receipt is looked up by its own id.
-        let receipt = |call_id: &str| {
-            let index: usize = call_id.trim_start_matches('c').parse().unwrap();
-            if exited[index] { ReceiptState::Exited } else { ReceiptState::Started }
+        // Each call's receipt is looked up by its `effect_started` entry's id.
+        let call_of = |key: &str| -> usize {
+            let effect = branch.iter().find(|entry| entry.id == key).map(|entry| &entry.payload);
+            let Some(EntryPayload::EffectStarted { effect }) = effect else {
+                panic!("a receipt is looked up by an effect entry's id, not {key}");
+            };
+            effect.call_id.trim_start_matches('c').parse().unwrap()
+        };
+        let receipt = |key: &str| {
+            if exited[call_of(key)] { ReceiptState::Exited } else { ReceiptState::Started }
         };
         let interruption = plan(&branch, &|_| OnDisk::Absent, &receipt);
         let expected: Vec<String> = calls
@@ -242,7 +259,9 @@ proptest! {
         let decided: Vec<String> = interruption.calls.iter().map(|c| c.call.id.clone()).collect();
         prop_assert_eq!(decided, expected.clone());
         for decided in &interruption.calls {
-            let expected = if receipt(&decided.call.id) == ReceiptState::Exited {
+            let key = decided.effect_entry_id.as_deref().unwrap();
+            prop_assert_eq!(call_of(key), decided.call.id.trim_start_matches('c').parse::<usize>().unwrap());
+            let expected = if receipt(key) == ReceiptState::Exited {
                 RecoveryAction::RecoveredFromReceipt
             } else {
                 RecoveryAction::Interrupted

@@ -376,13 +376,14 @@ fn result_of(entries: &[Entry], tool: &str) -> (ToolStatus, String, Option<Value
         .unwrap()
 }
 
-/// The call id of the (first) `tool` call journaled in `entries`.
+/// The receipt keys (`effect_started` entry ids) of the `tool` calls
+/// journaled in `entries`.
 fn journaled_call(entries: &[Entry], tool: &str) -> Vec<String> {
     entries
         .iter()
         .filter_map(|entry| match &entry.payload {
             EntryPayload::EffectStarted { effect } if effect.tool_name == tool => {
-                Some(effect.call_id.clone())
+                Some(entry.id.clone())
             }
             _ => None,
         })
@@ -799,4 +800,276 @@ fn a_session_written_before_the_new_journal_fields_still_resumes() {
         std::fs::read_to_string(dir.path().join("b.txt")).unwrap(),
         "planned\n"
     );
+}
+
+/// Resumes `session` in `auto` and waits for the run to settle: the
+/// session's entries and the run's `warning` events (code, message).
+fn resume_warned(
+    dir: &std::path::Path,
+    store: &Arc<MemoryStore>,
+    session: &str,
+) -> (Vec<Entry>, Vec<(String, String)>) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let kernel = kernel(
+            dir,
+            Arc::clone(store),
+            json!({"turns": [{"content": [{"type": "text", "text": "done"}]}]}),
+        );
+        let run = kernel.resume(session, PermissionMode::Auto).await.unwrap();
+        let mut events = run.events().unwrap();
+        let mut warnings = Vec::new();
+        while let Some(event) = events.next().await {
+            if let RunEventKind::Warning { code, message } = event.kind {
+                warnings.push((code, message));
+            }
+        }
+        assert_eq!(run.result().await.state, RunState::Settled);
+        (store.entries(session).await.unwrap(), warnings)
+    })
+}
+
+/// The `effect_recovered` reason of the (first) `tool` call.
+fn recovery_reason(entries: &[Entry], tool: &str) -> String {
+    entries
+        .iter()
+        .find_map(|entry| match &entry.payload {
+            EntryPayload::EffectRecovered {
+                tool_name, reason, ..
+            } if tool_name == tool => Some(reason.clone()),
+            _ => None,
+        })
+        .unwrap()
+}
+
+/// The one receipt file of the journal `dir` with this suffix.
+fn receipt_file(dir: &std::path::Path, suffix: &str) -> std::path::PathBuf {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .find(|path| path.extension().is_some_and(|ext| ext == suffix))
+        .unwrap_or_else(|| panic!("no .{suffix} receipt in {}", dir.display()))
+}
+
+#[test]
+fn each_journal_damage_is_an_interruption_that_names_its_cause() {
+    use std::os::unix::fs::PermissionsExt;
+    type Damage = fn(&std::path::Path, &std::path::Path);
+    let damages: Vec<(&str, Damage, &str)> = vec![
+        (
+            "torn .exit",
+            |journal, _| {
+                std::fs::write(receipt_file(journal, "exit"), b"{\"ending\":\"exi").unwrap();
+            },
+            "the .exit receipt is torn or garbage",
+        ),
+        (
+            "garbage .exit",
+            |journal, _| std::fs::write(receipt_file(journal, "exit"), b"\0\xffjunk").unwrap(),
+            "the .exit receipt is torn or garbage",
+        ),
+        (
+            "missing .out of a command that printed",
+            |journal, _| std::fs::remove_file(receipt_file(journal, "out")).unwrap(),
+            "output lost",
+        ),
+        (
+            ".exit is a FIFO",
+            |journal, _| {
+                let exit = receipt_file(journal, "exit");
+                std::fs::remove_file(&exit).unwrap();
+                nix::unistd::mkfifo(&exit, nix::sys::stat::Mode::S_IRWXU).unwrap();
+            },
+            "the .exit receipt is a FIFO",
+        ),
+        (
+            ".out is a link to a secret",
+            |journal, base| {
+                let out = receipt_file(journal, "out");
+                std::fs::remove_file(&out).unwrap();
+                std::fs::write(base.join("id_rsa"), "PRIVATE-KEY-MATERIAL").unwrap();
+                std::os::unix::fs::symlink(base.join("id_rsa"), &out).unwrap();
+            },
+            "the .out receipt is a symbolic link",
+        ),
+        (
+            "journal deleted",
+            |journal, _| std::fs::remove_dir_all(journal).unwrap(),
+            "is missing",
+        ),
+        (
+            "journal is a file",
+            |journal, _| {
+                std::fs::remove_dir_all(journal).unwrap();
+                std::fs::write(journal, b"").unwrap();
+            },
+            "is not a directory",
+        ),
+        (
+            "journal is a dangling link",
+            |journal, base| {
+                std::fs::remove_dir_all(journal).unwrap();
+                std::os::unix::fs::symlink(base.join("nowhere"), journal).unwrap();
+            },
+            "is a symbolic link",
+        ),
+        (
+            "journal is world-writable",
+            |journal, _| {
+                std::fs::set_permissions(journal, std::fs::Permissions::from_mode(0o777)).unwrap();
+            },
+            "other users may write it",
+        ),
+    ];
+    let mut damages = damages;
+    // Root reads any directory: an unreadable one is testable only as a user.
+    if !nix::unistd::geteuid().is_root() {
+        damages.push((
+            "journal unreadable",
+            |journal, _| {
+                std::fs::set_permissions(journal, std::fs::Permissions::from_mode(0o000)).unwrap();
+            },
+            "cannot be read",
+        ));
+    }
+    for (name, damage, cause) in damages {
+        let dir = tempfile::tempdir().unwrap();
+        let base = tempfile::tempdir().unwrap();
+        let store = Arc::new(MemoryStore::with_journal_root(base.path()));
+        let calls = json!([
+            {"type": "tool_call", "name": "bash", "arguments": {"command": "echo printed"}},
+            {"type": "tool_call", "name": "hang", "arguments": {}}
+        ]);
+        let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+        let journal = base.path().join(&session);
+        damage(&journal, base.path());
+
+        let (after, warnings) = resume_warned(dir.path(), &store, &session);
+        assert_eq!(
+            recovered(&after)[0],
+            ("bash".into(), RecoveryAction::Interrupted),
+            "{name}"
+        );
+        let reason = recovery_reason(&after, "bash");
+        assert!(reason.contains(cause), "{name}: {reason}");
+        assert!(
+            warnings
+                .iter()
+                .any(|(code, message)| code == "journal_damaged" && message.contains(cause)),
+            "{name}: {warnings:?}"
+        );
+        let (status, text, _) = result_of(&after, "bash");
+        assert_eq!(status, ToolStatus::Error, "{name}");
+        assert!(!text.contains("(no output)"), "{name}: {text}");
+        assert!(!text.contains("PRIVATE-KEY-MATERIAL"), "{name}: {text}");
+        assert_eq!(
+            results(&after)[0].2,
+            Some(ToolErrorCode::Interrupted),
+            "{name}"
+        );
+        // Let the temporary directories be removed.
+        let _ = std::fs::set_permissions(&journal, std::fs::Permissions::from_mode(0o700));
+    }
+}
+
+#[test]
+fn a_reused_call_id_never_takes_the_receipt_of_an_earlier_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    // The first `call_0` ends before the crash: its `.exit` is in the journal.
+    let calls = json!([
+        {"type": "tool_call", "id": "call_0", "name": "bash", "arguments": {"command": "echo first"}},
+        {"type": "tool_call", "id": "call_1", "name": "hang", "arguments": {}}
+    ]);
+    let session = crash_in_batch(dir.path(), Arc::clone(&store), calls);
+    // A run of the same session reuses `call_0` for a command the next
+    // crash cuts short; the first call's receipts are still there.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let kernel = kernel(
+            dir.path(),
+            Arc::clone(&store),
+            json!({"turns": [{"content": [
+                {"type": "tool_call", "id": "call_0", "name": "bash",
+                 "arguments": {"command": "echo second >> log.txt; echo second-started; sleep 30"}}
+            ]}]}),
+        );
+        let run = kernel.resume(&session, PermissionMode::Auto).await.unwrap();
+        let mut events = run.events().unwrap();
+        while let Some(event) = events.next().await {
+            if matches!(&event.kind, RunEventKind::ToolExecutionUpdate { progress, .. }
+                if progress.data.contains("second-started"))
+            {
+                break;
+            }
+        }
+        std::mem::forget(run);
+    });
+    runtime.shutdown_timeout(Duration::from_millis(100));
+
+    let after = resume_settled(dir.path(), &store, &session);
+    let last = recovered(&after).last().cloned().unwrap();
+    assert_eq!(last, ("bash".into(), RecoveryAction::Interrupted));
+    let (status, text, _) = result_of(&after, "bash");
+    assert_eq!(status, ToolStatus::Error, "{text}");
+    assert!(text.contains("second-started"), "{text}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("log.txt")).unwrap(),
+        "second\n",
+        "the cut-short command was not run again"
+    );
+}
+
+#[test]
+fn an_untrusted_journal_directory_is_reported_when_a_command_is_journaled() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let journal = tempfile::tempdir().unwrap();
+    let store = Arc::new(MemoryStore::with_journal_root(journal.path()));
+    let script = json!({"turns": [
+        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo hi"}}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let kernel = kernel(dir.path(), Arc::clone(&store), script);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (warnings, status) = runtime.block_on(async {
+        let session = store
+            .create(keel_session::NewSession::default())
+            .await
+            .unwrap();
+        // The session's journal directory exists, and others may write it.
+        let untrusted = journal.path().join(&session);
+        std::fs::create_dir(&untrusted).unwrap();
+        std::fs::set_permissions(&untrusted, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let run = kernel
+            .create_run(RunSpec::new("go").session(&session))
+            .await
+            .unwrap();
+        let mut events = run.events().unwrap();
+        let mut warnings = Vec::new();
+        while let Some(event) = events.next().await {
+            if let RunEventKind::Warning { code, message } = event.kind {
+                warnings.push((code, message));
+            }
+        }
+        assert_eq!(run.result().await.state, RunState::Settled);
+        let entries = store.entries(&session).await.unwrap();
+        (warnings, result_of(&entries, "bash").0)
+    });
+    assert!(
+        warnings
+            .iter()
+            .any(|(code, message)| code == "journal_untrusted"
+                && message.contains("other users may write it")),
+        "{warnings:?}"
+    );
+    assert_eq!(status, ToolStatus::Success, "the command still runs");
+    let left: Vec<_> = std::fs::read_dir(journal.path())
+        .unwrap()
+        .flatten()
+        .flat_map(|entry| std::fs::read_dir(entry.path()).unwrap().flatten())
+        .collect();
+    assert!(left.is_empty(), "no receipt was written into it: {left:?}");
 }

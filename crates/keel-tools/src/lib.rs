@@ -39,7 +39,7 @@ pub use keel_sandbox as sandbox;
 pub use keel_sandbox::env;
 pub use keel_shell as shell;
 
-pub use receipt::Receipts;
+pub use receipt::{CallReceipt, Receipts};
 pub use registry::{PreparedCall, ToolRegistry};
 pub use tool::{ProgressSink, Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 pub use workspace::{Workspace, WorkspaceError};

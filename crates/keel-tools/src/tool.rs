@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::evidence::PlannedFile;
-use crate::receipt::Receipts;
+use crate::receipt::CallReceipt;
 use crate::sandbox::Sandbox;
 use crate::workspace::{Workspace, WorkspaceError};
 
@@ -101,8 +101,10 @@ pub struct ToolContext {
     pub progress: ProgressSink,
     /// The OS sandbox processes of this call run in (only `bash` spawns any).
     pub sandbox: Sandbox,
-    /// The session's command receipts (SPEC §8); `None`: none are kept.
-    pub receipts: Option<Receipts>,
+    /// Where this call's command receipts go (SPEC §8): the session's
+    /// journal and the call's key, the id of its `effect_started` entry;
+    /// `None`: none are kept.
+    pub receipts: Option<CallReceipt>,
 }
 
 /// Sends streamed tool output to the kernel; dropping output is harmless.

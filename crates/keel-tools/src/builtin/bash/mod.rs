@@ -198,9 +198,10 @@ impl Tool for BashTool {
             listed.extend(context.sandbox.config.env.iter().cloned());
             let (mut process, mut pipes) =
                 self.spawn(&arguments.command, root, &context.sandbox, &listed)?;
-            let recorder = context.receipts.as_ref().and_then(|receipts| {
-                Recorder::start(receipts, &context.call_id, &process, self.options.log_limit)
-            });
+            let recorder = context
+                .receipts
+                .as_ref()
+                .and_then(|call| Recorder::start(call, &process, self.options.log_limit));
             keel_failpoint::hit(keel_failpoint::IN_BASH);
             let collector = Collector::new(context.progress.clone(), self.options.limits());
             let mut sink = Sink {

@@ -11,7 +11,7 @@ use tokio::io::AsyncWriteExt;
 use super::Ending;
 use crate::builtin::output::{Collector, Stream};
 use crate::builtin::process::Process;
-use crate::receipt::{ExitReceipt, Receipts, Started, now_ms, process_start_time};
+use crate::receipt::{CallReceipt, ExitReceipt, Receipts, Started, now_ms, process_start_time};
 use crate::tool::{ToolError, ToolOutput};
 
 /// Where a command's output goes: the collector, and the receipt's `.out`.
@@ -34,21 +34,17 @@ impl Sink {
 /// One call's receipt being written.
 pub(super) struct Recorder {
     receipts: Receipts,
-    call_id: String,
+    key: String,
     out: Option<tokio::fs::File>,
     written: u64,
     cap: u64,
 }
 
 impl Recorder {
-    /// Writes `call_id`'s `.started` receipt for `process` and opens its
+    /// Writes the call's `.started` receipt for `process` and opens its
     /// `.out`; `None` (receipts off for this call) when that fails.
-    pub(super) fn start(
-        receipts: &Receipts,
-        call_id: &str,
-        process: &Process,
-        cap: u64,
-    ) -> Option<Self> {
+    pub(super) fn start(call: &CallReceipt, process: &Process, cap: u64) -> Option<Self> {
+        let CallReceipt { receipts, key } = call;
         let pid = process.pid();
         let started = Started {
             pid,
@@ -57,12 +53,12 @@ impl Recorder {
             started_ms: now_ms(),
         };
         let opened = receipts
-            .write_started(call_id, &started)
-            .and_then(|()| receipts.create_out(call_id));
+            .write_started(key, &started)
+            .and_then(|()| receipts.create_out(key));
         match opened {
             Ok(out) => Some(Self {
                 receipts: receipts.clone(),
-                call_id: call_id.to_owned(),
+                key: key.clone(),
                 out: Some(tokio::fs::File::from_std(out)),
                 written: 0,
                 cap,
@@ -121,14 +117,13 @@ impl Recorder {
             ending: ending.to_owned(),
             exit_code,
             error,
-            output_path: self.receipts.out_path(&self.call_id),
+            output_path: self.receipts.out_path(&self.key),
             output_bytes: self.written,
             ended_ms: now_ms(),
         };
         let receipts = self.receipts.clone();
-        let call_id = self.call_id.clone();
-        let written =
-            tokio::task::spawn_blocking(move || receipts.write_exit(&call_id, &exit)).await;
+        let key = self.key.clone();
+        let written = tokio::task::spawn_blocking(move || receipts.write_exit(&key, &exit)).await;
         match written {
             Ok(Ok(())) => {}
             Ok(Err(error)) => tracing::warn!(%error, "writing a command's exit receipt failed"),

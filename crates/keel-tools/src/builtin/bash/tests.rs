@@ -389,15 +389,14 @@ fn intent_comes_from_the_shell_analysis() {
 }
 
 #[tokio::test]
-async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_call_id() {
-    use crate::receipt::Receipts;
+async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_key() {
+    use crate::receipt::{CallReceipt, Receipts};
     let (dir, context) = setup();
     let journal = tempfile::tempdir().unwrap();
     let receipts = Receipts::new(journal.path().join("session"));
     for context in [context.clone(), unsandboxed(&context)] {
         let mut context = context;
-        context.call_id = "../../evil call".into();
-        context.receipts = Some(receipts.clone());
+        context.receipts = Some(CallReceipt::new(receipts.clone(), "../../evil call"));
         let outcome = bash(
             &context,
             json!({"command": "echo out; echo err >&2; exit 4"}),
@@ -411,7 +410,10 @@ async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_call_id() {
         let exit = receipts.exit("../../evil call").unwrap();
         assert_eq!((exit.ending.as_str(), exit.exit_code), ("exited", Some(4)));
         assert_eq!(exit.output_bytes, 8);
-        let recovered = receipts.recovered_result("../../evil call").unwrap();
+        let recovered = receipts
+            .recovered_result("../../evil call")
+            .unwrap()
+            .unwrap();
         let recovered = recovered.unwrap_err();
         assert_eq!(recovered.code, ToolErrorCode::ProcessFailed);
         assert!(text_of(&recovered.content).starts_with("out\nerr\n\nCommand exited with code 4"));
