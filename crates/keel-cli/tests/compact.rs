@@ -158,3 +158,60 @@ fn a_session_is_compacted_by_its_own_provider_and_shows_its_context() {
     let (code, out) = run("after.json", "again", Some(&id));
     assert_eq!(code, 0, "{out}");
 }
+
+/// A summary request the provider asks to wait longer for than
+/// `max_retry_wait_sec` is not waited: the compaction fails at once, and its
+/// message names the wait asked for and the limit (as a run's request does).
+#[test]
+fn a_summary_request_told_to_wait_too_long_fails_naming_the_wait() {
+    use keel_provider::testing::{Reply, TestServer};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let chunk = |delta: Value, finish: Option<&str>| {
+        let body = serde_json::json!({"id": "c1", "object": "chat.completion.chunk",
+            "model": "local-model",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {body}\n\n")
+    };
+    let answer = chunk(
+        serde_json::json!({"role": "assistant", "content": "first answer"}),
+        None,
+    ) + &chunk(serde_json::json!({}), Some("stop"))
+        + "data: [DONE]\n\n";
+    let server = runtime
+        .block_on(TestServer::start(vec![
+            Reply::sse(&answer),
+            Reply::Status {
+                status: 429,
+                headers: vec![("retry-after".into(), "2000".into())],
+                body: r#"{"error":{"message":"slow down"}}"#.into(),
+            },
+        ]))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    std::fs::create_dir_all(root.join("config/keel")).unwrap();
+    std::fs::write(
+        root.join("config/keel/config.toml"),
+        format!(
+            "provider = \"local\"\n[providers.local]\napi = \"openai-chat\"\nbase_url = \"{}\"\n\
+             default_model = \"local-model\"\n",
+            server.url()
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir(root.join("ws")).unwrap();
+    let workspace = root.join("ws").display().to_string();
+    let prompt = format!("first: {}", "a long note to summarise; ".repeat(40));
+    let (code, out) = keel(root, &["run", "--workspace", &workspace, &prompt]);
+    assert_eq!(code, 0, "{out}");
+    let id = line(&out, "session")["id"].as_str().unwrap().to_owned();
+    let (code, out) = keel(root, &["session", "compact", &id]);
+    assert_eq!(code, 1, "{out}");
+    let failed = line(&out, "compaction_failed");
+    let message = failed["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("asked to wait 2000 s") && message.contains("max_retry_wait_sec"),
+        "{failed}"
+    );
+    assert_eq!(server.connections(), 2, "the wait was not retried");
+}

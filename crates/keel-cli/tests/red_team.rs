@@ -27,10 +27,10 @@ mod approval_attacks;
 mod attacks;
 #[path = "red_team/git_attacks.rs"]
 mod git_attacks;
-#[path = "red_team/planted_files.rs"]
-mod planted_files;
 #[path = "red_team/journal_attacks.rs"]
 mod journal_attacks;
+#[path = "red_team/planted_files.rs"]
+mod planted_files;
 #[path = "red_team/pty.rs"]
 mod pty;
 

@@ -589,6 +589,9 @@ async fn summarise(
             return Err(Interrupted::Cancelled);
         }
         let Some(retry) = attempts.after_failure(&error) else {
+            // Says why a retryable failure was not retried (a wait past
+            // the longest allowed), as the turn loop does.
+            let error = attempts.give_up(error);
             let what = if error.kind == ProviderErrorKind::ContextOverflow {
                 "the summary request itself is larger than the model's context window"
             } else {
