@@ -278,9 +278,7 @@ pub(crate) fn plan_records<'a>(
         };
         // Receipts are read only for commands, by their entry's key.
         let state = match (key, effect) {
-            (Some(key), Some(effect)) if effect.idempotency == Idempotency::Command => {
-                receipt(key)
-            }
+            (Some(key), Some(effect)) if effect.idempotency == Idempotency::Command => receipt(key),
             _ => ReceiptState::Absent,
         };
         let damage = match &state {

@@ -185,7 +185,10 @@ impl ToolRunner<'_> {
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
                 let watched = runs_programs(&intent);
-                (Verdict::Run(prepared, level, metadata, watched, None), decision)
+                (
+                    Verdict::Run(prepared, level, metadata, watched, None),
+                    decision,
+                )
             }
             PolicyDecision::Deny(reason) => {
                 let error = denied(format!("Permission denied: {reason}"));
