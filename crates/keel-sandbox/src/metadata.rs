@@ -334,7 +334,7 @@ mod tests {
                 &home,
             );
             assert!(config.is_dir(), "the missing directory is created");
-            assert_eq!(found.protected, [config.clone()]);
+            assert_eq!(found.protected, std::slice::from_ref(&config));
             assert_eq!(found.pinned, [home.join(".config")]);
         }
         let read_only = find(&with_config(SandboxLevel::ReadOnly, false, &config), &home);
