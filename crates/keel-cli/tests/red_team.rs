@@ -18,13 +18,17 @@
 //! that is a repository; the approved `git commit` is answered on stdin.
 //! The attacks on files Keel's own next run reads (a planted `AGENTS.md`
 //! or `.keel/config.toml`) and on the sandbox's shared limits are in
-//! `red_team/planted_files.rs`.
+//! `red_team/planted_files.rs`; those on Keel's own user configuration
+//! (`~/.config/keel` in a workspace that is the home directory) in
+//! `red_team/config_attacks.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "red_team/approval_attacks.rs"]
 mod approval_attacks;
 #[path = "red_team/attacks.rs"]
 mod attacks;
+#[path = "red_team/config_attacks.rs"]
+mod config_attacks;
 #[path = "red_team/git_attacks.rs"]
 mod git_attacks;
 #[path = "red_team/journal_attacks.rs"]
@@ -458,6 +462,11 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
     tried += journal.tried;
     allowed_ok += journal.allowed_ok;
     failures.extend(journal.failures);
+    // Keel's own user configuration in a home workspace.
+    let config = config_attacks::run();
+    tried += config.tried;
+    allowed_ok += config.allowed_ok;
+    failures.extend(config.failures);
     let blocked_count = tried
         - failures
             .iter()
@@ -471,6 +480,7 @@ fn every_attack_fails_and_every_allowed_counterpart_succeeds() {
             + planted.allowed
             + approval_allowed
             + journal.allowed
+            + config.allowed
     );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }

@@ -105,6 +105,16 @@ struct Connected {
     retry: Option<RetryPolicy>,
 }
 
+/// Keel's own user configuration directory (`$XDG_CONFIG_HOME/keel`, else
+/// `~/.config/keel`): where the user's `config.toml` and global `AGENTS.md`
+/// live, which every run trusts as the user's own. Sandboxed commands and
+/// the file tools may not write it (`SandboxConfig::protected`).
+pub fn keel_config_dir() -> Option<PathBuf> {
+    Config::default_path()?
+        .parent()
+        .map(std::path::Path::to_path_buf)
+}
+
 /// Everything a host resolved from its arguments and configuration.
 #[derive(Debug, Clone)]
 pub struct HostConfig {
@@ -138,7 +148,10 @@ impl HostConfig {
             provider,
             workspace: None,
             tools: None,
-            sandbox: SandboxConfig::default(),
+            sandbox: SandboxConfig {
+                protected: keel_config_dir().into_iter().collect(),
+                ..SandboxConfig::default()
+            },
             system_prompt: None,
             append_system_prompt: None,
             context_window: None,

@@ -26,6 +26,6 @@ pub mod project;
 pub mod sessions;
 pub mod settings;
 
-pub use assemble::{HostConfig, ProviderChoice, tools_by_name};
+pub use assemble::{HostConfig, ProviderChoice, keel_config_dir, tools_by_name};
 pub use error::HostError;
 pub use settings::{Choices, RunSetup, Settings, Sources};

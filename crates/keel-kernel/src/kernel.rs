@@ -540,7 +540,13 @@ impl AgentKernelBuilder {
     /// Checks the parts and builds the kernel.
     pub fn build(self) -> Result<AgentKernel, KernelError> {
         let provider = self.provider.ok_or(KernelError::Missing("provider"))?;
-        let workspace = Arc::new(self.workspace.ok_or(KernelError::Missing("workspace"))?);
+        // Keel's own configuration is protected from the file tools as it
+        // is from sandboxed commands (`SandboxConfig::protected`).
+        let workspace = Arc::new(
+            self.workspace
+                .ok_or(KernelError::Missing("workspace"))?
+                .protecting(&self.sandbox.protected),
+        );
         let mut tools = ToolRegistry::new();
         for tool in self.tools {
             tools.register(tool)?;

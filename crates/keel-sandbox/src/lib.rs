@@ -89,6 +89,13 @@ pub struct SandboxConfig {
     pub readable: Vec<PathBuf>,
     /// Extra directories sandboxed commands may write (in workspace-write levels).
     pub writable: Vec<PathBuf>,
+    /// Keel's own configuration directories (the user's `config.toml` and
+    /// global `AGENTS.md`, resolved by the host): read-only to every
+    /// sandboxed command wherever a writable root holds them, even for a
+    /// call approved to write git's metadata; one that does not exist yet
+    /// is created empty first, so that no command can create it (see
+    /// `metadata`).
+    pub protected: Vec<PathBuf>,
     /// Files and directories hidden from sandboxed commands even where a
     /// readable location holds them (a file reads as empty, a directory as
     /// an empty one).
@@ -168,6 +175,7 @@ impl SandboxConfig {
             mode: SandboxMode::Os,
             readable: SYSTEM_READABLE.iter().map(PathBuf::from).collect(),
             writable: Vec::new(),
+            protected: Vec::new(),
             masked,
             env: Vec::new(),
             limits: ResourceLimits::default(),

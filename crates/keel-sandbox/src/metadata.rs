@@ -40,6 +40,27 @@
 //! only read on a linked work tree's git directories unless the call was
 //! approved (see `landlock_rules`).
 //!
+//! Keel's own configuration directory (`SandboxConfig::protected`: the
+//! user's `config.toml` and global `AGENTS.md`, which the next `keel run`
+//! trusts as the user's own) is protected the same way whenever it lies
+//! inside a writable root (a workspace that is the home directory), at
+//! every writing level and even for a call approved to write `.git`:
+//!
+//! - it is bound read-only over itself, like `.git`;
+//! - when it does not exist yet, Keel creates it (empty, mode 0700) first,
+//!   so that there is something to bind: a command cannot create it either.
+//!   An empty directory in the user's configuration location is the only
+//!   trace, and it is where Keel's configuration belongs anyway;
+//! - each directory between the writable root and it (`~/.config`) is
+//!   bound writable over itself ([`Metadata::pinned`]): still writable, but
+//!   a mount point, so that `mv ~/.config elsewhere` fails (`EBUSY`) and no
+//!   command can put a fresh `~/.config/keel` in its place.
+//!
+//! A path whose component inside the writable root is a symlink
+//! (`~/.config/keel -> dotfiles/keel`) is protected where it resolves to;
+//! the link itself stays in a writable directory and a command can
+//! replace it (docs/security.md lists this limit).
+//!
 //! Everything here runs in the parent, before the child is forked.
 
 use std::io::Read as _;
@@ -58,6 +79,10 @@ const MAX_POINTER: u64 = 4096;
 pub(crate) struct Metadata {
     /// Paths inside writable roots, bound read-only over themselves.
     pub protected: Vec<PathBuf>,
+    /// Directories inside writable roots bound writable over themselves,
+    /// so that they cannot be renamed: the ones between a root and a
+    /// protected configuration directory.
+    pub pinned: Vec<PathBuf>,
     /// A linked work tree's git directories outside the workspace.
     pub linked: Vec<PathBuf>,
     /// Whether `linked` is writable (an approved call at a writing level).
@@ -83,14 +108,21 @@ pub(crate) fn find(sandbox: &Sandbox, workspace: &Path) -> Metadata {
             }
         }
     }
+    let mut pinned = Vec::new();
+    for config in &sandbox.config.protected {
+        protect_config(config, &roots, &mut protected, &mut pinned);
+    }
     protected.sort();
     protected.dedup();
+    pinned.sort();
+    pinned.dedup();
     let linked = std::fs::canonicalize(workspace)
         .ok()
         .and_then(|workspace| linked_git_dirs(&workspace))
         .unwrap_or_default();
     Metadata {
         protected,
+        pinned,
         linked,
         linked_writable: writes && sandbox.metadata_writable,
     }
@@ -120,6 +152,76 @@ fn protect(path: &Path, inside_root: &dyn Fn(&Path) -> bool, out: &mut Vec<PathB
         && inside_root(&git_dir)
     {
         out.push(git_dir);
+    }
+}
+
+/// Adds what protects Keel's configuration directory `config` when it lies
+/// inside one of the (canonical) writable `roots`: itself, created first
+/// when missing, and the directories between the root and it.
+fn protect_config(
+    config: &Path,
+    roots: &[PathBuf],
+    protected: &mut Vec<PathBuf>,
+    pinned: &mut Vec<PathBuf>,
+) {
+    let Some(real) = real_location(config) else {
+        return;
+    };
+    let Some(root) = roots.iter().find(|root| real.starts_with(root)) else {
+        return;
+    };
+    if real == *root {
+        // The writable root is the configuration directory itself (an
+        // extra writable root the user named): nothing to protect from.
+        return;
+    }
+    if std::fs::symlink_metadata(&real).is_err() {
+        use std::os::unix::fs::DirBuilderExt as _;
+        if let Err(error) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&real)
+        {
+            // Nothing could be bound; the bind of a missing path then
+            // fails the command rather than leave the path writable.
+            tracing::warn!(path = %real.display(), %error, "creating Keel's configuration directory failed");
+        }
+    }
+    // Created or not, the path is protected: a bind of a path that is
+    // missing fails, and so does the command.
+    let real = std::fs::canonicalize(&real).unwrap_or(real);
+    if !real.starts_with(root) {
+        return;
+    }
+    protected.push(real.clone());
+    for ancestor in real.ancestors().skip(1) {
+        if ancestor == root.as_path() || !ancestor.starts_with(root) {
+            break;
+        }
+        pinned.push(ancestor.to_path_buf());
+    }
+}
+
+/// `path` with its longest existing ancestor resolved (canonical) and the
+/// missing rest joined back; `None` for a relative path or one with `..`
+/// in its missing rest.
+fn real_location(path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut rest = Vec::new();
+    let mut existing = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            let mut out = real;
+            for name in rest.iter().rev() {
+                out.push(name);
+            }
+            return Some(out);
+        }
+        let name = existing.file_name()?;
+        rest.push(name.to_os_string());
+        existing = existing.parent()?;
     }
 }
 
@@ -207,6 +309,69 @@ mod tests {
         assert!(approved.protected.is_empty());
         let read_only = find(&sandbox(SandboxLevel::ReadOnly, false), &root);
         assert!(read_only.protected.is_empty());
+    }
+
+    fn with_config(level: SandboxLevel, metadata_writable: bool, config: &Path) -> Sandbox {
+        Sandbox {
+            level,
+            config: Arc::new(SandboxConfig {
+                protected: vec![config.to_path_buf()],
+                ..SandboxConfig::default()
+            }),
+            metadata_writable,
+        }
+    }
+
+    #[test]
+    fn keels_configuration_in_a_writable_root_is_created_protected_and_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        let config = home.join(".config/keel");
+        // Approved to write `.git`, or not: the configuration stays protected.
+        for approved in [false, true] {
+            let found = find(
+                &with_config(SandboxLevel::WorkspaceWrite, approved, &config),
+                &home,
+            );
+            assert!(config.is_dir(), "the missing directory is created");
+            assert_eq!(found.protected, std::slice::from_ref(&config));
+            assert_eq!(found.pinned, [home.join(".config")]);
+        }
+        let read_only = find(&with_config(SandboxLevel::ReadOnly, false, &config), &home);
+        assert!(read_only.protected.is_empty() && read_only.pinned.is_empty());
+    }
+
+    #[test]
+    fn keels_configuration_outside_every_writable_root_is_left_alone() {
+        let base = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(base.path()).unwrap();
+        std::fs::create_dir_all(base.join("ws")).unwrap();
+        let config = base.join("home/.config/keel");
+        let found = find(
+            &with_config(SandboxLevel::WorkspaceWrite, false, &config),
+            &base.join("ws"),
+        );
+        assert!(found.protected.is_empty() && found.pinned.is_empty());
+        assert!(!base.join("home").exists(), "nothing is created outside");
+    }
+
+    #[test]
+    fn a_symlinked_configuration_is_protected_where_it_resolves() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(home.join("dotfiles/keel")).unwrap();
+        std::fs::create_dir_all(home.join(".config")).unwrap();
+        std::os::unix::fs::symlink(home.join("dotfiles/keel"), home.join(".config/keel")).unwrap();
+        let found = find(
+            &with_config(
+                SandboxLevel::WorkspaceWrite,
+                false,
+                &home.join(".config/keel"),
+            ),
+            &home,
+        );
+        assert_eq!(found.protected, [home.join("dotfiles/keel")]);
+        assert_eq!(found.pinned, [home.join("dotfiles")]);
     }
 
     #[test]

@@ -195,6 +195,11 @@ pub(crate) fn build(
     for path in &metadata.linked {
         add(path, linked);
     }
+    // Directories above Keel's protected configuration, bound over
+    // themselves so that they cannot be renamed away (see `metadata`).
+    for path in &metadata.pinned {
+        add(path, Entry::Write);
+    }
     // Last, so that protection wins over a writable entry of the same path.
     for path in &metadata.protected {
         entries.insert(path.clone(), Entry::Protected);

@@ -195,3 +195,89 @@ fn a_linked_work_tree_reads_its_repository_and_cannot_write_it() {
     assert!(ok, "{printed}");
     assert_ne!(git(&wt, &["rev-parse", "HEAD"]), head);
 }
+
+/// A sandbox at workspace-write that protects Keel's configuration `dir`.
+fn protecting(dir: &Path, metadata_writable: bool) -> Sandbox {
+    Sandbox {
+        level: SandboxLevel::WorkspaceWrite,
+        config: Arc::new(SandboxConfig {
+            protected: vec![dir.to_path_buf()],
+            ..SandboxConfig::default()
+        }),
+        metadata_writable,
+    }
+}
+
+/// Every way of planting Keel's user configuration from a workspace that is
+/// the home directory; each must fail and leave it as it was.
+const CONFIG_ATTACKS: &[&str] = &[
+    "echo 'mode = \"full\"' > .config/keel/config.toml",
+    "echo planted > .config/keel/AGENTS.md",
+    "rm -rf .config/keel",
+    "mv .config/keel .config/keel-old",
+    "mv .config .config-old && mkdir -p .config/keel && echo 'mode = \"full\"' > .config/keel/config.toml",
+    "python3 -c \"open('.config/keel/config.toml', 'w').write('mode = \\\"full\\\"')\"",
+];
+
+fn config_fingerprint(home: &Path) -> Vec<(String, Option<String>)> {
+    [
+        ".config/keel/config.toml",
+        ".config/keel/AGENTS.md",
+        ".config-old/keel/config.toml",
+        ".config/keel-old/config.toml",
+    ]
+    .into_iter()
+    .map(|rel| (rel.to_owned(), std::fs::read_to_string(home.join(rel)).ok()))
+    .collect()
+}
+
+#[test]
+fn keels_configuration_in_a_home_workspace_stays_as_it_was() {
+    let base = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(base.path()).unwrap();
+    let config = home.join(".config/keel");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(config.join("config.toml"), "mode = \"ask\"\n").unwrap();
+    let before = config_fingerprint(&home);
+    // Even a call approved to write `.git` may not write it.
+    for approved in [false, true] {
+        let sandbox = protecting(&config, approved);
+        for attack in CONFIG_ATTACKS {
+            let (ok, printed) = run(&sandbox, &home, attack);
+            assert!(!ok, "{attack} succeeded: {printed}");
+            assert_eq!(config_fingerprint(&home), before, "{attack}: {printed}");
+        }
+        // The rest of the home, `~/.config` included, is written.
+        let (ok, printed) = run(
+            &sandbox,
+            &home,
+            "echo b > b.txt && mkdir -p .config/other && echo c > .config/other/c",
+        );
+        assert!(ok, "{printed}");
+        assert!(home.join(".config/other/c").is_file());
+    }
+}
+
+#[test]
+fn a_missing_keel_configuration_cannot_be_created() {
+    let base = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(base.path()).unwrap();
+    let config = home.join(".config/keel");
+    let sandbox = protecting(&config, false);
+    for attack in [
+        "mkdir -p .config/keel && echo 'mode = \"full\"' > .config/keel/config.toml",
+        "echo 'mode = \"full\"' > .config/keel/config.toml",
+        "mv .config .config-old && mkdir -p .config/keel && echo x > .config/keel/config.toml",
+    ] {
+        let (ok, printed) = run(&sandbox, &home, attack);
+        assert!(!ok, "{attack} succeeded: {printed}");
+        assert!(
+            !config.join("config.toml").exists() && !home.join(".config-old").exists(),
+            "{attack}: {printed}"
+        );
+    }
+    // Keel made the directory, empty, to protect it.
+    assert_eq!(std::fs::read_dir(&config).unwrap().count(), 0);
+    let (ok, printed) = run(&sandbox, &home, "echo b > b.txt");
+    assert!(ok && home.join("b.txt").is_file(), "{printed}");
+}

@@ -42,11 +42,16 @@ pub struct Workspace {
     handle: Arc<OwnedFd>,
     /// Whether paths outside the root resolve too (a decision allowed it).
     outside_allowed: bool,
+    /// Keel's own configuration directories, resolved: protected like
+    /// `.git` wherever they lie ([`Workspace::protecting`]).
+    protected: Arc<Vec<PathBuf>>,
 }
 
 impl PartialEq for Workspace {
     fn eq(&self, other: &Self) -> bool {
-        self.root == other.root && self.outside_allowed == other.outside_allowed
+        self.root == other.root
+            && self.outside_allowed == other.outside_allowed
+            && self.protected == other.protected
     }
 }
 
@@ -133,7 +138,24 @@ impl Workspace {
             root,
             handle: Arc::new(handle),
             outside_allowed: false,
+            protected: Arc::new(Vec::new()),
         })
+    }
+
+    /// The same workspace, where a write into any of `dirs` (Keel's own
+    /// configuration directories: the user's `config.toml` and global
+    /// `AGENTS.md`, which the next run trusts) is protected like a write
+    /// into `.git` ([`Workspace::is_protected`]). Each directory is
+    /// resolved now (its longest existing ancestor canonical), as the paths
+    /// the tools write are.
+    pub fn protecting(mut self, dirs: &[PathBuf]) -> Workspace {
+        let resolved = dirs
+            .iter()
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| resolve_existing_prefix(dir))
+            .collect();
+        self.protected = Arc::new(resolved);
+        self
     }
 
     /// The same workspace for one call whose permission decision allowed
@@ -144,6 +166,7 @@ impl Workspace {
             root: self.root.clone(),
             handle: Arc::clone(&self.handle),
             outside_allowed: true,
+            protected: Arc::clone(&self.protected),
         }
     }
 
@@ -209,6 +232,7 @@ impl Workspace {
     /// uses too).
     pub fn is_protected(&self, abs: &Path) -> bool {
         abs.strip_prefix(&self.root).is_ok_and(is_metadata)
+            || self.protected.iter().any(|dir| abs.starts_with(dir))
     }
 
     /// Whether `path` resolves inside the workspace.
@@ -317,6 +341,30 @@ fn io_error(path: &str, error: &io::Error) -> WorkspaceError {
         WorkspaceError::Io {
             path: path.to_owned(),
             message: error.to_string(),
+        }
+    }
+}
+
+/// `path` with its longest existing ancestor canonical and the missing
+/// rest joined back (lexically normalized first).
+fn resolve_existing_prefix(path: &Path) -> PathBuf {
+    let normalized = normalize(path);
+    let mut rest = Vec::new();
+    let mut existing = normalized.as_path();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            let mut out = real;
+            for name in rest.iter().rev() {
+                out.push(name);
+            }
+            return out;
+        }
+        match (existing.file_name(), existing.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name.to_os_string());
+                existing = parent;
+            }
+            _ => return normalized,
         }
     }
 }
@@ -467,6 +515,31 @@ mod tests {
             ".",
         ] {
             assert!(!ws.is_protected(&ws.root().join(path)), "{path}");
+        }
+    }
+
+    #[test]
+    fn keels_configuration_is_protected_when_given() {
+        let (dir, ws) = setup();
+        let config = dir.path().join(".config/keel");
+        let plain = ws.clone();
+        let ws = ws.protecting(std::slice::from_ref(&config));
+        for path in [
+            ".config/keel",
+            ".config/keel/config.toml",
+            ".config/keel/AGENTS.md",
+        ] {
+            let abs = ws.resolve(path).unwrap();
+            assert!(ws.is_protected(&abs), "{path}");
+            assert!(ws.allowing_outside().is_protected(&abs), "{path}");
+            assert!(!plain.is_protected(&abs), "{path}");
+        }
+        for path in [
+            ".config/keelx",
+            ".config/other/config.toml",
+            "keel/config.toml",
+        ] {
+            assert!(!ws.is_protected(&ws.resolve(path).unwrap()), "{path}");
         }
     }
 
