@@ -184,10 +184,10 @@ impl Settings {
                 // A user file inside the workspace (a workspace that is the
                 // home directory) could have been planted by a command: it
                 // is read beneath the workspace, like the project layer.
-                let inside = sources
-                    .workspace
-                    .as_deref()
-                    .and_then(|workspace| beneath_workspace(path, workspace));
+                let inside = match sources.workspace.as_deref() {
+                    Some(workspace) => beneath_workspace(path, workspace)?,
+                    None => None,
+                };
                 let origin = match &inside {
                     Some((root, rel)) => Origin::Beneath { root, rel },
                     None => Origin::User(path),
@@ -433,12 +433,28 @@ pub(crate) fn toml_message(text: &str, error: &toml::de::Error) -> String {
 }
 
 /// `path` as (canonical workspace root, path relative to it) when the
-/// directory holding it lies inside `workspace`.
-fn beneath_workspace(path: &Path, workspace: &Path) -> Option<(PathBuf, PathBuf)> {
-    let root = std::fs::canonicalize(workspace).ok()?;
-    let dir = std::fs::canonicalize(path.parent()?).ok()?;
-    let rel = dir.strip_prefix(&root).ok()?.join(path.file_name()?);
-    Some((root, rel))
+/// directory holding it lies inside `workspace` (see
+/// [`untrusted::user_dir_within`]: a directory that cannot be resolved is
+/// refused, never read as the user's own). A workspace that cannot be
+/// resolved has no inside (the kernel's own check reports it), and a
+/// missing directory leaves the file to be reported as missing.
+fn beneath_workspace(
+    path: &Path,
+    workspace: &Path,
+) -> Result<Option<(PathBuf, PathBuf)>, HostError> {
+    let (Ok(root), Some(dir), Some(name)) = (
+        std::fs::canonicalize(workspace),
+        path.parent(),
+        path.file_name(),
+    ) else {
+        return Ok(None);
+    };
+    match untrusted::user_dir_within(dir, &root, path) {
+        Ok(Some(rel)) => Ok(Some((root, rel.join(name)))),
+        Ok(None) => Ok(None),
+        Err(error) if error.is_not_found() => Ok(None),
+        Err(error) => Err(HostError::ConfigFile(error)),
+    }
 }
 
 /// `~/…` under `$HOME`; any other path as it is.

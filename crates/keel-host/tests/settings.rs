@@ -425,3 +425,32 @@ fn a_user_file_that_is_a_fifo_is_refused() {
     assert_eq!(code, "config_refused", "{message}");
     assert!(message.contains("named pipe (FIFO)"), "{message}");
 }
+
+/// A user `config.toml` whose directory cannot be resolved (a link chain
+/// planted in the workspace that resolves past `PATH_MAX`) cannot be shown
+/// to lie outside the workspace: it is refused, never read as the user's
+/// own by following the chain (here to `/proc/self/environ`).
+#[test]
+fn a_user_file_whose_directory_cannot_be_resolved_is_refused() {
+    let fixture = Fixture::new(USER);
+    let ws = fixture.workspace();
+    let level = "d".repeat(200);
+    let first: PathBuf = std::iter::repeat_n(level.as_str(), 12).collect();
+    let rest: PathBuf = std::iter::repeat_n(level.as_str(), 13).collect();
+    std::fs::create_dir_all(ws.join(&first)).unwrap();
+    std::os::unix::fs::symlink(&first, ws.join("L")).unwrap();
+    std::fs::create_dir_all(ws.join("L").join(&rest)).unwrap();
+    std::os::unix::fs::symlink(&rest, ws.join("L/M")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/environ", ws.join("L/M/config.toml")).unwrap();
+    // The user's configuration directory, by a link outside the workspace.
+    let config = fixture.dir.path().join("cfg");
+    std::os::unix::fs::symlink(ws.join("L/M"), &config).unwrap();
+    let sources = Sources {
+        config_file: Some(config.join("config.toml")),
+        ..fixture.sources(None, &[])
+    };
+    let error = Settings::load(&sources).unwrap_err();
+    assert_eq!(error.code(), "config_refused", "{error}");
+    assert!(error.to_string().contains("cannot be resolved"), "{error}");
+    assert!(!error.to_string().contains("PATH="), "{error}");
+}

@@ -325,16 +325,13 @@ impl AgentKernel {
         else {
             return Ok(());
         };
-        let Some(resolved) = resolve_existing(&home) else {
-            return Ok(());
-        };
+        // Fails closed: what cannot be resolved is compared by its path.
+        let resolved = resolve_existing(&home).unwrap_or_else(|| home.clone());
         let roots = std::iter::once(self.inner.workspace.root().to_path_buf())
             .chain(self.inner.sandbox.writable.iter().cloned());
-        for root in roots {
-            let Ok(root) = std::fs::canonicalize(&root) else {
-                continue;
-            };
-            if resolved.starts_with(&root) {
+        for given in roots {
+            let root = std::fs::canonicalize(&given).unwrap_or_else(|_| given.clone());
+            if resolved.starts_with(&root) || home.starts_with(&given) {
                 return Err(KernelError::JournalExposed {
                     journal: home,
                     root,

@@ -116,17 +116,21 @@ pub(crate) fn load(settings: &Instructions, root: &Path) -> Loaded {
     }
     let mut places: Vec<Place<'_>> = Vec::new();
     if let Some(dir) = &settings.global_dir {
-        let inside = std::fs::canonicalize(dir)
-            .ok()
-            .and_then(|dir| Some(dir.strip_prefix(root).ok()?.to_path_buf()));
-        places.push(match inside {
-            Some(dir) => Place::Workspace {
+        match untrusted::user_dir_within(dir, root, &dir.join("AGENTS.md")) {
+            Ok(Some(dir)) => places.push(Place::Workspace {
                 root,
                 dir,
                 scope: InstructionScope::Global,
-            },
-            None => Place::Global(dir),
-        });
+            }),
+            Ok(None) => places.push(Place::Global(dir)),
+            Err(error) if error.is_not_found() => {}
+            Err(error) => {
+                tracing::warn!(%error, "skipping the global instructions");
+                loaded.refused.push(format!(
+                    "project instructions: {error}; the file was not loaded"
+                ));
+            }
+        }
     }
     let top = repository_root(root);
     let mut dirs: Vec<&Path> = root

@@ -217,3 +217,69 @@ async fn symlinks_out_of_the_workspace_are_refused_with_a_warning() {
     assert_eq!(files.len(), 1);
     assert!(system.contains("LINKED: use tabs."), "{system}");
 }
+
+/// A global directory whose links cannot be resolved — a chain a command
+/// planted that resolves past `PATH_MAX`, which `realpath` gives up on but
+/// `open` still follows — is never read as the user's own: the global
+/// `AGENTS.md` at the end of it, a link to `/proc/self/environ`, sends
+/// nothing. Inside the workspace (a workspace that is the home directory)
+/// it is read beneath the root and refused as leading out; outside by its
+/// path (a user's link into the workspace), it is refused as unresolved.
+#[tokio::test]
+async fn a_global_directory_that_cannot_be_resolved_is_refused_not_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let level = "d".repeat(200);
+    let first: std::path::PathBuf = std::iter::repeat_n(level.as_str(), 12).collect();
+    let rest: std::path::PathBuf = std::iter::repeat_n(level.as_str(), 13).collect();
+    std::fs::create_dir_all(home.join(&first)).unwrap();
+    std::os::unix::fs::symlink(&first, home.join("L")).unwrap();
+    std::fs::create_dir_all(home.join("L").join(&rest)).unwrap();
+    std::os::unix::fs::symlink(&rest, home.join("L/M")).unwrap();
+    std::os::unix::fs::symlink("/proc/self/environ", home.join("L/M/AGENTS.md")).unwrap();
+    std::fs::create_dir_all(home.join(".config")).unwrap();
+    std::os::unix::fs::symlink("../L/M", home.join(".config/keel")).unwrap();
+    assert!(
+        std::fs::canonicalize(home.join(".config/keel")).is_err(),
+        "the chain resolves past PATH_MAX"
+    );
+    // A user's link from outside the workspace into it.
+    std::os::unix::fs::symlink(home.join("L/M"), dir.path().join("cfg")).unwrap();
+    for global in [home.join(".config/keel"), dir.path().join("cfg")] {
+        let provider = Arc::new(Recorder::new(vec![Reply::text("ok")]));
+        let kernel = AgentKernel::builder()
+            .provider(provider.clone())
+            .workspace(Workspace::new(&home).unwrap())
+            .store(Arc::new(MemoryStore::new()))
+            .project_instructions(Instructions {
+                enabled: true,
+                global_dir: Some(global.clone()),
+                max_bytes: 64 * 1024,
+            })
+            .build()
+            .unwrap();
+        let run = kernel.create_run(RunSpec::new("hi")).await.unwrap();
+        let mut events = run.events().unwrap();
+        let (mut files, mut warnings) = (Vec::new(), Vec::new());
+        while let Some(event) = events.next().await {
+            match event.kind {
+                RunEventKind::RunStarted { instructions, .. } => files = instructions,
+                RunEventKind::Warning { code, message } => warnings.push((code, message)),
+                _ => {}
+            }
+        }
+        assert_eq!(run.result().await.state, RunState::Settled);
+        let system = provider.requests()[0].system_prompt.clone();
+        assert!(files.is_empty(), "{global:?}: {files:?}");
+        assert!(
+            !system.contains("PATH="),
+            "{global:?}: the environment was sent"
+        );
+        assert!(
+            warnings
+                .iter()
+                .any(|(code, _)| code == "instruction_file_refused"),
+            "{global:?}: {warnings:?}"
+        );
+    }
+}

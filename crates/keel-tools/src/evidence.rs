@@ -7,7 +7,6 @@
 //! tell an applied change from one that never happened. Reads go through the
 //! workspace root handle like every other Keel file operation.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use keel_protocol::PathKind;
@@ -25,15 +24,17 @@ pub struct PlannedFile {
 }
 
 /// The current content of `abs` beneath the workspace, `None` when it does
-/// not exist or cannot be read as a regular file.
+/// not exist, cannot be read as a regular file, or holds more than
+/// [`STATE_READ_LIMIT`] bytes (a command may have planted a sparse file of
+/// any size: Keel's own process never reads more than the limit of it).
 pub fn current_content(workspace: &Workspace, abs: &Path) -> Option<Vec<u8>> {
     let mut file = workspace.open_read(abs).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
     }
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).ok()?;
-    Some(bytes)
+    crate::beneath::read_bounded(&mut file, STATE_READ_LIMIT)
+        .ok()?
+        .ok()
 }
 
 /// What is at a path now, as recovery compares it with the journal.
@@ -107,6 +108,22 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn current_content_never_reads_past_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let workspace = Workspace::new(dir.path()).unwrap();
+        // Sparse: a command can plant one of any size at no cost.
+        let big = std::fs::File::create(dir.path().join("big.txt")).unwrap();
+        big.set_len(STATE_READ_LIMIT + 1).unwrap();
+        let abs = dir.path().join("big.txt");
+        assert_eq!(current_content(&workspace, &abs), None);
+        std::fs::write(&abs, "small").unwrap();
+        assert_eq!(
+            current_content(&workspace, &abs).as_deref(),
+            Some(&b"small"[..])
+        );
+    }
 
     #[test]
     fn path_state_tells_absence_files_and_other_kinds_apart_without_following_links() {

@@ -160,6 +160,19 @@ pub enum UntrustedError {
         /// The cap.
         cap: u64,
     },
+    /// The directory holding it cannot be resolved (a link chain too long
+    /// to follow, a loop), so it cannot be shown to lie outside the
+    /// workspace: it is not read as the user's own.
+    #[error(
+        "{path} is refused: its directory cannot be resolved ({source}), so it may lie in the workspace"
+    )]
+    Unresolved {
+        /// The path.
+        path: PathBuf,
+        /// Why resolving failed.
+        #[source]
+        source: io::Error,
+    },
     /// Any other failure to open or read it.
     #[error("cannot read {path}: {source}")]
     Io {
@@ -186,8 +199,43 @@ impl UntrustedError {
             UntrustedError::NotRegular { .. } => "not_regular",
             UntrustedError::HardLinks { .. } => "hard_links",
             UntrustedError::TooLarge { .. } => "too_large",
+            UntrustedError::Unresolved { .. } => "unresolved",
             UntrustedError::Io { .. } => "io",
         }
+    }
+}
+
+/// Where `dir`, a directory of the user's own files (the global
+/// configuration directory), lies relative to the canonical workspace
+/// `root`: `Ok(Some(rel))` inside it — by its path, or once its links are
+/// resolved — so that its files are read beneath the root
+/// ([`Origin::Beneath`]), since a command could have planted them;
+/// `Ok(None)` outside it ([`Origin::User`]). A directory that does not
+/// exist is [`UntrustedError::NotFound`]; one whose links cannot be
+/// resolved (a chain past `PATH_MAX`, a loop) is
+/// [`UntrustedError::Unresolved`] — it cannot be shown to lie outside, so
+/// it fails closed.
+///
+/// # Errors
+///
+/// As above, naming `file` (the file the caller wants from `dir`).
+pub fn user_dir_within(
+    dir: &Path,
+    root: &Path,
+    file: &Path,
+) -> Result<Option<PathBuf>, UntrustedError> {
+    if let Ok(rel) = dir.strip_prefix(root) {
+        return Ok(Some(rel.to_path_buf()));
+    }
+    match std::fs::canonicalize(dir) {
+        Ok(real) => Ok(real.strip_prefix(root).ok().map(Path::to_path_buf)),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Err(UntrustedError::NotFound {
+            path: file.to_path_buf(),
+        }),
+        Err(source) => Err(UntrustedError::Unresolved {
+            path: file.to_path_buf(),
+            source,
+        }),
     }
 }
 
