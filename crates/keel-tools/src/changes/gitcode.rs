@@ -891,4 +891,25 @@ mod tests {
             ])
         );
     }
+
+    #[test]
+    fn a_git_symlink_is_reported_and_followed_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::create_dir_all(root.join("s")).unwrap();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::write(root.join("real/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::os::unix::fs::symlink("../real", root.join("s/.git")).unwrap();
+        std::fs::create_dir_all(root.join("t")).unwrap();
+        std::os::unix::fs::symlink("/var/elsewhere", root.join("t/.git")).unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[
+                ("real", "core.fsmonitor"),
+                ("s/.git", "(symlink)"),
+                ("t/.git", "(gitdir outside the workspace)"),
+            ])
+        );
+    }
 }
