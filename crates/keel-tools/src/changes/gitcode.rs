@@ -53,7 +53,6 @@ use nix::sys::stat::Mode;
 use sha2::{Digest, Sha256};
 
 use crate::beneath;
-use crate::shell::paths::normalize;
 
 /// Deepest directory (below the root) whose `.git` is looked at.
 pub const MAX_DEPTH: usize = 6;
@@ -328,24 +327,28 @@ impl Walk<'_> {
     }
 
     /// Where `target` (relative to the directory `base` beneath the root,
-    /// or absolute) lies beneath the root, lexically; `None` when outside
-    /// (`..` climbing above the root counts as outside).
+    /// or absolute) lies beneath the root; `None` when outside or not
+    /// resolvable here: `..` climbing above the root, an absolute path not
+    /// starting with the root's own, a `..` after anything but a real
+    /// directory (git resolves a symlink before its `..`; Keel follows
+    /// none, so each `..` applies only to a directory opened beneath the
+    /// root with no symlink on the way, which makes the lexical result the
+    /// real one).
     fn resolve(&self, base: &Path, target: &OsStr) -> Option<PathBuf> {
         let target = Path::new(target);
         let rel = if target.is_absolute() {
-            normalize(target)
-                .strip_prefix(self.root_path)
-                .ok()?
-                .to_path_buf()
+            target.strip_prefix(self.root_path).ok()?.to_path_buf()
         } else {
             base.join(target)
         };
+        let directory = OFlag::O_PATH | OFlag::O_DIRECTORY;
         let mut inside = PathBuf::new();
         for component in rel.components() {
             match component {
                 Component::Normal(name) => inside.push(name),
                 Component::CurDir => {}
                 Component::ParentDir => {
+                    beneath::open(self.root, &inside, directory, Mode::empty()).ok()?;
                     if !inside.pop() {
                         return None;
                     }
@@ -835,12 +838,17 @@ mod tests {
         std::fs::write(root.join("out/.git"), "gitdir: /var/elsewhere/.git\n").unwrap();
         std::fs::create_dir_all(root.join("up")).unwrap();
         std::fs::write(root.join("up/.git"), "gitdir: ../../above/.git\n").unwrap();
+        // git resolves `link/..` to `/var`, not to `via`.
+        std::fs::create_dir_all(root.join("via")).unwrap();
+        std::os::unix::fs::symlink("/var/lib", root.join("via/link")).unwrap();
+        std::fs::write(root.join("via/.git"), "gitdir: link/../hidden\n").unwrap();
         assert_eq!(
             planted(root, &before),
             pairs(&[
                 ("hidden", "core.fsmonitor"),
                 ("out/.git", "(gitdir outside the workspace)"),
                 ("up/.git", "(gitdir outside the workspace)"),
+                ("via/.git", "(gitdir outside the workspace)"),
             ])
         );
     }
