@@ -301,6 +301,32 @@ fn a_nested_repositorys_fsmonitor_written_with_python_is_reported() {
 }
 
 #[test]
+fn an_fsmonitor_behind_an_absolute_gitdir_written_with_python_is_reported() {
+    let world = World::new();
+    let hidden = world.ws().canonicalize().unwrap().join("hidden");
+    let command = format!(
+        "python3 -c \"import os; os.makedirs('sub'); os.makedirs('hidden'); \
+         open('sub/.git', 'w').write('gitdir: {}\\n'); \
+         open('hidden/config', 'w').write('[core]\\n\\tfsmonitor = touch /tmp/x\\n')\"",
+        hidden.display()
+    );
+    let (warnings, changes) = plant(&world, &command);
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    let message = warnings[0]["message"].as_str().unwrap();
+    assert!(message.contains("core.fsmonitor"), "{message}");
+    assert_eq!(
+        changes["git_code"],
+        json!([{
+            "repository": "hidden",
+            "item": "core.fsmonitor",
+            "change": "added",
+            "call_id": changes["git_code"][0]["call_id"],
+        }]),
+        "{changes}"
+    );
+}
+
+#[test]
 fn a_rule_is_checked_after_the_earlier_calls_of_its_batch_ran() {
     let world = World::new();
     let read = "cat link/credentials";

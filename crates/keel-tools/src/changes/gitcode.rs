@@ -15,9 +15,15 @@
 //! and modification times in `hooks/` (`*.sample` files, which git never
 //! runs, left out), and which code-bearing configuration keys
 //! ([`CODE_KEYS`]) `config` and `config.worktree` set, each with a hash of
-//! its values. Repositories are found by walking the workspace: every
-//! `.git` directory, and every `.git` file (a submodule's or worktree's
-//! link) whose `gitdir:` lies inside the workspace.
+//! its values; and the same of the common directory a `commondir` file
+//! names (a linked worktree's, whose `config` and `hooks` git uses).
+//! Repositories are found by walking the workspace: every `.git`
+//! directory, every directory that looks like a git directory whatever its
+//! name (a `HEAD` beside `objects` and `refs`: a bare repository), and the
+//! git directory every `.git` file (a submodule's or worktree's link) or
+//! `.git` symlink names, relative or absolute. A `.git` file, `.git`
+//! symlink or `commondir` that names a place outside the workspace, or
+//! cannot be read, is itself reported: git would use it, Keel cannot look.
 //!
 //! Invariants:
 //! - Keel runs no git and no repository code to look: it reads the files
@@ -39,7 +45,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use keel_protocol::{GitCodeChange, GitCodeChangeKind};
 use nix::fcntl::{AtFlags, OFlag};
@@ -47,7 +53,6 @@ use nix::sys::stat::Mode;
 use sha2::{Digest, Sha256};
 
 use crate::beneath;
-use crate::shell::paths::normalize;
 
 /// Deepest directory (below the root) whose `.git` is looked at.
 pub const MAX_DEPTH: usize = 6;
@@ -59,8 +64,12 @@ pub const MAX_REPOSITORIES: usize = 64;
 pub const MAX_CONFIG: u64 = 1024 * 1024;
 /// Most hook entries recorded per repository.
 const MAX_HOOKS: usize = 256;
-/// Largest `.git` link file read.
+/// Largest `.git` link file or `commondir` read.
 const MAX_GITLINK: u64 = 4096;
+/// The item reported for a `.git` file, `.git` symlink or `commondir`
+/// naming a place outside the workspace.
+const GITDIR_OUTSIDE: &str = "(gitdir outside the workspace)";
+const COMMONDIR_OUTSIDE: &str = "(commondir outside the workspace)";
 
 /// Directories the walk does not enter: dependencies and build output,
 /// large and not where a person runs `git`.
@@ -155,6 +164,7 @@ impl GitCodeSnapshot {
         };
         let mut walk = Walk {
             root: &handle,
+            root_path: root,
             dirs: 0,
             snapshot: &mut snapshot,
         };
@@ -221,6 +231,8 @@ fn printable(text: &str) -> String {
 /// The walk in progress.
 struct Walk<'a> {
     root: &'a OwnedFd,
+    /// The root's canonical path, to place absolute `gitdir:` values.
+    root_path: &'a Path,
     dirs: usize,
     snapshot: &'a mut GitCodeSnapshot,
 }
@@ -236,13 +248,24 @@ impl Walk<'_> {
         let Some(entries) = list(self.root, rel) else {
             return;
         };
+        let has = |wanted: &[u8], dir: bool| {
+            entries
+                .iter()
+                .any(|(name, kind)| name.as_bytes() == wanted && ((*kind == Kind::Dir) == dir))
+        };
+        // git's own test (`is_git_directory`): `HEAD` (a file or a
+        // symlink), `objects` and `refs`. Its insides are not walked.
+        if has(b"HEAD", false) && has(b"objects", true) && has(b"refs", true) {
+            self.repository(rel);
+            return;
+        }
         let mut subdirs = Vec::new();
         for (name, kind) in entries {
             if name.as_bytes() == b".git" {
                 match kind {
                     Kind::Dir => self.repository(&rel.join(".git")),
                     Kind::File => self.gitlink(rel),
-                    Kind::Other => {}
+                    Kind::Other => self.gitlink_symlink(rel),
                 }
             } else if kind == Kind::Dir
                 && depth < MAX_DEPTH
@@ -261,35 +284,145 @@ impl Walk<'_> {
 
     /// A `.git` file in `rel`: the repository its `gitdir:` names, when
     /// that lies inside the workspace (lexically; opening it beneath the
-    /// root then refuses any symlink on the way).
+    /// root then refuses any symlink on the way). One that names a place
+    /// outside, or cannot be read, is reported under its own path.
     fn gitlink(&mut self, rel: &Path) {
-        let Some(text) = read_small(self.root, &rel.join(".git"), MAX_GITLINK) else {
+        let link = rel.join(".git");
+        let Some(text) = read_small(self.root, &link, MAX_GITLINK) else {
+            let hash = stamp_hash(stamp(self.root, rel, OsStr::new(".git")));
+            self.flag(&link, "(unreadable .git file)", hash);
             return;
         };
-        let Some(target) = String::from_utf8_lossy(&text)
-            .lines()
-            .find_map(|line| line.strip_prefix("gitdir:").map(|t| t.trim().to_owned()))
+        // git reads the first line, `gitdir: <path>`; without it git stops
+        // with "invalid gitfile format" and runs nothing.
+        let Some(target) = text
+            .split(|&byte| byte == b'\n')
+            .find_map(|line| line.strip_prefix(b"gitdir:"))
         else {
             return;
         };
-        // Relative to the directory holding the link, against a stand-in
-        // root `/`, so `..` cannot climb above the workspace unnoticed.
-        let joined = normalize(&Path::new("/").join(rel).join(&target));
-        let Ok(inside) = joined.strip_prefix("/") else {
-            return;
-        };
-        if Path::new(&target).is_absolute() || inside.as_os_str().is_empty() {
-            return;
+        let target = target.trim_ascii();
+        match self.resolve(rel, OsStr::from_bytes(target)) {
+            Some(inside) => self.repository(&inside),
+            None => self.flag(&link, GITDIR_OUTSIDE, Sha256::digest(target).into()),
         }
-        self.repository(inside);
     }
 
-    /// Records the repository whose git directory is `gitdir` (beneath the root).
+    /// A `.git` symlink in `rel`, which git follows: reported as such
+    /// (its target hashed), and the directory it names recorded when that
+    /// lies inside the workspace.
+    fn gitlink_symlink(&mut self, rel: &Path) {
+        let link = rel.join(".git");
+        let Ok(target) = beneath::read_link(self.root, &link) else {
+            return;
+        };
+        let hash = Sha256::digest(&target).into();
+        match self.resolve(rel, OsStr::from_bytes(&target)) {
+            Some(inside) => {
+                self.flag(&link, "(symlink)", hash);
+                self.repository(&inside);
+            }
+            None => self.flag(&link, GITDIR_OUTSIDE, hash),
+        }
+    }
+
+    /// Where `target` (relative to the directory `base` beneath the root,
+    /// or absolute) lies beneath the root; `None` when outside or not
+    /// resolvable here: `..` climbing above the root, an absolute path not
+    /// starting with the root's own, a `..` after anything but a real
+    /// directory (git resolves a symlink before its `..`; Keel follows
+    /// none, so each `..` applies only to a directory opened beneath the
+    /// root with no symlink on the way, which makes the lexical result the
+    /// real one).
+    fn resolve(&self, base: &Path, target: &OsStr) -> Option<PathBuf> {
+        let target = Path::new(target);
+        let rel = if target.is_absolute() {
+            target.strip_prefix(self.root_path).ok()?.to_path_buf()
+        } else {
+            base.join(target)
+        };
+        let directory = OFlag::O_PATH | OFlag::O_DIRECTORY;
+        let mut inside = PathBuf::new();
+        for component in rel.components() {
+            match component {
+                Component::Normal(name) => inside.push(name),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    beneath::open(self.root, &inside, directory, Mode::empty()).ok()?;
+                    if !inside.pop() {
+                        return None;
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => return None,
+            }
+        }
+        Some(inside)
+    }
+
+    /// Records `item` (bound to `hash`) under `at`, a link that names a
+    /// place Keel cannot look at.
+    fn flag(&mut self, at: &Path, item: &str, hash: [u8; 32]) {
+        if self.snapshot.repositories.len() >= MAX_REPOSITORIES
+            && !self.snapshot.repositories.contains_key(at)
+        {
+            return;
+        }
+        self.snapshot
+            .repositories
+            .entry(at.to_path_buf())
+            .or_default()
+            .keys
+            .insert(item.to_owned(), hash);
+    }
+
+    /// The common directory `gitdir/commondir` names (relative to
+    /// `gitdir`, or absolute), when inside the workspace; one outside or
+    /// unreadable is recorded in `keys`.
+    fn commondir(&self, gitdir: &Path, keys: &mut BTreeMap<String, [u8; 32]>) -> Option<PathBuf> {
+        let rel = gitdir.join("commondir");
+        if !exists(self.root, &rel) {
+            return None;
+        }
+        let Some(text) = read_small(self.root, &rel, MAX_GITLINK) else {
+            let hash = stamp_hash(stamp(self.root, gitdir, OsStr::new("commondir")));
+            keys.insert("(unreadable commondir)".to_owned(), hash);
+            return None;
+        };
+        // git drops the trailing line ends only.
+        let mut target = text.as_slice();
+        while let Some((last, rest)) = target.split_last()
+            && (*last == b'\n' || *last == b'\r')
+        {
+            target = rest;
+        }
+        let inside = self.resolve(gitdir, OsStr::from_bytes(target));
+        if inside.is_none() {
+            keys.insert(COMMONDIR_OUTSIDE.to_owned(), Sha256::digest(target).into());
+        }
+        inside
+    }
+
+    /// Records the repository whose git directory is `gitdir` (beneath
+    /// the root), and the common directory its `commondir` names.
     fn repository(&mut self, gitdir: &Path) {
+        if let Some(common) = self.record(gitdir, true) {
+            self.record(&common, false);
+        }
+    }
+
+    /// Records the git directory `gitdir` (the root itself when empty);
+    /// with `follow`, returns the common directory it names. git reads one
+    /// `commondir` only, never the common directory's own.
+    fn record(&mut self, gitdir: &Path, follow: bool) -> Option<PathBuf> {
+        let gitdir = if gitdir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            gitdir
+        };
         if self.snapshot.repositories.len() >= MAX_REPOSITORIES
             || self.snapshot.repositories.contains_key(gitdir)
         {
-            return;
+            return None;
         }
         let mut repository = Repository::default();
         if let Some(entries) = list(self.root, &gitdir.join("hooks")) {
@@ -310,9 +443,15 @@ impl Walk<'_> {
         for file in ["config", "config.worktree"] {
             config_keys(self.root, &gitdir.join(file), file, &mut repository.keys);
         }
+        let common = if follow {
+            self.commondir(gitdir, &mut repository.keys)
+        } else {
+            None
+        };
         self.snapshot
             .repositories
             .insert(gitdir.to_path_buf(), repository);
+        common
     }
 }
 
@@ -389,6 +528,17 @@ fn stamp(root: &OwnedFd, dir: &Path, name: &OsStr) -> Stamp {
             mtime: (0, 0),
         },
     }
+}
+
+/// A hash of a stamp, for an item whose content cannot be read.
+fn stamp_hash(stamp: Stamp) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    hasher.update(stamp.ino.to_le_bytes());
+    hasher.update(stamp.size.to_le_bytes());
+    hasher.update(stamp.mode.to_le_bytes());
+    hasher.update(stamp.mtime.0.to_le_bytes());
+    hasher.update(stamp.mtime.1.to_le_bytes());
+    hasher.finalize().into()
 }
 
 /// Reads a regular file beneath `root` of at most `limit` bytes, opened
@@ -656,5 +806,118 @@ mod tests {
         let changes = GitCodeSnapshot::capture(root).changes_since(&before, "c");
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].item, "hooks/pre-commit?[2J");
+    }
+
+    /// The (repository, item) pairs of what changed between two snapshots.
+    fn planted(root: &Path, before: &GitCodeSnapshot) -> Vec<(String, String)> {
+        GitCodeSnapshot::capture(root)
+            .changes_since(before, "c")
+            .into_iter()
+            .map(|change| (change.repository, change.item))
+            .collect()
+    }
+
+    fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+        expected
+            .iter()
+            .map(|(repository, item)| ((*repository).to_owned(), (*item).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn an_absolute_gitdir_inside_is_followed_and_one_outside_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::create_dir_all(root.join("hidden")).unwrap();
+        let gitdir = format!("gitdir: {}\n", root.join("hidden").display());
+        std::fs::write(root.join("sub/.git"), gitdir).unwrap();
+        std::fs::write(root.join("hidden/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::create_dir_all(root.join("out")).unwrap();
+        std::fs::write(root.join("out/.git"), "gitdir: /var/elsewhere/.git\n").unwrap();
+        std::fs::create_dir_all(root.join("up")).unwrap();
+        std::fs::write(root.join("up/.git"), "gitdir: ../../above/.git\n").unwrap();
+        // git resolves `link/..` to `/var`, not to `via`.
+        std::fs::create_dir_all(root.join("via")).unwrap();
+        std::os::unix::fs::symlink("/var/lib", root.join("via/link")).unwrap();
+        std::fs::write(root.join("via/.git"), "gitdir: link/../hidden\n").unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[
+                ("hidden", "core.fsmonitor"),
+                ("out/.git", "(gitdir outside the workspace)"),
+                ("up/.git", "(gitdir outside the workspace)"),
+                ("via/.git", "(gitdir outside the workspace)"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_commondirs_config_and_hooks_are_followed_and_one_outside_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::create_dir_all(root.join("sub")).unwrap();
+        std::fs::write(root.join("sub/.git"), "gitdir: ../stuff/wt\n").unwrap();
+        std::fs::create_dir_all(root.join("stuff/wt")).unwrap();
+        std::fs::write(root.join("stuff/wt/commondir"), "../../evil\n").unwrap();
+        std::fs::create_dir_all(root.join("evil/hooks")).unwrap();
+        std::fs::write(root.join("evil/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::write(root.join("evil/hooks/pre-commit"), "#!/bin/sh").unwrap();
+        std::fs::create_dir_all(root.join("two")).unwrap();
+        std::fs::write(root.join("two/.git"), "gitdir: ../stuff/wt2\n").unwrap();
+        std::fs::create_dir_all(root.join("stuff/wt2")).unwrap();
+        std::fs::write(root.join("stuff/wt2/commondir"), "/var/elsewhere\n").unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[
+                ("evil", "hooks/pre-commit"),
+                ("evil", "core.fsmonitor"),
+                ("stuff/wt2", "(commondir outside the workspace)"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_bare_repository_of_any_name_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        let bare = root.join("lib/store");
+        std::fs::create_dir_all(bare.join("objects")).unwrap();
+        std::fs::create_dir_all(bare.join("refs")).unwrap();
+        std::fs::create_dir_all(bare.join("hooks")).unwrap();
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(bare.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::write(bare.join("hooks/post-update"), "#!/bin/sh").unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[
+                ("lib/store", "hooks/post-update"),
+                ("lib/store", "core.fsmonitor"),
+            ])
+        );
+    }
+
+    #[test]
+    fn a_git_symlink_is_reported_and_followed_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::create_dir_all(root.join("s")).unwrap();
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::write(root.join("real/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::os::unix::fs::symlink("../real", root.join("s/.git")).unwrap();
+        std::fs::create_dir_all(root.join("t")).unwrap();
+        std::os::unix::fs::symlink("/var/elsewhere", root.join("t/.git")).unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[
+                ("real", "core.fsmonitor"),
+                ("s/.git", "(symlink)"),
+                ("t/.git", "(gitdir outside the workspace)"),
+            ])
+        );
     }
 }
