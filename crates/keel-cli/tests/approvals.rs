@@ -6,7 +6,8 @@
 //!   command went through, the identical command is asked about again and
 //!   the secret behind the new target never reaches the output, while the
 //!   unchanged target is still decided by the rule; re-pointed while the
-//!   host decides, the approved call does not run;
+//!   host decides, the approved call does not run; the same holds for a
+//!   `~/…` path, expanded with the `HOME` the command gets;
 //! - a session holding such a rule can be continued (`keel run --session`);
 //! - a command that plants git code — `git init` in a new directory with a
 //!   hook, `core.fsmonitor` written into a nested repository with python —
@@ -87,13 +88,18 @@ impl World {
 
     /// `keel run` in `mode` with stream-json input and output.
     fn keel(&self, mode: &str, script: &str, session: Option<&str>) -> Live {
+        self.keel_at_home(mode, script, session, &self.root().join("home"))
+    }
+
+    /// As [`World::keel`], with `HOME` set to `home`.
+    fn keel_at_home(&self, mode: &str, script: &str, session: Option<&str>, home: &Path) -> Live {
         let mut keel = command(&self.root().join("data"));
         keel.args(["run", "--input-format", "stream-json"])
             .args(["--output-format", "stream-json", "--mode", mode])
             .args(["--provider", "scripted", "--script", script])
             .arg("--workspace")
             .arg(self.ws())
-            .env("HOME", self.root().join("home"))
+            .env("HOME", home)
             .env("GIT_CONFIG_NOSYSTEM", "1");
         if let Some(session) = session {
             keel.args(["--session", session]);
@@ -152,6 +158,66 @@ fn an_always_answer_never_follows_a_repointed_symlink() {
     );
     assert_eq!(third["result"]["status"], "success", "{third}");
     // The identical text now resolves into the home directory: asked again.
+    let again = next_step(&mut live);
+    assert_eq!(
+        again["type"], "permission_requested",
+        "asked again: {again}"
+    );
+    assert!(
+        again["reason"]
+            .as_str()
+            .unwrap()
+            .contains("resolves differently now"),
+        "{again}"
+    );
+    live.send(&answer(&again, "deny", "once"));
+    let result = live.result();
+    assert_eq!(result["state"], "settled", "{result}");
+    let (code, stderr, seen) = live.finish();
+    assert_eq!(code, 0, "{stderr}");
+    let printed = serde_json::to_string(&seen).unwrap();
+    assert!(
+        !printed.contains(AWS_SECRET),
+        "the secret leaked: {printed}"
+    );
+    assert!(!stderr.contains(AWS_SECRET));
+}
+
+#[test]
+fn an_always_answer_for_a_home_path_never_follows_a_repointed_symlink() {
+    // The workspace lies under HOME, as it usually does: `~/ws/link` is the
+    // workspace symlink, named through `~`.
+    let world = World::new();
+    let read = "cat ~/ws/link/credentials";
+    let repoint = format!(
+        "printf '%s\\n' 'ln -sfn {}/home/.aws link' > s.sh && bash s.sh",
+        world.root().display()
+    );
+    let script = script(
+        world.root(),
+        "script.json",
+        json!([bash(read), bash(read), bash(&repoint), bash(read), done()]),
+    );
+    let mut live = world.keel_at_home("auto", &script, None, world.root());
+    let request = live.event("permission_requested");
+    assert!(
+        request["reason"]
+            .as_str()
+            .unwrap()
+            .contains("home directory"),
+        "{request}"
+    );
+    live.send(&answer(&request, "approve", "always"));
+    let first = live.event("tool_execution_end");
+    assert!(first.to_string().contains("harmless"), "{first}");
+    // The same target: the rule decides without asking.
+    let second = next_step(&mut live);
+    assert_eq!(second["type"], "tool_execution_end", "{second}");
+    assert!(second.to_string().contains("harmless"), "{second}");
+    let third = next_step(&mut live);
+    assert_eq!(third["type"], "tool_execution_end", "{third}");
+    assert_eq!(third["result"]["status"], "success", "{third}");
+    // The identical `~/…` text now resolves into `.aws`: asked again.
     let again = next_step(&mut live);
     assert_eq!(
         again["type"], "permission_requested",

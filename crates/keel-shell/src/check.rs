@@ -263,8 +263,11 @@ impl Walker<'_> {
                     Some((at, pattern)) => self.roots.resolve_glob(text, *at, pattern, physical),
                     None => self.roots.resolve(text, physical),
                 },
+                // Some directory under a home directory (`cd ~/x` is not
+                // followed further): `…` says which one is not known, and
+                // an "always" answer cannot bind to it.
                 Dir::Home => Place::Outside {
-                    shown: format!("~/{text}"),
+                    shown: format!("~/…/{text}"),
                     reason: format!(
                         "`{}` is relative to a home directory, outside the workspace",
                         abbreviate(text)

@@ -68,6 +68,7 @@ use std::path::Path;
 use keel_protocol::{IntentKind, IntentScope};
 
 pub use self::redact::redact_url;
+pub use self::report::{MAX_COMMANDS, MAX_TARGETS, MAX_WORDS};
 use self::resolve::Roots;
 use self::walk::Walker;
 

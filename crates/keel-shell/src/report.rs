@@ -14,13 +14,13 @@ use super::ShellAnalysis;
 use super::redact::redact_urls_in;
 
 /// Most targets reported.
-const MAX_TARGETS: usize = 32;
+pub const MAX_TARGETS: usize = 32;
 /// Most reasons reported.
 const MAX_REASONS: usize = 32;
 /// Most commands whose words are reported.
-const MAX_COMMANDS: usize = 32;
+pub const MAX_COMMANDS: usize = 32;
 /// Most words reported per command.
-const MAX_WORDS: usize = 64;
+pub const MAX_WORDS: usize = 64;
 
 /// The findings so far.
 #[derive(Debug, Default)]

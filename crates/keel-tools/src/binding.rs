@@ -16,9 +16,17 @@
 //!
 //! A command binds to its statically expanded words, each command name
 //! resolved through `PATH` to its canonical file (device and inode), its
-//! kind and scope, and every path it names bound as above. So re-pointing a
-//! workspace symlink, swapping a directory, planting a hard link or a
-//! program earlier on `PATH` changes the binding, and Keel asks again.
+//! kind and scope, and every path it names bound as above — `~/…` expanded
+//! with the `HOME` the command gets. So re-pointing a workspace symlink,
+//! swapping a directory, planting a hard link or a program earlier on
+//! `PATH` changes the binding, and Keel asks again.
+//!
+//! A command that names something only its text identifies binds to
+//! nothing ([`command`] is `None`), so an "always" answer about it decides
+//! no later call: a word not known statically (`$VAR`, `$(…)`), a glob
+//! (its matches are not bound), `~user`, `~` without a usable `HOME`, a
+//! path under a home directory the analysis did not follow (`~/…/x`), and
+//! an analysis cut at its caps.
 //!
 //! Nothing here opens a file: only metadata is read and links resolved.
 //! The binding is hashed before it is stored; it may hold paths and
@@ -43,40 +51,103 @@ pub fn path(workspace: &Workspace, path: &str) -> Option<Value> {
 }
 
 /// The binding of a shell command run from the workspace root, with
-/// `temp_dir` standing for the private temp dir as in the analysis.
-pub fn command(workspace: &Workspace, command: &str, temp_dir: Option<&Path>) -> Value {
+/// `temp_dir` standing for the private temp dir as in the analysis and
+/// `home` the `HOME` the command gets (what `~` expands to); `None` when
+/// part of the command can only be bound by its text (see the module docs).
+pub fn command(
+    workspace: &Workspace,
+    command: &str,
+    temp_dir: Option<&Path>,
+    home: Option<&Path>,
+) -> Option<Value> {
     let root = workspace.root();
     let analysis = crate::shell::analyze(command, root, temp_dir);
-    let commands: Vec<Value> = analysis
-        .commands
-        .iter()
-        .map(|words| {
-            let program = words
-                .first()
-                .map_or(Value::Null, |name| program(name, root));
-            json!({ "words": words, "program": program })
-        })
-        .collect();
-    let targets: Vec<Value> = analysis
+    let cut = analysis.targets.len() >= crate::shell::MAX_TARGETS
+        || analysis.commands.len() >= crate::shell::MAX_COMMANDS
+        || analysis
+            .commands
+            .iter()
+            .any(|words| words.len() >= crate::shell::MAX_WORDS);
+    if cut {
+        return None;
+    }
+    let mut commands = Vec::with_capacity(analysis.commands.len());
+    for words in &analysis.commands {
+        if words.iter().any(|word| !bound_by_text(word)) {
+            return None;
+        }
+        let program = words
+            .first()
+            .map_or(Value::Null, |name| program(name, root));
+        commands.push(json!({ "words": words, "program": program }));
+    }
+    let targets = analysis
         .targets
         .iter()
-        .map(|target| target_binding(target, root))
-        .collect();
-    json!({
+        .map(|target| target_binding(target, root, home))
+        .collect::<Option<Vec<Value>>>()?;
+    Some(json!({
         "kind": analysis.kind,
         "scope": analysis.scope,
         "commands": commands,
         "targets": targets,
-    })
+    }))
 }
 
-/// A target the analysis named: a path (workspace-relative or absolute)
-/// bound to what is there; a URL, host or home-relative text as it is.
-fn target_binding(target: &str, root: &Path) -> Value {
-    if target.contains("://") || target.starts_with('~') {
-        return json!({ "text": target });
+/// Whether a command word is what the command gets: known statically (no
+/// `\u{0}?` marking an unknown part) and not a glob, whose matches may
+/// change while its text does not. A quoted `*` counts as a glob too: the
+/// words no longer show quoting, and asking again is the safe side.
+fn bound_by_text(word: &str) -> bool {
+    let globs = word.contains(['*', '?'])
+        || word
+            .find('[')
+            .is_some_and(|open| word.get(open + 1..).is_some_and(|rest| rest.contains(']')));
+    !word.contains('\0') && !globs
+}
+
+/// A target the analysis named: a path (workspace-relative, absolute or
+/// under `home`) bound to what is there; a URL or host as it is; `None`
+/// for what cannot be bound (see the module docs).
+fn target_binding(target: &str, root: &Path, home: Option<&Path>) -> Option<Value> {
+    if target.contains("://") {
+        return Some(json!({ "text": target }));
     }
-    located(&resolve_now(&root.join(target)))
+    if !bound_by_text(target) {
+        return None;
+    }
+    let path = match target.strip_prefix('~') {
+        Some(rest) => {
+            // `~user/…` (another user's home) is not resolved here.
+            let rest = match rest.strip_prefix('/') {
+                Some(rest) => rest,
+                None if rest.is_empty() => rest,
+                None => return None,
+            };
+            // `~/…/x`: somewhere under a home directory, not known where.
+            if Path::new(rest)
+                .components()
+                .any(|part| part.as_os_str() == "…")
+            {
+                return None;
+            }
+            home.filter(|home| home.is_absolute())?.join(rest)
+        }
+        None => root.join(target),
+    };
+    Some(located(&resolve_now(&path)))
+}
+
+/// The `HOME` a command the `bash` tool runs gets: the one in its
+/// allowlisted environment ([`crate::env::child_env`]), when set, not empty
+/// and absolute; `None` otherwise (bash would then expand `~` from the
+/// password database, which is not looked up here).
+pub fn child_home() -> Option<PathBuf> {
+    crate::env::child_env(&[])
+        .into_iter()
+        .find(|(name, _)| name == "HOME")
+        .map(|(_, home)| PathBuf::from(home))
+        .filter(|home| home.is_absolute())
 }
 
 /// Where a command name runs from: a name with a slash relative to the
@@ -219,12 +290,48 @@ mod tests {
         symlink(base.path().join("a"), ws.join("link")).unwrap();
         let workspace = Workspace::new(&ws).unwrap();
         let text = "cat link/credentials";
-        let before = command(&workspace, text, None);
-        assert_eq!(command(&workspace, text, None), before);
+        let before = command(&workspace, text, None, None).unwrap();
+        assert_eq!(command(&workspace, text, None, None).unwrap(), before);
         fs::remove_file(ws.join("link")).unwrap();
         symlink(base.path().join("b"), ws.join("link")).unwrap();
-        assert_ne!(command(&workspace, text, None), before);
+        assert_ne!(command(&workspace, text, None, None).unwrap(), before);
         let words = &before["commands"][0]["words"];
         assert_eq!(words, &json!(["cat", "link/credentials"]));
+    }
+
+    #[test]
+    fn a_home_path_binds_to_where_it_resolves_under_the_commands_home() {
+        // HOME is `base`, the workspace `~/ws`, `ws/link` points at `a`.
+        let base = tempfile::tempdir().unwrap();
+        let home = base.path().canonicalize().unwrap();
+        let ws = home.join("ws");
+        for dir in ["ws", "a", "b"] {
+            fs::create_dir(home.join(dir)).unwrap();
+        }
+        symlink(home.join("a"), ws.join("link")).unwrap();
+        let workspace = Workspace::new(&ws).unwrap();
+        let text = "cat ~/ws/link/id_rsa";
+        let before = command(&workspace, text, None, Some(&home)).unwrap();
+        assert_eq!(before["targets"][0]["path"], json!(home.join("a/id_rsa")));
+        assert_eq!(
+            command(&workspace, text, None, Some(&home)),
+            Some(before.clone())
+        );
+        fs::remove_file(ws.join("link")).unwrap();
+        symlink(home.join("b"), ws.join("link")).unwrap();
+        assert_ne!(command(&workspace, text, None, Some(&home)), Some(before));
+        // What cannot be bound to a resolved target binds to nothing.
+        for unbound in [
+            "cat ~/ws/link/id_rsa",
+            "cat ~other/id_rsa",
+            "cd ~/ws && cat link/id_rsa",
+            "cat $HOME/ws/link/id_rsa",
+            "cat \"$(cat name)\"",
+            "cat /etc/*.conf",
+            "cat ~/ws/link/*",
+        ] {
+            let home = (unbound != text).then_some(home.as_path());
+            assert_eq!(command(&workspace, unbound, None, home), None, "{unbound}");
+        }
     }
 }

@@ -179,11 +179,13 @@ impl Tool for BashTool {
 
     fn approval_binding(&self, arguments: &Value, workspace: &Workspace) -> Option<Value> {
         let command = arguments.get("command").and_then(Value::as_str)?;
-        Some(crate::binding::command(
+        let home = crate::binding::child_home();
+        crate::binding::command(
             workspace,
             command,
             Some(Path::new(TMPDIR_STAND_IN)),
-        ))
+            home.as_deref(),
+        )
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
