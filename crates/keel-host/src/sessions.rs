@@ -187,13 +187,7 @@ async fn check_workspace(
     if resume.workspace_given {
         return Ok(());
     }
-    let recorded = store
-        .list()
-        .await?
-        .into_iter()
-        .find(|info| info.id == id)
-        .and_then(|info| info.workspace);
-    let Some(recorded) = recorded else {
+    let Some(recorded) = recorded_workspace(store, id).await? else {
         return Ok(());
     };
     let workspace = match resume.workspace {
@@ -210,6 +204,16 @@ async fn check_workspace(
     })
 }
 
+/// The workspace session `id` records, if it records one.
+async fn recorded_workspace(store: &JsonlStore, id: &str) -> Result<Option<String>, HostError> {
+    Ok(store
+        .list()
+        .await?
+        .into_iter()
+        .find(|info| info.id == id)
+        .and_then(|info| info.workspace))
+}
+
 /// Where `keel resume` continues session `id` when the host named the
 /// workspace explicitly (a session of another workspace is refused without
 /// that, by [`continued_session`]): `None` in the session's own workspace
@@ -222,13 +226,7 @@ pub async fn resume_workspace(
     id: &str,
     workspace: &Path,
 ) -> Result<Option<String>, HostError> {
-    let recorded = store
-        .list()
-        .await?
-        .into_iter()
-        .find(|info| info.id == id)
-        .and_then(|info| info.workspace);
-    let Some(recorded) = recorded else {
+    let Some(recorded) = recorded_workspace(store, id).await? else {
         return Ok(None);
     };
     if belongs(Some(&recorded), workspace) {

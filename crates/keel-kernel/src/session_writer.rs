@@ -66,15 +66,7 @@ impl SessionWriter {
         // another branch or before a checkpoint is used all the same.
         let used = if leaf.is_some() {
             let entries = store.entries(&session_id).await?;
-            entries
-                .iter()
-                .filter_map(|entry| match &entry.payload {
-                    EntryPayload::Message { message } => Some(call_ids(message)),
-                    _ => None,
-                })
-                .flatten()
-                .map(str::to_owned)
-                .collect()
+            calls_of(&entries).collect()
         } else {
             HashSet::new()
         };
@@ -163,15 +155,7 @@ impl SessionWriter {
             })
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
-        let new_calls: Vec<String> = entries
-            .iter()
-            .filter_map(|entry| match &entry.payload {
-                EntryPayload::Message { message } => Some(call_ids(message)),
-                _ => None,
-            })
-            .flatten()
-            .map(str::to_owned)
-            .collect();
+        let new_calls: Vec<String> = calls_of(&entries).collect();
         if !new_calls.is_empty() {
             let mut used = self.call_ids.lock().await;
             Arc::make_mut(&mut used).extend(new_calls);
@@ -197,4 +181,16 @@ impl SessionWriter {
         }
         Ok(entries)
     }
+}
+
+/// The ids of the tool calls in `entries`' messages.
+fn calls_of(entries: &[Entry]) -> impl Iterator<Item = String> + '_ {
+    entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Message { message } => Some(call_ids(message)),
+            _ => None,
+        })
+        .flatten()
+        .map(str::to_owned)
 }
