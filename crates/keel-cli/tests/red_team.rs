@@ -27,6 +27,7 @@
 mod approval_attacks;
 #[path = "red_team/attacks.rs"]
 mod attacks;
+mod common;
 #[path = "red_team/config_attacks.rs"]
 mod config_attacks;
 #[path = "red_team/git_attacks.rs"]

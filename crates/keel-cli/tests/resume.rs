@@ -4,40 +4,17 @@
 //! applied write again and without re-running the cut-short command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::{sleepers, wait_until};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 fn keel() -> Command {
     Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-}
-
-/// The pids of processes whose command line is `sleep MARKER`.
-fn sleepers(marker: &str) -> Vec<i32> {
-    let wanted = format!("sleep\0{marker}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|entry| {
-            std::fs::read(entry.path().join("cmdline"))
-                .map(|cmdline| String::from_utf8_lossy(&cmdline).starts_with(&wanted))
-                .unwrap_or(false)
-        })
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
 }
 
 fn write_script(path: &Path, turns: Value) {

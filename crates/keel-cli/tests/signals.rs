@@ -4,6 +4,9 @@
 //! the exit code is 128 + the signal; a second SIGINT exits at once.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
+use common::wait_until;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -38,17 +41,6 @@ fn sleeper_alive(marker: &str) -> bool {
             .map(|cmdline| String::from_utf8_lossy(&cmdline).starts_with(&wanted))
             .unwrap_or(false)
     })
-}
-
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
 }
 
 struct Running {

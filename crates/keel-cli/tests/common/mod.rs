@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -270,4 +271,31 @@ fn is_uuid(text: &str) -> bool {
                 c.is_ascii_hexdigit()
             }
         })
+}
+
+/// The pids of processes whose command line is `sleep MARKER`.
+pub fn sleepers(marker: &str) -> Vec<i32> {
+    let wanted = format!("sleep\0{marker}");
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|entry| {
+            std::fs::read(entry.path().join("cmdline"))
+                .map(|cmdline| String::from_utf8_lossy(&cmdline).starts_with(&wanted))
+                .unwrap_or(false)
+        })
+        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// Polls `done` every 20 ms until it holds or `limit` has passed; whether it held.
+pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
 }

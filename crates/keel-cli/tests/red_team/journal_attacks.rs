@@ -18,11 +18,12 @@
 //! recovered from its receipt, its output intact.
 #![allow(dead_code)]
 
+use crate::common::{sleepers, wait_until};
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -257,32 +258,6 @@ fn forged_exit(path: &Path) {
         "output_path": "/forged", "output_bytes": 0, "ended_ms": 0
     });
     std::fs::write(path, exit.to_string()).unwrap();
-}
-
-/// The pids of processes whose command line is `sleep MARKER`.
-fn sleepers(marker: &str) -> Vec<i32> {
-    let wanted = format!("sleep\0{marker}");
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter(|entry| {
-            std::fs::read(entry.path().join("cmdline"))
-                .map(|cmdline| String::from_utf8_lossy(&cmdline).starts_with(&wanted))
-                .unwrap_or(false)
-        })
-        .filter_map(|entry| entry.file_name().to_str()?.parse().ok())
-        .collect()
-}
-
-fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    while start.elapsed() < limit {
-        if done() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    done()
 }
 
 /// Waits for `child` up to `limit`; kills it when it has not ended.
