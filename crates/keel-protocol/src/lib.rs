@@ -19,6 +19,7 @@ pub mod message;
 pub mod output;
 pub mod permission;
 pub mod provider_event;
+pub mod rpc;
 pub mod run;
 pub mod sandbox;
 pub mod schema;
