@@ -31,6 +31,8 @@ pub async fn run_all(factory: Factory<'_>) {
     concurrent_appends_all_land(factory()).await;
     abbreviated_ids_resolve_to_one_session(factory()).await;
     opening_an_intact_session_reports_no_repair(factory()).await;
+    a_second_writer_is_refused(factory()).await;
+    reads_never_open_for_writing(factory()).await;
 }
 
 /// A user-message entry `id` under `parent`.
@@ -366,6 +368,106 @@ async fn opening_an_intact_session_reports_no_repair(store: Arc<dyn SessionStore
         matches!(unknown, Err(SessionError::SessionNotFound(_))),
         "open of unknown: {unknown:?}"
     );
+}
+
+async fn a_second_writer_is_refused(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    store.append(&s, vec![entry("a", None)]).await.unwrap();
+    let lease = store.open_writer(&s).await.unwrap();
+    assert_eq!(lease.session_id(), s);
+    assert_eq!(store.open_sessions(), 1, "the lease holds the session open");
+    let second = store.open_writer(&s).await;
+    assert!(
+        matches!(&second, Err(SessionError::SessionBusy(id)) if *id == s),
+        "a second writer while the lease lives: {second:?}"
+    );
+    assert_eq!(second.unwrap_err().code(), "session_busy");
+    let checked = store.open_for_writing(&s).await;
+    assert!(
+        matches!(checked, Err(SessionError::SessionBusy(_))),
+        "opening for writing is refused too: {checked:?}"
+    );
+    store.append(&s, vec![entry("b", Some("a"))]).await.unwrap();
+    assert_eq!(
+        ids(&store.active_branch(&s).await.unwrap()),
+        ["a", "b"],
+        "the lease holder's appends land"
+    );
+    let other = store.create(NewSession::default()).await.unwrap();
+    let other_lease = store.open_writer(&other).await.unwrap();
+    assert_eq!(store.open_sessions(), 2, "leases are per session");
+    drop(other_lease);
+    drop(lease);
+    assert_eq!(
+        store.open_sessions(),
+        0,
+        "dropping the leases closed the sessions"
+    );
+    let again = store.open_writer(&s).await.unwrap();
+    assert_eq!(again.repair(), None);
+    drop(again);
+    let unknown = store.open_writer("no-such-session").await;
+    assert!(
+        matches!(unknown, Err(SessionError::SessionNotFound(_))),
+        "a lease on an unknown session: {unknown:?}"
+    );
+    assert_eq!(store.open_sessions(), 0, "a refused lease holds nothing");
+}
+
+async fn reads_never_open_for_writing(store: Arc<dyn SessionStore>) {
+    let s = store.create(NewSession::default()).await.unwrap();
+    let checkpoint = Entry {
+        id: "k".into(),
+        parent_id: Some("a".into()),
+        timestamp: 1,
+        payload: EntryPayload::checkpoint("a happened", "a"),
+    };
+    store
+        .append(
+            &s,
+            vec![entry("a", None), checkpoint, entry("b", Some("k"))],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        store.open_sessions(),
+        0,
+        "a write without a lease leaves nothing open"
+    );
+    let read = |store: Arc<dyn SessionStore>, s: String| async move {
+        let leaf = store.leaf(&s).await.unwrap();
+        let branch = store.active_branch(&s).await.unwrap();
+        let context = store.context_branch(&s).await.unwrap();
+        let entries = store.entries(&s).await.unwrap();
+        let listed = store.list().await.unwrap();
+        let resolved = store.resolve_id(&s).await.unwrap();
+        assert_eq!(leaf.as_deref(), Some("b"));
+        assert_eq!(ids(&branch), ["a", "k", "b"]);
+        assert_eq!(ids(&context).first(), Some(&"a"));
+        assert_eq!(entries.len(), 3);
+        assert!(listed.iter().any(|info| info.id == s));
+        assert_eq!(resolved, s);
+    };
+    read(Arc::clone(&store), s.clone()).await;
+    assert_eq!(
+        store.open_sessions(),
+        0,
+        "reading a session does not open it for writing"
+    );
+    let lease = store.open_writer(&s).await.unwrap();
+    read(Arc::clone(&store), s.clone()).await;
+    assert_eq!(
+        store.open_sessions(),
+        1,
+        "reading a session open for writing leaves it as it was"
+    );
+    let busy = store.open_writer(&s).await;
+    assert!(
+        matches!(busy, Err(SessionError::SessionBusy(_))),
+        "reads did not take over the lease: {busy:?}"
+    );
+    drop(lease);
+    assert_eq!(store.open_sessions(), 0);
 }
 
 fn keel_now() -> u64 {

@@ -69,17 +69,32 @@ pub trait SessionStore: Send + Sync {
     /// are [`SessionError::AmbiguousSession`].
     fn resolve_id<'a>(&'a self, wanted: &'a str) -> StoreFuture<'a, String>;
 
-    /// Opens `session_id` for writing (stores that open sessions do it on
-    /// first use anyway) and returns the repair made when this store opened
-    /// it: a torn tail cut off. The same repair is returned for as long as the
-    /// store keeps the session open, so every caller that resumes the session
-    /// can report it; stores that never repair return `None`.
+    /// Takes the session's writer lease (SPEC §11): the session is open for
+    /// writing for as long as the returned [`WriterLease`] lives, and a
+    /// second `open_writer` of it is refused with
+    /// [`SessionError::SessionBusy`] until the lease is dropped (another
+    /// process is kept out by the store's own means: the JSONL store's lease
+    /// is its file lock, [`SessionError::Locked`]). Dropping the lease closes
+    /// the session: the store stops holding it open. The lease carries the
+    /// repair made when the session was opened (a torn tail cut off), which
+    /// its holder reports. Reads never take a lease.
+    fn open_writer<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, WriterLease>;
+
+    /// Checks that `session_id` can be opened for writing (repairing a torn
+    /// tail, as opening does) and returns the repair, without keeping the
+    /// session open. A store that repaired the session keeps the repair for
+    /// the next [`open_writer`](Self::open_writer), so the run that writes
+    /// the session reports it too; stores that never repair return `None`.
     fn open_for_writing<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<Repair>> {
         Box::pin(async move {
-            self.leaf(session_id).await?;
-            Ok(None)
+            let lease = self.open_writer(session_id).await?;
+            Ok(lease.repair().cloned())
         })
     }
+
+    /// How many sessions this store holds open for writing now (held by a
+    /// lease or by a write in progress): zero once every run has ended.
+    fn open_sessions(&self) -> usize;
 
     /// The session's private journal directory (where `bash` keeps its
     /// per-call receipts, SPEC §8), or `None` when this store keeps none.
@@ -216,6 +231,54 @@ pub fn path_from_root<K: Copy>(
     Some(path)
 }
 
+/// The right to write one session, held for as long as this value lives
+/// (SPEC §11: "`open_writer` → a lease"). Dropping it releases the session:
+/// the store closes it (for the JSONL store: stops its writer thread and
+/// unlocks its file), and the session may be opened for writing again.
+#[must_use = "dropping a writer lease closes the session for writing"]
+pub struct WriterLease {
+    session_id: String,
+    repair: Option<Repair>,
+    /// Whatever the store needs dropped to release the session.
+    _release: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl WriterLease {
+    /// A lease on `session_id` for a store to hand out: `release` is
+    /// dropped when the lease is, and releases the session then.
+    pub fn new(
+        session_id: impl Into<String>,
+        repair: Option<Repair>,
+        release: impl std::any::Any + Send + Sync,
+    ) -> Self {
+        Self {
+            session_id: session_id.into(),
+            repair,
+            _release: Box::new(release),
+        }
+    }
+
+    /// The session this lease writes.
+    pub fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
+    /// The torn tail the store cut off when it opened the session for this
+    /// lease (or for an earlier open whose repair nobody reported yet).
+    pub fn repair(&self) -> Option<&Repair> {
+        self.repair.as_ref()
+    }
+}
+
+impl std::fmt::Debug for WriterLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterLease")
+            .field("session_id", &self.session_id)
+            .field("repair", &self.repair)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A damaged tail found when a session file was opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TornTail {
@@ -318,6 +381,12 @@ pub enum SessionError {
     /// The id cannot name a session (only letters, digits, `-` and `_`).
     #[error("`{0}` is not a valid session id (use 1-128 letters, digits, `-` or `_`)")]
     InvalidId(String),
+    /// A writer lease on the session is live in this store (a run, or a
+    /// compaction, is writing it): a session has one writer.
+    #[error(
+        "session `{0}` is busy: it is already open for writing in this process (a live run or compaction); a session has one writer"
+    )]
+    SessionBusy(String),
     /// Another writer holds the session.
     #[error(
         "session `{0}` is open for writing elsewhere (another process or store); a session has one writer"
@@ -426,6 +495,7 @@ impl SessionError {
             | Self::EmptyAppend => "invalid_entry",
             Self::Io(_) => "session_io",
             Self::InvalidId(_) => "invalid_session_id",
+            Self::SessionBusy(_) => "session_busy",
             Self::Locked(_) => "session_locked",
             Self::NotASession { .. } => "not_a_session",
             Self::UnsupportedVersion { .. } => "session_version",

@@ -1,20 +1,24 @@
 //! The in-memory store: for tests, demos and hosts that persist elsewhere.
 //!
 //! It enforces the same invariants as the durable stores, so a run behaves the
-//! same against it; it simply forgets everything when dropped.
+//! same against it; it simply forgets everything when dropped. Writer
+//! leases work as in every store: one live lease per session, released when
+//! the lease is dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use keel_protocol::{Entry, EntryPayload, Message, TimestampMs};
 
-use crate::{NewSession, SessionError, SessionInfo, SessionStore, StoreFuture};
+use crate::{NewSession, SessionError, SessionInfo, SessionStore, StoreFuture, WriterLease};
 
 /// A session store held in memory.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     sessions: Mutex<HashMap<String, Tree>>,
+    /// The sessions a live [`WriterLease`] holds.
+    leased: Arc<Mutex<HashSet<String>>>,
     /// Where session journal directories go, when a test gives one.
     journal_root: Option<PathBuf>,
 }
@@ -61,6 +65,23 @@ impl MemoryStore {
             .get_mut(session_id)
             .ok_or_else(|| SessionError::SessionNotFound(session_id.to_owned()))?;
         f(tree)
+    }
+}
+
+/// Releases a memory session's lease when dropped.
+struct Release {
+    leased: Arc<Mutex<HashSet<String>>>,
+    session_id: String,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        // A poisoned set still holds the ids: release this one regardless.
+        let mut leased = match self.leased.lock() {
+            Ok(leased) => leased,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        leased.remove(&self.session_id);
     }
 }
 
@@ -227,6 +248,33 @@ impl SessionStore for MemoryStore {
             let sessions = self.lock()?;
             crate::unique_id(wanted, sessions.keys().map(String::as_str))
         })
+    }
+
+    fn open_writer<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, WriterLease> {
+        Box::pin(async move {
+            if !self.lock()?.contains_key(session_id) {
+                return Err(SessionError::SessionNotFound(session_id.to_owned()));
+            }
+            let mut leased = self
+                .leased
+                .lock()
+                .map_err(|_| SessionError::Io("memory store lease lock poisoned".into()))?;
+            if !leased.insert(session_id.to_owned()) {
+                return Err(SessionError::SessionBusy(session_id.to_owned()));
+            }
+            let release = Release {
+                leased: Arc::clone(&self.leased),
+                session_id: session_id.to_owned(),
+            };
+            Ok(WriterLease::new(session_id, None, release))
+        })
+    }
+
+    fn open_sessions(&self) -> usize {
+        match self.leased.lock() {
+            Ok(leased) => leased.len(),
+            Err(poisoned) => poisoned.into_inner().len(),
+        }
     }
 }
 

@@ -75,6 +75,8 @@ async fn a_second_writer_is_refused_and_changes_nothing() {
     let first = JsonlStore::new(dir.path()).unwrap();
     let id = first.create(NewSession::default()).await.unwrap();
     first.append(&id, vec![entry("a", None)]).await.unwrap();
+    // The first store writes the session, as a run in another process does.
+    let _lease = first.open_writer(&id).await.unwrap();
     let before = std::fs::read(file_of(&first, &id)).unwrap();
     let second = JsonlStore::new(dir.path()).unwrap();
     let refused = second.append(&id, vec![entry("b", Some("a"))]).await;
@@ -86,6 +88,105 @@ async fn a_second_writer_is_refused_and_changes_nothing() {
     assert_eq!(std::fs::read(file_of(&first, &id)).unwrap(), before);
     let snapshot = second.snapshot(&id).unwrap();
     assert_eq!(snapshot.entries.len(), 1, "reading does not need the lock");
+}
+
+/// A session whose last batch (`b`) is torn: a crash left half of it, and
+/// no summary vouches for it.
+async fn torn_session(dir: &std::path::Path) -> (String, PathBuf, Vec<u8>) {
+    let store = JsonlStore::new(dir).unwrap();
+    let id = store.create(NewSession::default()).await.unwrap();
+    store.append(&id, vec![entry("a", None)]).await.unwrap();
+    let path = file_of(&store, &id);
+    let intact = std::fs::metadata(&path).unwrap().len() as usize;
+    store
+        .append(&id, vec![entry("b", Some("a"))])
+        .await
+        .unwrap();
+    drop(store);
+    let full = std::fs::read(&path).unwrap();
+    let torn = full[..intact + (full.len() - intact) / 2].to_vec();
+    std::fs::write(&path, &torn).unwrap();
+    std::fs::remove_file(dir.join(format!("{id}.meta.json"))).unwrap();
+    (id, path, torn)
+}
+
+#[tokio::test]
+async fn reads_while_another_process_holds_the_lock_leave_lock_and_tail_alone() {
+    use nix::fcntl::{Flock, FlockArg};
+    let dir = tempfile::tempdir().unwrap();
+    let (id, path, torn) = torn_session(dir.path()).await;
+    // A writer elsewhere holds the file lock (flock locks belong to an open
+    // file, so this one stands for another process's).
+    let elsewhere = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let elsewhere = Flock::lock(elsewhere, FlockArg::LockExclusiveNonblock).unwrap();
+
+    let store = JsonlStore::new(dir.path()).unwrap();
+    assert_eq!(store.leaf(&id).await.unwrap().as_deref(), Some("a"));
+    let branch = store.active_branch(&id).await.unwrap();
+    assert_eq!(branch, [entry("a", None)], "the complete groups are read");
+    assert_eq!(store.context_branch(&id).await.unwrap(), branch);
+    assert_eq!(store.entries(&id).await.unwrap(), branch);
+    let listed = store.list().await.unwrap();
+    assert!(listed[0].torn.is_some(), "the listing shows the tail");
+    assert_eq!(store.resolve_id(&id).await.unwrap(), id);
+    assert_eq!(store.open_sessions(), 0, "no read opened the session");
+    assert_eq!(std::fs::read(&path).unwrap(), torn, "no read cut the tail");
+    let writer = store.open_writer(&id).await;
+    assert!(
+        matches!(&writer, Err(SessionError::Locked(_))),
+        "the other writer still holds the lock: {writer:?}"
+    );
+
+    // Once the other writer is gone, nothing of this store holds the lock.
+    drop(elsewhere);
+    let probe = std::fs::File::open(&path).unwrap();
+    let probe = Flock::lock(probe, FlockArg::LockExclusiveNonblock);
+    assert!(probe.is_ok(), "reads left no lock behind");
+    drop(probe);
+    let lease = store.open_writer(&id).await.unwrap();
+    let repair = lease
+        .repair()
+        .expect("the writer cuts the tail and says so");
+    assert_eq!(repair.session_id, id);
+    assert!(std::fs::read(&path).unwrap().len() < torn.len());
+}
+
+#[tokio::test]
+async fn a_closed_session_is_unlocked_and_its_repair_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (id, path, _) = torn_session(dir.path()).await;
+    let store = JsonlStore::new(dir.path()).unwrap();
+    let checked = store.open_for_writing(&id).await.unwrap();
+    assert!(checked.is_some(), "opening cut the torn tail");
+    assert_eq!(store.open_sessions(), 0, "checking does not keep it open");
+    let lease = store.open_writer(&id).await.unwrap();
+    assert_eq!(
+        lease.repair(),
+        checked.as_ref(),
+        "the next lease reports the repair"
+    );
+    // Another store (another process) cannot write while the lease lives…
+    let other = JsonlStore::new(dir.path()).unwrap();
+    let refused = other.append(&id, vec![entry("x", Some("a"))]).await;
+    assert!(
+        matches!(refused, Err(SessionError::Locked(_))),
+        "{refused:?}"
+    );
+    drop(lease);
+    // …and can once it is dropped: the file lock went with it.
+    other
+        .append(&id, vec![entry("x", Some("a"))])
+        .await
+        .unwrap();
+    assert_eq!(other.open_sessions(), 0);
+    let again = store.open_writer(&id).await.unwrap();
+    assert_eq!(again.repair(), None, "a repair is reported once");
+    assert_eq!(store.entries(&id).await.unwrap().len(), 2);
+    assert!(std::fs::metadata(&path).unwrap().len() > 0);
 }
 
 #[tokio::test]

@@ -2,18 +2,29 @@
 //!
 //! `<dir>/<id>.jsonl` holds a versioned header line naming the session and
 //! then framed, checksummed records (see `format`). A session is opened for
-//! writing on first use through [`SessionStore`] (`open`): the file is locked
-//! (advisory, exclusive), so a second writer — another process, or another
-//! store in this one — is refused instead of forking the tree; it is scanned
-//! as a stream into an index; a torn tail — only ever a prefix of the last
+//! writing (`open`) by its writer lease ([`SessionStore::open_writer`]) or,
+//! for the length of one call, by an `append` or `set_leaf` made without
+//! one: the file is locked (advisory, exclusive), so a writer in another
+//! process, or another store in this one, is refused
+//! ([`SessionError::Locked`]) instead of forking the tree; it is scanned as
+//! a stream into an index; a torn tail — only ever a prefix of the last
 //! write batch (see `scan`) — is cut off and reported as a [`Repair`];
 //! anything else is refused untouched. Appends go through a group-commit
 //! writer thread and are acknowledged only after fsync.
 //!
-//! Reading (`read`: [`JsonlStore::reader`], `snapshot`, `list`, and the
-//! source of `fork`) never takes the lock and never writes: it sees the
+//! Invariants of the open map: a session is in it exactly while something
+//! holds it (its lease, a write in progress, a read of its open state); at
+//! most one lease per session is live (a second is
+//! [`SessionError::SessionBusy`]); when the last hold goes, the session is
+//! removed and closed — its writer thread drains and stops, its file is
+//! unlocked — before the map is unlocked, so a new writer never finds the
+//! file still locked by a session this store is closing.
+//!
+//! Reading (`read`: [`JsonlStore::reader`], `snapshot`, `list`, the source
+//! of `fork`, and the trait's reads of a session that is not open) never
+//! takes the lock, never starts a writer and never writes: it sees the
 //! complete groups present when it scanned, which a concurrent writer only
-//! ever appends to.
+//! ever appends to. A read of a session open here uses its open state.
 
 mod format;
 mod index;
@@ -36,7 +47,9 @@ use self::index::Slot;
 use self::open::OpenSession;
 use self::scan::io_error;
 use self::writer::State;
-use crate::{NewSession, Repair, SessionError, SessionInfo, SessionStore, StoreFuture, TornTail};
+use crate::{
+    NewSession, Repair, SessionError, SessionInfo, SessionStore, StoreFuture, TornTail, WriterLease,
+};
 
 pub use self::read::{SessionReader, Snapshot};
 pub use self::salvage::{LostSpan, SalvageReport};
@@ -45,7 +58,69 @@ pub use self::salvage::{LostSpan, SalvageReport};
 #[derive(Debug)]
 pub struct JsonlStore {
     dir: PathBuf,
-    open: Mutex<HashMap<String, Arc<OpenSession>>>,
+    open: OpenMap,
+    /// Torn tails cut by an open whose repair no lease has reported yet
+    /// (one per repaired session, until its next lease takes it).
+    repairs: Mutex<HashMap<String, TornTail>>,
+}
+
+/// The sessions this store holds open for writing, shared with the holds.
+type OpenMap = Arc<Mutex<HashMap<String, Held>>>;
+
+/// A session open for writing, and who holds it.
+#[derive(Debug)]
+struct Held {
+    session: Arc<OpenSession>,
+    /// Live holds: its lease, writes in progress, reads of its open state.
+    holders: usize,
+    /// Whether a writer lease is among them.
+    leased: bool,
+}
+
+/// One hold on an open session; the last to be dropped closes it.
+#[derive(Debug)]
+struct Hold {
+    open: OpenMap,
+    session_id: String,
+    /// `None` only while dropping.
+    session: Option<Arc<OpenSession>>,
+    /// Whether this hold is the session's writer lease.
+    lease: bool,
+}
+
+impl Hold {
+    fn session(&self) -> Result<&OpenSession, SessionError> {
+        self.session
+            .as_deref()
+            .ok_or_else(|| SessionError::Io("the session is closing".into()))
+    }
+}
+
+impl Drop for Hold {
+    /// Gives the hold back; the last one removes the session and closes it
+    /// (joining its writer, unlocking its file) under the map's lock.
+    fn drop(&mut self) {
+        let mine = self.session.take();
+        let mut open = match self.open.lock() {
+            Ok(open) => open,
+            // The map itself is intact: a panic elsewhere never leaves a
+            // half-made change to it (each change is one insert or remove).
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let Some(held) = open.get_mut(&self.session_id) else {
+            return;
+        };
+        if self.lease {
+            held.leased = false;
+        }
+        held.holders = held.holders.saturating_sub(1);
+        if held.holders == 0 {
+            let closed = open.remove(&self.session_id);
+            drop(mine);
+            drop(closed);
+            tracing::debug!(session = %self.session_id, "session closed for writing");
+        }
+    }
 }
 
 impl JsonlStore {
@@ -59,7 +134,8 @@ impl JsonlStore {
             .map_err(|error| io_error(&dir, &error))?;
         Ok(Self {
             dir,
-            open: Mutex::new(HashMap::new()),
+            open: Arc::new(Mutex::new(HashMap::new())),
+            repairs: Mutex::new(HashMap::new()),
         })
     }
 
@@ -79,11 +155,15 @@ impl JsonlStore {
         &self.dir
     }
 
-    /// The torn tail cut off when this store opened the session, if any.
+    /// The torn tail cut off when this store opened the session, while the
+    /// session is open or its repair is not yet reported.
     pub fn repaired_tail(&self, session_id: &str) -> Option<TornTail> {
+        if let Some(torn) = self.repairs.lock().ok()?.get(session_id) {
+            return Some(torn.clone());
+        }
         let open = self.open.lock().ok()?;
         open.get(session_id)
-            .and_then(|session| session.repaired.clone())
+            .and_then(|held| held.session.repaired.clone())
     }
 
     /// The file that holds `session_id` (the id is checked, the file need not exist).
@@ -96,19 +176,78 @@ impl JsonlStore {
         self.dir.join(format!("{session_id}.meta.json"))
     }
 
-    /// The session, opened for writing on first use.
-    fn session(&self, session_id: &str) -> Result<Arc<OpenSession>, SessionError> {
+    /// Holds `session_id` open for writing, opening it (lock, scan, repair,
+    /// writer) when it is not open; with `lease`, as its writer lease, which
+    /// is refused while another lease is live.
+    fn hold(&self, session_id: &str, lease: bool) -> Result<Hold, SessionError> {
         let mut open = self
             .open
             .lock()
             .map_err(|_| SessionError::Io("store lock poisoned".into()))?;
-        if let Some(session) = open.get(session_id) {
-            return Ok(Arc::clone(session));
+        let session = match open.get_mut(session_id) {
+            Some(held) => {
+                if lease && held.leased {
+                    return Err(SessionError::SessionBusy(session_id.to_owned()));
+                }
+                held.leased |= lease;
+                held.holders += 1;
+                Arc::clone(&held.session)
+            }
+            None => {
+                let path = self.file(session_id)?;
+                let session = Arc::new(self.open_for_writing_now(session_id, &path)?);
+                if let Some(torn) = &session.repaired {
+                    self.remember(session_id, torn.clone());
+                }
+                let held = Held {
+                    session: Arc::clone(&session),
+                    holders: 1,
+                    leased: lease,
+                };
+                open.insert(session_id.to_owned(), held);
+                session
+            }
+        };
+        Ok(Hold {
+            open: Arc::clone(&self.open),
+            session_id: session_id.to_owned(),
+            session: Some(session),
+            lease,
+        })
+    }
+
+    /// A hold on `session_id` if this store has it open, else `None` (the
+    /// caller then reads the file without opening it).
+    fn hold_if_open(&self, session_id: &str) -> Result<Option<Hold>, SessionError> {
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| SessionError::Io("store lock poisoned".into()))?;
+        Ok(open.get_mut(session_id).map(|held| {
+            held.holders += 1;
+            Hold {
+                open: Arc::clone(&self.open),
+                session_id: session_id.to_owned(),
+                session: Some(Arc::clone(&held.session)),
+                lease: false,
+            }
+        }))
+    }
+
+    /// Keeps a repair for the session's next lease to report.
+    fn remember(&self, session_id: &str, torn: TornTail) {
+        if let Ok(mut repairs) = self.repairs.lock() {
+            repairs.insert(session_id.to_owned(), torn);
         }
-        let path = self.file(session_id)?;
-        let session = Arc::new(self.open_for_writing_now(session_id, &path)?);
-        open.insert(session_id.to_owned(), Arc::clone(&session));
-        Ok(session)
+    }
+
+    /// The repair no lease has reported yet, taken.
+    fn unreported(&self, session_id: &str) -> Option<Repair> {
+        let torn = self.repairs.lock().ok()?.remove(session_id)?;
+        Some(Repair {
+            session_id: session_id.to_owned(),
+            torn,
+        })
     }
 
     fn read_branch(
@@ -116,9 +255,17 @@ impl JsonlStore {
         session_id: &str,
         context_only: bool,
     ) -> Result<Vec<Entry>, SessionError> {
-        let session = self.session(session_id)?;
+        let Some(hold) = self.hold_if_open(session_id)? else {
+            let reader = self.reader(session_id)?;
+            return if context_only {
+                reader.context_branch()
+            } else {
+                reader.active_branch()
+            };
+        };
+        let session = hold.session()?;
         let slots: Vec<Slot> = {
-            let state = lock_state(&session)?;
+            let state = lock_state(session)?;
             let positions = if context_only {
                 state.index.context_path()
             } else {
@@ -137,13 +284,14 @@ impl JsonlStore {
             .collect()
     }
 
+    /// Queues `records` on the held session's writer after checking them.
     fn enqueue(
         &self,
-        session_id: &str,
+        hold: &Hold,
         records: Vec<Record>,
     ) -> Result<tokio::sync::oneshot::Receiver<Result<(), String>>, SessionError> {
-        let session = self.session(session_id)?;
-        let mut state = lock_state(&session)?;
+        let session = hold.session()?;
+        let mut state = lock_state(session)?;
         validate(&state, &records)?;
         for record in &records {
             if let Record::Entry { entry } = record {
@@ -287,9 +435,9 @@ impl SessionStore for JsonlStore {
 
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
-            let id = self.create_file(&new)?;
-            self.session(&id)?;
-            Ok(id)
+            // Only the header is written: the session opens for writing when
+            // a lease or a write needs it.
+            self.create_file(&new)
         })
     }
 
@@ -299,14 +447,21 @@ impl SessionStore for JsonlStore {
                 .into_iter()
                 .map(|entry| Record::Entry { entry })
                 .collect();
-            acknowledged(self.enqueue(session_id, records)?).await
+            let hold = self.hold(session_id, false)?;
+            let done = self.enqueue(&hold, records)?;
+            // The hold lasts until the append is acknowledged.
+            let stored = acknowledged(done).await;
+            drop(hold);
+            stored
         })
     }
 
     fn leaf<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<String>> {
         Box::pin(async move {
-            let session = self.session(session_id)?;
-            let state = lock_state(&session)?;
+            let Some(hold) = self.hold_if_open(session_id)? else {
+                return Ok(self.reader(session_id)?.leaf().map(str::to_owned));
+            };
+            let state = lock_state(hold.session()?)?;
             Ok(state
                 .index
                 .leaf
@@ -328,8 +483,9 @@ impl SessionStore for JsonlStore {
             let record = Record::Leaf {
                 leaf_id: entry_id.to_owned(),
             };
+            let hold = self.hold(session_id, false)?;
             let done = self
-                .enqueue(session_id, vec![record])
+                .enqueue(&hold, vec![record])
                 .map_err(|error| match error {
                     SessionError::EntryNotFound { entry_id, .. } => SessionError::EntryNotFound {
                         session_id: session_id.to_owned(),
@@ -337,14 +493,19 @@ impl SessionStore for JsonlStore {
                     },
                     other => other,
                 })?;
-            acknowledged(done).await
+            let stored = acknowledged(done).await;
+            drop(hold);
+            stored
         })
     }
 
     fn entries<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Vec<Entry>> {
         Box::pin(async move {
-            let session = self.session(session_id)?;
-            let slots: Vec<Slot> = lock_state(&session)?.index.slots.clone();
+            let Some(hold) = self.hold_if_open(session_id)? else {
+                return self.reader(session_id)?.entries().collect();
+            };
+            let session = hold.session()?;
+            let slots: Vec<Slot> = lock_state(session)?.index.slots.clone();
             let path = self.file(session_id)?;
             let mut line = Vec::new();
             slots
@@ -366,14 +527,33 @@ impl SessionStore for JsonlStore {
         })
     }
 
+    fn open_writer<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, WriterLease> {
+        Box::pin(async move {
+            let hold = self.hold(session_id, true)?;
+            let repair = self.unreported(session_id);
+            Ok(WriterLease::new(session_id, repair, hold))
+        })
+    }
+
+    /// Opens the session (cutting a torn tail) and closes it again unless
+    /// something else holds it; the repair stays for the next lease.
     fn open_for_writing<'a>(&'a self, session_id: &'a str) -> StoreFuture<'a, Option<Repair>> {
         Box::pin(async move {
-            let session = self.session(session_id)?;
-            Ok(session.repaired.clone().map(|torn| Repair {
-                session_id: session_id.to_owned(),
-                torn,
-            }))
+            let lease = self.open_writer(session_id).await?;
+            let repair = lease.repair().cloned();
+            if let Some(repair) = &repair {
+                self.remember(session_id, repair.torn.clone());
+            }
+            drop(lease);
+            Ok(repair)
         })
+    }
+
+    fn open_sessions(&self) -> usize {
+        match self.open.lock() {
+            Ok(open) => open.len(),
+            Err(poisoned) => poisoned.into_inner().len(),
+        }
     }
 
     /// Reads the source without its lock (it may be open for writing

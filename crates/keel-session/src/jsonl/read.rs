@@ -173,6 +173,12 @@ impl SessionReader {
         self.read_positions(&self.index.path_to(Some(tip)))
     }
 
+    /// The entries from the latest checkpoint's first kept entry (or the
+    /// root) to the active leaf: what a model request needs.
+    pub(super) fn context_branch(&self) -> Result<Vec<Entry>, SessionError> {
+        self.read_positions(&self.index.context_path())
+    }
+
     fn read_positions(&self, positions: &[usize]) -> Result<Vec<Entry>, SessionError> {
         let mut line = Vec::new();
         positions
