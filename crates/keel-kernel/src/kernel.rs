@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use keel_protocol::{CompactionTrigger, RunError};
 use keel_provider::Provider;
-use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
+use keel_session::{MemoryStore, NewSession, SessionError, SessionStore, WriterLease};
 use keel_tools::changes::Baseline;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
@@ -54,6 +54,14 @@ pub enum KernelError {
          before starting a new one"
     )]
     Interrupted(String),
+    /// The session already has a writer in this process (a live run or a
+    /// compaction): a session has one writer, so a second is refused until
+    /// the first ends.
+    #[error(
+        "session {0} is busy: a run (or compaction) is writing it in this process; \
+         wait for its result or cancel it, then try again"
+    )]
+    SessionBusy(String),
     /// `resume` was asked for a session whose last run is not interrupted.
     #[error("session {0} has no interrupted run to resume")]
     NotInterrupted(String),
@@ -131,6 +139,7 @@ impl KernelError {
             Self::EmptyPrompt => "empty_prompt",
             Self::Interrupted(_) => "session_interrupted",
             Self::NotInterrupted(_) => "nothing_to_resume",
+            Self::SessionBusy(_) => "session_busy",
             Self::Compaction(error) => error.code.as_str(),
             Self::JournalExposed { .. } => "session_dir_writable",
         }
@@ -156,8 +165,9 @@ impl AgentKernel {
     /// Compacts `session_id` now (a manual compaction): the run's own
     /// provider and model summarise the oldest part of its active branch
     /// into a checkpoint appended at the leaf, with `instructions` as
-    /// additional focus for the summary. Must not be called while a run
-    /// writes to the session.
+    /// additional focus for the summary. It holds the session's writer
+    /// lease while it works: while a run writes the session it fails with
+    /// [`KernelError::SessionBusy`], and a run started meanwhile does too.
     ///
     /// # Cancel safety
     ///
@@ -170,7 +180,8 @@ impl AgentKernel {
         instructions: Option<&str>,
     ) -> Result<CompactionReport, KernelError> {
         let store = &self.inner.store;
-        store.open_for_writing(session_id).await?;
+        // The compaction is the session's writer until it returns.
+        let _lease = writer_lease(store, session_id).await?;
         let (frame, _) = crate::pipeline::open(&self.inner);
         let writer = SessionWriter::open(Arc::clone(store), session_id.to_owned(), &frame).await?;
         let mut budget = ContextBudget::new(&self.inner, &frame);
@@ -244,28 +255,29 @@ impl AgentKernel {
         }
         self.check_journal_private()?;
         let store = &self.inner.store;
-        let mut repair = None;
-        let session_id = match &spec.session_id {
+        // The run holds its session's writer lease for its whole life.
+        // Opening for writing is the one step that may cut a torn tail; the
+        // run reports it as `session_repaired`.
+        let lease = match &spec.session_id {
             Some(id) => {
-                // Opening for writing is the one step that may cut a torn
-                // tail; the run reports it as `session_repaired`.
-                repair = store.open_for_writing(id).await?;
+                let lease = writer_lease(store, id).await?;
                 if self.dangling_calls(id).await? {
                     return Err(KernelError::Interrupted(id.clone()));
                 }
-                id.clone()
+                lease
             }
             None => {
                 let workspace = Some(self.inner.workspace.root().display().to_string());
-                store
+                let id = store
                     .create(NewSession {
                         workspace,
                         ..NewSession::default()
                     })
-                    .await?
+                    .await?;
+                writer_lease(store, &id).await?
             }
         };
-        Ok(self.start(spec, session_id, repair).await)
+        Ok(self.start(spec, lease).await)
     }
 
     /// Continues the run a crash interrupted in `session_id` (SPEC §8),
@@ -295,12 +307,12 @@ impl AgentKernel {
             return Err(KernelError::NotInterrupted("(none named)".into()));
         };
         self.check_journal_private()?;
-        let repair = self.inner.store.open_for_writing(&session_id).await?;
+        let lease = writer_lease(&self.inner.store, &session_id).await?;
         if !self.interrupted(&session_id).await? {
             return Err(KernelError::NotInterrupted(session_id));
         }
         spec.resume = true;
-        Ok(self.start(spec, session_id, repair).await)
+        Ok(self.start(spec, lease).await)
     }
 
     /// Refuses a store whose command journals lie inside a root that
@@ -365,12 +377,7 @@ impl AgentKernel {
         )
     }
 
-    async fn start(
-        &self,
-        spec: RunSpec,
-        session_id: String,
-        repair: Option<keel_session::Repair>,
-    ) -> AgentRun {
+    async fn start(&self, spec: RunSpec, lease: WriterLease) -> AgentRun {
         let root = self.inner.workspace.root().to_path_buf();
         let baseline = match tokio::task::spawn_blocking(move || Baseline::capture(&root)).await {
             Ok(Ok(baseline)) => Ok(Arc::new(baseline)),
@@ -380,8 +387,23 @@ impl AgentKernel {
         if let Err(reason) = &baseline {
             tracing::warn!(%reason, "workspace changes will not be available for this run");
         }
-        AgentRun::start(Arc::clone(&self.inner), spec, session_id, baseline, repair)
+        AgentRun::start(Arc::clone(&self.inner), spec, baseline, lease)
     }
+}
+
+/// Takes `session_id`'s writer lease; a live writer in this process is
+/// [`KernelError::SessionBusy`].
+async fn writer_lease(
+    store: &Arc<dyn SessionStore>,
+    session_id: &str,
+) -> Result<WriterLease, KernelError> {
+    store
+        .open_writer(session_id)
+        .await
+        .map_err(|error| match error {
+            SessionError::SessionBusy(id) => KernelError::SessionBusy(id),
+            other => KernelError::Session(other),
+        })
 }
 
 /// `path` with links resolved: its nearest existing ancestor, canonical,

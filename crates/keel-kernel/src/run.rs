@@ -23,7 +23,7 @@ use keel_protocol::{
     ErrorSource, PermissionAnswer, PermissionScope, QueueKind, RunError, RunErrorCode, RunEvent,
     RunResult, RunState,
 };
-use keel_session::Repair;
+use keel_session::WriterLease;
 use keel_tools::changes::{Baseline, WorkspaceChanges};
 use tokio::sync::{mpsc, watch};
 
@@ -45,11 +45,12 @@ impl AgentRun {
     pub(crate) fn start(
         parts: Arc<KernelParts>,
         spec: RunSpec,
-        session_id: String,
         baseline: Result<Arc<Baseline>, String>,
-        repair: Option<Repair>,
+        lease: WriterLease,
     ) -> Self {
         let run_id = new_id();
+        let session_id = lease.session_id().to_owned();
+        let repair = lease.repair().cloned();
         let (sender, receiver) = mpsc::unbounded_channel();
         let (result_sender, result) = watch::channel(None);
         let shared = Arc::new(RunShared::new(run_id, session_id, sender, result_sender));
@@ -70,6 +71,11 @@ impl AgentRun {
                 last: None,
             });
             drop(holders);
+            // The session is released before the result is published, so a
+            // host that starts the next run on it once `result()` returns is
+            // never refused as busy. Releasing joins the session's writer
+            // thread (it writes the summary), so it is done off the runtime.
+            let _ = tokio::task::spawn_blocking(move || drop(lease)).await;
             supervised.finish(outcome);
         });
         Self {

@@ -8,7 +8,10 @@
 //! The writer also keeps the run's context branch in memory: it is read from
 //! the store once, when the run opens the session, and extended with every
 //! acknowledged append, so building a request never re-reads the session.
-//! This holds because a run is its session's only writer while it runs.
+//! This holds because a run is its session's only writer while it runs: it
+//! holds the session's writer lease (`SessionStore::open_writer`) from
+//! `create_run` until its result is published, and the store refuses a
+//! second lease (`session_busy`).
 //! It holds each message of the branch once, adapted for the run's model
 //! and behind an `Arc` that every request shares (`context.rs`), so the
 //! branch is in memory once.
