@@ -4,9 +4,10 @@
 //! second run after moving the leaf back to the root, which starts a sibling
 //! branch; a third run in a fork taken at the first run's answer. It prints
 //! every run's events, the branch and fork operations, and the drawn trees.
-//! `invalid-entry` appends an entry whose parent does not exist and opens
-//! the session from a second store: both are refused with typed errors, and
-//! the session is unchanged.
+//! `invalid-entry` holds the session's writer lease (as a live run does),
+//! appends an entry whose parent does not exist, and writes the session from
+//! a second store (as another process would): both are refused with typed
+//! errors, and the session is unchanged.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -143,9 +144,20 @@ async fn invalid_entry(
             message: Message::User(UserMessage::text("I have no parent")),
         },
     };
+    // Held as a live run holds it: the file is locked for as long.
+    let lease = store.open_writer(&session).await.map_err(session_error)?;
     let refused = store.append(&session, vec![orphan]).await;
     let second_writer = JsonlStore::new(store.dir()).map_err(session_error)?;
-    let locked = second_writer.leaf(&session).await;
+    let intruder = Entry {
+        id: "intruder".into(),
+        parent_id: store.leaf(&session).await.map_err(session_error)?,
+        timestamp: 0,
+        payload: EntryPayload::Message {
+            message: Message::User(UserMessage::text("a second writer")),
+        },
+    };
+    let locked = second_writer.append(&session, vec![intruder]).await;
+    drop(lease);
     let after = store.entries(&session).await.map_err(session_error)?.len();
     for outcome in [refused.err(), locked.err()].into_iter().flatten() {
         let error = session_error(outcome);

@@ -373,8 +373,8 @@ fn a_fork_of_a_session_being_written_succeeds_and_leaves_it_untouched() {
         .build()
         .unwrap();
     let writer = keel_session::JsonlStore::new(fixture.sessions()).unwrap();
-    runtime
-        .block_on(keel_session::SessionStore::open_for_writing(&writer, &id))
+    let _lease = runtime
+        .block_on(keel_session::SessionStore::open_writer(&writer, &id))
         .unwrap();
     let locked = fixture.run(&["--session", &id], "hi");
     assert_eq!(
