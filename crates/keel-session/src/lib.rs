@@ -10,6 +10,13 @@
 //! entry's parent is already stored (or earlier in the same group); only the
 //! first entry of a session may be a root; nothing stored is ever changed.
 //!
+//! Ownership (SPEC §11): a session has one writer. Writing it for a while
+//! (a run, a compaction) takes its [`WriterLease`] through
+//! [`SessionStore::open_writer`]; a second lease while one lives is
+//! [`SessionError::SessionBusy`], and dropping the lease closes the session
+//! in the store. Reads never take a lease and never open a session for
+//! writing.
+//!
 //! Walking parent links is done in one place, [`path_from_root`], by every
 //! store and by hosts that draw a branch, so a broken or cyclic link is
 //! handled the same way everywhere.
