@@ -67,7 +67,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use holder::{
-    Call, CallEnd, CallSpec, END_LEN, RunHolders, hold, read_end, spawn, wait_until_gone,
+    Call, CallEnd, CallSpec, END_LEN, HolderPool, RunHolders, read_end, wait_until_gone,
 };
 pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::{ResourceLimits, default_tmp_size};
