@@ -13,6 +13,7 @@ use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::SessionStore;
 use keel_tools::builtin::{BashOptions, all_tools, default_tools};
+use keel_tools::outputs::OutputStore;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, Workspace};
 
@@ -139,6 +140,9 @@ pub struct HostConfig {
     /// How retryable provider errors are retried (default: the configured
     /// provider's `max_retries` and `max_retry_wait_sec`, else the kernel's).
     pub retry: Option<RetryPolicy>,
+    /// Whether full tool outputs outlive the kernel's runs (the host
+    /// reads or removes them itself); default false.
+    pub keep_outputs: bool,
 }
 
 impl HostConfig {
@@ -157,6 +161,7 @@ impl HostConfig {
             context_window: None,
             environment: true,
             retry: None,
+            keep_outputs: false,
         }
     }
 
@@ -182,8 +187,13 @@ impl HostConfig {
         };
         let workspace =
             Workspace::new(&root).map_err(|error| HostError::Workspace(error.to_string()))?;
+        // The kernel's own store of full tool outputs, in the system's
+        // temporary directory (read here: libraries take explicit values).
+        let outputs = OutputStore::new(std::env::temp_dir());
+        outputs.keep_after_runs(self.keep_outputs);
         let mut builder = AgentKernel::builder()
             .provider(provider)
+            .outputs(outputs)
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)

@@ -10,7 +10,8 @@ use keel_protocol::{CompactionTrigger, RunError};
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore};
 use keel_tools::changes::Baseline;
-use keel_tools::sandbox::SandboxConfig;
+use keel_tools::outputs::OutputStore;
+use keel_tools::sandbox::{HolderPool, SandboxConfig};
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
 use crate::checkpoint::CompactionSettings;
@@ -422,6 +423,7 @@ pub struct AgentKernelBuilder {
     context_window: Option<u64>,
     output_limit: Option<u32>,
     compaction: CompactionSettings,
+    outputs: Option<OutputStore>,
 }
 
 impl AgentKernelBuilder {
@@ -522,6 +524,15 @@ impl AgentKernelBuilder {
         self
     }
 
+    /// Where the kernel's tools save full outputs of cut results, for
+    /// `read` (default: a fresh store beneath `/tmp`; hosts pass one
+    /// beneath the system's temporary directory). Each kernel has its own:
+    /// a run reads only its own kernel's outputs.
+    pub fn outputs(mut self, outputs: OutputStore) -> Self {
+        self.outputs = Some(outputs);
+        self
+    }
+
     /// How retryable provider errors are retried.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
@@ -569,6 +580,8 @@ impl AgentKernelBuilder {
             context_window: self.context_window,
             output_limit: self.output_limit,
             compaction: self.compaction,
+            outputs: self.outputs.unwrap_or_default(),
+            holders: HolderPool::new(),
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),
