@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use keel_kernel::{AgentKernel, RetryPolicy};
+use keel_kernel::{AgentKernel, Instructions, RetryPolicy};
 use keel_provider::config::{Config, ModelInfo};
 use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
@@ -106,12 +106,31 @@ struct Connected {
     retry: Option<RetryPolicy>,
 }
 
+/// The default user file: `$XDG_CONFIG_HOME/keel/config.toml`, else
+/// `~/.config/keel/config.toml` (read from the process environment, which
+/// only hosts do).
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
+    Some(base.join("keel").join("config.toml"))
+}
+
+/// The sandbox's settings with the user's toolchains, from this process's
+/// `HOME` and `CARGO_HOME`.
+pub fn host_sandbox() -> SandboxConfig {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let cargo_home = std::env::var_os("CARGO_HOME").map(PathBuf::from);
+    SandboxConfig::with_toolchains(home.as_deref(), cargo_home.as_deref())
+}
+
 /// Keel's own user configuration directory (`$XDG_CONFIG_HOME/keel`, else
 /// `~/.config/keel`): where the user's `config.toml` and global `AGENTS.md`
 /// live, which every run trusts as the user's own. Sandboxed commands and
 /// the file tools may not write it (`SandboxConfig::protected`).
 pub fn keel_config_dir() -> Option<PathBuf> {
-    Config::default_path()?
+    user_config_path()?
         .parent()
         .map(std::path::Path::to_path_buf)
 }
@@ -154,7 +173,7 @@ impl HostConfig {
             tools: None,
             sandbox: SandboxConfig {
                 protected: keel_config_dir().into_iter().collect(),
-                ..SandboxConfig::default()
+                ..host_sandbox()
             },
             system_prompt: None,
             append_system_prompt: None,
@@ -194,6 +213,10 @@ impl HostConfig {
         let mut builder = AgentKernel::builder()
             .provider(provider)
             .outputs(outputs)
+            // The user's global AGENTS.md and shell, read here so the
+            // kernel reads no environment.
+            .project_instructions(Instructions::default().with_global_dir(keel_config_dir()))
+            .user_shell(std::env::var("SHELL").ok())
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)

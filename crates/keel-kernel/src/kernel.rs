@@ -424,6 +424,7 @@ pub struct AgentKernelBuilder {
     output_limit: Option<u32>,
     compaction: CompactionSettings,
     outputs: Option<OutputStore>,
+    shell: Option<String>,
 }
 
 impl AgentKernelBuilder {
@@ -456,6 +457,13 @@ impl AgentKernelBuilder {
     /// [`Instructions::default`]; [`Instructions::none`] turns them off).
     pub fn project_instructions(mut self, instructions: Instructions) -> Self {
         self.instructions = Some(instructions);
+        self
+    }
+
+    /// The user's shell the environment section names (default: none,
+    /// shown as unknown; hosts pass their `SHELL`).
+    pub fn user_shell(mut self, shell: Option<String>) -> Self {
+        self.shell = shell;
         self
     }
 
@@ -582,6 +590,7 @@ impl AgentKernelBuilder {
             compaction: self.compaction,
             outputs: self.outputs.unwrap_or_default(),
             holders: HolderPool::new(),
+            shell: self.shell,
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

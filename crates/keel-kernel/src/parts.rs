@@ -42,6 +42,8 @@ pub(crate) struct KernelParts {
     pub(crate) output_limit: Option<u32>,
     /// When and how much runs compact.
     pub(crate) compaction: CompactionSettings,
+    /// The user's shell the environment section names (the host's `SHELL`).
+    pub(crate) shell: Option<String>,
     /// The kernel's store of full tool outputs (its own, never shared).
     pub(crate) outputs: OutputStore,
     /// The kernel's sandbox namespace holders (its own, never shared).
