@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use keel_host::modes;
 use keel_tools::sandbox::probe::{self, LEVELS};
-use keel_tools::sandbox::{REQUIRED_LANDLOCK_ABI, Sandbox, SandboxConfig};
+use keel_tools::sandbox::{REQUIRED_LANDLOCK_ABI, Sandbox};
 use serde_json::json;
 
 use crate::output::say;
@@ -44,7 +44,7 @@ pub fn run(json_output: bool) -> Result<ExitCode, StartupError> {
         .map_err(|error| StartupError::new("workspace", error.to_string()))?;
     let sandbox = |level| Sandbox {
         level,
-        config: std::sync::Arc::new(SandboxConfig::default()),
+        config: std::sync::Arc::new(keel_host::host_sandbox()),
         metadata_writable: false,
     };
     let live: Vec<(&str, Result<(), String>)> = LEVELS

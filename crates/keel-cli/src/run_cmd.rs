@@ -52,7 +52,6 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     if let Some(repair) = &continued.repair {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
-    keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let spec = spec_for(&args, setup.mode);
@@ -132,7 +131,6 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
             to.display()
         );
     }
-    keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let base = spec_for(&args, setup.mode);
@@ -312,5 +310,6 @@ fn host_config(args: &RunArgs, mut config: keel_host::HostConfig) -> keel_host::
     config.environment = !args.no_environment;
     config.sandbox.mode = args.sandbox.into();
     config.sandbox.env.extend(args.sandbox_env.iter().cloned());
+    config.keep_outputs = args.keep_outputs;
     config
 }

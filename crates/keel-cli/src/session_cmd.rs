@@ -46,7 +46,7 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
 pub fn open_store(args: &StoreArgs) -> Result<JsonlStore, StartupError> {
     let dir = match &args.session_dir {
         Some(dir) => dir.clone(),
-        None => JsonlStore::default_dir().ok_or_else(|| {
+        None => keel_host::sessions::default_dir().ok_or_else(|| {
             StartupError::new(
                 "session_dir",
                 "neither XDG_DATA_HOME nor HOME is set; pass --session-dir",

@@ -7,12 +7,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use keel_kernel::{AgentKernel, RetryPolicy};
+use keel_kernel::{AgentKernel, Instructions, RetryPolicy};
 use keel_provider::config::{Config, ModelInfo};
 use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::SessionStore;
 use keel_tools::builtin::{BashOptions, all_tools, default_tools};
+use keel_tools::outputs::OutputStore;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, Workspace};
 
@@ -105,12 +106,31 @@ struct Connected {
     retry: Option<RetryPolicy>,
 }
 
+/// The default user file: `$XDG_CONFIG_HOME/keel/config.toml`, else
+/// `~/.config/keel/config.toml` (read from the process environment, which
+/// only hosts do).
+pub fn user_config_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
+    Some(base.join("keel").join("config.toml"))
+}
+
+/// The sandbox's settings with the user's toolchains, from this process's
+/// `HOME` and `CARGO_HOME`.
+pub fn host_sandbox() -> SandboxConfig {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let cargo_home = std::env::var_os("CARGO_HOME").map(PathBuf::from);
+    SandboxConfig::with_toolchains(home.as_deref(), cargo_home.as_deref())
+}
+
 /// Keel's own user configuration directory (`$XDG_CONFIG_HOME/keel`, else
 /// `~/.config/keel`): where the user's `config.toml` and global `AGENTS.md`
 /// live, which every run trusts as the user's own. Sandboxed commands and
 /// the file tools may not write it (`SandboxConfig::protected`).
 pub fn keel_config_dir() -> Option<PathBuf> {
-    Config::default_path()?
+    user_config_path()?
         .parent()
         .map(std::path::Path::to_path_buf)
 }
@@ -139,6 +159,9 @@ pub struct HostConfig {
     /// How retryable provider errors are retried (default: the configured
     /// provider's `max_retries` and `max_retry_wait_sec`, else the kernel's).
     pub retry: Option<RetryPolicy>,
+    /// Whether full tool outputs outlive the kernel's runs (the host
+    /// reads or removes them itself); default false.
+    pub keep_outputs: bool,
 }
 
 impl HostConfig {
@@ -150,13 +173,14 @@ impl HostConfig {
             tools: None,
             sandbox: SandboxConfig {
                 protected: keel_config_dir().into_iter().collect(),
-                ..SandboxConfig::default()
+                ..host_sandbox()
             },
             system_prompt: None,
             append_system_prompt: None,
             context_window: None,
             environment: true,
             retry: None,
+            keep_outputs: false,
         }
     }
 
@@ -182,8 +206,17 @@ impl HostConfig {
         };
         let workspace =
             Workspace::new(&root).map_err(|error| HostError::Workspace(error.to_string()))?;
+        // The kernel's own store of full tool outputs, in the system's
+        // temporary directory (read here: libraries take explicit values).
+        let outputs = OutputStore::new(std::env::temp_dir());
+        outputs.keep_after_runs(self.keep_outputs);
         let mut builder = AgentKernel::builder()
             .provider(provider)
+            .outputs(outputs)
+            // The user's global AGENTS.md and shell, read here so the
+            // kernel reads no environment.
+            .project_instructions(Instructions::default().with_global_dir(keel_config_dir()))
+            .user_shell(std::env::var("SHELL").ok())
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)

@@ -26,6 +26,8 @@ pub mod project;
 pub mod sessions;
 pub mod settings;
 
-pub use assemble::{HostConfig, ProviderChoice, keel_config_dir, tools_by_name};
+pub use assemble::{
+    HostConfig, ProviderChoice, host_sandbox, keel_config_dir, tools_by_name, user_config_path,
+};
 pub use error::HostError;
 pub use settings::{Choices, RunSetup, Settings, Sources};

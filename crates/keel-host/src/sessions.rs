@@ -22,12 +22,24 @@ use keel_session::{JsonlStore, Repair, SalvageReport, SessionInfo, SessionStore}
 
 use crate::HostError;
 
+/// `$XDG_DATA_HOME/keel/sessions`, else `~/.local/share/keel/sessions`
+/// (read from the process environment, which only hosts do).
+pub fn default_dir() -> Option<PathBuf> {
+    let data = std::env::var_os("XDG_DATA_HOME")
+        .filter(|value| !value.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
+        })?;
+    Some(data.join("keel").join("sessions"))
+}
+
 /// The JSONL store in `dir`, or in the default directory
 /// (`$XDG_DATA_HOME/keel/sessions`).
 pub fn open_store(dir: Option<&Path>) -> Result<JsonlStore, HostError> {
     let dir = match dir {
         Some(dir) => dir.to_path_buf(),
-        None => JsonlStore::default_dir().ok_or(HostError::NoSessionDir)?,
+        None => default_dir().ok_or(HostError::NoSessionDir)?,
     };
     Ok(JsonlStore::new(dir)?)
 }

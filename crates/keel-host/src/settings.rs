@@ -174,7 +174,7 @@ impl Settings {
     pub fn load(sources: &Sources) -> Result<Self, HostError> {
         let (path, required) = match &sources.config_file {
             Some(path) => (Some(path.clone()), true),
-            None => (Config::default_path(), false),
+            None => (crate::assemble::user_config_path(), false),
         };
         let shown = path
             .as_ref()

@@ -10,7 +10,8 @@ use keel_protocol::{CompactionTrigger, RunError};
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore, WriterLease};
 use keel_tools::changes::Baseline;
-use keel_tools::sandbox::SandboxConfig;
+use keel_tools::outputs::OutputStore;
+use keel_tools::sandbox::{HolderPool, SandboxConfig};
 use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
 
 use crate::checkpoint::CompactionSettings;
@@ -444,6 +445,8 @@ pub struct AgentKernelBuilder {
     context_window: Option<u64>,
     output_limit: Option<u32>,
     compaction: CompactionSettings,
+    outputs: Option<OutputStore>,
+    shell: Option<String>,
 }
 
 impl AgentKernelBuilder {
@@ -476,6 +479,13 @@ impl AgentKernelBuilder {
     /// [`Instructions::default`]; [`Instructions::none`] turns them off).
     pub fn project_instructions(mut self, instructions: Instructions) -> Self {
         self.instructions = Some(instructions);
+        self
+    }
+
+    /// The user's shell the environment section names (default: none,
+    /// shown as unknown; hosts pass their `SHELL`).
+    pub fn user_shell(mut self, shell: Option<String>) -> Self {
+        self.shell = shell;
         self
     }
 
@@ -544,6 +554,15 @@ impl AgentKernelBuilder {
         self
     }
 
+    /// Where the kernel's tools save full outputs of cut results, for
+    /// `read` (default: a fresh store beneath `/tmp`; hosts pass one
+    /// beneath the system's temporary directory). Each kernel has its own:
+    /// a run reads only its own kernel's outputs.
+    pub fn outputs(mut self, outputs: OutputStore) -> Self {
+        self.outputs = Some(outputs);
+        self
+    }
+
     /// How retryable provider errors are retried.
     pub fn retry(mut self, retry: RetryPolicy) -> Self {
         self.retry = retry;
@@ -591,6 +610,9 @@ impl AgentKernelBuilder {
             context_window: self.context_window,
             output_limit: self.output_limit,
             compaction: self.compaction,
+            outputs: self.outputs.unwrap_or_default(),
+            holders: HolderPool::new(),
+            shell: self.shell,
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

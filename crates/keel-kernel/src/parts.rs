@@ -9,7 +9,8 @@ use std::sync::Arc;
 use keel_protocol::PermissionMode;
 use keel_provider::Provider;
 use keel_session::SessionStore;
-use keel_tools::sandbox::SandboxConfig;
+use keel_tools::outputs::OutputStore;
+use keel_tools::sandbox::{HolderPool, SandboxConfig};
 use keel_tools::{ToolRegistry, Workspace};
 
 use crate::checkpoint::CompactionSettings;
@@ -41,6 +42,12 @@ pub(crate) struct KernelParts {
     pub(crate) output_limit: Option<u32>,
     /// When and how much runs compact.
     pub(crate) compaction: CompactionSettings,
+    /// The user's shell the environment section names (the host's `SHELL`).
+    pub(crate) shell: Option<String>,
+    /// The kernel's store of full tool outputs (its own, never shared).
+    pub(crate) outputs: OutputStore,
+    /// The kernel's sandbox namespace holders (its own, never shared).
+    pub(crate) holders: HolderPool,
 }
 
 /// What the host asks for when it starts a run.

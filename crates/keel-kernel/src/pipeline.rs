@@ -44,7 +44,7 @@ pub(crate) fn open(parts: &KernelParts) -> (Frame, Loaded) {
     let instructions = crate::project::load(&parts.instructions, root);
     let environment = parts
         .environment
-        .then(|| Environment::detect(root, crate::ids::now_ms()));
+        .then(|| Environment::detect(root, crate::ids::now_ms(), parts.shell.as_deref()));
     let frame = Frame::new(parts, &instructions, environment.as_ref());
     (frame, instructions)
 }

@@ -44,23 +44,26 @@ pub struct Instructions {
 }
 
 impl Default for Instructions {
-    /// Enabled, the global directory from `XDG_CONFIG_HOME` (else
-    /// `~/.config`) plus `keel`, capped at 32 KiB.
+    /// Enabled, capped at 32 KiB, with no global directory: the kernel
+    /// reads no environment, so the host names the user's directory
+    /// ([`Instructions::with_global_dir`]; keel-host passes Keel's
+    /// configuration directory, `$XDG_CONFIG_HOME/keel` or `~/.config/keel`).
     fn default() -> Self {
-        let global_dir = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|value| !value.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))
-            .map(|base| base.join("keel"));
         Self {
             enabled: true,
-            global_dir,
+            global_dir: None,
             max_bytes: DEFAULT_INSTRUCTION_BYTES,
         }
     }
 }
 
 impl Instructions {
+    /// These settings with `dir` as the global directory.
+    pub fn with_global_dir(mut self, dir: Option<PathBuf>) -> Self {
+        self.global_dir = dir;
+        self
+    }
+
     /// No project instructions.
     pub fn none() -> Self {
         Self {
@@ -245,7 +248,7 @@ pub(crate) struct Environment {
     pub(crate) working_directory: PathBuf,
     /// Operating system and architecture.
     pub(crate) os: String,
-    /// The user's shell, from `SHELL`.
+    /// The user's shell, as the host gave it (its `SHELL`).
     pub(crate) shell: Option<String>,
     /// Whether the workspace is inside a git repository.
     pub(crate) git_repository: bool,
@@ -253,14 +256,12 @@ pub(crate) struct Environment {
 
 impl Environment {
     /// The environment of a workspace at `root`, on the day `now_ms` falls in.
-    pub(crate) fn detect(root: &Path, now_ms: u64) -> Self {
+    pub(crate) fn detect(root: &Path, now_ms: u64, shell: Option<&str>) -> Self {
         Self {
             date: date(now_ms),
             working_directory: root.to_path_buf(),
             os: format!("{} ({})", std::env::consts::OS, std::env::consts::ARCH),
-            shell: std::env::var("SHELL")
-                .ok()
-                .filter(|shell| !shell.is_empty()),
+            shell: shell.filter(|shell| !shell.is_empty()).map(str::to_owned),
             git_repository: repository_root(root).is_some(),
         }
     }

@@ -57,10 +57,10 @@ impl AgentRun {
         let supervised = Arc::clone(&shared);
         tokio::spawn(async move {
             // Full tool outputs are kept for the run's tools, then removed.
-            let _outputs = keel_tools::outputs::hold();
-            // The sandbox's namespace holders serve the run's commands; they
-            // stop (and are reaped) when the run ends.
-            let holders = keel_tools::sandbox::hold();
+            let _outputs = parts.outputs.hold();
+            // The kernel's namespace holders serve the run's commands; they
+            // stop (and are reaped) when the kernel's last run ends.
+            let holders = parts.holders.hold();
             let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec, repair));
             let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
                 error: RunError::new(

@@ -567,6 +567,8 @@ impl ToolRunner<'_> {
             cancel: self.shared.cancel.child_token(),
             progress: ProgressSink::new(call.id.clone(), sender),
             sandbox: sandbox.clone(),
+            holders: self.parts.holders.clone(),
+            outputs: self.parts.outputs.clone(),
             receipts: self
                 .writer
                 .receipts()

@@ -45,7 +45,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -416,16 +415,6 @@ impl Config {
     /// prices at the time of writing; override them in `config.toml`.
     pub fn builtin() -> Self {
         catalog::builtin()
-    }
-
-    /// The default user file: `$XDG_CONFIG_HOME/keel/config.toml`, else
-    /// `~/.config/keel/config.toml`.
-    pub fn default_path() -> Option<PathBuf> {
-        let base = std::env::var_os("XDG_CONFIG_HOME")
-            .filter(|value| !value.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".config")))?;
-        Some(base.join("keel").join("config.toml"))
     }
 
     /// The providers of a parsed configuration file (`[providers.*]`; the

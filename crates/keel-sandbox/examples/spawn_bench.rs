@@ -1,5 +1,5 @@
 //! What starting one sandboxed command costs, measured in process: the
-//! namespace holder ([`keel_sandbox::spawn`], the `bash` tool's path), a
+//! namespace holder ([`keel_sandbox::HolderPool::spawn`], the `bash` tool's path), a
 //! command confined on its own ([`keel_sandbox::confine`] + `apply`: relay,
 //! init and command, every namespace and the view created and torn down),
 //! and a plain fork and exec for reference; each runs `/usr/bin/true` and
@@ -22,7 +22,7 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::Instant;
 
-use keel_sandbox::{CallSpec, Sandbox, SandboxConfig, SandboxLevel, confine, spawn};
+use keel_sandbox::{CallSpec, HolderPool, Sandbox, SandboxConfig, SandboxLevel, confine};
 
 /// Milliseconds since `start`.
 fn ms(start: Instant) -> f64 {
@@ -36,7 +36,7 @@ fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// Starts `/usr/bin/true` through the holder and waits for its end record.
-fn holder_call(sandbox: &Sandbox, workspace: &std::path::Path) {
+fn holder_call(pool: &HolderPool, sandbox: &Sandbox, workspace: &std::path::Path) {
     let (mut out, out_write) = std::io::pipe().unwrap();
     let (_err, err_write) = std::io::pipe().unwrap();
     let spec = CallSpec {
@@ -46,7 +46,7 @@ fn holder_call(sandbox: &Sandbox, workspace: &std::path::Path) {
         stdout: OwnedFd::from(out_write),
         stderr: OwnedFd::from(err_write),
     };
-    let call = spawn(sandbox, workspace, spec).unwrap();
+    let call = pool.spawn(sandbox, workspace, spec).unwrap();
     let mut status = std::fs::File::from(call.status().try_clone_to_owned().unwrap());
     let mut record = Vec::new();
     status.read_to_end(&mut record).unwrap();
@@ -65,7 +65,8 @@ fn main() {
         config: Arc::new(SandboxConfig::default()),
         metadata_writable: false,
     };
-    let _holders = keel_sandbox::hold();
+    let pool = HolderPool::new();
+    let _holders = pool.hold();
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average before: {}", load().trim());
     let (mut planning, mut holder, mut per_call, mut plain) = (vec![], vec![], vec![], vec![]);
@@ -74,7 +75,7 @@ fn main() {
         drop(confine(&sandbox, workspace.path()).unwrap());
         let planned = ms(start);
         let start = Instant::now();
-        holder_call(&sandbox, workspace.path());
+        holder_call(&pool, &sandbox, workspace.path());
         let held = ms(start);
         let start = Instant::now();
         let confinement = confine(&sandbox, workspace.path()).unwrap();
@@ -100,7 +101,7 @@ fn main() {
             metadata_writable: false,
         };
         let start = Instant::now();
-        holder_call(&fresh, workspace.path());
+        holder_call(&pool, &fresh, workspace.path());
         first.push(ms(start));
     }
     println!("load average after: {}", load().trim());

@@ -2,8 +2,8 @@
 //! sandboxed call costs about a fork instead of creating and tearing down a
 //! user, mount, network, IPC and UTS namespace and ~45 mounts.
 //!
-//! [`spawn`] finds (or starts) the holder for a sandbox and workspace and
-//! asks it to start the command (see [`super::zygote`] for its side). A
+//! [`HolderPool::spawn`] finds (or starts) the holder for a sandbox and
+//! workspace in that pool and asks it to start the command (see [`super::zygote`] for its side). A
 //! holder serves one *view*: it is keyed by the host's
 //! `Arc<SandboxConfig>` (by identity: the rlimits, readable, writable and
 //! masked paths), the level (the network and its seccomp filter), whether
@@ -17,10 +17,17 @@
 //! it is at the call. Everything else that confines a call is its own: the
 //! Landlock ruleset is built here for each call, as for a per-call command.
 //!
-//! Lifetime: a run holds a [`RunHolders`] guard ([`hold`]); when the last
-//! guard of the process is dropped, every holder stops. Without a guard (a
-//! library user), a holder lives while its `Arc<SandboxConfig>` does and
-//! stops at the next call of any sandbox after that. A holder replaced by
+//! Ownership: holders live in a [`HolderPool`], a value the kernel owns
+//! (one per kernel, never shared between kernels; nothing is kept per
+//! process). Two pools never share a holder, even for the same workspace.
+//!
+//! Lifetime: a run holds a [`RunHolders`] guard on its kernel's pool
+//! ([`HolderPool::hold`]); when the last guard of that pool is dropped,
+//! every holder of the pool stops (other pools are untouched). Dropping
+//! the pool itself (the kernel) stops all of its holders once no call
+//! uses them. Without a guard (a library user), a holder lives while its
+//! `Arc<SandboxConfig>` and its pool do and stops at the next call in the
+//! pool after its configuration is gone. A holder replaced by
 //! another (its view changed) stops once its last running [`Call`] is
 //! dropped. Stopping closes the holder's socket: it exits, which ends its
 //! PID namespace, and is reaped. If the kernel process dies instead, its
@@ -150,11 +157,102 @@ pub fn read_end(record: &[u8]) -> CallEnd {
     }
 }
 
-/// Starts `spec` confined by `sandbox` in `workspace`, in the namespaces
-/// held for this sandbox (started on first use). Fails closed like
-/// [`super::confine`]; a sandbox that is not enforced is refused (spawn
-/// such commands directly).
-pub fn spawn(sandbox: &Sandbox, workspace: &Path, spec: CallSpec) -> Result<Call, SandboxError> {
+/// The namespace holders of one kernel; see the module docs. A cheap
+/// handle: clones share the holders.
+#[derive(Clone, Default)]
+pub struct HolderPool {
+    inner: Arc<Pool>,
+}
+
+impl std::fmt::Debug for HolderPool {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_struct("HolderPool")
+            .field("holders", &self.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a pool holds.
+#[derive(Default)]
+struct Pool {
+    /// Holders alive, at most one per configuration, level, metadata
+    /// access and workspace.
+    holders: Mutex<Vec<Entry>>,
+    /// Runs holding the holders ([`HolderPool::hold`]).
+    runs: Mutex<usize>,
+}
+
+impl Pool {
+    fn holders(&self) -> std::sync::MutexGuard<'_, Vec<Entry>> {
+        // A panic while holding the lock leaves consistent data: recover it.
+        self.holders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+impl HolderPool {
+    /// An empty pool: holders start on first use.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Keeps this pool's holders until the guard is dropped; the last
+    /// guard's drop stops them all (their processes exit and are reaped
+    /// before it returns).
+    pub fn hold(&self) -> RunHolders {
+        *self
+            .inner
+            .runs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
+        RunHolders {
+            pool: Arc::clone(&self.inner),
+        }
+    }
+
+    /// How many holders the pool keeps now.
+    pub fn len(&self) -> usize {
+        self.inner.holders().len()
+    }
+
+    /// Whether the pool keeps no holder.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The host process ids of the pool's holders' relays (for
+    /// measurements and tests; each holder runs beneath its relay).
+    pub fn relay_pids(&self) -> Vec<u32> {
+        self.inner
+            .holders()
+            .iter()
+            .map(|entry| entry.holder.relay_pid)
+            .collect()
+    }
+
+    /// Starts `spec` confined by `sandbox` in `workspace`, in the
+    /// namespaces this pool holds for this sandbox (started on first use).
+    /// Fails closed like [`super::confine`]; a sandbox that is not
+    /// enforced is refused (spawn such commands directly).
+    pub fn spawn(
+        &self,
+        sandbox: &Sandbox,
+        workspace: &Path,
+        spec: CallSpec,
+    ) -> Result<Call, SandboxError> {
+        spawn(&self.inner, sandbox, workspace, spec)
+    }
+}
+
+/// [`HolderPool::spawn`].
+fn spawn(
+    pool: &Pool,
+    sandbox: &Sandbox,
+    workspace: &Path,
+    spec: CallSpec,
+) -> Result<Call, SandboxError> {
     if !sandbox.is_enforced() {
         return Err(SandboxError::Io(
             "this sandbox is not enforced by Keel: start the command directly".into(),
@@ -185,7 +283,7 @@ pub fn spawn(sandbox: &Sandbox, workspace: &Path, spec: CallSpec) -> Result<Call
     ];
     let mut parts = Some(parts);
     for attempt in 0..2 {
-        let holder = holder_for(sandbox, workspace, &fingerprint, &mut parts)?;
+        let holder = holder_for(pool, sandbox, workspace, &fingerprint, &mut parts)?;
         match holder.call(&message, &fds) {
             Ok(pidfd) => {
                 return Ok(Call {
@@ -196,7 +294,7 @@ pub fn spawn(sandbox: &Sandbox, workspace: &Path, spec: CallSpec) -> Result<Call
             }
             Err(Failure::Gone(error)) => {
                 tracing::debug!(%error, attempt, "a sandbox holder is gone; starting another");
-                forget(&holder);
+                forget(pool, &holder);
                 if parts.is_none() {
                     // Planned afresh, so fingerprinted afresh: the new
                     // holder is keyed by the view it is built from.
@@ -299,43 +397,32 @@ fn identity(path: &Path) -> Option<(u64, u64, i64, i64)> {
     Some((metadata.dev(), metadata.ino(), seconds, nanoseconds))
 }
 
-/// Holders alive, at most one per configuration, level, metadata access
-/// and workspace.
-static HOLDERS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-
-/// Runs holding the holders ([`hold`]).
-static RUNS: Mutex<usize> = Mutex::new(0);
-
-/// A run's hold on the namespace holders; see the module docs.
-#[derive(Debug)]
+/// A run's hold on its kernel's namespace holders; see the module docs.
 #[must_use = "the holders stop when the last guard is dropped"]
-pub struct RunHolders(());
+pub struct RunHolders {
+    pool: Arc<Pool>,
+}
 
-/// Keeps the namespace holders this process starts until the guard is
-/// dropped; the last guard's drop stops them all (their processes exit and
-/// are reaped before it returns).
-pub fn hold() -> RunHolders {
-    *RUNS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) += 1;
-    RunHolders(())
+impl std::fmt::Debug for RunHolders {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_struct("RunHolders").finish_non_exhaustive()
+    }
 }
 
 impl Drop for RunHolders {
     fn drop(&mut self) {
-        let mut runs = RUNS
+        let mut runs = self
+            .pool
+            .runs
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         *runs = runs.saturating_sub(1);
         if *runs > 0 {
             return;
         }
-        let stopped: Vec<Entry> = std::mem::take(
-            &mut *HOLDERS
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
+        let stopped: Vec<Entry> = std::mem::take(&mut *self.pool.holders());
         drop(runs);
+        // Stopping a holder waits for its relay: outside the pool's lock.
         drop(stopped);
     }
 }
@@ -351,15 +438,14 @@ struct Entry {
 
 /// The holder of this view, started from `parts` if there is none.
 fn holder_for(
+    pool: &Pool,
     sandbox: &Sandbox,
     workspace: &Path,
     fingerprint: &Fingerprint,
     parts: &mut Option<super::namespaces::Parts>,
 ) -> Result<Arc<Holder>, SandboxError> {
     let mut dropped = Vec::new();
-    let mut holders = HOLDERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut holders = pool.holders();
     // Holders of dead configurations, and a stale holder of this one, go.
     let same = |entry: &Entry| {
         entry
@@ -412,10 +498,8 @@ fn holder_for(
 }
 
 /// Forgets `holder` (it stopped serving).
-fn forget(holder: &Arc<Holder>) {
-    let mut holders = HOLDERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+fn forget(pool: &Pool, holder: &Arc<Holder>) {
+    let mut holders = pool.holders();
     let gone: Vec<Entry> = holders
         .iter()
         .position(|entry| Arc::ptr_eq(&entry.holder, holder))
@@ -442,6 +526,8 @@ struct Holder {
     /// Dropping it tells the keeper thread to kill and reap the relay.
     stop: Option<mpsc::Sender<()>>,
     keeper: Option<std::thread::JoinHandle<()>>,
+    /// The relay's process id (0 if it did not start).
+    relay_pid: u32,
 }
 
 impl Holder {
@@ -451,7 +537,7 @@ impl Holder {
     fn start(launch: Launch) -> Result<Self, SandboxError> {
         let (ours, theirs) = UnixStream::pair()
             .map_err(|error| SandboxError::Io(format!("creating the holder's socket: {error}")))?;
-        let (started_send, started) = mpsc::sync_channel::<io::Result<()>>(1);
+        let (started_send, started) = mpsc::sync_channel::<io::Result<u32>>(1);
         let (stop, stopped) = mpsc::channel::<()>();
         let keeper = std::thread::Builder::new()
             .name("keel-sandbox-holder".into())
@@ -466,9 +552,10 @@ impl Holder {
             socket: Some(Mutex::new(ours)),
             stop: Some(stop),
             keeper: Some(keeper),
+            relay_pid: *outcome.as_ref().unwrap_or(&0),
         };
         match outcome {
-            Ok(()) => Ok(holder),
+            Ok(_) => Ok(holder),
             Err(error) => Err(SandboxError::Unavailable {
                 reason: format!("setting up the sandbox's namespaces failed: {error}"),
             }),
@@ -524,7 +611,7 @@ impl Drop for Holder {
 fn keep(
     launch: Launch,
     theirs: UnixStream,
-    started: &mpsc::SyncSender<io::Result<()>>,
+    started: &mpsc::SyncSender<io::Result<u32>>,
     stopped: &mpsc::Receiver<()>,
 ) {
     let socket = theirs.as_raw_fd();
@@ -551,7 +638,7 @@ fn keep(
             return;
         }
     };
-    if started.send(Ok(())).is_err() {
+    if started.send(Ok(relay.id())).is_err() {
         let _ = relay.kill();
     }
     // Blocks until the holder is dropped (its sender goes away).

@@ -67,7 +67,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use holder::{
-    Call, CallEnd, CallSpec, END_LEN, RunHolders, hold, read_end, spawn, wait_until_gone,
+    Call, CallEnd, CallSpec, END_LEN, HolderPool, RunHolders, read_end, wait_until_gone,
 };
 pub use keel_protocol::{SandboxLevel, SandboxMode};
 pub use limits::{ResourceLimits, default_tmp_size};
@@ -148,24 +148,34 @@ pub const HOME_TOOLCHAINS: &[&str] = &[
 ];
 
 impl Default for SandboxConfig {
+    /// [`SandboxConfig::system_only`]: a library reads no environment, so
+    /// the user's toolchains come from the host
+    /// ([`SandboxConfig::with_toolchains`]; keel-host passes its `HOME` and
+    /// `CARGO_HOME`).
     fn default() -> Self {
-        let mut config = SandboxConfig::system_only();
-        let (readable, masked) = (&mut config.readable, &mut config.masked);
-        if let Some(home) = std::env::var_os("HOME").filter(|home| !home.is_empty()) {
-            let home = PathBuf::from(home);
-            readable.extend(HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)));
-            masked.extend(TOOLCHAIN_SECRETS.iter().map(|file| home.join(file)));
-        }
-        // Cargo's home may live elsewhere; its credentials are masked there too.
-        if let Some(cargo) = std::env::var_os("CARGO_HOME").filter(|dir| !dir.is_empty()) {
-            let cargo = PathBuf::from(cargo);
-            masked.extend(["credentials", "credentials.toml"].map(|file| cargo.join(file)));
-        }
-        config
+        SandboxConfig::system_only()
     }
 }
 
 impl SandboxConfig {
+    /// Settings that also read the toolchains under `home`
+    /// ([`HOME_TOOLCHAINS`]), their credentials masked
+    /// ([`TOOLCHAIN_SECRETS`]), and mask Cargo's credentials in
+    /// `cargo_home` (Cargo's home may live elsewhere). Empty paths count
+    /// as absent.
+    pub fn with_toolchains(home: Option<&Path>, cargo_home: Option<&Path>) -> Self {
+        let mut config = SandboxConfig::system_only();
+        let (readable, masked) = (&mut config.readable, &mut config.masked);
+        if let Some(home) = home.filter(|home| !home.as_os_str().is_empty()) {
+            readable.extend(HOME_TOOLCHAINS.iter().map(|dir| home.join(dir)));
+            masked.extend(TOOLCHAIN_SECRETS.iter().map(|file| home.join(file)));
+        }
+        if let Some(cargo) = cargo_home.filter(|dir| !dir.as_os_str().is_empty()) {
+            masked.extend(["credentials", "credentials.toml"].map(|file| cargo.join(file)));
+        }
+        config
+    }
+
     /// Settings that read only the system locations, their secrets masked:
     /// no toolchain and nothing of the home directory.
     pub fn system_only() -> Self {

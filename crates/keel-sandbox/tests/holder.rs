@@ -14,6 +14,10 @@ use std::time::{Duration, Instant};
 
 use keel_sandbox::{CallEnd, CallSpec, END_LEN, Sandbox, SandboxConfig, SandboxLevel, read_end};
 
+/// The pool every call of this file runs in (a kernel owns one).
+static POOL: std::sync::LazyLock<keel_sandbox::HolderPool> =
+    std::sync::LazyLock::new(keel_sandbox::HolderPool::new);
+
 /// What one call printed and how it ended.
 struct Ran {
     stdout: String,
@@ -36,7 +40,7 @@ fn spec(script: &str) -> (CallSpec, std::io::PipeReader, std::io::PipeReader) {
 
 fn run(sandbox: &Sandbox, workspace: &Path, script: &str) -> Ran {
     let (spec, mut out, mut err) = spec(script);
-    let call = keel_sandbox::spawn(sandbox, workspace, spec).unwrap();
+    let call = POOL.spawn(sandbox, workspace, spec).unwrap();
     let mut stdout = String::new();
     out.read_to_string(&mut stdout).unwrap();
     let mut stderr = String::new();
@@ -131,7 +135,7 @@ fn killing_a_call_ends_every_process_of_it() {
     let workspace = tempfile::tempdir().unwrap();
     let sandbox = sandbox(SandboxLevel::WorkspaceWrite, SandboxConfig::default());
     let (spec, _out, _err) = spec("(sleep 1; echo x > late.txt) & sleep 30");
-    let call = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+    let call = POOL.spawn(&sandbox, workspace.path(), spec).unwrap();
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     call.kill();
@@ -224,7 +228,7 @@ fn a_program_that_cannot_start_is_reported_as_not_started() {
     let sandbox = sandbox(SandboxLevel::WorkspaceWrite, SandboxConfig::default());
     let (mut spec, _out, _err) = spec("true");
     spec.program = PathBuf::from("/nonexistent/shell");
-    let call = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+    let call = POOL.spawn(&sandbox, workspace.path(), spec).unwrap();
     let mut status = std::fs::File::from(call.status().try_clone_to_owned().unwrap());
     let mut record = Vec::new();
     status.read_to_end(&mut record).unwrap();
@@ -257,7 +261,7 @@ fn a_pseudo_terminal_one_call_opened_is_not_another_calls() {
     // The first call opens a pseudo-terminal and keeps it while the second
     // runs in the same holder.
     let (spec, out, _err) = spec("exec 3<>/dev/ptmx; ls /dev/pts | tr '\\n' ' '; echo; sleep 5");
-    let holding = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+    let holding = POOL.spawn(&sandbox, workspace.path(), spec).unwrap();
     let mut out = std::io::BufReader::new(out);
     let own = first_line(&mut out);
     assert!(own.split_whitespace().any(|name| name == "0"), "{own:?}");
@@ -277,7 +281,7 @@ fn a_running_call_outlives_the_replacement_of_its_holder() {
     config.masked.push(secret.clone());
     let sandbox = sandbox(SandboxLevel::WorkspaceWrite, config);
     let (spec, out, _err) = spec("echo started; sleep 1; echo done");
-    let running = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+    let running = POOL.spawn(&sandbox, workspace.path(), spec).unwrap();
     let mut out = std::io::BufReader::new(out);
     assert_eq!(first_line(&mut out), "started\n");
     // The view changes (a secret appears): the next call gets a new holder.

@@ -10,6 +10,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use keel_sandbox::{CallEnd, CallSpec, Sandbox, SandboxConfig, SandboxLevel, read_end};
+
+/// The pool every call of this file runs in (a kernel owns one).
+static POOL: std::sync::LazyLock<keel_sandbox::HolderPool> =
+    std::sync::LazyLock::new(keel_sandbox::HolderPool::new);
 use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 
 #[test]
@@ -43,7 +47,7 @@ fn calls_run_where_clone3_is_refused() {
                 stdout: OwnedFd::from(out_write),
                 stderr: OwnedFd::from(err_write),
             };
-            let call = keel_sandbox::spawn(&sandbox, workspace.path(), spec).unwrap();
+            let call = POOL.spawn(&sandbox, workspace.path(), spec).unwrap();
             let mut text = String::new();
             out.read_to_string(&mut text).unwrap();
             let mut status = std::fs::File::from(call.status().try_clone_to_owned().unwrap());

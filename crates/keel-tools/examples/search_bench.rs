@@ -121,6 +121,8 @@ async fn measure(tool: &dyn Tool, root: &Path, arguments: Value) -> (Vec<Duratio
             progress: ProgressSink::discard(),
             sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
             receipts: None,
+            holders: keel_tools::sandbox::HolderPool::default(),
+            outputs: keel_tools::outputs::OutputStore::default(),
         };
         let started = Instant::now();
         let output = tool.execute(arguments.clone(), context).await.unwrap();

@@ -13,8 +13,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::evidence::PlannedFile;
+use crate::outputs::OutputStore;
 use crate::receipt::CallReceipt;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{HolderPool, Sandbox};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The future a tool's execution returns.
@@ -101,6 +102,11 @@ pub struct ToolContext {
     pub progress: ProgressSink,
     /// The OS sandbox processes of this call run in (only `bash` spawns any).
     pub sandbox: Sandbox,
+    /// The kernel's namespace holders, which sandboxed commands start in.
+    pub holders: HolderPool,
+    /// The kernel's store of full outputs: a cut result is saved here, and
+    /// `read` resolves `keel-output:` references here and nowhere else.
+    pub outputs: OutputStore,
     /// Where this call's command receipts go (SPEC §8): the session's
     /// journal and the call's key, the id of its `effect_started` entry;
     /// `None`: none are kept.

@@ -23,6 +23,8 @@ fn context(workspace: Workspace) -> ToolContext {
         progress: ProgressSink::discard(),
         sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
         receipts: None,
+        holders: keel_tools::sandbox::HolderPool::default(),
+        outputs: keel_tools::outputs::OutputStore::default(),
     }
 }
 

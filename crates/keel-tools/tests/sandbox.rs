@@ -41,6 +41,8 @@ async fn bash(root: &Path, level: SandboxLevel, command: &str) -> Result<ToolOut
             metadata_writable: false,
         },
         receipts: None,
+        holders: keel_tools::sandbox::HolderPool::default(),
+        outputs: keel_tools::outputs::OutputStore::default(),
     };
     BashTool::new(BashOptions::default())
         .execute(json!({ "command": command, "timeout": 20 }), context)

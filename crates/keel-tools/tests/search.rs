@@ -36,6 +36,11 @@ fn project() -> tempfile::TempDir {
     dir
 }
 
+/// The store of this file's calls (a kernel owns one): a later `read`
+/// resolves what an earlier call saved.
+static OUTPUTS: std::sync::LazyLock<keel_tools::outputs::OutputStore> =
+    std::sync::LazyLock::new(keel_tools::outputs::OutputStore::default);
+
 async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutput, ToolError> {
     let context = ToolContext {
         call_id: "c".into(),
@@ -44,6 +49,8 @@ async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutp
         progress: ProgressSink::discard(),
         sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
         receipts: None,
+        holders: keel_tools::sandbox::HolderPool::default(),
+        outputs: OUTPUTS.clone(),
     };
     tool.execute(arguments, context).await
 }

@@ -139,17 +139,6 @@ impl JsonlStore {
         })
     }
 
-    /// `$XDG_DATA_HOME/keel/sessions`, else `~/.local/share/keel/sessions`.
-    pub fn default_dir() -> Option<PathBuf> {
-        let data = std::env::var_os("XDG_DATA_HOME")
-            .filter(|value| !value.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/share"))
-            })?;
-        Some(data.join("keel").join("sessions"))
-    }
-
     /// The directory the sessions live in.
     pub fn dir(&self) -> &Path {
         &self.dir

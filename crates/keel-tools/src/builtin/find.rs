@@ -152,6 +152,7 @@ impl Tool for FindTool {
                 return Err(ToolError::cancelled());
             }
             Ok(listing(
+                &context.outputs,
                 found,
                 arguments.limit.unwrap_or(DEFAULT_LIMIT),
                 &arguments.pattern,
@@ -160,7 +161,12 @@ impl Tool for FindTool {
     }
 }
 
-fn listing(mut found: Vec<String>, limit: usize, pattern: &str) -> ToolOutput {
+fn listing(
+    outputs: &crate::outputs::OutputStore,
+    mut found: Vec<String>,
+    limit: usize,
+    pattern: &str,
+) -> ToolOutput {
     if found.is_empty() {
         return ToolOutput::text(format!("No paths match `{pattern}`."))
             .with_details(json!({"results": 0}));
@@ -175,6 +181,6 @@ fn listing(mut found: Vec<String>, limit: usize, pattern: &str) -> ToolOutput {
         ));
     }
     let text = found.join("\n") + "\n";
-    let (shown, truncated, full) = budgeted("find", &text, &mut notes);
+    let (shown, truncated, full) = budgeted(outputs, "find", &text, &mut notes);
     ToolOutput::text(shown).with_details(json!({"results": total, "limit_reached": total > limit, "truncated": truncated, "full_output": full}))
 }

@@ -107,7 +107,7 @@ impl Tool for GrepTool {
             if context.cancel.is_cancelled() {
                 return Err(ToolError::cancelled());
             }
-            Ok(found.into_output(&arguments))
+            Ok(found.into_output(&context.outputs, &arguments))
         }))
     }
 }
@@ -343,7 +343,11 @@ fn line_text(bytes: &[u8]) -> String {
 }
 
 impl Found {
-    fn into_output(self, arguments: &GrepArguments) -> ToolOutput {
+    fn into_output(
+        self,
+        outputs: &crate::outputs::OutputStore,
+        arguments: &GrepArguments,
+    ) -> ToolOutput {
         let files = self.files.len();
         if self.matches == 0 {
             return ToolOutput::text(format!("No matches for `{}`.", arguments.pattern))
@@ -373,7 +377,7 @@ impl Found {
                 self.limit
             ));
         }
-        let (shown, truncated, full) = budgeted("grep", &text, &mut notes);
+        let (shown, truncated, full) = budgeted(outputs, "grep", &text, &mut notes);
         let details = json!({
             "matches": self.matches, "files": files, "limit_reached": self.limit_reached,
             "truncated": truncated, "full_output": full,

@@ -99,7 +99,12 @@ impl Tool for LsTool {
                     "Showing {limit} of {total} entries; raise limit to see more."
                 ));
             }
-            let (shown, truncated, full) = budgeted("ls", &(names.join("\n") + "\n"), &mut notes);
+            let (shown, truncated, full) = budgeted(
+                &context.outputs,
+                "ls",
+                &(names.join("\n") + "\n"),
+                &mut notes,
+            );
             Ok(ToolOutput::text(shown).with_details(json!({"entries": total, "limit_reached": total > limit, "truncated": truncated, "full_output": full})))
         }))
     }

@@ -63,7 +63,12 @@ pub fn all_tools(options: BashOptions) -> Vec<Arc<dyn Tool>> {
 /// Fits `text` into the shared output budget (head kept); when cut, saves
 /// the whole text for `read` and says so. `notes` are appended after it.
 /// Returns `(shown text, whether cut, keel-output reference)`.
-fn budgeted(tool: &str, text: &str, notes: &mut Vec<String>) -> (String, bool, Option<String>) {
+fn budgeted(
+    outputs: &crate::outputs::OutputStore,
+    tool: &str,
+    text: &str,
+    notes: &mut Vec<String>,
+) -> (String, bool, Option<String>) {
     let page = crate::truncate::truncate_head(
         text,
         crate::truncate::MAX_LINES,
@@ -71,7 +76,7 @@ fn budgeted(tool: &str, text: &str, notes: &mut Vec<String>) -> (String, bool, O
     );
     let mut full = None;
     if page.truncated {
-        full = crate::outputs::save(tool, text.as_bytes());
+        full = outputs.save(tool, text.as_bytes());
         let shown = format!(
             "Output cut to {} of {} lines.",
             page.shown_lines, page.total_lines
@@ -299,6 +304,8 @@ mod test_support {
             progress: ProgressSink::discard(),
             sandbox: crate::sandbox::Sandbox::new(crate::sandbox::SandboxLevel::WorkspaceWrite),
             receipts: None,
+            holders: crate::sandbox::HolderPool::default(),
+            outputs: crate::outputs::OutputStore::default(),
         };
         (dir, context)
     }

@@ -71,6 +71,8 @@ impl Stream {
 /// Accumulates output; see the module docs.
 pub(super) struct Collector {
     limits: Limits,
+    /// Where the full output is logged once it outgrows memory.
+    outputs: crate::outputs::OutputStore,
     rate: Rate,
     progress: ProgressSink,
     progress_sent: u64,
@@ -129,9 +131,14 @@ impl Collected {
 
 impl Collector {
     /// An empty collector streaming progress to `progress`.
-    pub fn new(progress: ProgressSink, limits: Limits) -> Self {
+    pub fn new(
+        progress: ProgressSink,
+        limits: Limits,
+        outputs: crate::outputs::OutputStore,
+    ) -> Self {
         Self {
             limits,
+            outputs,
             rate: Rate {
                 window_start: Instant::now(),
                 window_bytes: 0,
@@ -309,7 +316,7 @@ impl Collector {
 
     /// Starts the log file with everything in memory (all output so far).
     async fn spill(&mut self) {
-        let Some((reference, path)) = crate::outputs::reserve("bash") else {
+        let Some((reference, path)) = self.outputs.reserve("bash") else {
             self.log = Log::Failed;
             return;
         };
@@ -373,6 +380,11 @@ fn incomplete_suffix(bytes: &[u8]) -> usize {
 mod tests {
     use super::*;
 
+    /// The store the tests' logs go to; alive for the whole test binary,
+    /// so a test reads its log after its collector is gone.
+    static OUTPUTS: std::sync::LazyLock<crate::outputs::OutputStore> =
+        std::sync::LazyLock::new(crate::outputs::OutputStore::default);
+
     #[test]
     fn decoder_keeps_split_characters_whole() {
         let mut decoder = Utf8Decoder::default();
@@ -394,7 +406,7 @@ mod tests {
 
     #[tokio::test]
     async fn small_output_stays_in_memory() {
-        let mut collector = Collector::new(ProgressSink::discard(), GENEROUS);
+        let mut collector = Collector::new(ProgressSink::discard(), GENEROUS, OUTPUTS.clone());
         collector.push(Stream::Stdout, b"out\n").await;
         collector.push(Stream::Stderr, b"err\n").await;
         let collected = collector.finish().await;
@@ -405,7 +417,7 @@ mod tests {
 
     #[tokio::test]
     async fn big_output_spills_and_keeps_a_bounded_tail() {
-        let mut collector = Collector::new(ProgressSink::discard(), GENEROUS);
+        let mut collector = Collector::new(ProgressSink::discard(), GENEROUS, OUTPUTS.clone());
         let mut expected = Vec::new();
         for n in 0..20_000 {
             let line = format!("line {n}\n");
@@ -431,7 +443,7 @@ mod tests {
             log_bytes: 200_000,
             ..GENEROUS
         };
-        let mut collector = Collector::new(ProgressSink::discard(), limits);
+        let mut collector = Collector::new(ProgressSink::discard(), limits, OUTPUTS.clone());
         let line = [b'x'; 999]
             .iter()
             .chain(b"\n")
@@ -457,7 +469,7 @@ mod tests {
             progress_bytes: 10,
             ..GENEROUS
         };
-        let mut collector = Collector::new(ProgressSink::new("c", sender), limits);
+        let mut collector = Collector::new(ProgressSink::new("c", sender), limits, OUTPUTS.clone());
         for _ in 0..5 {
             collector.push(Stream::Stdout, b"abcdef\n").await;
         }
@@ -476,7 +488,7 @@ mod tests {
             flood_windows: 2,
             ..GENEROUS
         };
-        let mut collector = Collector::new(ProgressSink::discard(), limits);
+        let mut collector = Collector::new(ProgressSink::discard(), limits, OUTPUTS.clone());
         collector.push(Stream::Stdout, &[b'x'; 5000]).await;
         assert!(!collector.flooded(), "one burst");
         for _ in 0..3 {

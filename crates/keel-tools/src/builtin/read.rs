@@ -21,7 +21,6 @@ use super::{
     TextFile, arguments_schema, decode_text, image, io_error, load_file, parse_arguments,
     path_intent, within_deadline,
 };
-use crate::outputs;
 use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::truncate::{MAX_BYTES, MAX_LINES, truncate_head};
 use crate::workspace::Workspace;
@@ -78,7 +77,7 @@ impl Tool for ReadTool {
         Box::pin(within_deadline(self.name(), async move {
             let arguments: ReadArguments = parse_arguments(self.name(), arguments)?;
             let start = arguments.offset.unwrap_or(1).max(1);
-            if let Some(saved) = outputs::resolve(&arguments.path) {
+            if let Some(saved) = context.outputs.resolve(&arguments.path) {
                 let bytes = tokio::fs::read(&saved)
                     .await
                     .map_err(|error| io_error(&arguments.path, &error))?;

@@ -40,7 +40,7 @@ use super::output::{Collected, Collector, Limits};
 use super::parse_arguments;
 use super::process::{Confined, Exit, GroupKiller, Pipes, Process, Reader};
 use crate::env::child_env;
-use crate::sandbox::{CallSpec, SANDBOX_TMPDIR, Sandbox};
+use crate::sandbox::{CallSpec, HolderPool, SANDBOX_TMPDIR, Sandbox};
 use crate::shell;
 use receipt::{Recorder, Sink};
 
@@ -198,14 +198,23 @@ impl Tool for BashTool {
             let root = context.workspace.root();
             let mut listed = self.options.env_passthrough.clone();
             listed.extend(context.sandbox.config.env.iter().cloned());
-            let (mut process, mut pipes) =
-                self.spawn(&arguments.command, root, &context.sandbox, &listed)?;
+            let (mut process, mut pipes) = self.spawn(
+                &arguments.command,
+                root,
+                &context.sandbox,
+                &context.holders,
+                &listed,
+            )?;
             let recorder = context
                 .receipts
                 .as_ref()
                 .and_then(|call| Recorder::start(call, &process, self.options.log_limit));
             keel_failpoint::hit(keel_failpoint::IN_BASH);
-            let collector = Collector::new(context.progress.clone(), self.options.limits());
+            let collector = Collector::new(
+                context.progress.clone(),
+                self.options.limits(),
+                context.outputs.clone(),
+            );
             let mut sink = Sink {
                 collector,
                 recorder,
@@ -251,6 +260,7 @@ impl BashTool {
         command: &str,
         root: &Path,
         sandbox: &Sandbox,
+        holders: &HolderPool,
         listed: &[String],
     ) -> Result<(Process, Pipes), ToolError> {
         let shell = &self.options.shell;
@@ -264,7 +274,7 @@ impl BashTool {
             return Err(start_failed(&error));
         }
         if sandbox.is_enforced() {
-            return spawn_confined(shell, command, root, sandbox, listed);
+            return spawn_confined(shell, command, root, sandbox, holders, listed);
         }
         let mut spawner = Command::new(shell);
         spawner
@@ -288,7 +298,8 @@ impl BashTool {
     }
 }
 
-/// Starts `shell -c command` in the sandbox's held namespaces (cwd: the
+/// Starts `shell -c command` in the namespaces `holders` (the kernel's
+/// pool) keeps for the sandbox (cwd: the
 /// workspace root, `TMPDIR`: the call's private `/tmp`). A sandbox that
 /// cannot be enforced fails with `SandboxUnavailable`: nothing runs.
 fn spawn_confined(
@@ -296,6 +307,7 @@ fn spawn_confined(
     command: &str,
     root: &Path,
     sandbox: &Sandbox,
+    holders: &HolderPool,
     listed: &[String],
 ) -> Result<(Process, Pipes), ToolError> {
     let failed = |error: io::Error| {
@@ -319,7 +331,8 @@ fn spawn_confined(
         stdout: stdout_write.into(),
         stderr: stderr_write.into(),
     };
-    let call = crate::sandbox::spawn(sandbox, root, spec)
+    let call = holders
+        .spawn(sandbox, root, spec)
         .map_err(|error| ToolError::new(ToolErrorCode::SandboxUnavailable, error.to_string()))?;
     let reader = |read: io::PipeReader| -> io::Result<Reader> {
         Ok(Box::new(pipe::Receiver::from_owned_fd(OwnedFd::from(

@@ -309,6 +309,8 @@ async fn sandboxed_timeout_and_cancel_kill_everything() {
 #[tokio::test]
 async fn a_flood_is_killed_and_its_log_capped() {
     let (_dir, context) = setup();
+    // The log lives in the context's store: keep it past the call.
+    let _outputs = context.outputs.clone();
     let tool = BashTool::new(BashOptions {
         log_limit: 1 << 20,
         flood_rate: 1 << 20,
