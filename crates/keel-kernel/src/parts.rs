@@ -42,6 +42,10 @@ pub(crate) struct KernelParts {
     pub(crate) output_limit: Option<u32>,
     /// When and how much runs compact.
     pub(crate) compaction: CompactionSettings,
+    /// Where a run's start snapshot of a non-git workspace spills the
+    /// contents it keeps (a private directory is made under it); in
+    /// memory when `None`.
+    pub(crate) snapshot_spill: Option<std::path::PathBuf>,
 }
 
 /// What the host asks for when it starts a run.
