@@ -220,7 +220,9 @@ impl HostConfig {
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)
-            .tools(tools_by_name(self.tools.as_deref())?);
+            .tools(tools_by_name(self.tools.as_deref())?)
+            // A run's start snapshot keeps its contents on disk, not in memory.
+            .snapshot_spill_dir(std::env::temp_dir());
         if let Some(model) = model {
             builder = builder.model(model);
         }

@@ -380,7 +380,12 @@ impl AgentKernel {
 
     async fn start(&self, spec: RunSpec, lease: WriterLease) -> AgentRun {
         let root = self.inner.workspace.root().to_path_buf();
-        let baseline = match tokio::task::spawn_blocking(move || Baseline::capture(&root)).await {
+        let limits = keel_tools::changes::SnapshotLimits {
+            spill_under: self.inner.snapshot_spill.clone(),
+            ..Default::default()
+        };
+        let capture = move || Baseline::capture_with(&root, limits);
+        let baseline = match tokio::task::spawn_blocking(capture).await {
             Ok(Ok(baseline)) => Ok(Arc::new(baseline)),
             Ok(Err(error)) => Err(error.to_string()),
             Err(error) => Err(error.to_string()),
@@ -447,9 +452,20 @@ pub struct AgentKernelBuilder {
     compaction: CompactionSettings,
     outputs: Option<OutputStore>,
     shell: Option<String>,
+    snapshot_spill: Option<std::path::PathBuf>,
 }
 
 impl AgentKernelBuilder {
+    /// Where each run's start snapshot of a non-git workspace keeps the
+    /// file contents it diffs against: a private directory (0700, removed
+    /// when the run's handle drops) is made under `dir`, normally the OS
+    /// temp dir, so a run holds only paths, sizes and hashes in memory.
+    /// Without it the contents stay in memory (up to 64 MiB per run).
+    pub fn snapshot_spill_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.snapshot_spill = Some(dir.into());
+        self
+    }
+
     /// The model provider (required).
     pub fn provider(mut self, provider: Arc<dyn Provider>) -> Self {
         self.provider = Some(provider);
@@ -613,6 +629,7 @@ impl AgentKernelBuilder {
             outputs: self.outputs.unwrap_or_default(),
             holders: HolderPool::new(),
             shell: self.shell,
+            snapshot_spill: self.snapshot_spill,
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

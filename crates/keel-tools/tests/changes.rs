@@ -548,3 +548,95 @@ fn tracked_but_ignored_files_are_still_compared() {
     let changes = baseline.changes().unwrap();
     assert_eq!(changes.changed_paths, ["kept.log"]);
 }
+
+/// Sixteen 512 KiB text files (8 MiB), each line naming its file.
+fn eight_mib_workspace(root: &Path) {
+    for n in 0..16 {
+        let line = format!("file {n:02}: a line of start content, long enough to fill\n");
+        let text = line.repeat((512 << 10) / line.len());
+        write(root, &format!("dir/file{n:02}.txt"), text.as_bytes());
+    }
+}
+
+fn edit_some(root: &Path) {
+    let path = root.join("dir/file03.txt");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.replace_range(100..110, "EDITED....");
+    std::fs::write(&path, text).unwrap();
+    std::fs::remove_file(root.join("dir/file07.txt")).unwrap();
+    write(root, "dir/new.txt", b"added\n");
+}
+
+/// A non-git baseline with a spill directory keeps its start contents on
+/// disk, not on the heap, reports exactly what an in-memory one reports,
+/// and removes its directory when dropped.
+#[test]
+fn a_spilled_baseline_holds_little_memory_and_cleans_up() {
+    let ws = tempfile::tempdir().unwrap();
+    let root = ws.path();
+    eight_mib_workspace(root);
+    let temp = tempfile::tempdir().unwrap();
+    let limits = SnapshotLimits {
+        spill_under: Some(temp.path().to_path_buf()),
+        ..SnapshotLimits::default()
+    };
+    let spilled = Baseline::capture_with(root, limits).unwrap();
+    let in_memory = Baseline::capture(root).unwrap();
+    assert!(!spilled.is_git());
+
+    assert!(
+        in_memory.heap_bytes() >= 8 << 20,
+        "the accounting sees in-memory contents: {}",
+        in_memory.heap_bytes()
+    );
+    assert!(
+        spilled.heap_bytes() < 1 << 20,
+        "a spilled baseline of 8 MiB holds {} bytes of heap",
+        spilled.heap_bytes()
+    );
+    let dir = spilled.spill_dir().unwrap().to_path_buf();
+    assert!(dir.starts_with(temp.path()));
+    let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the spill directory is private");
+    let mut on_disk = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let meta = entry.unwrap().metadata().unwrap();
+        assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+        on_disk += meta.len();
+    }
+    let workspace_bytes: u64 = (0..16)
+        .map(|n| {
+            let path = root.join(format!("dir/file{n:02}.txt"));
+            std::fs::metadata(path).unwrap().len()
+        })
+        .sum();
+    assert!(workspace_bytes >= 8_000_000, "{workspace_bytes}");
+    assert_eq!(
+        on_disk, workspace_bytes,
+        "every start content is on disk, once"
+    );
+
+    edit_some(root);
+    let from_disk = spilled.changes().unwrap();
+    let from_memory = in_memory.changes().unwrap();
+    assert_eq!(
+        from_disk.changed_paths,
+        ["dir/file03.txt", "dir/file07.txt", "dir/new.txt"]
+    );
+    assert!(
+        from_disk
+            .patch
+            .contains("+file 03: a line of start content")
+    );
+    assert_eq!(from_disk.changed_paths, from_memory.changed_paths);
+    assert_eq!(
+        from_disk.patch, from_memory.patch,
+        "the same patch either way"
+    );
+
+    drop(spilled);
+    assert!(
+        !dir.exists(),
+        "the spill directory is removed with the baseline"
+    );
+}

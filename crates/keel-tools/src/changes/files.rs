@@ -1,6 +1,7 @@
 //! Keel's own snapshot and git-compatible diff, for workspaces outside git;
 //! see the parent module for what it keeps and its limits.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::ops::Range;
 use std::time::{Duration, Instant};
@@ -8,11 +9,12 @@ use std::time::{Duration, Instant};
 use similar::{Algorithm, DiffTag};
 
 use super::scan::{Content, Item, Scan, Stamp};
+use super::spill::{ContentId, Spill, same_content};
 use super::{ChangesError, WorkspaceChanges};
 
-/// Largest file whose starting content Keel keeps in memory.
+/// Largest file whose starting content Keel keeps (in memory or spilled).
 const MAX_KEPT_FILE: usize = 1 << 20;
-/// Total starting content Keel keeps in memory.
+/// Total starting content Keel keeps (in memory or spilled).
 const KEPT_BUDGET: usize = 64 << 20;
 /// Context lines around each hunk.
 const CONTEXT: usize = 3;
@@ -24,31 +26,63 @@ pub(super) struct FileState {
     mode: u32,
     len: usize,
     hash: u64,
-    /// `None` when the content did not fit the memory budget or was not read.
-    content: Option<Vec<u8>>,
+    /// The content, where it was kept (not at all when it did not fit the
+    /// budget or was not read).
+    content: Kept,
     /// Set when the file was not read (over the size cap, or hard-linked):
     /// it is then compared by size and modification time.
     unread: Option<Stamp>,
 }
 
+/// Where a file's content was kept.
+enum Kept {
+    /// Not kept: only length and hash (or the stamp) are known.
+    Not,
+    /// On the heap.
+    Memory(Vec<u8>),
+    /// In the baseline's spill directory, under this digest.
+    Spilled(ContentId),
+}
+
 impl FileState {
-    /// The state of a scanned item, keeping at most `keep` bytes of content.
-    fn of(item: Item, keep: usize) -> FileState {
-        match item.content {
+    /// The state of a scanned item, keeping at most `keep` bytes of
+    /// content: in `spill` when given, else in memory.
+    fn of(item: Item, keep: usize, spill: Option<&Spill>) -> Result<FileState, ChangesError> {
+        Ok(match item.content {
             Content::Bytes(bytes) => FileState {
                 mode: item.mode,
                 len: bytes.len(),
                 hash: fnv1a(FNV_OFFSET, &bytes),
-                content: (bytes.len() <= keep).then_some(bytes),
+                content: match spill {
+                    _ if bytes.len() > keep => Kept::Not,
+                    Some(spill) => Kept::Spilled(spill.store(&bytes)?),
+                    None => Kept::Memory(bytes),
+                },
                 unread: None,
             },
             Content::Unread | Content::Reused => FileState {
                 mode: item.mode,
                 len: usize::try_from(item.stamp.len).unwrap_or(usize::MAX),
                 hash: 0,
-                content: None,
+                content: Kept::Not,
                 unread: Some(item.stamp),
             },
+        })
+    }
+
+    /// How many content bytes were kept (in memory or spilled).
+    fn kept_len(&self) -> usize {
+        match self.content {
+            Kept::Not => 0,
+            Kept::Memory(_) | Kept::Spilled(_) => self.len,
+        }
+    }
+
+    /// Bytes of content this state holds on the heap.
+    pub(super) fn heap_bytes(&self) -> usize {
+        match &self.content {
+            Kept::Memory(bytes) => bytes.capacity(),
+            Kept::Not | Kept::Spilled(_) => 0,
         }
     }
 
@@ -57,16 +91,55 @@ impl FileState {
         if self.mode != now.mode {
             return false;
         }
-        match (&self.unread, &now.unread, &self.content, &now.content) {
-            (Some(a), Some(b), _, _) => a.same_size_and_time(b),
-            (None, None, Some(a), Some(b)) => a == b,
-            (None, None, _, _) => self.len == now.len && self.hash == now.hash,
+        match (&self.unread, &now.unread) {
+            (Some(a), Some(b)) => a.same_size_and_time(b),
+            (None, None) => match (&self.content, &now.content) {
+                (Kept::Memory(a), Kept::Memory(b)) => a == b,
+                (Kept::Spilled(id), Kept::Memory(bytes))
+                | (Kept::Memory(bytes), Kept::Spilled(id)) => {
+                    self.len == now.len && same_content(id, bytes)
+                }
+                (Kept::Spilled(a), Kept::Spilled(b)) => a == b,
+                _ => self.len == now.len && self.hash == now.hash,
+            },
             _ => false,
         }
     }
+
+    /// The kept content, read back from `spill` when it was spilled.
+    fn content<'a>(&'a self, spill: Option<&Spill>) -> Result<Option<Cow<'a, [u8]>>, ChangesError> {
+        Ok(match (&self.content, spill) {
+            (Kept::Memory(bytes), _) => Some(Cow::Borrowed(bytes.as_slice())),
+            (Kept::Spilled(id), Some(spill)) => Some(Cow::Owned(spill.load(id)?)),
+            (Kept::Spilled(_), None) | (Kept::Not, _) => None,
+        })
+    }
 }
 
-pub(super) fn capture_files(scan: &Scan<'_>) -> Result<BTreeMap<Vec<u8>, FileState>, ChangesError> {
+/// Keel's own start snapshot: every file's state, with the kept contents
+/// in `spill` when the caller gave a directory for it.
+pub(super) struct FilesBaseline {
+    pub(super) files: BTreeMap<Vec<u8>, FileState>,
+    pub(super) spill: Option<Spill>,
+}
+
+impl FilesBaseline {
+    /// Approximate heap bytes held: paths, per-file records and in-memory
+    /// contents (the map's own nodes are not counted).
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.files
+            .iter()
+            .map(|(rel, state)| {
+                rel.capacity() + std::mem::size_of::<(Vec<u8>, FileState)>() + state.heap_bytes()
+            })
+            .sum()
+    }
+}
+
+pub(super) fn capture_files(
+    scan: &Scan<'_>,
+    spill: Option<Spill>,
+) -> Result<FilesBaseline, ChangesError> {
     let mut files = BTreeMap::new();
     let mut kept = 0usize;
     scan.run(
@@ -75,13 +148,13 @@ pub(super) fn capture_files(scan: &Scan<'_>) -> Result<BTreeMap<Vec<u8>, FileSta
         |item| {
             let keep = MAX_KEPT_FILE.min(KEPT_BUDGET.saturating_sub(kept));
             let rel = item.rel.clone();
-            let state = FileState::of(item, keep);
-            kept += state.content.as_ref().map_or(0, Vec::len);
+            let state = FileState::of(item, keep, spill.as_ref())?;
+            kept += state.kept_len();
             files.insert(rel, state);
             Ok(())
         },
     )?;
-    Ok(files)
+    Ok(FilesBaseline { files, spill })
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -103,8 +176,10 @@ pub(super) struct Side<'a> {
 
 pub(super) fn files_changes(
     scan: &Scan<'_>,
-    start: &BTreeMap<Vec<u8>, FileState>,
+    baseline: &FilesBaseline,
 ) -> Result<WorkspaceChanges, ChangesError> {
+    let start = &baseline.files;
+    let spill = baseline.spill.as_ref();
     // Read one current file at a time; only what changed is kept.
     let mut present = BTreeSet::new();
     let mut changed = BTreeMap::new();
@@ -113,7 +188,7 @@ pub(super) fn files_changes(
         |_, _| false,
         |item| {
             let rel = item.rel.clone();
-            let now = FileState::of(item, usize::MAX);
+            let now = FileState::of(item, usize::MAX, None)?;
             if !start.get(&rel).is_some_and(|old| old.same_as(&now)) {
                 changed.insert(rel.clone(), now);
             }
@@ -135,13 +210,22 @@ pub(super) fn files_changes(
         if present.contains(rel) && new.is_none() {
             continue;
         }
-        let old = start.get(rel).map(|o| Side {
+        let old_state = start.get(rel);
+        let old_content = match old_state {
+            Some(state) => state.content(spill)?,
+            None => None,
+        };
+        let old = old_state.map(|o| Side {
             mode: o.mode,
-            content: o.content.as_deref(),
+            content: old_content.as_deref(),
         });
+        let new_content = match new {
+            Some(state) => state.content(None)?,
+            None => None,
+        };
         let new = new.map(|n| Side {
             mode: n.mode,
-            content: n.content.as_deref(),
+            content: new_content.as_deref(),
         });
         changes
             .changed_paths

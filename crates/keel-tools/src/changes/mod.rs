@@ -46,8 +46,11 @@
 //! fails, Keel falls back to its own diff.
 //!
 //! **Other workspaces.** Keel keeps each file of the start snapshot: files
-//! up to 1 MiB, within a 64 MiB total budget, in memory; of the rest only
-//! length and an FNV-1a hash. At the end, files are read one at a time.
+//! up to 1 MiB, within a 64 MiB total budget, either in memory or — when
+//! the caller names a directory ([`SnapshotLimits::spill_under`]) — in a
+//! private spill directory (`spill`: content-addressed 0600 files in a 0700
+//! directory, removed with the baseline), so that a baseline's heap is only
+//! paths, sizes and hashes; of the rest only length and an FNV-1a hash. At the end, files are read one at a time.
 //! The patch is git-compatible (`diff --git` headers, modes, `/dev/null`
 //! for additions and deletions, `\ No newline at end of file`, lines split
 //! at `\n` only), with no rename detection (a rename is a deletion plus an
@@ -63,16 +66,17 @@ mod git;
 pub mod gitcode;
 mod scan;
 mod shadow;
+mod spill;
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use files::{FileState, capture_files, files_changes};
+use files::{FilesBaseline, capture_files, files_changes};
 use git::{Snapshot, UserRepo, find_repository, git_changes, snapshot, tracked_paths};
 use scan::Scan;
 use shadow::Shadow;
+use spill::Spill;
 
 /// Why the run's changes could not be computed.
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +126,12 @@ pub struct SnapshotLimits {
     pub max_file: u64,
     /// How long one snapshot (and one report) may take (default 60 s).
     pub budget: Duration,
+    /// Where a non-git baseline keeps the start contents it diffs against:
+    /// a private directory is made under this one (normally the OS temp
+    /// dir, which the caller looks up) and removed when the baseline
+    /// drops, so the baseline itself holds only paths, sizes and hashes.
+    /// `None` (the default) keeps them in memory, up to 64 MiB per baseline.
+    pub spill_under: Option<PathBuf>,
 }
 
 impl Default for SnapshotLimits {
@@ -129,6 +139,7 @@ impl Default for SnapshotLimits {
         SnapshotLimits {
             max_file: 64 << 20,
             budget: Duration::from_secs(60),
+            spill_under: None,
         }
     }
 }
@@ -203,7 +214,7 @@ impl std::fmt::Debug for Baseline {
 
 enum Kind {
     Git(Box<GitBaseline>),
-    Files(BTreeMap<Vec<u8>, FileState>),
+    Files(Box<FilesBaseline>),
 }
 
 /// A git baseline: the shadow repository and the start snapshot in it.
@@ -237,10 +248,10 @@ impl Baseline {
                 Err(err @ ChangesError::TimedOut { .. }) => return Err(err),
                 Err(err) => {
                     tracing::warn!(%err, "git snapshot failed; using Keel's own diff");
-                    Kind::Files(capture_files(&Scan::new(&root, &limits)?)?)
+                    capture_own(&root, &limits)?
                 }
             },
-            None => Kind::Files(capture_files(&Scan::new(&root, &limits)?)?),
+            None => capture_own(&root, &limits)?,
         };
         Ok(Baseline { root, limits, kind })
     }
@@ -281,6 +292,37 @@ impl Baseline {
             Kind::Files(files) => files_changes(&scan, files),
         }
     }
+
+    /// Approximately how many bytes of heap the baseline holds: for Keel's
+    /// own snapshot, its paths, per-file records and any contents kept in
+    /// memory (none when they are spilled, see
+    /// [`SnapshotLimits::spill_under`]).
+    pub fn heap_bytes(&self) -> usize {
+        std::mem::size_of::<Baseline>()
+            + match &self.kind {
+                Kind::Git(_) => std::mem::size_of::<GitBaseline>(),
+                Kind::Files(files) => files.heap_bytes(),
+            }
+    }
+
+    /// The private directory holding the spilled start contents, if any;
+    /// it is removed when the baseline drops.
+    pub fn spill_dir(&self) -> Option<&Path> {
+        match &self.kind {
+            Kind::Files(files) => files.spill.as_ref().map(Spill::dir),
+            Kind::Git(_) => None,
+        }
+    }
+}
+
+/// Keel's own snapshot, spilling kept contents when the limits say where.
+fn capture_own(root: &Path, limits: &SnapshotLimits) -> Result<Kind, ChangesError> {
+    let scan = Scan::new(root, limits)?;
+    let spill = match &limits.spill_under {
+        Some(parent) => Some(Spill::create(parent)?),
+        None => None,
+    };
+    Ok(Kind::Files(Box::new(capture_files(&scan, spill)?)))
 }
 
 /// Creates the shadow repository and takes the start snapshot into it.

@@ -1,0 +1,103 @@
+//! Where a non-git baseline keeps its start contents off the heap.
+//!
+//! A [`Spill`] is a private directory (mode 0700) made under a directory the
+//! caller names (the OS temp dir; this library never reads the
+//! environment). Each kept content is one file named by the SHA-256 of its
+//! bytes, created with `O_EXCL` and mode 0600, so identical contents are
+//! stored once and nothing already there is ever opened for writing or
+//! followed. The directory and everything in it are removed when the
+//! `Spill` drops.
+//!
+//! Invariant: a stored file is never rewritten; a read returns the bytes
+//! whose digest names the file, or an error (a file altered behind Keel's
+//! back is reported, never diffed as if it were the start state).
+
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::{ChangesError, io_err};
+
+/// A SHA-256 digest naming one spilled content.
+pub(super) type ContentId = [u8; 32];
+
+/// The private directory of one baseline's spilled contents.
+pub(super) struct Spill {
+    dir: PathBuf,
+}
+
+impl Spill {
+    /// Creates a fresh private directory under `parent`.
+    pub(super) fn create(parent: &Path) -> Result<Spill, ChangesError> {
+        let dir = parent.join(format!("keel-baseline-{}", uuid::Uuid::now_v7()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| io_err(format!("creating {}", dir.display()), e))?;
+        Ok(Spill { dir })
+    }
+
+    /// The directory's path.
+    pub(super) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Stores `bytes` (once per distinct content) and returns its id.
+    pub(super) fn store(&self, bytes: &[u8]) -> Result<ContentId, ChangesError> {
+        let id: ContentId = Sha256::digest(bytes).into();
+        let path = self.path(&id);
+        let context = || format!("writing {}", path.display());
+        let created = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path);
+        match created {
+            Ok(mut file) => {
+                file.write_all(bytes).map_err(|e| io_err(context(), e))?;
+                Ok(id)
+            }
+            // Content-addressed: the same bytes are already stored.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(id),
+            Err(e) => Err(io_err(context(), e)),
+        }
+    }
+
+    /// Reads back the content `id` names, checking its digest.
+    pub(super) fn load(&self, id: &ContentId) -> Result<Vec<u8>, ChangesError> {
+        let path = self.path(id);
+        let bytes =
+            std::fs::read(&path).map_err(|e| io_err(format!("reading {}", path.display()), e))?;
+        if Sha256::digest(&bytes).as_slice() != id.as_slice() {
+            let e = std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the stored start content was altered",
+            );
+            return Err(io_err(format!("reading {}", path.display()), e));
+        }
+        Ok(bytes)
+    }
+
+    fn path(&self, id: &ContentId) -> PathBuf {
+        self.dir.join(hex(id))
+    }
+}
+
+impl Drop for Spill {
+    fn drop(&mut self) {
+        if let Err(err) = std::fs::remove_dir_all(&self.dir) {
+            tracing::debug!(dir = %self.dir.display(), %err, "could not remove the baseline's spill directory");
+        }
+    }
+}
+
+/// Whether `bytes` are the content `id` names.
+pub(super) fn same_content(id: &ContentId, bytes: &[u8]) -> bool {
+    Sha256::digest(bytes).as_slice() == id.as_slice()
+}
+
+fn hex(id: &ContentId) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
