@@ -19,6 +19,7 @@
 
 pub mod answers;
 mod assemble;
+pub mod broker;
 mod error;
 pub mod modes;
 mod overrides;
