@@ -177,6 +177,7 @@ async fn run_start(
         mode: params.mode,
         tools: params.tools.clone(),
     };
+    let permit = admit(inner, peer).await?;
     let (lease, mode) = kernel_for(inner, &workspace, &asked)?;
     // The session: resolved and claimed before it is opened for writing,
     // so two starts on one session cannot both pass.
@@ -221,12 +222,28 @@ async fn run_start(
         // A new session (or a fork): nobody else can know its id yet.
         None => claim_session(inner, run.session_id())?,
     };
-    let holds: Holds = Box::new((lease, claim));
+    let holds: Holds = Box::new((permit, lease, claim));
     let record = hold(inner, peer, run, holds, params.subscribe.unwrap_or(true))?;
     Ok(RunStartResponse {
         run_id: record.run_id.clone(),
         session_id: record.session_id.clone(),
     })
+}
+
+/// A slot for one run of `peer`'s tenant (waits in the bounded queue);
+/// refusals are counted and answered at once.
+pub(crate) async fn admit(
+    inner: &Inner,
+    peer: &Peer,
+) -> Result<super::admission::Permit, RpcError> {
+    inner
+        .admission
+        .admit(&peer.tenant)
+        .await
+        .map_err(|refusal| {
+            inner.counters.refused(&peer.tenant);
+            errors::refused(&refusal)
+        })
 }
 
 /// The run spec with the broker's own limits (the stall watchdog).

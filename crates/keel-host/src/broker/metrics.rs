@@ -44,7 +44,6 @@ pub struct TenantUsage {
 #[derive(Default)]
 pub(crate) struct Counters {
     runs_active: AtomicU64,
-    runs_queued: AtomicU64,
     runs_started: AtomicU64,
     runs_refused: AtomicU64,
     events_sent: AtomicU64,
@@ -82,10 +81,10 @@ impl Counters {
         self.lagged.fetch_add(lagged, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self, kernels_cached: usize) -> BrokerMetrics {
+    pub(crate) fn snapshot(&self, kernels_cached: usize, queued: usize) -> BrokerMetrics {
         BrokerMetrics {
             runs_active: self.runs_active.load(Ordering::Relaxed),
-            runs_queued: self.runs_queued.load(Ordering::Relaxed),
+            runs_queued: queued as u64,
             runs_started: self.runs_started.load(Ordering::Relaxed),
             runs_refused: self.runs_refused.load(Ordering::Relaxed),
             events_sent: self.events_sent.load(Ordering::Relaxed),

@@ -15,7 +15,9 @@
 //! Connection (one per client) ── bounded notification buffer ── its subscriptions
 //! ```
 //!
-//! Modules, top-down: [`methods`] dispatches a call by name to the run
+//! Modules, top-down: [`admission`] decides which start may run now
+//! (bounded slots and queue, per-tenant quotas, round-robin between
+//! tenants, drain); [`methods`] dispatches a call by name to the run
 //! methods there and the session methods in `sessions`; `runs` holds runs
 //! and their pump (its docs say why the kernel's channel may stay
 //! unbounded: the broker always drains it); `ring` is a run's bounded
@@ -47,7 +49,7 @@
 //! cancel safe (a channel receive). [`Broker::drain`] and
 //! [`Connection::settled`] only wait.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -60,6 +62,7 @@ use tokio::sync::mpsc;
 
 use crate::{HostError, HostOptions, sessions};
 
+pub mod admission;
 mod errors;
 mod kernels;
 pub mod methods;
@@ -71,6 +74,7 @@ mod sessions_api;
 
 pub use metrics::{BrokerMetrics, TenantUsage};
 
+use admission::{Admission, Limits, Quota};
 use kernels::Kernels;
 use metrics::Counters;
 use peer::Peer;
@@ -107,6 +111,10 @@ pub struct BrokerConfig {
     pub max_runs: usize,
     /// Most starts waiting for a slot; past it a start is refused.
     pub max_queue: usize,
+    /// The quotas of a tenant not named in `quotas`.
+    pub default_quota: Quota,
+    /// Per-tenant quotas (active runs, starts per minute), by tenant name.
+    pub quotas: HashMap<String, Quota>,
     /// Most events a run's ring holds.
     pub ring_events: usize,
     /// Most bytes (serialized) a run's ring holds.
@@ -138,6 +146,8 @@ impl Default for BrokerConfig {
             session_dir: None,
             max_runs: 256,
             max_queue: 1024,
+            default_quota: Quota::default(),
+            quotas: HashMap::new(),
             ring_events: 2048,
             ring_bytes: 256 * 1024,
             ring_grace: Duration::from_secs(300),
@@ -179,6 +189,7 @@ pub(crate) struct Inner {
     pub(crate) config: BrokerConfig,
     pub(crate) store: Arc<JsonlStore>,
     pub(crate) kernels: Kernels,
+    pub(crate) admission: Admission,
     pub(crate) runs: RunMap,
     pub(crate) busy: Arc<Mutex<HashSet<String>>>,
     pub(crate) counters: Arc<Counters>,
@@ -191,11 +202,17 @@ impl Broker {
     pub fn new(config: BrokerConfig) -> Result<Broker, HostError> {
         let store = Arc::new(sessions::open_store(config.session_dir.as_deref())?);
         let kernels = Kernels::new(Arc::clone(&store), config.idle_kernel_ttl);
+        let mut limits = Limits::new(config.max_runs, config.max_queue)
+            .with_default_quota(config.default_quota.clone());
+        for (tenant, quota) in &config.quotas {
+            limits = limits.with_quota(tenant.clone(), quota.clone());
+        }
         Ok(Broker {
             inner: Arc::new(Inner {
                 config,
                 store,
                 kernels,
+                admission: Admission::new(limits),
                 runs: Arc::default(),
                 busy: Arc::default(),
                 counters: Arc::default(),
@@ -224,6 +241,7 @@ impl Broker {
     /// rest (sessions intact). Returns when every run has settled.
     pub async fn drain(&self, grace: Duration) {
         self.inner.draining.store(true, Ordering::Release);
+        self.inner.admission.drain();
         let live: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
         let all = futures::future::join_all(live.iter().map(|record| record.finished()));
         if tokio::time::timeout(grace, all).await.is_err() {
@@ -237,7 +255,10 @@ impl Broker {
     /// Counters for /metrics (runs active/queued/refused, events sent,
     /// lagged subscribers, per-tenant usage).
     pub fn metrics(&self) -> BrokerMetrics {
-        self.inner.counters.snapshot(self.inner.kernels.len())
+        let admission = self.inner.admission.snapshot();
+        self.inner
+            .counters
+            .snapshot(self.inner.kernels.len(), admission.queued)
     }
 }
 

@@ -23,7 +23,7 @@ use keel_protocol::rpc::methods::{
 use keel_session::SessionStore;
 
 use super::kernels::Asked;
-use super::methods::{claim_session, hold, kernel_for, limits, workspace};
+use super::methods::{admit, claim_session, hold, kernel_for, limits, workspace};
 use super::peer::Peer;
 use super::runs::Holds;
 use super::{Inner, errors, lock};
@@ -41,6 +41,7 @@ pub(crate) async fn resume(
         return Err(errors::draining());
     }
     let id = resolve(inner, &params.session_id).await?;
+    let permit = admit(inner, peer).await?;
     let claim = claim_session(inner, &id)?;
     let (root, moved_from) = session_workspace(inner, &id, params.workspace.as_deref()).await?;
     let asked = Asked {
@@ -63,7 +64,7 @@ pub(crate) async fn resume(
         .resume_with(limits(inner, spec))
         .await
         .map_err(|error| errors::kernel(&error))?;
-    let holds: Holds = Box::new((lease, claim));
+    let holds: Holds = Box::new((permit, lease, claim));
     let record = hold(inner, peer, run, holds, params.subscribe.unwrap_or(true))?;
     Ok(RunStartResponse {
         run_id: record.run_id.clone(),
