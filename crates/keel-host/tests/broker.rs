@@ -781,3 +781,316 @@ async fn a_slow_reader_loses_its_subscription_not_the_servers_memory() {
     assert_exactly_once(&events, None);
     quiet(&mut connection).await;
 }
+
+fn summary_turn() -> Value {
+    let summary: String = [
+        "Goal",
+        "Constraints and preferences",
+        "Done and verified",
+        "In progress",
+        "Blocked",
+        "Key decisions",
+        "Exact files, symbols, commands and errors",
+        "Next steps",
+    ]
+    .iter()
+    .map(|heading| format!("## {heading}\n- greeted\n"))
+    .collect();
+    text_turn(&summary)
+}
+
+async fn settle(connection: &mut Connection) -> RunEventNotification {
+    let events = until_terminal(connection).await;
+    events.into_iter().last().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
+    // Long answers, so that a summary shrinks the context.
+    let long = |word: &str| text_turn(&format!("{word} ").repeat(1500));
+    let script = json!({ "turns": [
+        long("one"), long("two"), long("three"), long("four"), summary_turn(),
+    ]});
+    // A small window: the kept tail (a quarter of it) leaves older turns
+    // to summarise, and the runs stay below its compaction threshold.
+    let fixture = fixture(script, |config| config.host.context_window = Some(8000));
+    let mut connection = fixture.connect().await;
+    // Three sessions; the first gets a second run.
+    let first = fixture
+        .start(&connection, json!({ "prompt": "hi 1" }))
+        .await;
+    settle(&mut connection).await;
+    let mut again = json!({ "prompt": "hi again", "session_id": first.session_id });
+    again["workspace"] = json!(fixture.ws());
+    connection.call("run/start", Some(again)).await.unwrap();
+    settle(&mut connection).await;
+    for prompt in ["hi 2", "hi 3"] {
+        fixture
+            .start(&connection, json!({ "prompt": prompt }))
+            .await;
+        settle(&mut connection).await;
+    }
+
+    // session/list, two per page.
+    let mut ids = Vec::new();
+    let mut cursor = Value::Null;
+    let mut pages = 0;
+    loop {
+        let page = connection
+            .call(
+                "session/list",
+                Some(json!({ "limit": 2, "cursor": cursor, "workspace": fixture.ws() })),
+            )
+            .await
+            .unwrap();
+        pages += 1;
+        for session in page["sessions"].as_array().unwrap() {
+            ids.push(session["id"].as_str().unwrap().to_owned());
+            assert_eq!(session["busy"], false);
+        }
+        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!((ids.len(), pages), (3, 2), "{ids:?}");
+    assert!(ids.contains(&first.session_id));
+    let error = connection
+        .call("session/list", Some(json!({ "cursor": "no-such-session" })))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "invalid_params");
+
+    // session/get, paginated, the same as in one page.
+    let whole = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": first.session_id, "limit": 1000 })),
+        )
+        .await
+        .unwrap();
+    let whole: Vec<Value> = whole["entries"].as_array().unwrap().clone();
+    assert!(whole.len() >= 4, "two runs' messages: {}", whole.len());
+    let mut paged = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let page = connection
+            .call(
+                "session/get",
+                Some(json!({ "session_id": first.session_id, "limit": 2, "cursor": cursor })),
+            )
+            .await
+            .unwrap();
+        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
+        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!(paged, whole);
+
+    // session/tree: every entry, the active branch marked.
+    let tree = connection
+        .call(
+            "session/tree",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    let nodes = tree["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), whole.len());
+    assert!(nodes.iter().all(|node| node["active"] == true));
+    let root = nodes[0]["id"].as_str().unwrap().to_owned();
+    let user = whole
+        .iter()
+        .find(|entry| entry["kind"] == "message")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // session/fork at the first message: a new session holding the path to it.
+    let fork = connection
+        .call(
+            "session/fork",
+            Some(json!({ "session_id": first.session_id, "entry_id": user })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fork["leaf_id"], json!(user));
+    let forked = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": fork["session_id"] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        forked["entries"].as_array().unwrap().last().unwrap()["id"],
+        json!(user)
+    );
+
+    // session/set_leaf back to the root, then to the leaf it had.
+    let leaf = tree["leaf_id"].as_str().unwrap().to_owned();
+    let moved = connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": first.session_id, "entry_id": root })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved["leaf_id"], json!(root));
+    let active = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(active["entries"].as_array().unwrap().len(), 1);
+    connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": first.session_id, "entry_id": leaf })),
+        )
+        .await
+        .unwrap();
+    let error = connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": first.session_id, "entry_id": "nope" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+
+    // session/compact: a checkpoint at the leaf, with the run's model.
+    let compacted = connection
+        .call(
+            "session/compact",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    let checkpoint = compacted["checkpoint_id"].as_str().unwrap();
+    let after = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after["leaf_id"], json!(checkpoint));
+    assert_eq!(
+        after["entries"].as_array().unwrap().last().unwrap()["kind"],
+        "checkpoint"
+    );
+
+    let error = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": "no-such-session" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_list_reads_the_catalog_without_keys() {
+    let fixture = fixture(json!({ "turns": [] }), |_| {});
+    let connection = fixture.connect().await;
+    let models = connection.call("models/list", None).await.unwrap();
+    let providers = models["providers"].as_array().unwrap();
+    assert!(!providers.is_empty());
+    let name = providers[0]["name"].as_str().unwrap().to_owned();
+    let one = connection
+        .call("models/list", Some(json!({ "provider": name })))
+        .await
+        .unwrap();
+    assert_eq!(one["providers"].as_array().unwrap().len(), 1);
+    let error = connection
+        .call(
+            "models/list",
+            Some(json!({ "provider": "no-such-provider" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_past_the_limits_and_drain_cancels_what_is_left() {
+    let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |config| {
+        config.max_runs = 1;
+        config.max_queue = 0;
+    });
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    permission_request(&mut connection).await;
+    let mut second = with_prompt(ask_write(), "another");
+    second["workspace"] = json!(fixture.ws());
+    let error = connection
+        .call("run/start", Some(second.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "overloaded", "{error:?}");
+    assert!(
+        error.data.as_ref().unwrap()["retry_after_ms"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let metrics = fixture.broker.metrics();
+    assert_eq!((metrics.runs_active, metrics.runs_refused), (1, 1));
+    assert_eq!(metrics.tenants["local"].runs_refused, 1);
+
+    // Drain: the parked run does not finish within the grace, so it is
+    // cancelled; its session stays; no new run starts.
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        fixture.broker.drain(Duration::from_millis(50)),
+    )
+    .await
+    .expect("drain returns once every run has settled");
+    let events = until_terminal(&mut connection).await;
+    assert!(matches!(
+        events.last().unwrap().event.kind,
+        RunEventKind::RunCancelled { .. }
+    ));
+    let error = connection
+        .call("run/start", Some(second))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "draining");
+    let session = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": started.session_id })),
+        )
+        .await
+        .unwrap();
+    assert!(!session["entries"].as_array().unwrap().is_empty());
+    assert_eq!(fixture.broker.metrics().runs_active, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_connection_cancels_the_runs_it_started_and_settled_waits_for_them() {
+    let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    permission_request(&mut connection).await;
+    connection.cancel_started();
+    tokio::time::timeout(Duration::from_secs(20), connection.settled())
+        .await
+        .expect("settled within 20 s");
+    let result = connection
+        .call("run/result", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert_eq!(result["result"]["state"], "cancelled");
+}
