@@ -1094,3 +1094,94 @@ async fn closing_a_connection_cancels_the_runs_it_started_and_settled_waits_for_
         .unwrap();
     assert_eq!(result["result"]["state"], "cancelled");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_listed_and_cleared() {
+    let script = json!({ "turns": [
+        write_turn("a.txt", "one"),
+        { "expect": { "last_user_contains": "keep me" },
+          "content": [{ "type": "text", "text": "done" }] },
+    ]});
+    let fixture = fixture(script, |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(&mut connection).await;
+    let run = json!({ "run_id": started.run_id });
+    for (method, text) in [
+        ("run/steer", "keep me"),
+        ("run/follow_up", "drop me"),
+        ("run/follow_up", "me too"),
+    ] {
+        connection
+            .call(
+                method,
+                Some(json!({ "run_id": started.run_id, "text": text })),
+            )
+            .await
+            .unwrap();
+    }
+    let queued = connection
+        .call("run/queue", Some(run.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        queued["queued"],
+        json!([
+            { "kind": "steer", "text": "keep me" },
+            { "kind": "follow_up", "text": "drop me" },
+            { "kind": "follow_up", "text": "me too" },
+        ])
+    );
+    let cleared = connection
+        .call(
+            "run/queue/clear",
+            Some(json!({ "run_id": started.run_id, "queue": "follow_up" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cleared["cleared"],
+        json!([{ "kind": "follow_up", "text": "drop me" }, { "kind": "follow_up", "text": "me too" }])
+    );
+    let queued = connection
+        .call("run/queue", Some(run.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        queued["queued"],
+        json!([{ "kind": "steer", "text": "keep me" }])
+    );
+    resolve(&connection, &started.run_id, &request, "approve", "once").await;
+    let events = until_terminal(&mut connection).await;
+    assert!(
+        events
+            .iter()
+            .any(|event| matches!(event.event.kind, RunEventKind::QueueCleared { .. }))
+    );
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    assert!(
+        serde_json::to_string(&result.message)
+            .unwrap()
+            .contains("done")
+    );
+    let queued = connection.call("run/queue", Some(run)).await.unwrap();
+    assert_eq!(queued["queued"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_method_of_the_protocol_is_implemented() {
+    let fixture = fixture(json!({ "turns": [] }), |_| {});
+    let connection = fixture.connect().await;
+    for method in keel_protocol::rpc::methods::METHODS {
+        if let Err(error) = connection.call(method, Some(json!({}))).await {
+            assert_ne!(
+                error_kind(&error),
+                "method_not_found",
+                "{method}: {error:?}"
+            );
+        }
+    }
+}

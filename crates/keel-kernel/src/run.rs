@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use keel_protocol::{
-    ErrorSource, PermissionAnswer, PermissionScope, QueueKind, RunError, RunErrorCode, RunEvent,
-    RunResult, RunState,
+    ErrorSource, PermissionAnswer, PermissionScope, QueueKind, QueuedMessage, RunError,
+    RunErrorCode, RunEvent, RunResult, RunState,
 };
 use keel_session::Repair;
 use keel_tools::changes::{Baseline, WorkspaceChanges};
@@ -33,6 +33,28 @@ use crate::shared::{ControlError, Outcome, RunShared};
 use crate::turn_loop;
 
 /// The host's handle on one run. Dropping it cancels the run.
+///
+/// # Steering and follow-ups
+///
+/// A host can talk to a running run through two queues:
+///
+/// - **Steer** ([`AgentRun::steer`]): delivered at the next model turn. The
+///   run never interrupts a tool batch or a streaming response for it: once
+///   the current turn's tool calls have all ended and their results are
+///   recorded, every queued steering message is added to the conversation
+///   (`message_injected`) and the model answers them in the next turn. A
+///   steering message that arrives while the model is giving its final
+///   answer is delivered right after that answer, so the run goes on.
+/// - **Follow-up** ([`AgentRun::follow_up`]): delivered only when the run
+///   would otherwise settle (the model answered without tool calls and no
+///   steering is pending), one at a time: each follow-up starts a new
+///   stretch of turns, as if the user typed it after the answer.
+///
+/// Both are announced with `message_queued` when accepted. What is still
+/// waiting is listed by [`AgentRun::queued`] (in delivery order: steering
+/// first) and can be taken back with [`AgentRun::clear_queue`]
+/// (`queue_cleared`). What is still queued when the run ends is dropped
+/// (`message_dropped`), never silently.
 #[must_use = "dropping an AgentRun cancels the run"]
 pub struct AgentRun {
     shared: Arc<RunShared>,
@@ -113,6 +135,22 @@ impl AgentRun {
     /// Queues a follow-up message, injected only when the run would settle.
     pub fn follow_up(&self, text: impl Into<String>) -> Result<(), ControlError> {
         self.shared.enqueue(QueueKind::FollowUp, text.into())
+    }
+
+    /// The messages queued and not yet injected, in delivery order:
+    /// steering messages first, then follow-ups, each in the order sent.
+    /// Empty once the run has ended.
+    pub fn queued(&self) -> Vec<QueuedMessage> {
+        self.shared.queued()
+    }
+
+    /// Takes back queued messages before they are injected: the `kind`
+    /// queue, or both when `None`. Returns what was removed, in delivery
+    /// order, and emits `queue_cleared` with the counts (also when nothing
+    /// was queued, so the stream shows the host's request). A message
+    /// already injected is not affected.
+    pub fn clear_queue(&self, kind: Option<QueueKind>) -> Vec<QueuedMessage> {
+        self.shared.clear_queue(kind)
     }
 
     /// Cancels the run. Idempotent; pending permission requests are denied and

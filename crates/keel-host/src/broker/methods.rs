@@ -14,7 +14,8 @@ use keel_kernel::RunSpec;
 use keel_protocol::rpc::methods::{
     Capabilities, InitializeParams, InitializeResponse, METHODS, NOTIFICATIONS,
     PermissionResolveParams, PermissionResolveResponse, RunCancelParams, RunCancelResponse,
-    RunFollowUpParams, RunQueuedResponse, RunResultParams, RunResultResponse, RunStartParams,
+    RunFollowUpParams, RunQueueClearParams, RunQueueClearResponse, RunQueueParams,
+    RunQueueResponse, RunQueuedResponse, RunResultParams, RunResultResponse, RunStartParams,
     RunStartResponse, RunSteerParams, RunSubscribeParams,
 };
 use keel_protocol::rpc::{ErrorKind, PROTOCOL_VERSION, RpcError};
@@ -89,6 +90,20 @@ pub(crate) async fn call(
             let params: RunSubscribeParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
             reply(record.subscribe(peer, params.after_seq)?)
+        }
+        "run/queue" => {
+            let params: RunQueueParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            reply(RunQueueResponse {
+                queued: record.run.queued(),
+            })
+        }
+        "run/queue/clear" => {
+            let params: RunQueueClearParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            reply(RunQueueClearResponse {
+                cleared: record.run.clear_queue(params.queue),
+            })
         }
         "permission/resolve" => {
             let params: PermissionResolveParams = parse(params)?;
