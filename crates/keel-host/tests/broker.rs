@@ -1185,3 +1185,39 @@ async fn every_method_of_the_protocol_is_implemented() {
         }
     }
 }
+
+/// Kernels are cached per (configuration, workspace) and an idle one is
+/// dropped once older than `idle_kernel_ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_kernels_are_evicted() {
+    for (ttl, cached) in [(Duration::from_secs(3600), 2), (Duration::ZERO, 1)] {
+        let fixture = fixture(
+            json!({ "by_history": true, "turns": [text_turn("hi")] }),
+            |config| {
+                config.idle_kernel_ttl = ttl;
+            },
+        );
+        let mut connection = fixture.connect().await;
+        fixture.start(&connection, json!({ "prompt": "one" })).await;
+        settle(&mut connection).await;
+        // The same configuration and workspace: the same kernel.
+        fixture.start(&connection, json!({ "prompt": "two" })).await;
+        settle(&mut connection).await;
+        assert_eq!(fixture.broker.metrics().kernels_cached, 1);
+        let other = fixture._root.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        connection
+            .call(
+                "run/start",
+                Some(json!({ "prompt": "three", "workspace": other.display().to_string() })),
+            )
+            .await
+            .unwrap();
+        settle(&mut connection).await;
+        assert_eq!(
+            fixture.broker.metrics().kernels_cached,
+            cached,
+            "ttl {ttl:?}"
+        );
+    }
+}
