@@ -30,7 +30,7 @@ use tokio::sync::{mpsc, watch};
 use crate::ids::new_id;
 use crate::parts::{KernelParts, RunSpec};
 use crate::shared::{ControlError, Outcome, RunShared};
-use crate::turn_loop;
+use crate::{turn_loop, watchdog};
 
 /// The host's handle on one run. Dropping it cancels the run.
 ///
@@ -82,8 +82,11 @@ impl AgentRun {
             // The sandbox's namespace holders serve the run's commands; they
             // stop (and are reaped) when the run ends.
             let holders = keel_tools::sandbox::hold();
+            let provider = parts.provider.name().to_owned();
+            let stall_timeout = spec.stall_timeout;
             let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec, repair));
-            let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
+            let joined = watchdog::watch(task, &supervised, stall_timeout, &provider).await;
+            let outcome = joined.unwrap_or_else(|join_error| Outcome::Failed {
                 error: RunError::new(
                     ErrorSource::Kernel,
                     RunErrorCode::KernelPanic,
@@ -179,6 +182,9 @@ impl AgentRun {
             PermissionScope::Once | PermissionScope::Always => {}
             other => return Err(ControlError::UnsupportedScope(other)),
         }
+        // An answer is progress: noted before the request leaves the
+        // pending map, so the stall watchdog sees one or the other.
+        self.shared.emitter.hold_off();
         let sender = self
             .shared
             .permissions()

@@ -78,6 +78,9 @@ pub(crate) struct RunShared {
     result: watch::Sender<Option<RunResult>>,
     /// Repository code the run's commands planted (`gitcode`), in order.
     git_code: Mutex<Vec<keel_protocol::GitCodeChange>>,
+    /// Set by the stall watchdog before it cancels the run: the run then
+    /// ends failed with this error instead of cancelled.
+    stalled: Mutex<Option<RunError>>,
 }
 
 struct Control {
@@ -109,6 +112,7 @@ impl RunShared {
             host_listening: AtomicBool::new(true),
             result,
             git_code: Mutex::new(Vec::new()),
+            stalled: Mutex::new(None),
         }
     }
 
@@ -208,6 +212,27 @@ impl RunShared {
         }
         control.accepting = false;
         None
+    }
+
+    /// Records that the run stalled; a later cancel outcome becomes this failure.
+    pub(crate) fn mark_stalled(&self, error: RunError) {
+        *self
+            .stalled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error);
+    }
+
+    /// The stall error, when the watchdog stopped the run.
+    pub(crate) fn stall_error(&self) -> Option<RunError> {
+        self.stalled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Whether a permission request waits for the host's answer.
+    pub(crate) fn permission_pending(&self) -> bool {
+        !self.permissions().is_empty()
     }
 
     /// Registers a pending permission request.
