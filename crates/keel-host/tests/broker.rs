@@ -1221,3 +1221,24 @@ async fn idle_kernels_are_evicted() {
         );
     }
 }
+
+/// A model that stops streaming: the broker's stall timeout fails the run
+/// with `run_stalled`, and the client gets its one terminal notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_run_fails_with_run_stalled() {
+    let script = json!({ "turns": [{ "delay_ms": 600_000,
+        "content": [{ "type": "text", "text": "never" }] }] });
+    let fixture = fixture(script, |config| {
+        config.stall_timeout = Some(Duration::from_millis(300));
+    });
+    let mut connection = fixture.connect().await;
+    fixture
+        .start(&connection, json!({ "prompt": "hang" }))
+        .await;
+    let events = until_terminal(&mut connection).await;
+    assert_eq!(terminals(&events), 1);
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Failed);
+    assert_eq!(result.error.unwrap().code.as_str(), "run_stalled");
+    quiet(&mut connection).await;
+}

@@ -261,9 +261,11 @@ pub(crate) async fn admit(
         })
 }
 
-/// The run spec with the broker's own limits (the stall watchdog).
-pub(crate) fn limits(_inner: &Inner, spec: RunSpec) -> RunSpec {
-    spec
+/// The run spec with the broker's own limits: the kernel's stall watchdog
+/// (`BrokerConfig::stall_timeout`), so a run whose model or tool hangs
+/// still ends, failed with `run_stalled`, with one terminal notification.
+pub(crate) fn limits(inner: &Inner, spec: RunSpec) -> RunSpec {
+    spec.stall_timeout(inner.config.stall_timeout)
 }
 
 /// The kernel for a run in `workspace` with `asked`, and the run's mode.
