@@ -18,7 +18,7 @@
 //! Modules, top-down: [`admission`] decides which start may run now
 //! (bounded slots and queue, per-tenant quotas, round-robin between
 //! tenants, drain); [`methods`] dispatches a call by name to the run
-//! methods there and the session methods in `sessions`; `runs` holds runs
+//! methods there and the session methods in `sessions_api`; `runs` holds runs
 //! and their pump (its docs say why the kernel's channel may stay
 //! unbounded: the broker always drains it); `ring` is a run's bounded
 //! event ring; `peer` a connection's bounded buffer; `kernels` the kernel
