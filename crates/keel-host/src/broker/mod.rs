@@ -249,13 +249,25 @@ impl Broker {
     pub async fn drain(&self, grace: Duration) {
         self.inner.draining.store(true, Ordering::Release);
         self.inner.admission.drain();
-        let live: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
-        let all = futures::future::join_all(live.iter().map(|record| record.finished()));
-        if tokio::time::timeout(grace, all).await.is_err() {
-            for record in &live {
-                record.run.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        // Again until none is live: a start that passed admission just
+        // before the drain may add a run while the first ones are awaited.
+        loop {
+            let live: Vec<_> = lock(&self.inner.runs)
+                .values()
+                .filter(|record| !record.is_finished())
+                .cloned()
+                .collect();
+            if live.is_empty() {
+                return;
             }
-            futures::future::join_all(live.iter().map(|record| record.finished())).await;
+            let all = futures::future::join_all(live.iter().map(|record| record.finished()));
+            if tokio::time::timeout_at(deadline, all).await.is_err() {
+                for record in &live {
+                    record.run.cancel();
+                }
+                futures::future::join_all(live.iter().map(|record| record.finished())).await;
+            }
         }
     }
 
