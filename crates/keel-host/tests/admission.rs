@@ -117,8 +117,18 @@ async fn limits_hold_under_concurrency_with_cancellations() {
             finished.fetch_add(1, Ordering::SeqCst);
         }));
     }
-    for task in tasks {
-        task.await.expect("a task panicked");
+    // A bounded wait: a lost wake-up leaves callers waiting forever.
+    let all = async {
+        for task in tasks {
+            task.await.expect("a task panicked");
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .is_err()
+    {
+        let stats = admission.snapshot();
+        panic!("callers still wait after 60 s (a wake-up was lost?): {stats:?}");
     }
     let most = most_active.load(Ordering::SeqCst);
     assert!((1..=4).contains(&most), "{most} runs were active at once");

@@ -803,3 +803,46 @@ impl Inner {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The race the public seam cannot stage on one thread: a waiter's
+    /// future is gone (its receiver dropped) but its `QueuePlace` has not
+    /// yet taken it out of the queue when a slot is handed to it. The slot
+    /// must go to the next waiter, not leak.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_sent_to_a_vanished_waiter_goes_to_the_next() {
+        let admission = Admission::new(Limits::new(1, 2));
+        let inner = &admission.inner;
+        let Ok(Entered::Granted(held)) = inner.enter("a") else {
+            panic!("the first caller waits");
+        };
+        let Ok(Entered::Queued {
+            reply: vanished, ..
+        }) = inner.enter("b")
+        else {
+            panic!("the second caller was not queued");
+        };
+        let Ok(Entered::Queued {
+            reply: mut next, ..
+        }) = inner.enter("c")
+        else {
+            panic!("the third caller was not queued");
+        };
+        drop(vanished);
+        drop(held);
+        let permit = next
+            .try_recv()
+            .expect("the slot leaked with the vanished waiter")
+            .expect("c was refused");
+        assert_eq!(permit.tenant(), "c");
+        let stats = admission.snapshot();
+        assert_eq!((stats.active, stats.queued), (1, 0), "{stats:?}");
+        // b took nothing: no active run, no start in its window.
+        assert!(!stats.tenants.contains_key("b"), "{stats:?}");
+        drop(permit);
+        assert_eq!(admission.snapshot().active, 0);
+    }
+}
