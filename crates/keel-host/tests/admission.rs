@@ -480,3 +480,29 @@ async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
         );
     }
 }
+
+#[test]
+fn refusals_become_the_protocols_errors() {
+    use keel_protocol::rpc::RpcError;
+    let error = RpcError::from(Refusal::QuotaExceeded {
+        retry_after_ms: 1500,
+        quota: QUOTA_STARTS_PER_MINUTE,
+    });
+    assert_eq!(
+        serde_json::to_value(&error).expect("serializes"),
+        serde_json::json!({
+            "code": -32007,
+            "message": "quota `starts_per_minute` exceeded; retry in 1500 ms",
+            "data": {"code": "quota_exceeded", "retry_after_ms": 1500, "quota": "starts_per_minute"},
+        })
+    );
+    let error = RpcError::from(Refusal::Overloaded { retry_after_ms: 20 });
+    assert_eq!(error.kind_name(), Some("overloaded"));
+    assert_eq!(
+        error.data.as_ref().and_then(|d| d.get("retry_after_ms")),
+        Some(&serde_json::json!(20))
+    );
+    let error = RpcError::from(Refusal::Draining);
+    assert_eq!(error.kind_name(), Some(Refusal::Draining.code()));
+    assert_eq!(error.data, Some(serde_json::json!({"code": "draining"})));
+}

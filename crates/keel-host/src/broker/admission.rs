@@ -54,6 +54,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use keel_protocol::rpc::{ErrorKind, RpcError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -206,6 +207,27 @@ impl Refusal {
             | Refusal::QuotaExceeded { retry_after_ms, .. } => Some(*retry_after_ms),
             Refusal::Draining => None,
         }
+    }
+}
+
+impl From<Refusal> for RpcError {
+    /// The protocol's error for a refused start: `overloaded`,
+    /// `quota_exceeded` (with `data.quota`) or `draining`, with
+    /// `data.retry_after_ms` where retrying can help.
+    fn from(refusal: Refusal) -> Self {
+        let kind = match refusal {
+            Refusal::Overloaded { .. } => ErrorKind::Overloaded,
+            Refusal::QuotaExceeded { .. } => ErrorKind::QuotaExceeded,
+            Refusal::Draining => ErrorKind::Draining,
+        };
+        let mut error = RpcError::new(kind, refusal.to_string());
+        if let Some(ms) = refusal.retry_after_ms() {
+            error = error.with("retry_after_ms", ms);
+        }
+        if let Refusal::QuotaExceeded { quota, .. } = refusal {
+            error = error.with("quota", quota);
+        }
+        error
     }
 }
 
@@ -513,7 +535,7 @@ impl State {
         self.typical_run = Some(match self.typical_run {
             None => took,
             // An exponential moving average weighting the newest run 1/8.
-            Some(typical) => (typical.saturating_mul(7) + took) / 8,
+            Some(typical) => typical.saturating_mul(7).saturating_add(took) / 8,
         });
     }
 
@@ -641,7 +663,7 @@ impl Inner {
             let wait = match running {
                 Some(running) if !running.is_empty() => next_end(running, typical, now),
                 // All of its runs wait for a slot: one must start, then end.
-                _ => next_end(&st.running, typical, now) + typical,
+                _ => next_end(&st.running, typical, now).saturating_add(typical),
             };
             return Some(Refusal::QuotaExceeded {
                 retry_after_ms: millis(wait),
@@ -654,7 +676,9 @@ impl Inner {
                 // Starts that must leave the window before one more fits.
                 let leaving = started + queued + 1 - rate;
                 let wait = match starts.and_then(|starts| starts.get(leaving - 1)) {
-                    Some(&at) => (at + WINDOW).saturating_duration_since(now),
+                    Some(&at) => at
+                        .checked_add(WINDOW)
+                        .map_or(WINDOW, |leaves| leaves.saturating_duration_since(now)),
                     // Queued starts must begin and leave too: a minute at least.
                     None => WINDOW,
                 };
