@@ -283,6 +283,29 @@ async fn round_robin_serves_a_lone_waiter_within_two_releases() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn one_tenants_waiters_are_served_in_arrival_order() {
+    let admission = Admission::new(Limits::new(1, 10));
+    let mut holder = granted(&admission, "a");
+    let mut waiting: Vec<(usize, Admit)> = (0..4).map(|i| (i, queued(&admission, "a"))).collect();
+    for expected in 0..4 {
+        drop(holder);
+        let mut served = Vec::new();
+        let mut still = Vec::new();
+        for (i, mut future) in waiting {
+            match poll_once(&mut future) {
+                Some(outcome) => served.push((i, outcome.expect("refused"))),
+                None => still.push((i, future)),
+            }
+        }
+        waiting = still;
+        assert_eq!(served.len(), 1, "one release served {}", served.len());
+        let (i, permit) = served.remove(0);
+        assert_eq!(i, expected, "waiter {i} served before waiter {expected}");
+        holder = permit;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn drain_refuses_queued_and_new_callers_and_keeps_held_permits() {
     let admission = Admission::new(Limits::new(1, 10));
     let held = granted(&admission, "a");

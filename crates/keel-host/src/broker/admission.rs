@@ -10,6 +10,23 @@
 //! transports, kernels or runs; a tenant is only a name (the token's name,
 //! `"local"` for stdio).
 //!
+//! ```
+//! use keel_host::broker::admission::{Admission, Limits, Quota, Refusal};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let admission = Admission::new(
+//!     Limits::new(1, 0).with_quota("ci", Quota::unlimited().with_max_active(1)),
+//! );
+//! let permit = admission.admit("ci").await.expect("a slot is free");
+//! // The only slot is taken and nobody may wait: refused at once.
+//! let refusal = admission.admit("local").await.expect_err("no slot, no queue");
+//! assert!(matches!(refusal, Refusal::Overloaded { retry_after_ms } if retry_after_ms > 0));
+//! drop(permit); // The slot is free again.
+//! assert_eq!(admission.snapshot().active, 0);
+//! # }
+//! ```
+//!
 //! # Scheduling
 //!
 //! Waiters of one tenant are served first come, first served; between
