@@ -406,9 +406,37 @@ impl Rng {
     }
 }
 
+/// What admitting `tenant` must do now, from the counters alone: the
+/// oracle of the random sequences.
+fn expected_outcome(admission: &Admission, tenant: &str) -> &'static str {
+    let stats = admission.snapshot();
+    let quota = admission.limits().quota_of(tenant);
+    let mine = stats.tenants.get(tenant).copied().unwrap_or_default();
+    if stats.draining {
+        "draining"
+    } else if quota
+        .max_active
+        .is_some_and(|max| mine.active + mine.queued >= max)
+    {
+        QUOTA_MAX_ACTIVE
+    } else if quota
+        .starts_per_minute
+        .is_some_and(|rate| mine.starts_last_minute + mine.queued >= rate as usize)
+    {
+        QUOTA_STARTS_PER_MINUTE
+    } else if stats.active < stats.max_active {
+        "granted"
+    } else if stats.queued < stats.max_queue {
+        "queued"
+    } else {
+        "overloaded"
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
     const TENANTS: [&str; 3] = ["a", "b", "c"];
+    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
     for seed in 0..300u64 {
         let mut rng = Rng(seed);
         let max_active = 1 + rng.below(4);
@@ -429,16 +457,29 @@ async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
             match rng.below(10) {
                 0..=3 => {
                     let tenant = TENANTS[rng.below(3)];
+                    let expected = expected_outcome(&admission, tenant);
                     let mut future = admit(&admission, tenant);
-                    match poll_once(&mut future) {
-                        Some(Ok(permit)) => held.push(permit),
+                    let outcome = match poll_once(&mut future) {
+                        Some(Ok(permit)) => {
+                            held.push(permit);
+                            "granted"
+                        }
                         Some(Err(refusal)) => {
                             if let Some(ms) = refusal.retry_after_ms() {
                                 assert!(ms > 0, "{context}: {refusal:?}");
                             }
+                            match refusal {
+                                Refusal::QuotaExceeded { quota, .. } => quota,
+                                other => other.code(),
+                            }
                         }
-                        None => waiting.push((tenant, future)),
-                    }
+                        None => {
+                            waiting.push((tenant, future));
+                            "queued"
+                        }
+                    };
+                    assert_eq!(outcome, expected, "{context}: {tenant}");
+                    *seen.entry(outcome).or_default() += 1;
                 }
                 4..=5 if !held.is_empty() => {
                     let at = rng.below(held.len());
@@ -500,6 +541,20 @@ async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
         assert!(
             admission.snapshot().tenants.is_empty(),
             "seed {seed}: tenants kept"
+        );
+    }
+    // The sequences reach every outcome, or they prove little.
+    for outcome in [
+        "granted",
+        "queued",
+        "overloaded",
+        "draining",
+        QUOTA_MAX_ACTIVE,
+        QUOTA_STARTS_PER_MINUTE,
+    ] {
+        assert!(
+            seen.get(outcome).is_some_and(|&n| n > 0),
+            "no sequence was {outcome}: {seen:?}"
         );
     }
 }
