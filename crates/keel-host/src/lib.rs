@@ -19,6 +19,7 @@
 
 pub mod answers;
 mod assemble;
+pub mod broker;
 mod error;
 pub mod modes;
 mod overrides;
@@ -27,7 +28,8 @@ pub mod sessions;
 pub mod settings;
 
 pub use assemble::{
-    HostConfig, ProviderChoice, host_sandbox, keel_config_dir, tools_by_name, user_config_path,
+    HostConfig, HostOptions, ProviderChoice, host_sandbox, keel_config_dir, tools_by_name,
+    user_config_path,
 };
 pub use error::HostError;
 pub use settings::{Choices, RunSetup, Settings, Sources};

@@ -53,6 +53,21 @@ fn events_round_trip_through_json() {
 }
 
 #[test]
+fn every_method_has_checked_in_params_and_response_schemas() {
+    let names: Vec<&str> = keel_protocol::schema::all()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    for method in keel_protocol::rpc::methods::METHODS {
+        let stem = format!("rpc_{}", method.replace('/', "_"));
+        for suffix in ["params", "response"] {
+            let wanted = format!("{stem}_{suffix}");
+            assert!(names.contains(&wanted.as_str()), "no schema {wanted}");
+        }
+    }
+}
+
+#[test]
 fn queue_cleared_has_a_stable_wire_form() {
     use keel_protocol::{QueueKind, RunEvent, RunEventKind};
     let event = RunEvent {
