@@ -96,3 +96,27 @@ Names:
   tool_spec      a tool offered to the model
   host_control   what a host sends a run (steer, follow-up, cancel, answers)
   host_line      keel's other output lines: result, workspace_changes, session, startup_error, compaction, compaction_failed";
+
+/// What `keel rpc --help` shows after the options.
+pub const RPC_EXAMPLES: &str = "\
+Examples:
+  keel rpc --script docs/examples/look-around.json
+  printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}' | keel rpc
+
+Methods: initialize, run/start, run/steer, run/follow_up, run/cancel,
+run/result, run/subscribe, run/queue, run/queue/clear, permission/resolve,
+session/list, session/get, session/tree, session/fork, session/set_leaf,
+session/compact, session/resume, models/list; events arrive as run/event
+notifications (`keel schema` lists the types). README: Keel as a service.";
+
+/// What `keel serve --help` shows after the options.
+pub const SERVE_EXAMPLES: &str = "\
+Examples:
+  keel serve --script docs/examples/look-around.json      # ws://127.0.0.1:7878/
+  KEEL_SERVER_TOKEN=$(cat ~/.keel-token) keel serve --listen 0.0.0.0:7878
+
+Security: loopback by default; any other address refuses to start without
+a token. Clients send it as `Authorization: Bearer TOKEN` (never in the URL:
+`?token=` is refused); anonymous or wrong tokens get 401, a browser Origin
+not allowed with --allow-origin gets 403. GET /health needs no token;
+GET /metrics (Prometheus text) does. README: Keel as a service.";
