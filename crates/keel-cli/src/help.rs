@@ -95,7 +95,14 @@ Names:
   entry          one session entry
   tool_spec      a tool offered to the model
   host_control   what a host sends a run (steer, follow-up, cancel, answers)
-  host_line      keel's other output lines: result, workspace_changes, session, startup_error, compaction, compaction_failed";
+  host_line      keel's other output lines: result, workspace_changes, session, startup_error, compaction, compaction_failed
+  rpc_request, rpc_response, rpc_notification
+                 the JSON-RPC 2.0 envelope of `keel rpc` and `keel serve`
+  rpc_<method>_params, rpc_<method>_response
+                 each method's parameters and result (`/` in the method is `_`:
+                 rpc_run_start_params, rpc_session_list_response, …)
+  rpc_run_event_notification, rpc_events_lagged_notification
+                 the server's notifications";
 
 /// What `keel rpc --help` shows after the options.
 pub const RPC_EXAMPLES: &str = "\

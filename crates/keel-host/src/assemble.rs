@@ -213,6 +213,41 @@ impl HostConfig {
     }
 }
 
+/// What a host sets beside the configuration files (the flags of `keel
+/// run` that have no configuration key), applied to a resolved
+/// [`HostConfig`] the same way by every host.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct HostOptions {
+    /// Replaces the kernel's default system prompt.
+    pub system_prompt: Option<String>,
+    /// Added after the system prompt.
+    pub append_system_prompt: Option<String>,
+    /// The model's context window in tokens, overriding the catalog's.
+    pub context_window: Option<u64>,
+    /// Leave the environment (date, working directory, OS, …) out of requests.
+    pub no_environment: bool,
+    /// Who enforces the OS sandbox of commands (`None`: the default).
+    pub sandbox_mode: Option<keel_tools::sandbox::SandboxMode>,
+    /// Variables passed to sandboxed commands besides the default ones.
+    pub sandbox_env: Vec<String>,
+}
+
+impl HostOptions {
+    /// `config` with these options applied.
+    pub fn apply(&self, mut config: HostConfig) -> HostConfig {
+        config.system_prompt = self.system_prompt.clone();
+        config.append_system_prompt = self.append_system_prompt.clone();
+        config.context_window = self.context_window;
+        config.environment = !self.no_environment;
+        if let Some(mode) = self.sandbox_mode {
+            config.sandbox.mode = mode;
+        }
+        config.sandbox.env.extend(self.sandbox_env.iter().cloned());
+        config
+    }
+}
+
 /// The built-in tools named, in the order given (`None`: the default four).
 pub fn tools_by_name(names: Option<&[String]>) -> Result<Vec<Arc<dyn Tool>>, HostError> {
     let Some(names) = names else {

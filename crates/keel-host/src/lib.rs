@@ -19,6 +19,7 @@
 
 pub mod answers;
 mod assemble;
+pub mod broker;
 mod error;
 pub mod modes;
 mod overrides;
@@ -27,6 +28,6 @@ pub mod server;
 pub mod sessions;
 pub mod settings;
 
-pub use assemble::{HostConfig, ProviderChoice, keel_config_dir, tools_by_name};
+pub use assemble::{HostConfig, HostOptions, ProviderChoice, keel_config_dir, tools_by_name};
 pub use error::HostError;
 pub use settings::{Choices, RunSetup, Settings, Sources};

@@ -205,7 +205,7 @@ async fn check_workspace(
 }
 
 /// The workspace session `id` records, if it records one.
-async fn recorded_workspace(store: &JsonlStore, id: &str) -> Result<Option<String>, HostError> {
+pub async fn recorded_workspace(store: &JsonlStore, id: &str) -> Result<Option<String>, HostError> {
     Ok(store
         .list()
         .await?

@@ -51,3 +51,18 @@ fn events_round_trip_through_json() {
     let back: RunEvent = serde_json::from_str(&text).unwrap();
     assert_eq!(back, event);
 }
+
+#[test]
+fn every_method_has_checked_in_params_and_response_schemas() {
+    let names: Vec<&str> = keel_protocol::schema::all()
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    for method in keel_protocol::rpc::methods::METHODS {
+        let stem = format!("rpc_{}", method.replace('/', "_"));
+        for suffix in ["params", "response"] {
+            let wanted = format!("{stem}_{suffix}");
+            assert!(names.contains(&wanted.as_str()), "no schema {wanted}");
+        }
+    }
+}

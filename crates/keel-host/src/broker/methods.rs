@@ -1,0 +1,370 @@
+//! Every method, dispatched by name: the run methods here, the session
+//! methods in `sessions_api`.
+//!
+//! Each method parses its `<Name>Params` (unknown fields refused), applies
+//! itself through the kernel's public seam (`AgentKernel`, `AgentRun`) or
+//! the store, and returns its `<Name>Response` as JSON; every failure is a
+//! typed [`RpcError`]. A connection must call `initialize` first.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use keel_kernel::RunSpec;
+use keel_protocol::rpc::methods::{
+    Capabilities, InitializeParams, InitializeResponse, METHODS, NOTIFICATIONS,
+    PermissionResolveParams, PermissionResolveResponse, RunCancelParams, RunCancelResponse,
+    RunFollowUpParams, RunQueuedResponse, RunResultParams, RunResultResponse, RunStartParams,
+    RunStartResponse, RunSteerParams, RunSubscribeParams,
+};
+use keel_protocol::rpc::{ErrorKind, PROTOCOL_VERSION, RpcError};
+use keel_protocol::{PermissionAnswer, PermissionMode, PermissionScope, QueueKind};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::kernels::{Asked, Kernels, Lease};
+use super::peer::Peer;
+use super::runs::{Holds, RingBounds, RunRecord};
+use super::{Inner, errors, lock, sessions_api};
+use crate::sessions::{self, Resume};
+
+/// Applies `method` for the connection `peer`.
+pub(crate) async fn call(
+    inner: &Arc<Inner>,
+    peer: &Arc<Peer>,
+    method: &str,
+    params: Option<Value>,
+) -> Result<Value, RpcError> {
+    if method == "initialize" {
+        return reply(initialize(peer, parse(params)?)?);
+    }
+    if !peer.initialized.load(Ordering::Acquire) {
+        return Err(RpcError::new(
+            ErrorKind::NotInitialized,
+            "call `initialize` first",
+        ));
+    }
+    match method {
+        "run/start" => reply(run_start(inner, peer, parse(params)?).await?),
+        "run/steer" => {
+            let params: RunSteerParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            record
+                .run
+                .steer(params.text)
+                .map_err(|error| errors::control(&error, &record.run_id))?;
+            reply(RunQueuedResponse {
+                run_id: params.run_id,
+                queue: QueueKind::Steer,
+            })
+        }
+        "run/follow_up" => {
+            let params: RunFollowUpParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            record
+                .run
+                .follow_up(params.text)
+                .map_err(|error| errors::control(&error, &record.run_id))?;
+            reply(RunQueuedResponse {
+                run_id: params.run_id,
+                queue: QueueKind::FollowUp,
+            })
+        }
+        "run/cancel" => {
+            let params: RunCancelParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            let was_active = !record.is_finished();
+            record.run.cancel();
+            reply(RunCancelResponse { was_active })
+        }
+        "run/result" => {
+            let params: RunResultParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            reply(RunResultResponse {
+                result: record.finished().await,
+            })
+        }
+        "run/subscribe" => {
+            let params: RunSubscribeParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            reply(record.subscribe(peer, params.after_seq)?)
+        }
+        "permission/resolve" => {
+            let params: PermissionResolveParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            let answer = PermissionAnswer {
+                resolution: params.decision.into(),
+                scope: params.scope,
+            };
+            record
+                .run
+                .resolve_permission(&params.request_id, answer)
+                .map_err(|error| errors::control(&error, &record.run_id))?;
+            reply(PermissionResolveResponse {
+                request_id: params.request_id,
+            })
+        }
+        "session/resume" => reply(sessions_api::resume(inner, peer, parse(params)?).await?),
+        "session/list" => reply(sessions_api::list(inner, parse(params)?).await?),
+        "session/get" => reply(sessions_api::get(inner, parse(params)?).await?),
+        "session/tree" => reply(sessions_api::tree(inner, parse(params)?).await?),
+        "session/fork" => reply(sessions_api::fork(inner, parse(params)?).await?),
+        "session/set_leaf" => reply(sessions_api::set_leaf(inner, parse(params)?).await?),
+        "session/compact" => reply(sessions_api::compact(inner, parse(params)?).await?),
+        "models/list" => reply(sessions_api::models(inner, parse(params)?)?),
+        known if METHODS.contains(&known) => Err(RpcError::new(
+            ErrorKind::MethodNotFound,
+            format!("`{known}` is not implemented by this server yet"),
+        )
+        .with("method", known)),
+        unknown => Err(
+            RpcError::new(ErrorKind::MethodNotFound, format!("no method `{unknown}`"))
+                .with("method", unknown),
+        ),
+    }
+}
+
+fn initialize(peer: &Peer, params: InitializeParams) -> Result<InitializeResponse, RpcError> {
+    if let Some(version) = params.protocol_version
+        && version != PROTOCOL_VERSION
+    {
+        return Err(errors::invalid(format!(
+            "this server speaks protocol version {PROTOCOL_VERSION}, not {version}"
+        ))
+        .with("protocol_version", PROTOCOL_VERSION));
+    }
+    peer.initialized.store(true, Ordering::Release);
+    Ok(InitializeResponse {
+        protocol_version: PROTOCOL_VERSION,
+        server_name: "keel".to_owned(),
+        server_version: env!("CARGO_PKG_VERSION").to_owned(),
+        capabilities: Capabilities {
+            methods: METHODS.iter().map(|method| (*method).to_owned()).collect(),
+            notifications: NOTIFICATIONS
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect(),
+            modes: vec![
+                PermissionMode::Plan,
+                PermissionMode::Ask,
+                PermissionMode::Auto,
+                PermissionMode::Full,
+            ],
+            permission_scopes: vec![PermissionScope::Once, PermissionScope::Always],
+        },
+    })
+}
+
+/// `run/start`: resolve the settings for the workspace, lease the kernel,
+/// claim the session, start the run, hold it.
+async fn run_start(
+    inner: &Arc<Inner>,
+    peer: &Arc<Peer>,
+    params: RunStartParams,
+) -> Result<RunStartResponse, RpcError> {
+    if inner.draining.load(Ordering::Acquire) {
+        inner.counters.refused(&peer.tenant);
+        return Err(errors::draining());
+    }
+    if params.fork_entry_id.is_some() && params.session_id.is_none() {
+        return Err(errors::invalid("`fork_entry_id` needs `session_id`"));
+    }
+    let workspace = workspace(&params.workspace)?;
+    let asked = Asked {
+        provider: params.provider.clone(),
+        model: params.model.clone(),
+        mode: params.mode,
+        tools: params.tools.clone(),
+    };
+    let permit = admit(inner, peer).await?;
+    let (lease, mode) = kernel_for(inner, &workspace, &asked)?;
+    // The session: resolved and claimed before it is opened for writing,
+    // so two starts on one session cannot both pass.
+    let mut claim = None;
+    let mut session_id = None;
+    if let Some(wanted) = &params.session_id {
+        let id = sessions::resolve_session(inner.store.as_ref(), wanted)
+            .await
+            .map_err(|error| errors::host(&error))?;
+        if params.fork_entry_id.is_none() {
+            claim = Some(claim_session(inner, &id)?);
+        }
+        let continued = sessions::continued_session(
+            &inner.store,
+            Resume {
+                session: Some(&id),
+                fork: params.fork_entry_id.as_deref(),
+                latest: false,
+                workspace: Some(&workspace),
+                workspace_given: true,
+            },
+        )
+        .await
+        .map_err(|error| errors::host(&error))?;
+        session_id = continued.session_id;
+    }
+    let spec = limits(
+        inner,
+        RunSpec::new(params.prompt)
+            .session_opt(session_id)
+            .mode(mode)
+            .max_turns(params.max_turns)
+            .max_cost_usd(params.max_cost_usd),
+    );
+    let run = lease
+        .kernel()
+        .create_run(spec)
+        .await
+        .map_err(|error| errors::kernel(&error))?;
+    let claim = match claim {
+        Some(claim) => claim,
+        // A new session (or a fork): nobody else can know its id yet.
+        None => claim_session(inner, run.session_id())?,
+    };
+    let holds: Holds = Box::new((permit, lease, claim));
+    let record = hold(inner, peer, run, holds, params.subscribe.unwrap_or(true))?;
+    Ok(RunStartResponse {
+        run_id: record.run_id.clone(),
+        session_id: record.session_id.clone(),
+    })
+}
+
+/// A slot for one run of `peer`'s tenant (waits in the bounded queue);
+/// refusals are counted and answered at once.
+pub(crate) async fn admit(
+    inner: &Inner,
+    peer: &Peer,
+) -> Result<super::admission::Permit, RpcError> {
+    inner
+        .admission
+        .admit(&peer.tenant)
+        .await
+        .map_err(|refusal| {
+            inner.counters.refused(&peer.tenant);
+            errors::refused(&refusal)
+        })
+}
+
+/// The run spec with the broker's own limits (the stall watchdog).
+pub(crate) fn limits(_inner: &Inner, spec: RunSpec) -> RunSpec {
+    spec
+}
+
+/// The kernel for a run in `workspace` with `asked`, and the run's mode.
+pub(crate) fn kernel_for(
+    inner: &Inner,
+    workspace: &std::path::Path,
+    asked: &Asked,
+) -> Result<(Lease, PermissionMode), RpcError> {
+    let setup =
+        Kernels::setup(&inner.config, workspace, asked).map_err(|error| errors::host(&error))?;
+    let lease = inner
+        .kernels
+        .lease(&setup.config, workspace)
+        .map_err(|error| errors::host(&error))?;
+    Ok((lease, setup.mode))
+}
+
+/// Holds a started run in the broker, subscribing `peer` when asked.
+pub(crate) fn hold(
+    inner: &Arc<Inner>,
+    peer: &Arc<Peer>,
+    run: keel_kernel::AgentRun,
+    holds: Holds,
+    subscribe: bool,
+) -> Result<Arc<RunRecord>, RpcError> {
+    let config = &inner.config;
+    let bounds = RingBounds {
+        events: config.ring_events,
+        bytes: config.ring_bytes,
+        grace: config.ring_grace,
+    };
+    let record = RunRecord::start(
+        run,
+        peer.tenant.clone(),
+        subscribe.then_some(peer),
+        holds,
+        bounds,
+        &inner.runs,
+        &inner.counters,
+    )?;
+    let mut started = lock(&peer.started);
+    started.retain(|record| !record.is_finished());
+    started.push(Arc::clone(&record));
+    Ok(record)
+}
+
+/// A session claimed by a live run of this broker; released on drop.
+pub(crate) struct SessionClaim {
+    id: String,
+    busy: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl Drop for SessionClaim {
+    fn drop(&mut self) {
+        lock(&self.busy).remove(&self.id);
+    }
+}
+
+/// Claims `session_id` for one run; `session_busy` if a run has it.
+pub(crate) fn claim_session(inner: &Inner, session_id: &str) -> Result<SessionClaim, RpcError> {
+    if !lock(&inner.busy).insert(session_id.to_owned()) {
+        return Err(errors::busy(session_id));
+    }
+    Ok(SessionClaim {
+        id: session_id.to_owned(),
+        busy: Arc::clone(&inner.busy),
+    })
+}
+
+/// The run `run_id` of `peer`'s tenant.
+fn run_of(inner: &Inner, peer: &Peer, run_id: &str) -> Result<Arc<RunRecord>, RpcError> {
+    lock(&inner.runs)
+        .get(run_id)
+        .filter(|record| record.tenant == peer.tenant)
+        .cloned()
+        .ok_or_else(|| errors::no_run(run_id))
+}
+
+/// A workspace parameter: an absolute path to a directory, canonical.
+pub(crate) fn workspace(given: &str) -> Result<PathBuf, RpcError> {
+    let path = PathBuf::from(given);
+    if given.is_empty() || !path.is_absolute() {
+        return Err(RpcError::new(
+            ErrorKind::InvalidParams,
+            "`workspace` must be an absolute path on the server",
+        ));
+    }
+    let root = std::fs::canonicalize(&path).map_err(|error| {
+        RpcError::new(
+            ErrorKind::Configuration,
+            format!("workspace {}: {error}", path.display()),
+        )
+        .with("host_code", "workspace")
+    })?;
+    if !root.is_dir() {
+        return Err(RpcError::new(
+            ErrorKind::Configuration,
+            format!("workspace {} is not a directory", path.display()),
+        )
+        .with("host_code", "workspace"));
+    }
+    Ok(root)
+}
+
+/// Parses a method's parameters; absent parameters are `{}`.
+pub(crate) fn parse<T: DeserializeOwned>(params: Option<Value>) -> Result<T, RpcError> {
+    let params = params.unwrap_or_else(|| Value::Object(serde_json::Map::new()));
+    serde_json::from_value(params).map_err(|error| errors::invalid(error.to_string()))
+}
+
+/// A method's result as JSON.
+pub(crate) fn reply<T: Serialize>(result: T) -> Result<Value, RpcError> {
+    serde_json::to_value(result).map_err(|error| {
+        RpcError::new(
+            ErrorKind::Internal,
+            format!("the result could not be serialized: {error}"),
+        )
+    })
+}

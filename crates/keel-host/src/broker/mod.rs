@@ -1,0 +1,359 @@
+//! The broker: every host message applied in one place, for any transport.
+//!
+//! `keel rpc` (stdio), `keel serve` (WebSocket) and the CLI's
+//! `--input-format stream-json` are transports: they read frames, hand
+//! each request to [`Connection::call`], and write what it returns and what
+//! [`Connection::notification`] yields. Everything else — building kernels
+//! from the configuration, holding runs by id, carrying their events to
+//! subscribers, answering permission requests, sessions, admission — is
+//! here, transport-free.
+//!
+//! ```text
+//! Broker ── kernels (cache by configuration × workspace, idle eviction)
+//!        ── runs    (by id: AgentRun + ring + subscribers; one pump each)
+//!        ── store   (one JsonlStore for every kernel)
+//! Connection (one per client) ── bounded notification buffer ── its subscriptions
+//! ```
+//!
+//! Modules, top-down: [`admission`] decides which start may run now
+//! (bounded slots and queue, per-tenant quotas, round-robin between
+//! tenants, drain); [`methods`] dispatches a call by name to the run
+//! methods there and the session methods in `sessions`; `runs` holds runs
+//! and their pump (its docs say why the kernel's channel may stay
+//! unbounded: the broker always drains it); `ring` is a run's bounded
+//! event ring; `peer` a connection's bounded buffer; `kernels` the kernel
+//! cache; `errors` the mapping of every failure to a typed
+//! [`RpcError`](keel_protocol::rpc::RpcError).
+//!
+//! # Invariants
+//!
+//! - A run lives in the broker, not in a connection: dropping a
+//!   [`Connection`] ends its subscriptions only. Runs go on, their
+//!   permission requests stay pending, and any connection of the same
+//!   [`Tenant`] may answer them (the first answer wins).
+//! - Tenants are isolated: a run of another tenant is `not_found`.
+//! - Memory is bounded per run (its ring) and per connection (its buffer
+//!   plus one lagged notice per run); nothing grows with a slow client.
+//! - The broker never uses the process's current directory: `run/start`
+//!   without a workspace is refused.
+//! - One live run per session in this broker: a second `run/start` (or
+//!   `session/resume`, `session/set_leaf`, `session/compact`) on a session
+//!   with a live run is refused with `session_busy`.
+//!
+//! # Cancel safety
+//!
+//! [`Connection::call`] may be dropped at any await: a method either took
+//! effect or did not, except `run/start`, which (like
+//! `AgentKernel::create_run`) may leave a new, empty session behind when
+//! dropped before the run is created. [`Connection::notification`] is
+//! cancel safe (a channel receive). [`Broker::drain`] and
+//! [`Connection::settled`] only wait.
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use keel_protocol::rpc::{Notification, RpcError};
+use keel_session::JsonlStore;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::{HostError, HostOptions, sessions};
+
+pub mod admission;
+mod errors;
+mod kernels;
+pub mod methods;
+mod metrics;
+mod peer;
+mod ring;
+mod runs;
+mod sessions_api;
+
+pub use metrics::{BrokerMetrics, TenantUsage};
+
+use admission::{Admission, Limits, Quota};
+use kernels::Kernels;
+use metrics::Counters;
+use peer::Peer;
+use runs::RunMap;
+
+/// How a broker builds kernels and bounds what it holds.
+///
+/// `Default` gives loopback-service limits; set fields after
+/// `BrokerConfig::default()`.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct BrokerConfig {
+    /// The user's `config.toml` (`None`: the default path, if present).
+    pub config_file: Option<PathBuf>,
+    /// The profile to apply (`[profiles.NAME]`).
+    pub profile: Option<String>,
+    /// `-c KEY=VALUE` overrides.
+    pub overrides: Vec<String>,
+    /// The provider when a run names none (else the configuration's).
+    pub provider: Option<String>,
+    /// The model when a run names none.
+    pub model: Option<String>,
+    /// Overrides the provider's base URL.
+    pub base_url: Option<String>,
+    /// The scripted provider's script (with provider `scripted`).
+    pub script: Option<PathBuf>,
+    /// More directories sandboxed commands may read.
+    pub sandbox_read: Vec<PathBuf>,
+    /// The options with no configuration key (system prompt, sandbox mode, …).
+    pub host: HostOptions,
+    /// The session directory (`None`: `$XDG_DATA_HOME/keel/sessions`).
+    pub session_dir: Option<PathBuf>,
+    /// Most runs active at once.
+    pub max_runs: usize,
+    /// Most starts waiting for a slot; past it a start is refused.
+    pub max_queue: usize,
+    /// The quotas of a tenant not named in `quotas`.
+    pub default_quota: Quota,
+    /// Per-tenant quotas (active runs, starts per minute), by tenant name.
+    pub quotas: HashMap<String, Quota>,
+    /// Most events a run's ring holds.
+    pub ring_events: usize,
+    /// Most bytes (serialized) a run's ring holds.
+    pub ring_bytes: usize,
+    /// How long a finished run's ring (and `run/result`) stays readable.
+    pub ring_grace: Duration,
+    /// How long an unused kernel stays cached.
+    pub idle_kernel_ttl: Duration,
+    /// A run that makes no progress this long fails with `run_stalled`
+    /// (`None`: never; waiting on a permission request does not count).
+    pub stall_timeout: Option<Duration>,
+    /// Notifications a connection's buffer holds before its subscriptions
+    /// lag.
+    pub notification_buffer: usize,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        Self {
+            config_file: None,
+            profile: None,
+            overrides: Vec::new(),
+            provider: None,
+            model: None,
+            base_url: None,
+            script: None,
+            sandbox_read: Vec::new(),
+            host: HostOptions::default(),
+            session_dir: None,
+            max_runs: 256,
+            max_queue: 1024,
+            default_quota: Quota::default(),
+            quotas: HashMap::new(),
+            ring_events: 2048,
+            ring_bytes: 256 * 1024,
+            ring_grace: Duration::from_secs(300),
+            idle_kernel_ttl: Duration::from_secs(600),
+            stall_timeout: Some(Duration::from_secs(600)),
+            notification_buffer: 1024,
+        }
+    }
+}
+
+/// Who a connection acts for: a token's name (never the token), or
+/// `local` for stdio. Runs and permission requests belong to a tenant.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Tenant {
+    /// The tenant's name.
+    pub name: String,
+}
+
+impl Tenant {
+    /// The tenant `name`.
+    pub fn new(name: impl Into<String>) -> Self {
+        Self { name: name.into() }
+    }
+
+    /// The tenant of a local (stdio) connection.
+    pub fn local() -> Self {
+        Self::new("local")
+    }
+}
+
+/// The broker: cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct Broker {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    pub(crate) config: BrokerConfig,
+    pub(crate) store: Arc<JsonlStore>,
+    pub(crate) kernels: Kernels,
+    pub(crate) admission: Admission,
+    pub(crate) runs: RunMap,
+    pub(crate) busy: Arc<Mutex<HashSet<String>>>,
+    pub(crate) counters: Arc<Counters>,
+    pub(crate) draining: AtomicBool,
+    next_peer: AtomicU64,
+}
+
+impl Broker {
+    /// A broker over the session store `config` names.
+    pub fn new(config: BrokerConfig) -> Result<Broker, HostError> {
+        let store = Arc::new(sessions::open_store(config.session_dir.as_deref())?);
+        let kernels = Kernels::new(Arc::clone(&store), config.idle_kernel_ttl);
+        let mut limits = Limits::new(config.max_runs, config.max_queue)
+            .with_default_quota(config.default_quota.clone());
+        for (tenant, quota) in &config.quotas {
+            limits = limits.with_quota(tenant.clone(), quota.clone());
+        }
+        Ok(Broker {
+            inner: Arc::new(Inner {
+                config,
+                store,
+                kernels,
+                admission: Admission::new(limits),
+                runs: Arc::default(),
+                busy: Arc::default(),
+                counters: Arc::default(),
+                draining: AtomicBool::new(false),
+                next_peer: AtomicU64::new(1),
+            }),
+        })
+    }
+
+    /// A client connection. Dropping it ends its subscriptions; runs go on,
+    /// permission requests stay pending for any client of the same tenant.
+    pub fn connect(&self, tenant: Tenant) -> Connection {
+        let (sender, receiver) = mpsc::channel(self.inner.config.notification_buffer.max(1));
+        let id = self.inner.next_peer.fetch_add(1, Ordering::Relaxed);
+        let peer = Arc::new(Peer::new(id, tenant.name, sender));
+        Connection {
+            caller: Caller {
+                inner: Arc::clone(&self.inner),
+                peer,
+            },
+            receiver,
+        }
+    }
+
+    /// No new runs; waits up to `grace` for active runs, then cancels the
+    /// rest (sessions intact). Returns when every run has settled.
+    pub async fn drain(&self, grace: Duration) {
+        self.inner.draining.store(true, Ordering::Release);
+        self.inner.admission.drain();
+        let live: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
+        let all = futures::future::join_all(live.iter().map(|record| record.finished()));
+        if tokio::time::timeout(grace, all).await.is_err() {
+            for record in &live {
+                record.run.cancel();
+            }
+            futures::future::join_all(live.iter().map(|record| record.finished())).await;
+        }
+    }
+
+    /// Counters for /metrics (runs active/queued/refused, events sent,
+    /// lagged subscribers, per-tenant usage).
+    pub fn metrics(&self) -> BrokerMetrics {
+        let admission = self.inner.admission.snapshot();
+        self.inner
+            .counters
+            .snapshot(self.inner.kernels.len(), admission.queued)
+    }
+}
+
+/// One client. [`Connection::caller`] gives a cloneable handle for calling
+/// methods concurrently (a `run/result` wait must not block the rest)
+/// while this value reads notifications.
+pub struct Connection {
+    caller: Caller,
+    receiver: mpsc::Receiver<Arc<Notification>>,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.caller.peer.close();
+    }
+}
+
+impl Connection {
+    /// Applies one method (`initialize`, `run/start`, …) and returns its result.
+    pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+        self.caller.call(method, params).await
+    }
+
+    /// The next notification for this client (`run/event`, …); the buffer
+    /// behind it is bounded: a client that does not read loses its
+    /// subscriptions (it is told with `run/events_lagged` and can
+    /// resubscribe from its last `seq`), never grows the server's memory.
+    /// Pending while there is nothing to tell; `None` never comes while
+    /// the connection exists.
+    pub async fn notification(&mut self) -> Option<Notification> {
+        loop {
+            match self.receiver.try_recv() {
+                Ok(note) => return Some(Arc::unwrap_or_clone(note)),
+                Err(mpsc::error::TryRecvError::Disconnected) => return None,
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            // A lagged notice comes after the events that were buffered.
+            if let Some(notice) = self.caller.peer.take_lagged() {
+                return Some(notice);
+            }
+            tokio::select! {
+                note = self.receiver.recv() => return note.map(Arc::unwrap_or_clone),
+                () = self.caller.peer.wake.notified() => {}
+            }
+        }
+    }
+
+    /// Cancels every run this connection started (stdio: stdin closed).
+    pub fn cancel_started(&self) {
+        self.caller.cancel_started();
+    }
+
+    /// Resolves when every run this connection started has settled.
+    pub async fn settled(&self) {
+        self.caller.settled().await;
+    }
+
+    /// A cloneable handle that calls methods as this connection.
+    pub fn caller(&self) -> Caller {
+        self.caller.clone()
+    }
+}
+
+/// Calls methods as one connection; clone it into the tasks that serve
+/// concurrent requests.
+#[derive(Clone)]
+pub struct Caller {
+    inner: Arc<Inner>,
+    peer: Arc<Peer>,
+}
+
+impl Caller {
+    /// Applies one method and returns its result (see [`Connection::call`]).
+    pub async fn call(&self, method: &str, params: Option<Value>) -> Result<Value, RpcError> {
+        methods::call(&self.inner, &self.peer, method, params).await
+    }
+
+    /// Cancels every run this connection started.
+    pub fn cancel_started(&self) {
+        for record in lock(&self.peer.started).iter() {
+            record.run.cancel();
+        }
+    }
+
+    /// Resolves when every run this connection started has settled.
+    pub async fn settled(&self) {
+        let started: Vec<_> = lock(&self.peer.started).clone();
+        futures::future::join_all(started.iter().map(|record| record.finished())).await;
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked
+/// (no broker code panics while holding one).
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
