@@ -6,6 +6,7 @@
 
 use std::process::ExitCode;
 
+use keel_host::broker::admission::Quota;
 use keel_host::broker::{Broker, BrokerConfig};
 use keel_host::{HostOptions, Settings, Sources};
 use keel_server::{ServeFlags, ServePlan, ServerError};
@@ -38,15 +39,16 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
         overrides: args.broker.settings.overrides.clone(),
         workspace: None,
     })?;
-    let flags = ServeFlags {
-        listen: args.listen.clone(),
-        token_file: args.token_file.clone(),
-        token_env: std::env::var(TOKEN_ENV).ok().filter(|token| !token.is_empty()),
-        max_runs: args.broker.max_runs,
-        max_queue: args.broker.max_queue,
-        drain_timeout: args.drain_timeout,
-        allow_origins: args.allow_origin.clone(),
-    };
+    let mut flags = ServeFlags::default();
+    flags.listen = args.listen.clone();
+    flags.token_file = args.token_file.clone();
+    flags.token_env = std::env::var(TOKEN_ENV)
+        .ok()
+        .filter(|token| !token.is_empty());
+    flags.max_runs = args.broker.max_runs;
+    flags.max_queue = args.broker.max_queue;
+    flags.drain_timeout = args.drain_timeout;
+    flags.allow_origins = args.allow_origin.clone();
     let plan = ServePlan::resolve(&settings.server, flags).map_err(server_error)?;
     let mut config = broker_config(&args.broker);
     if let Some(max_runs) = plan.max_runs {
@@ -54,6 +56,12 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
     }
     if let Some(max_queue) = plan.max_queue {
         config.max_queue = max_queue;
+    }
+    for (tenant, quota) in &plan.quotas {
+        let mut limits = Quota::unlimited();
+        limits.max_active = quota.max_active_runs;
+        limits.starts_per_minute = quota.starts_per_minute;
+        config.quotas.insert(tenant.clone(), limits);
     }
     let broker = Broker::new(config)?;
     let server = keel_server::http::bind(plan.serve)
@@ -106,7 +114,10 @@ fn server_error(error: ServerError) -> StartupError {
 /// action then).
 fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
     async move {
         match handlers {
             (Ok(mut terminate), Ok(mut interrupt)) => {

@@ -74,7 +74,10 @@ impl Tokens {
                 "shorter than {MIN_TOKEN_BYTES} bytes (make one with `head -c 32 /dev/urandom | base64`)"
             )));
         }
-        if token.bytes().any(|byte| byte.is_ascii_whitespace() || byte.is_ascii_control()) {
+        if token
+            .bytes()
+            .any(|byte| byte.is_ascii_whitespace() || byte.is_ascii_control())
+        {
             return Err(bad("it holds whitespace or control characters"));
         }
         let digest = digest(token.as_bytes());
@@ -142,12 +145,21 @@ mod tests {
         assert_eq!(tokens.check(b"0123456789abcdef-ci"), Some("ci"));
         assert_eq!(tokens.check(b"0123456789abcdef-c"), None);
         assert_eq!(tokens.check(b""), None);
-        assert!(tokens.add("bob", "0123456789abcdef-ci").is_err(), "same token");
-        assert!(tokens.add("ci", "0123456789abcdef-other").is_err(), "same name");
+        assert!(
+            tokens.add("bob", "0123456789abcdef-ci").is_err(),
+            "same token"
+        );
+        assert!(
+            tokens.add("ci", "0123456789abcdef-other").is_err(),
+            "same name"
+        );
         assert!(tokens.add("x", "short").is_err());
         assert!(tokens.add("local", "0123456789abcdef-local").is_err());
         assert!(!format!("{tokens:?}").contains("0123"), "{tokens:?}");
-        let error = tokens.add("y", "0123456789abc def").unwrap_err().to_string();
+        let error = tokens
+            .add("y", "0123456789abc def")
+            .unwrap_err()
+            .to_string();
         assert!(!error.contains("0123"), "{error}");
     }
 
