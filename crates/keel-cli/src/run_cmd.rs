@@ -304,13 +304,15 @@ fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
     })?)
 }
 
-/// The host configuration with the flags that have no configuration key.
-fn host_config(args: &RunArgs, mut config: keel_host::HostConfig) -> keel_host::HostConfig {
-    config.system_prompt = args.system_prompt.clone();
-    config.append_system_prompt = args.append_system_prompt.clone();
-    config.context_window = args.context_window;
-    config.environment = !args.no_environment;
-    config.sandbox.mode = args.sandbox.into();
-    config.sandbox.env.extend(args.sandbox_env.iter().cloned());
-    config
+/// The host configuration with the flags that have no configuration key
+/// (applied by keel-host, as every host applies them).
+fn host_config(args: &RunArgs, config: keel_host::HostConfig) -> keel_host::HostConfig {
+    let mut options = keel_host::HostOptions::default();
+    options.system_prompt = args.system_prompt.clone();
+    options.append_system_prompt = args.append_system_prompt.clone();
+    options.context_window = args.context_window;
+    options.no_environment = args.no_environment;
+    options.sandbox_mode = Some(args.sandbox.into());
+    options.sandbox_env = args.sandbox_env.clone();
+    options.apply(config)
 }
