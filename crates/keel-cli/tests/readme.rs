@@ -201,7 +201,12 @@ fn the_service_example_runs_with_python_websockets() {
     );
     let example = commands(&readme)
         .into_iter()
-        .find(|readme| readme.needs.as_deref().is_some_and(|n| n.starts_with("python3")))
+        .find(|readme| {
+            readme
+                .needs
+                .as_deref()
+                .is_some_and(|n| n.starts_with("python3"))
+        })
         .expect("the README's service example, marked as needing python3");
     let has_python = Command::new("python3")
         .arg("--version")
@@ -246,7 +251,9 @@ fn the_service_example_runs_with_python_websockets() {
     assert!(stdout.starts_with("0 run_started\n"), "{stdout}");
     assert!(stdout.contains(" run_settled\n"), "{stdout}");
     assert!(
-        stdout.ends_with("settled - This folder holds Keel's documentation: one Markdown file per subject.\n"),
+        stdout.ends_with(
+            "settled - This folder holds Keel's documentation: one Markdown file per subject.\n"
+        ),
         "{stdout}"
     );
 }

@@ -398,6 +398,23 @@ fn every_method_answers_over_websocket_with_its_result_type() {
         let tree: rpc::SessionTreeResponse = shape("session/tree", &result);
         assert_eq!(tree.nodes.len(), got.entries.len(), "{result}");
         checked.insert("session/tree");
+        // Compaction asks the session's model for a summary; this script's
+        // first turn (the one a fresh request plays) calls a tool instead,
+        // which the kernel refuses as a summary: a typed refusal, after a
+        // real summary request.
+        match client
+            .call("session/compact", json!({"session_id": session_id, "workspace": workspace}))
+            .await
+        {
+            Ok(result) => {
+                let _: rpc::SessionCompactResponse = shape("session/compact", &result);
+            }
+            Err(error) => {
+                assert_kind(&error, "refused");
+                assert_eq!(error["data"]["kernel_code"], "compaction_failed", "{error}");
+            }
+        }
+        checked.insert("session/compact");
         let early = tree.nodes[1].id.clone();
         let result = client
             .call("session/fork", json!({"session_id": session_id, "entry_id": early}))
@@ -419,18 +436,6 @@ fn every_method_answers_over_websocket_with_its_result_type() {
             .unwrap_err();
         assert_kind(&error, "not_found");
 
-        // Compaction asks the session's model for a summary; the script's
-        // first turn is a tool call, which is no summary: a typed refusal.
-        match client
-            .call("session/compact", json!({"session_id": session_id, "workspace": workspace}))
-            .await
-        {
-            Ok(result) => {
-                let _: rpc::SessionCompactResponse = shape("session/compact", &result);
-            }
-            Err(error) => assert_typed_refusal("session/compact", &error),
-        }
-        checked.insert("session/compact");
         // The session is not interrupted: nothing to resume.
         match client
             .call("session/resume", json!({"session_id": fork.session_id, "workspace": workspace}))

@@ -464,7 +464,9 @@ fn the_server_table_comes_from_the_user_only() {
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
             .unwrap();
     let marker = "<!-- example server config -->";
-    let body = readme[readme.find(marker).expect("the README marks its [server] example")..]
+    let body = readme[readme
+        .find(marker)
+        .expect("the README marks its [server] example")..]
         .split_once("```toml\n")
         .and_then(|(_, after)| after.split_once("```"))
         .map(|(body, _)| body)
@@ -483,23 +485,33 @@ fn the_server_table_comes_from_the_user_only() {
     );
     let ci = &server.tokens["ci"];
     assert_eq!(ci.token_file, Path::new("/etc/keel/ci.token"));
-    assert_eq!((ci.max_active_runs, ci.starts_per_minute), (Some(8), Some(60)));
+    assert_eq!(
+        (ci.max_active_runs, ci.starts_per_minute),
+        (Some(8), Some(60))
+    );
 
     let overridden = fixture.load(None, &["server.max_runs=2"]).server;
     assert_eq!(overridden.max_runs, Some(2));
     let (code, message) = fixture.error(None, &["server.max_run=2"]);
     assert_eq!(code, "config_invalid", "{message}");
-    assert!(message.contains("[server]") && message.contains("max_run"), "{message}");
+    assert!(
+        message.contains("[server]") && message.contains("max_run"),
+        "{message}"
+    );
 
     let plain = Fixture::new("provider = \"scripted\"\n");
     plain.project("[server]\nlisten = \"0.0.0.0:1\"\ntoken_file = \"/tmp/t\"\n");
     let settings = plain.load(None, &[]);
-    assert_eq!(settings.server, keel_host::server::ServerSettings::default());
+    assert_eq!(
+        settings.server,
+        keel_host::server::ServerSettings::default()
+    );
     assert!(
         settings
             .warnings
             .iter()
-            .any(|warning| warning.code == "project_key_ignored" && warning.message.contains("`server`")),
+            .any(|warning| warning.code == "project_key_ignored"
+                && warning.message.contains("`server`")),
         "{:?}",
         settings.warnings
     );

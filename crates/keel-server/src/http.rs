@@ -160,7 +160,7 @@ async fn health() -> &'static str {
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
     if let Err(refused) = admit(&state.config, &headers, &uri) {
-        return refused;
+        return refused.into_response();
     }
     let text = crate::metrics::render(&state.broker.metrics());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
@@ -174,7 +174,7 @@ async fn websocket(
 ) -> Response {
     let tenant = match admit(&state.config, &headers, &uri) {
         Ok(tenant) => tenant,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
@@ -188,15 +188,55 @@ async fn websocket(
         .on_upgrade(move |socket| client(socket, state, tenant))
 }
 
-/// Who the request acts for, or the refusal (see the module docs).
-fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant, Response> {
+/// Why a request was refused before any work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// A token in the URL (400).
+    TokenInUrl,
+    /// A browser origin not on the allowlist (403).
+    Origin,
+    /// No valid bearer token (401).
+    Unauthorized,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match self {
+            Self::TokenInUrl => (
+                StatusCode::BAD_REQUEST,
+                "token_in_url",
+                "a token is never accepted in the URL: send it in the Authorization: Bearer header",
+            ),
+            Self::Origin => (
+                StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                "this Origin is not allowed (keel serve --allow-origin ORIGIN)",
+            ),
+            Self::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid token is required in the Authorization: Bearer header",
+            ),
+        };
+        let body = serde_json::json!({ "code": code, "message": message }).to_string();
+        let mut response =
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if self == Self::Unauthorized {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+/// Who the request acts for, or the refusal (see the module docs). Logs
+/// the refusal's kind only: never a header or the URL.
+fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant, Refusal> {
     if token_in_query(uri) {
         tracing::warn!("refused a request with a token in its URL");
-        return Err(refusal(
-            StatusCode::BAD_REQUEST,
-            "token_in_url",
-            "a token is never accepted in the URL: send it in the Authorization: Bearer header",
-        ));
+        return Err(Refusal::TokenInUrl);
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|origin| {
@@ -207,11 +247,7 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
         });
         if !allowed {
             tracing::warn!("refused a request from an origin not on the allowlist");
-            return Err(refusal(
-                StatusCode::FORBIDDEN,
-                "origin_not_allowed",
-                "this Origin is not allowed (keel serve --allow-origin ORIGIN)",
-            ));
+            return Err(Refusal::Origin);
         }
     }
     if config.tokens.is_empty() {
@@ -225,16 +261,7 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
         Some(name) => Ok(Tenant::new(name)),
         None => {
             tracing::warn!("refused a request without a valid bearer token");
-            let mut refused = refusal(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "a valid token is required in the Authorization: Bearer header",
-            );
-            refused.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            Err(refused)
+            Err(Refusal::Unauthorized)
         }
     }
 }
@@ -255,12 +282,6 @@ fn token_in_query(uri: &Uri) -> bool {
             key.eq_ignore_ascii_case("token") || key.eq_ignore_ascii_case("access_token")
         })
     })
-}
-
-/// A refusal with a JSON body `{"code", "message"}`.
-fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "code": code, "message": message }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// One WebSocket client: its messages in, answers and notifications out,
