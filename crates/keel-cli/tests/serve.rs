@@ -46,8 +46,12 @@ struct Place {
 
 impl Place {
     fn new() -> Place {
+        Place::with_script(SCRIPT)
+    }
+
+    fn with_script(script: &str) -> Place {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("script.json"), SCRIPT).unwrap();
+        std::fs::write(dir.path().join("script.json"), script).unwrap();
         std::fs::write(dir.path().join("token"), format!("{TOKEN}\n")).unwrap();
         Place { dir }
     }
@@ -766,4 +770,141 @@ fn a_loopback_server_without_a_token_serves_local_clients_and_origins_are_checke
         );
     });
     assert!(files_under(&place.sessions()).is_empty());
+}
+
+/// A named token of `[server.tokens.NAME]` is its own tenant with its own
+/// quota; the unnamed token is tenant `default`; /metrics counts both.
+#[test]
+fn named_tokens_are_tenants_with_their_quotas() {
+    let place = Place::new();
+    let ci_token = "keel-ci-token-7a61f0c2b9e4";
+    std::fs::write(place.path().join("ci.token"), ci_token).unwrap();
+    let config = place.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\nmax_active_runs = 0\n",
+            place.file("token"),
+            place.file("ci.token")
+        ),
+    )
+    .unwrap();
+    let server = place.serve(&["--config", &config.display().to_string()], &[]);
+    let address = server.address;
+    runtime().block_on(async {
+        let bearer = format!("Bearer {ci_token}");
+        let mut ci = Client::connect(address, "/", &[("authorization", &bearer)])
+            .await
+            .unwrap();
+        ci.call("initialize", json!({})).await.unwrap();
+        let workspace = place.workspace("ci");
+        let error = ci
+            .call(
+                "run/start",
+                json!({"prompt": "Go.", "workspace": workspace}),
+            )
+            .await
+            .unwrap_err();
+        assert_kind(&error, "quota_exceeded");
+        assert!(error["data"]["retry_after_ms"].is_u64(), "{error}");
+
+        let mut default = Client::authorized(address).await;
+        let started = default
+            .call(
+                "run/start",
+                json!({"prompt": "Go.", "workspace": place.workspace("default"), "mode": "auto"}),
+            )
+            .await
+            .unwrap();
+        let run_id = started["run_id"].as_str().unwrap().to_owned();
+        default
+            .call("run/result", json!({"run_id": run_id}))
+            .await
+            .unwrap();
+        // Another tenant's run is not there for ci.
+        let error = ci
+            .call("run/result", json!({"run_id": run_id}))
+            .await
+            .unwrap_err();
+        assert_kind(&error, "not_found");
+    });
+    let (status, metrics) = get(
+        address,
+        "/metrics",
+        &[("Authorization", &format!("Bearer {ci_token}"))],
+    );
+    assert_eq!(status, 200, "{metrics}");
+    assert!(
+        metrics.contains("keel_tenant_runs_refused_total{tenant=\"ci\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("keel_tenant_runs_started_total{tenant=\"default\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        !metrics.contains(ci_token) && !metrics.contains(TOKEN),
+        "{metrics}"
+    );
+}
+
+/// SIGTERM with a run in flight: no new runs (`draining`), the run gets the
+/// drain timeout, then is cancelled with its session intact; exit 0.
+#[test]
+fn sigterm_drains_then_cancels_and_exits_zero() {
+    let place = Place::with_script(
+        r#"{"by_history": true, "turns": [{"delay_ms": 60000, "content": [{"type": "text", "text": "Too late."}]}]}"#,
+    );
+    let mut server = place.serve(&["--drain-timeout", "1"], &[]);
+    let runtime = runtime();
+    let (session_id, mut client) = runtime.block_on(async {
+        let mut client = Client::connect(server.address, "/", &[]).await.unwrap();
+        client.call("initialize", json!({})).await.unwrap();
+        let started = client
+            .call(
+                "run/start",
+                json!({"prompt": "Wait.", "workspace": place.workspace("slow")}),
+            )
+            .await
+            .unwrap();
+        let run_id = started["run_id"].as_str().unwrap().to_owned();
+        client.events_until(&run_id, "turn_start").await;
+        (started["session_id"].as_str().unwrap().to_owned(), client)
+    });
+    let pid = nix::unistd::Pid::from_raw(server.child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    runtime.block_on(async {
+        // While it drains, a start is refused as `draining`.
+        let error = loop {
+            match client
+                .call(
+                    "run/start",
+                    json!({"prompt": "More.", "workspace": place.workspace("late")}),
+                )
+                .await
+            {
+                Err(error) => break error,
+                Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        };
+        assert_kind(&error, "draining");
+    });
+    assert_eq!(
+        server.terminate(PATIENCE),
+        Some(0),
+        "it drained and exited 0"
+    );
+    let session = files_under(&place.sessions())
+        .into_iter()
+        .find(|path| {
+            path.display()
+                .to_string()
+                .ends_with(&format!("{session_id}.jsonl"))
+        })
+        .expect("the run's session");
+    let text = std::fs::read_to_string(session).unwrap();
+    assert!(
+        text.contains("\"run_end\"") && text.contains("cancelled"),
+        "{text}"
+    );
 }
