@@ -593,6 +593,11 @@ fn refused_requests_start_nothing_and_the_token_is_never_written() {
             "a token in the URL beside a header",
         );
         assert_status(
+            attempt(&place, address, &format!("/?access_token={TOKEN}"), &[]).await,
+            400,
+            "an access_token in the URL",
+        );
+        assert_status(
             attempt(
                 &place,
                 address,

@@ -61,6 +61,8 @@ pub struct ServeConfig {
     pub max_header_bytes: usize,
     /// Requests one connection may have in flight.
     pub max_in_flight: usize,
+    /// Connections open at once; past it, accepting waits.
+    pub max_connections: usize,
 }
 
 impl ServeConfig {
@@ -74,6 +76,7 @@ impl ServeConfig {
             max_message_bytes: crate::DEFAULT_MAX_MESSAGE_BYTES,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_in_flight: crate::MAX_IN_FLIGHT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 
@@ -87,6 +90,9 @@ impl ServeConfig {
         Ok(())
     }
 }
+
+/// Connections open at once by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// The largest request head by default (hyper's smallest buffer is 8 KiB).
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;

@@ -24,7 +24,9 @@
 //! layer; a head not read within [`HEADER_TIMEOUT`] closes the
 //! connection; a WebSocket message over [`ServeConfig::max_message_bytes`]
 //! is answered with `message_too_large` and the connection closed (1009).
-//! No route reads a request body.
+//! No route reads a request body. At most
+//! [`ServeConfig::max_connections`] connections are open at once; past it,
+//! accepting waits.
 //!
 //! A WebSocket that closes ends its subscriptions only: its runs go on,
 //! and any connection of the same tenant may subscribe again and answer
@@ -107,11 +109,23 @@ impl Server {
             .with_state(state);
         let max_header_bytes = self.config.max_header_bytes;
         let listener = self.listener;
+        let open = Arc::new(tokio::sync::Semaphore::new(
+            self.config.max_connections.max(1),
+        ));
         let accept = tokio::spawn(async move {
             loop {
+                // At the limit, accepting waits: new clients queue in the
+                // kernel's backlog instead of in this process's memory.
+                let Ok(slot) = Arc::clone(&open).acquire_owned().await else {
+                    return;
+                };
                 match listener.accept().await {
                     Ok((stream, _)) => {
-                        tokio::spawn(connection(stream, app.clone(), max_header_bytes));
+                        let app = app.clone();
+                        tokio::spawn(async move {
+                            connection(stream, app, max_header_bytes).await;
+                            drop(slot);
+                        });
                     }
                     Err(error) => {
                         tracing::warn!(%error, "accepting a connection failed");
