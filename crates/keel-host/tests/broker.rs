@@ -78,10 +78,23 @@ async fn next(connection: &mut Connection) -> Notification {
         .expect("the connection is open")
 }
 
+/// The next run event; a subscription that lagged (the test read slower
+/// than the run streamed) is resumed from its last `seq`, as a client does.
 async fn next_event(connection: &mut Connection) -> RunEventNotification {
-    let note = next(connection).await;
-    assert_eq!(note.method, "run/event", "{note:?}");
-    serde_json::from_value(note.params).unwrap()
+    loop {
+        let note = next(connection).await;
+        if note.method == "run/events_lagged" {
+            let params = json!({ "run_id": note.params["run_id"],
+                "after_seq": note.params["last_seq"] });
+            connection
+                .call("run/subscribe", Some(params))
+                .await
+                .unwrap();
+            continue;
+        }
+        assert_eq!(note.method, "run/event", "{note:?}");
+        return serde_json::from_value(note.params).unwrap();
+    }
 }
 
 /// Events until the terminal one (included).
@@ -1241,4 +1254,36 @@ async fn a_stalled_run_fails_with_run_stalled() {
     assert_eq!(result.state, RunState::Failed);
     assert_eq!(result.error.unwrap().code.as_str(), "run_stalled");
     quiet(&mut connection).await;
+}
+
+/// A finished run stays readable for `ring_grace`, then is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_is_kept_for_the_grace_period_then_not_found() {
+    let fixture = fixture(json!({ "turns": [text_turn("hi")] }), |config| {
+        config.ring_grace = Duration::from_millis(200);
+    });
+    let mut connection = fixture.connect().await;
+    let started = fixture.start(&connection, json!({ "prompt": "hi" })).await;
+    settle(&mut connection).await;
+    let run = json!({ "run_id": started.run_id });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match connection.call("run/result", Some(run.clone())).await {
+            Ok(result) => assert_eq!(result["result"]["state"], "settled"),
+            Err(error) => {
+                assert_eq!(error_kind(&error), "not_found");
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run is still held 20 s after a 200 ms grace"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let error = connection
+        .call("run/subscribe", Some(run))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
 }

@@ -109,3 +109,29 @@ pub(crate) fn refused(refusal: &super::admission::Refusal) -> RpcError {
     }
     error
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernel codes map by name, so a code the kernel gains later (the
+    /// store's writer lease refusing a second writer: `session_busy`) gets
+    /// its kind without a change here.
+    #[test]
+    fn kernel_codes_map_to_kinds_by_name() {
+        assert_eq!(kind_of_code("session_busy"), ErrorKind::SessionBusy);
+        assert_eq!(kind_of_code("session_not_found"), ErrorKind::NotFound);
+        assert_eq!(kind_of_code("entry_not_found"), ErrorKind::NotFound);
+        assert_eq!(kind_of_code("session_interrupted"), ErrorKind::Refused);
+        let error = kernel(&KernelError::EmptyPrompt);
+        assert_eq!(error.kind_name(), Some("refused"));
+        assert_eq!(
+            error
+                .data
+                .as_ref()
+                .and_then(|data| data.get("kernel_code"))
+                .and_then(|code| code.as_str()),
+            Some("empty_prompt")
+        );
+    }
+}

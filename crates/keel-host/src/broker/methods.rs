@@ -336,7 +336,7 @@ pub(crate) fn claim_session(inner: &Inner, session_id: &str) -> Result<SessionCl
 }
 
 /// The run `run_id` of `peer`'s tenant.
-fn run_of(inner: &Inner, peer: &Peer, run_id: &str) -> Result<Arc<RunRecord>, RpcError> {
+pub(crate) fn run_of(inner: &Inner, peer: &Peer, run_id: &str) -> Result<Arc<RunRecord>, RpcError> {
     lock(&inner.runs)
         .get(run_id)
         .filter(|record| record.tenant == peer.tenant)
