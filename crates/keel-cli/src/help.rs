@@ -19,6 +19,7 @@ Modes of running (one line each):
                                one JSON object at the end | JSON Lines as it goes
   keel demo NAME               a scripted scenario: no key, no network
   keel session list|show|tree  what earlier runs stored
+  keel rpc | keel serve        the host protocol on stdio | a WebSocket
 
 Examples:
   keel demo tool-loop
@@ -38,6 +39,8 @@ Modes of running (one line each):
                                JSON Lines as the run goes (the default when piped)
   keel demo NAME               a scripted scenario: no key, no network
   keel session list|show|tree  what earlier runs stored
+  keel rpc                     JSON-RPC 2.0 on stdin/stdout, for scripts
+  keel serve                   the same over WebSocket, for services
 
 Permission modes (--mode, fixed for the run):
   plan   read-only: reads and sandboxed read-only commands; no writes
