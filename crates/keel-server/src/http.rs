@@ -25,8 +25,9 @@
 //! connection; a WebSocket message over [`ServeConfig::max_message_bytes`]
 //! is answered with `message_too_large` and the connection closed (1009).
 //! No route reads a request body. At most
-//! [`ServeConfig::max_connections`] connections are open at once; past it,
-//! accepting waits.
+//! [`ServeConfig::max_connections`] HTTP connections are served at once
+//! (past it, accepting waits) and as many WebSocket clients (past it, an
+//! upgrade gets 503).
 //!
 //! A WebSocket that closes ends its subscriptions only: its runs go on,
 //! and any connection of the same tenant may subscribe again and answer
@@ -101,6 +102,9 @@ impl Server {
         let state = AppState {
             broker: broker.clone(),
             config: Arc::clone(&self.config),
+            clients: Arc::new(tokio::sync::Semaphore::new(
+                self.config.max_connections.max(1),
+            )),
         };
         let app = Router::new()
             .route("/", get(websocket))
@@ -166,6 +170,9 @@ async fn connection(stream: TcpStream, app: Router, max_header_bytes: usize) {
 struct AppState {
     broker: Broker,
     config: Arc<ServeConfig>,
+    /// One permit per open WebSocket client (an upgraded connection leaves
+    /// the accept loop's count).
+    clients: Arc<tokio::sync::Semaphore>,
 }
 
 async fn health() -> &'static str {
@@ -194,12 +201,19 @@ async fn websocket(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
+    let Ok(permit) = Arc::clone(&state.clients).try_acquire_owned() else {
+        tracing::warn!("refused a client: too many connections");
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many connections").into_response();
+    };
     tracing::info!(tenant = %tenant.name, "client connected");
     let limit = state.config.max_message_bytes;
     upgrade
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| client(socket, state, tenant))
+        .on_upgrade(move |socket| async move {
+            client(socket, state, tenant).await;
+            drop(permit);
+        })
 }
 
 /// Why a request was refused before any work.
