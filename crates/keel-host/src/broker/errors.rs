@@ -91,25 +91,6 @@ pub(crate) fn busy(session_id: &str) -> RpcError {
     .with("session_id", session_id)
 }
 
-/// A start admission refused: `overloaded`, `quota_exceeded` or
-/// `draining`, with `data.retry_after_ms` when there is an estimate.
-pub(crate) fn refused(refusal: &super::admission::Refusal) -> RpcError {
-    use super::admission::Refusal;
-    let kind = match refusal {
-        Refusal::Overloaded { .. } => ErrorKind::Overloaded,
-        Refusal::QuotaExceeded { .. } => ErrorKind::QuotaExceeded,
-        _ => ErrorKind::Draining,
-    };
-    let mut error = RpcError::new(kind, refusal.to_string());
-    if let Some(wait) = refusal.retry_after_ms() {
-        error = error.with("retry_after_ms", wait);
-    }
-    if let Refusal::QuotaExceeded { quota, .. } = refusal {
-        error = error.with("quota", *quota);
-    }
-    error
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -257,7 +257,7 @@ pub(crate) async fn admit(
         .await
         .map_err(|refusal| {
             inner.counters.refused(&peer.tenant);
-            errors::refused(&refusal)
+            RpcError::from(refusal)
         })
 }
 
