@@ -55,6 +55,19 @@ pub enum Command {
     Session(SessionCommand),
     /// Print the JSON Schemas of the wire format.
     Schema(SchemaArgs),
+    /// Serve Keel's host protocol (JSON-RPC 2.0) on standard input and
+    /// output: one JSON object per line each way, logs on stderr only.
+    /// Closing stdin cancels the runs this client started, answers nothing
+    /// more, and exits 0 once they have settled.
+    #[command(after_help = crate::help::RPC_EXAMPLES)]
+    Rpc(Box<RpcArgs>),
+    /// Serve Keel's host protocol over WebSocket (`ws://ADDR:PORT/`), with
+    /// `GET /health` and `GET /metrics`. Loopback by default; any other
+    /// address needs a token, sent by clients as `Authorization: Bearer`.
+    /// SIGTERM or SIGINT: no new runs, running ones get --drain-timeout
+    /// to finish, then are cancelled (sessions intact); exits 0.
+    #[command(after_help = crate::help::SERVE_EXAMPLES)]
+    Serve(Box<ServeArgs>),
     /// Report what the OS sandbox can enforce on this machine.
     Doctor {
         /// One JSON object instead of text.
@@ -272,6 +285,90 @@ pub struct RunArgs {
     /// The prompt; `@FILE` reads it from a file, and `-` (or no prompt with
     /// standard input not a terminal) reads it from standard input.
     pub prompt: Option<String>,
+}
+
+/// How the broker of `keel rpc` and `keel serve` builds the kernels of its
+/// runs: what `keel run`'s flags say for one run, here for every run (a
+/// `run/start` may still choose its provider, model, mode and tools).
+#[derive(Debug, Args)]
+pub struct BrokerArgs {
+    /// The provider of runs that name none (default: `provider` in
+    /// config.toml, or `scripted` when --script is given).
+    #[arg(long)]
+    pub provider: Option<String>,
+    /// The model of runs that name none.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// The API base URL, overriding the configured one.
+    #[arg(long)]
+    pub base_url: Option<String>,
+    /// The script file, for the scripted provider.
+    #[arg(long)]
+    pub script: Option<PathBuf>,
+    /// Who enforces the OS sandbox of commands (as for `keel run`).
+    #[arg(long, value_enum, default_value_t = SandboxArg::Os)]
+    pub sandbox: SandboxArg,
+    /// Another directory sandboxed commands may read (repeatable).
+    #[arg(long, value_name = "DIR")]
+    pub sandbox_read: Vec<PathBuf>,
+    /// Another environment variable commands receive (repeatable).
+    #[arg(long, value_name = "NAME")]
+    pub sandbox_env: Vec<String>,
+    /// The system prompt, instead of Keel's default.
+    #[arg(long)]
+    pub system_prompt: Option<String>,
+    /// Text added after the system prompt.
+    #[arg(long)]
+    pub append_system_prompt: Option<String>,
+    /// The model's context window in tokens, overriding the catalog's.
+    #[arg(long)]
+    pub context_window: Option<u64>,
+    /// Leave the environment out of the system prompt.
+    #[arg(long)]
+    pub no_environment: bool,
+    /// Most runs active at once; more starts wait in the queue.
+    #[arg(long, value_name = "N")]
+    pub max_runs: Option<usize>,
+    /// Most starts waiting for a slot; past it a start is refused at once
+    /// with `retry_after_ms`.
+    #[arg(long, value_name = "N")]
+    pub max_queue: Option<usize>,
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// `keel rpc`.
+#[derive(Debug, Args)]
+pub struct RpcArgs {
+    #[command(flatten)]
+    pub broker: BrokerArgs,
+}
+
+/// `keel serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on, ADDR:PORT (default: `listen` in
+    /// [server] of config.toml, else 127.0.0.1:7878). Any address but
+    /// loopback needs a token.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
+    /// The file holding the token clients must send (`Authorization:
+    /// Bearer TOKEN`); default: KEEL_SERVER_TOKEN, else `token_file` in
+    /// [server]. Named tokens with quotas: [server.tokens.NAME].
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Seconds running runs get to finish after SIGTERM/SIGINT before they
+    /// are cancelled (default 30).
+    #[arg(long, value_name = "SECS")]
+    pub drain_timeout: Option<u64>,
+    /// A browser origin allowed to connect, e.g. https://app.example.com
+    /// (repeatable); requests with any other Origin get 403.
+    #[arg(long, value_name = "ORIGIN")]
+    pub allow_origin: Vec<String>,
+    #[command(flatten)]
+    pub broker: BrokerArgs,
 }
 
 /// Where the configuration comes from: the file, a profile, overrides.

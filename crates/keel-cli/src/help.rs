@@ -19,6 +19,7 @@ Modes of running (one line each):
                                one JSON object at the end | JSON Lines as it goes
   keel demo NAME               a scripted scenario: no key, no network
   keel session list|show|tree  what earlier runs stored
+  keel rpc | keel serve        the host protocol on stdio | a WebSocket
 
 Examples:
   keel demo tool-loop
@@ -38,6 +39,8 @@ Modes of running (one line each):
                                JSON Lines as the run goes (the default when piped)
   keel demo NAME               a scripted scenario: no key, no network
   keel session list|show|tree  what earlier runs stored
+  keel rpc                     JSON-RPC 2.0 on stdin/stdout, for scripts
+  keel serve                   the same over WebSocket, for services
 
 Permission modes (--mode, fixed for the run):
   plan   read-only: reads and sandboxed read-only commands; no writes
@@ -137,3 +140,27 @@ Names:
   rpc_models_list_response  `models/list`'s result
   rpc_run_event_notification  `run/event`: one event of a subscribed run
   rpc_events_lagged_notification  `run/events_lagged`: a subscription that fell behind";
+
+/// What `keel rpc --help` shows after the options.
+pub const RPC_EXAMPLES: &str = "\
+Examples:
+  keel rpc --script docs/examples/look-around.json
+  printf '%s\\n' '{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\"}' | keel rpc
+
+Methods: initialize, run/start, run/steer, run/follow_up, run/cancel,
+run/result, run/subscribe, run/queue, run/queue/clear, permission/resolve,
+session/list, session/get, session/tree, session/fork, session/set_leaf,
+session/compact, session/resume, models/list; events arrive as run/event
+notifications (`keel schema` lists the types). README: Keel as a service.";
+
+/// What `keel serve --help` shows after the options.
+pub const SERVE_EXAMPLES: &str = "\
+Examples:
+  keel serve --script docs/examples/look-around.json      # ws://127.0.0.1:7878/
+  KEEL_SERVER_TOKEN=$(cat ~/.keel-token) keel serve --listen 0.0.0.0:7878
+
+Security: loopback by default; any other address refuses to start without
+a token. Clients send it as `Authorization: Bearer TOKEN` (never in the URL:
+`?token=` is refused); anonymous or wrong tokens get 401, a browser Origin
+not allowed with --allow-origin gets 403. GET /health needs no token;
+GET /metrics (Prometheus text) does. README: Keel as a service.";

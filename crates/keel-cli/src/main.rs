@@ -22,6 +22,7 @@ mod install;
 mod models_cmd;
 mod output;
 mod run_cmd;
+mod serve_cmd;
 mod session_cmd;
 mod signals;
 mod startup;
@@ -63,6 +64,11 @@ fn main() -> ExitCode {
     if let Some(format) = output_format(&cli.command) {
         startup::set_plain_errors(format == args::OutputFormat::Text);
     }
+    // stdout carries only protocol messages (rpc) or the address (serve):
+    // startup errors are a plain line on stderr.
+    if matches!(cli.command, Command::Rpc(_) | Command::Serve(_)) {
+        startup::set_plain_errors(true);
+    }
     if let Err(error) = init_tracing(cli.log_file.as_deref()) {
         return error.report();
     }
@@ -87,6 +93,8 @@ fn main() -> ExitCode {
             Command::Session(command) => session_cmd::run(command).await,
             Command::Models { settings } => models_cmd::run(settings),
             Command::Schema(args) => startup::print_schema(args),
+            Command::Rpc(args) => serve_cmd::rpc(*args).await,
+            Command::Serve(args) => serve_cmd::serve(*args).await,
             Command::Doctor { json } => doctor::run(json),
             Command::Completion { shell } => install::completion(shell),
             Command::Man => install::man(),
@@ -122,6 +130,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Models { .. } => "models",
         Command::Session(_) => "session",
         Command::Schema(_) => "schema",
+        Command::Rpc(_) => "rpc",
+        Command::Serve(_) => "serve",
         Command::Doctor { .. } => "doctor",
         Command::Completion { .. } => "completion",
         Command::Man => "man",

@@ -24,6 +24,7 @@ mod error;
 pub mod modes;
 mod overrides;
 pub mod project;
+pub mod server;
 pub mod sessions;
 pub mod settings;
 

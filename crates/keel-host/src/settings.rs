@@ -7,7 +7,9 @@
 //!
 //! 1. the built-in defaults (mode `auto`, tools read, write, edit, bash);
 //! 2. the user's file (`$XDG_CONFIG_HOME/keel/config.toml` or `--config`),
-//!    its top-level keys, with `-c key=value` overrides merged into it;
+//!    its top-level keys, with `-c key=value` overrides merged into it
+//!    (its `[server]` table, for `keel serve`, is read only from here:
+//!    [`crate::server`]);
 //! 3. the profile `--profile NAME` selects (`[profiles.NAME]`);
 //! 4. the project layer `.keel/config.toml` in the workspace, which may only
 //!    narrow what layers 1–3 allow ([`crate::project`]);
@@ -32,13 +34,14 @@ use serde::Deserialize;
 
 use keel_tools::untrusted::{self, Limit, Origin};
 
+use crate::server::ServerSettings;
 use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
 
 /// The top-level keys a layer may set.
 pub const DEFAULT_KEYS: [&str; 5] = ["provider", "model", "mode", "tools", "sandbox_read"];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
-const TABLE_KEYS: [&str; 2] = ["profiles", "providers"];
+const TABLE_KEYS: [&str; 3] = ["profiles", "providers", "server"];
 
 /// The values one layer sets; `None` leaves the layer below in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -133,6 +136,8 @@ pub struct Settings {
     pub catalog: Config,
     /// What the project layer could not do, and other remarks.
     pub warnings: Vec<Warning>,
+    /// The user's `[server]` table (`keel serve`); never from the project layer.
+    pub server: ServerSettings,
 }
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
@@ -207,6 +212,7 @@ impl Settings {
             root,
             profiles,
             providers,
+            server,
         } = UserFile::split(table, &place)?;
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
@@ -242,6 +248,7 @@ impl Settings {
             },
             catalog,
             warnings,
+            server,
         };
         settings.checked()
     }
@@ -335,6 +342,7 @@ struct UserFile {
     root: Defaults,
     profiles: BTreeMap<String, Defaults>,
     providers: toml::Table,
+    server: ServerSettings,
 }
 
 impl UserFile {
@@ -355,6 +363,10 @@ impl UserFile {
         if let Some(value) = table.remove("providers") {
             providers.insert("providers".to_owned(), value);
         }
+        let server = match table.remove("server") {
+            Some(value) => ServerSettings::from_value(value, place)?,
+            None => ServerSettings::default(),
+        };
         let profiles = match table.remove("profiles") {
             None => BTreeMap::new(),
             Some(toml::Value::Table(profiles)) => profiles
@@ -374,6 +386,7 @@ impl UserFile {
             root: Defaults::from_table(table, place)?,
             profiles,
             providers,
+            server,
         })
     }
 }

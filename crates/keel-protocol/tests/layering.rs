@@ -32,8 +32,10 @@ const RANKS: &[(&str, u32)] = &[
     ("keel-kernel", 3),
     // Assembling a kernel from configuration, for every host.
     ("keel-host", 4),
+    // Transports over the broker (the host protocol, authentication).
+    ("keel-server", 5),
     // The `keel` binary.
-    ("keel-cli", 5),
+    ("keel-cli", 6),
 ];
 
 fn rank(name: &str) -> Option<u32> {
