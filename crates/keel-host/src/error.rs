@@ -103,6 +103,15 @@ pub enum HostError {
     /// No session directory was given and none can be derived.
     #[error("neither XDG_DATA_HOME nor HOME is set; pass --session-dir")]
     NoSessionDir,
+    /// A tenant name (a token's name) that is not `[A-Za-z0-9_-]{1,64}`:
+    /// refused before it is used as a path.
+    #[error(
+        "the tenant name {name:?} is not 1 to 64 of A-Z, a-z, 0-9, `_` and `-`; rename the token"
+    )]
+    InvalidTenant {
+        /// The name, escaped and cut to 64 characters.
+        name: String,
+    },
     /// No session or entry matches the id given.
     #[error("no {what} `{wanted}`")]
     NotFound {
@@ -146,6 +155,7 @@ impl HostError {
             Self::Kernel(error) => error.code(),
             Self::Session(error) => error.code(),
             Self::NoSessionDir => "session_dir",
+            Self::InvalidTenant { .. } => "invalid_tenant",
             Self::NotFound { what, .. } | Self::Ambiguous { what, .. } => not_found_code(what),
         }
     }

@@ -69,6 +69,13 @@ impl Tokens {
         if name.is_empty() || name == LOCAL_TENANT {
             return Err(bad("this name is reserved"));
         }
+        // The name is the tenant, and a named tenant's sessions live in a
+        // directory of that name: only the broker's alphabet is accepted.
+        if keel_host::broker::Tenant::check_name(name).is_err() {
+            return Err(bad(
+                "its name must be 1 to 64 of A-Z, a-z, 0-9, `_` and `-`",
+            ));
+        }
         if self.entries.iter().any(|(known, _)| known == name) {
             return Err(bad("a token of this name is already configured"));
         }
@@ -170,6 +177,13 @@ mod tests {
         );
         assert!(tokens.add("x", "short").is_err());
         assert!(tokens.add("local", "0123456789abcdef-local").is_err());
+        // A name is a directory of sessions: nothing outside the alphabet.
+        for name in ["../up", "a/b", "dot.name", "naïve", &"n".repeat(65)] {
+            assert!(
+                tokens.add(name, "0123456789abcdef-named").is_err(),
+                "{name} was accepted"
+            );
+        }
         assert!(!format!("{tokens:?}").contains("0123"), "{tokens:?}");
         let error = tokens
             .add("y", "0123456789abc def")

@@ -1,6 +1,6 @@
 //! The broker's kernels: built from the configuration exactly as `keel run`
-//! builds its own, cached by (resolved configuration, workspace), evicted
-//! when idle.
+//! builds its own, cached by (resolved configuration, workspace, session
+//! store), evicted when idle.
 //!
 //! Each `run/start` resolves its settings afresh — `Settings::load` with
 //! the broker's sources and the run's workspace (so the workspace's
@@ -8,9 +8,11 @@
 //! with the run's choices — because the mode, which belongs to the run,
 //! comes out of that resolution. The kernel, which is the expensive part,
 //! is looked up by what the resolution chose (provider, model, base URL,
-//! script, tools, readable paths, workspace) and built only on a miss.
+//! script, tools, readable paths, workspace) and by the tenant's session
+//! store (a kernel writes to the store it was built over, so two tenants
+//! with separate stores never share one), and built only on a miss.
 //!
-//! Invariants: every kernel shares the broker's one session store; a
+//! Invariants: a kernel writes only to the store of its key; a
 //! kernel with a run on it ([`Lease`] alive) is never evicted; an idle one
 //! goes after `idle_kernel_ttl` (checked on every lookup, so the cache
 //! never grows past the kernels of live runs plus those used within the
@@ -40,7 +42,6 @@ pub(crate) struct Asked {
 
 /// The cache.
 pub(crate) struct Kernels {
-    store: Arc<JsonlStore>,
     ttl: Duration,
     cache: Arc<Mutex<HashMap<Key, Cached>>>,
 }
@@ -48,6 +49,8 @@ pub(crate) struct Kernels {
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
     workspace: PathBuf,
+    /// The session store's directory (one store per directory in a broker).
+    store: PathBuf,
     provider: String,
     model: Option<String>,
     base_url: Option<String>,
@@ -85,9 +88,8 @@ impl Drop for Lease {
 }
 
 impl Kernels {
-    pub(crate) fn new(store: Arc<JsonlStore>, ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration) -> Self {
         Self {
-            store,
             ttl,
             cache: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -127,9 +129,15 @@ impl Kernels {
         })
     }
 
-    /// The kernel for `config` (resolved for `workspace`), built on a miss.
-    pub(crate) fn lease(&self, config: &HostConfig, workspace: &Path) -> Result<Lease, HostError> {
-        let key = key_of(config, workspace);
+    /// The kernel for `config` (resolved for `workspace`) over `store`,
+    /// built on a miss.
+    pub(crate) fn lease(
+        &self,
+        config: &HostConfig,
+        workspace: &Path,
+        store: &Arc<JsonlStore>,
+    ) -> Result<Lease, HostError> {
+        let key = key_of(config, workspace, store.dir());
         let now = Instant::now();
         {
             let mut cache = lock(&self.cache);
@@ -149,7 +157,7 @@ impl Kernels {
         }
         // Built outside the lock: assembly reads files. Two runs missing
         // at once build twice and keep the first; both are correct.
-        let store: Arc<dyn keel_session::SessionStore> = self.store.clone();
+        let store: Arc<dyn keel_session::SessionStore> = store.clone();
         let built = config.kernel(store)?;
         let mut cache = lock(&self.cache);
         let cached = cache.entry(key.clone()).or_insert(Cached {
@@ -166,7 +174,7 @@ impl Kernels {
     }
 }
 
-fn key_of(config: &HostConfig, workspace: &Path) -> Key {
+fn key_of(config: &HostConfig, workspace: &Path, store: &Path) -> Key {
     let (provider, model, base_url, script) = match &config.provider {
         ProviderChoice::Script { model, .. } => {
             ("scripted (inline)".to_owned(), model.clone(), None, None)
@@ -183,6 +191,7 @@ fn key_of(config: &HostConfig, workspace: &Path) -> Key {
     };
     Key {
         workspace: workspace.to_path_buf(),
+        store: store.to_path_buf(),
         provider,
         model,
         base_url,

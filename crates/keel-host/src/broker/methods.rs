@@ -4,7 +4,10 @@
 //! Each method parses its `<Name>Params` (unknown fields refused), applies
 //! itself through the kernel's public seam (`AgentKernel`, `AgentRun`) or
 //! the store, and returns its `<Name>Response` as JSON; every failure is a
-//! typed [`RpcError`]. A connection must call `initialize` first.
+//! typed [`RpcError`]. A connection must call `initialize` first, and a
+//! connection whose tenant name is invalid is refused every method
+//! (`configuration`, `data.host_code` `invalid_tenant`). Session ids are
+//! resolved in the tenant's own store (see `stores`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,7 +30,8 @@ use serde_json::Value;
 use super::kernels::{Asked, Kernels, Lease};
 use super::peer::Peer;
 use super::runs::{Holds, RingBounds, RunRecord};
-use super::{Inner, errors, lock, sessions_api};
+use super::stores::TenantStore;
+use super::{Inner, Tenant, errors, lock, sessions_api};
 use crate::sessions::{self, Resume};
 
 /// Applies `method` for the connection `peer`.
@@ -37,6 +41,7 @@ pub(crate) async fn call(
     method: &str,
     params: Option<Value>,
 ) -> Result<Value, RpcError> {
+    Tenant::check_name(&peer.tenant).map_err(|error| errors::host(&error))?;
     if method == "initialize" {
         return reply(initialize(peer, parse(params)?)?);
     }
@@ -121,12 +126,12 @@ pub(crate) async fn call(
             })
         }
         "session/resume" => reply(sessions_api::resume(inner, peer, parse(params)?).await?),
-        "session/list" => reply(sessions_api::list(inner, parse(params)?).await?),
-        "session/get" => reply(sessions_api::get(inner, parse(params)?).await?),
-        "session/tree" => reply(sessions_api::tree(inner, parse(params)?).await?),
-        "session/fork" => reply(sessions_api::fork(inner, parse(params)?).await?),
-        "session/set_leaf" => reply(sessions_api::set_leaf(inner, parse(params)?).await?),
-        "session/compact" => reply(sessions_api::compact(inner, parse(params)?).await?),
+        "session/list" => reply(sessions_api::list(inner, peer, parse(params)?).await?),
+        "session/get" => reply(sessions_api::get(inner, peer, parse(params)?).await?),
+        "session/tree" => reply(sessions_api::tree(inner, peer, parse(params)?).await?),
+        "session/fork" => reply(sessions_api::fork(inner, peer, parse(params)?).await?),
+        "session/set_leaf" => reply(sessions_api::set_leaf(inner, peer, parse(params)?).await?),
+        "session/compact" => reply(sessions_api::compact(inner, peer, parse(params)?).await?),
         "models/list" => reply(sessions_api::models(inner, parse(params)?)?),
         known if METHODS.contains(&known) => Err(RpcError::new(
             ErrorKind::MethodNotFound,
@@ -192,21 +197,23 @@ async fn run_start(
         mode: params.mode,
         tools: params.tools.clone(),
     };
+    let store = store_of(inner, peer)?;
     let permit = admit(inner, peer).await?;
-    let (lease, mode) = kernel_for(inner, &workspace, &asked)?;
-    // The session: resolved and claimed before it is opened for writing,
-    // so two starts on one session cannot both pass.
+    let (lease, mode) = kernel_for(inner, &store, &workspace, &asked)?;
+    // The session: resolved (in the tenant's store only) and claimed
+    // before it is opened for writing, so two starts on one session cannot
+    // both pass.
     let mut claim = None;
     let mut session_id = None;
     if let Some(wanted) = &params.session_id {
-        let id = sessions::resolve_session(inner.store.as_ref(), wanted)
+        let id = sessions::resolve_session(store.store.as_ref(), wanted)
             .await
             .map_err(|error| errors::host(&error))?;
         if params.fork_entry_id.is_none() {
-            claim = Some(claim_session(inner, &id)?);
+            claim = Some(claim_session(&store, &id)?);
         }
         let continued = sessions::continued_session(
-            &inner.store,
+            &store.store,
             Resume {
                 session: Some(&id),
                 fork: params.fork_entry_id.as_deref(),
@@ -235,7 +242,7 @@ async fn run_start(
     let claim = match claim {
         Some(claim) => claim,
         // A new session (or a fork): nobody else can know its id yet.
-        None => claim_session(inner, run.session_id())?,
+        None => claim_session(&store, run.session_id())?,
     };
     let holds: Holds = Box::new((permit, lease, claim));
     let record = hold(inner, peer, run, holds, params.subscribe.unwrap_or(true))?;
@@ -268,9 +275,19 @@ pub(crate) fn limits(inner: &Inner, spec: RunSpec) -> RunSpec {
     spec.stall_timeout(inner.config.stall_timeout)
 }
 
-/// The kernel for a run in `workspace` with `asked`, and the run's mode.
+/// The session store of `peer`'s tenant (opened on its first use).
+pub(crate) fn store_of(inner: &Inner, peer: &Peer) -> Result<Arc<TenantStore>, RpcError> {
+    inner
+        .stores
+        .of(&peer.tenant)
+        .map_err(|error| errors::host(&error))
+}
+
+/// The kernel over `store` for a run in `workspace` with `asked`, and the
+/// run's mode.
 pub(crate) fn kernel_for(
     inner: &Inner,
+    store: &TenantStore,
     workspace: &std::path::Path,
     asked: &Asked,
 ) -> Result<(Lease, PermissionMode), RpcError> {
@@ -278,7 +295,7 @@ pub(crate) fn kernel_for(
         Kernels::setup(&inner.config, workspace, asked).map_err(|error| errors::host(&error))?;
     let lease = inner
         .kernels
-        .lease(&setup.config, workspace)
+        .lease(&setup.config, workspace, &store.store)
         .map_err(|error| errors::host(&error))?;
     Ok((lease, setup.mode))
 }
@@ -324,14 +341,18 @@ impl Drop for SessionClaim {
     }
 }
 
-/// Claims `session_id` for one run; `session_busy` if a run has it.
-pub(crate) fn claim_session(inner: &Inner, session_id: &str) -> Result<SessionClaim, RpcError> {
-    if !lock(&inner.busy).insert(session_id.to_owned()) {
+/// Claims `session_id` of `store` for one run; `session_busy` if a run
+/// has it.
+pub(crate) fn claim_session(
+    store: &TenantStore,
+    session_id: &str,
+) -> Result<SessionClaim, RpcError> {
+    if !lock(&store.busy).insert(session_id.to_owned()) {
         return Err(errors::busy(session_id));
     }
     Ok(SessionClaim {
         id: session_id.to_owned(),
-        busy: Arc::clone(&inner.busy),
+        busy: Arc::clone(&store.busy),
     })
 }
 

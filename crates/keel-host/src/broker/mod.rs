@@ -9,9 +9,9 @@
 //! here, transport-free.
 //!
 //! ```text
-//! Broker ── kernels (cache by configuration × workspace, idle eviction)
+//! Broker ── kernels (cache by configuration × workspace × store, idle eviction)
 //!        ── runs    (by id: AgentRun + ring + subscribers; one pump each)
-//!        ── store   (one JsonlStore for every kernel)
+//!        ── stores  (one JsonlStore per tenant store, opened on first use)
 //! Connection (one per client) ── bounded notification buffer ── its subscriptions
 //! ```
 //!
@@ -22,7 +22,8 @@
 //! and their pump (its docs say why the kernel's channel may stay
 //! unbounded: the broker always drains it); `ring` is a run's bounded
 //! event ring; `peer` a connection's bounded buffer; `kernels` the kernel
-//! cache; `errors` the mapping of every failure to a typed
+//! cache; `stores` the tenants' session stores; `errors` the mapping of
+//! every failure to a typed
 //! [`RpcError`](keel_protocol::rpc::RpcError).
 //!
 //! # Invariants
@@ -31,14 +32,39 @@
 //!   [`Connection`] ends its subscriptions only. Runs go on, their
 //!   permission requests stay pending, and any connection of the same
 //!   [`Tenant`] may answer them (the first answer wins).
-//! - Tenants are isolated: a run of another tenant is `not_found`.
+//! - Tenants are isolated: a run of another tenant is `not_found`, and so
+//!   is a session of another tenant's store, for every session method and
+//!   for `run/start` / `session/resume` (never "forbidden": whether it
+//!   exists is not told).
+//! - A tenant name is `[A-Za-z0-9_-]{1,64}` ([`Tenant::check_name`]); a
+//!   connection whose tenant has another name is refused every method
+//!   (`configuration`, `data.host_code` `invalid_tenant`), and the name is
+//!   never used as a path.
 //! - Memory is bounded per run (its ring) and per connection (its buffer
 //!   plus one lagged notice per run); nothing grows with a slow client.
 //! - The broker never uses the process's current directory: `run/start`
 //!   without a workspace is refused.
 //! - One live run per session in this broker: a second `run/start` (or
 //!   `session/resume`, `session/set_leaf`, `session/compact`) on a session
-//!   with a live run is refused with `session_busy`.
+//!   with a live run is refused with `session_busy`. A session is named by
+//!   its store and its id, so the rule holds per store.
+//!
+//! # Session stores
+//!
+//! Under the session directory `DIR` (`BrokerConfig::session_dir`, or the
+//! directory of the store given to [`Broker::with_store`]):
+//!
+//! ```text
+//! DIR/<id>.jsonl                  tenants `local` and `default`: the user's store
+//! DIR/tenants/<NAME>/<id>.jsonl   every other tenant NAME (a named token)
+//! ```
+//!
+//! `local` (stdio `keel rpc`, `keel serve` on loopback without tokens) and
+//! `default` (the single token of `--token-file` / `KEEL_SERVER_TOKEN`)
+//! act for the user and share the store `keel session list` shows. A named
+//! token's directory is created private to the user (0700) on its first
+//! use; the user's store does not list it. Kernels are cached per store as
+//! well, so a kernel only ever writes to its tenant's store.
 //!
 //! # Cancel safety
 //!
@@ -49,7 +75,7 @@
 //! cancel safe (a channel receive). [`Broker::drain`] and
 //! [`Connection::settled`] only wait.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -71,6 +97,7 @@ mod peer;
 mod ring;
 mod runs;
 mod sessions_api;
+mod stores;
 
 pub use metrics::{BrokerMetrics, TenantUsage};
 
@@ -79,6 +106,7 @@ use kernels::Kernels;
 use metrics::Counters;
 use peer::Peer;
 use runs::RunMap;
+use stores::Stores;
 
 /// How a broker builds kernels and bounds what it holds.
 ///
@@ -105,7 +133,9 @@ pub struct BrokerConfig {
     pub sandbox_read: Vec<PathBuf>,
     /// The options with no configuration key (system prompt, sandbox mode, …).
     pub host: HostOptions,
-    /// The session directory (`None`: `$XDG_DATA_HOME/keel/sessions`).
+    /// The session directory (`None`: `$XDG_DATA_HOME/keel/sessions`): the
+    /// user's store (tenants `local` and `default`); a named tenant's
+    /// store is its `tenants/<NAME>/` (see the module docs).
     pub session_dir: Option<PathBuf>,
     /// Most runs active at once.
     pub max_runs: usize,
@@ -159,7 +189,8 @@ impl Default for BrokerConfig {
 }
 
 /// Who a connection acts for: a token's name (never the token), or
-/// `local` for stdio. Runs and permission requests belong to a tenant.
+/// `local` for stdio. Runs, permission requests and sessions (its store:
+/// see the module docs) belong to a tenant.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct Tenant {
@@ -168,14 +199,39 @@ pub struct Tenant {
 }
 
 impl Tenant {
-    /// The tenant `name`.
+    /// The tenant of local connections (stdio `keel rpc`, `keel serve` on
+    /// loopback without tokens): the user's own session store.
+    pub const LOCAL: &'static str = "local";
+    /// The tenant of the single token of `--token-file` /
+    /// `KEEL_SERVER_TOKEN`: the user's own session store too.
+    pub const DEFAULT: &'static str = "default";
+
+    /// The tenant `name`. The broker checks the name ([`Tenant::check_name`])
+    /// when it sees it: a connection with an invalid one is refused every
+    /// method.
     pub fn new(name: impl Into<String>) -> Self {
         Self { name: name.into() }
     }
 
     /// The tenant of a local (stdio) connection.
     pub fn local() -> Self {
-        Self::new("local")
+        Self::new(Self::LOCAL)
+    }
+
+    /// Whether `name` may name a tenant: 1 to 64 of `A-Z a-z 0-9 _ -`
+    /// (so never `..`, `/` or empty: a named tenant's name is a directory
+    /// under the session directory). A transport may check its token
+    /// names with it at startup.
+    pub fn check_name(name: &str) -> Result<(), HostError> {
+        let valid = (1..=64).contains(&name.len())
+            && name
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
+        if valid {
+            return Ok(());
+        }
+        let shown: String = name.chars().take(64).collect();
+        Err(HostError::InvalidTenant { name: shown })
     }
 }
 
@@ -187,11 +243,10 @@ pub struct Broker {
 
 pub(crate) struct Inner {
     pub(crate) config: BrokerConfig,
-    pub(crate) store: Arc<JsonlStore>,
+    pub(crate) stores: Stores,
     pub(crate) kernels: Kernels,
     pub(crate) admission: Admission,
     pub(crate) runs: RunMap,
-    pub(crate) busy: Arc<Mutex<HashSet<String>>>,
     pub(crate) counters: Arc<Counters>,
     pub(crate) draining: AtomicBool,
     next_peer: AtomicU64,
@@ -206,9 +261,11 @@ impl Broker {
 
     /// A broker over `store` (its `session_dir` is not used): for a host
     /// that already holds the store open, since one process keeps each
-    /// session open for writing through one store.
+    /// session open for writing through one store. `store` is the user's
+    /// store (tenants `local` and `default`); named tenants' stores go
+    /// under its directory, in `tenants/<NAME>/`.
     pub fn with_store(config: BrokerConfig, store: Arc<JsonlStore>) -> Broker {
-        let kernels = Kernels::new(Arc::clone(&store), config.idle_kernel_ttl);
+        let kernels = Kernels::new(config.idle_kernel_ttl);
         let mut limits = Limits::new(config.max_runs, config.max_queue)
             .with_default_quota(config.default_quota.clone());
         for (tenant, quota) in &config.quotas {
@@ -217,11 +274,10 @@ impl Broker {
         Broker {
             inner: Arc::new(Inner {
                 config,
-                store,
+                stores: Stores::new(store),
                 kernels,
                 admission: Admission::new(limits),
                 runs: Arc::default(),
-                busy: Arc::default(),
                 counters: Arc::default(),
                 draining: AtomicBool::new(false),
                 next_peer: AtomicU64::new(1),
@@ -234,6 +290,9 @@ impl Broker {
     pub fn connect(&self, tenant: Tenant) -> Connection {
         let (sender, receiver) = mpsc::channel(self.inner.config.notification_buffer.max(1));
         let id = self.inner.next_peer.fetch_add(1, Ordering::Relaxed);
+        if let Err(error) = Tenant::check_name(&tenant.name) {
+            tracing::warn!(%error, "a connection's tenant is refused");
+        }
         let peer = Arc::new(Peer::new(id, tenant.name, sender));
         Connection {
             caller: Caller {
@@ -275,7 +334,8 @@ impl Broker {
     /// use, so that a host can report a configuration error (no provider,
     /// an unreadable script, an unknown tool, a bad workspace) before it
     /// reads any request. Only `workspace`, `provider`, `model`, `mode` and
-    /// `tools` of `params` matter.
+    /// `tools` of `params` matter. The kernel is the one over the user's
+    /// store (tenants `local` and `default`).
     pub fn prepare(
         &self,
         params: &keel_protocol::rpc::methods::RunStartParams,
@@ -291,7 +351,7 @@ impl Broker {
         let setup = Kernels::setup(&self.inner.config, &workspace, &asked)?;
         self.inner
             .kernels
-            .lease(&setup.config, &workspace)
+            .lease(&setup.config, &workspace, &self.inner.stores.user().store)
             .map(drop)
     }
 

@@ -1,6 +1,7 @@
-//! The session methods (`session/*`, `models/list`): reads of the one
-//! store, and the writes that need the session to themselves (resume,
-//! set_leaf, compact), which claim it like a run does.
+//! The session methods (`session/*`, `models/list`): reads of the
+//! caller's tenant's store (see `stores`: another tenant's session is
+//! `not_found`), and the writes that need the session to themselves
+//! (resume, set_leaf, compact), which claim it like a run does.
 //!
 //! Listing is cursor-paginated: a cursor is the id of the last item of
 //! the previous page, so a page boundary stays put when new sessions
@@ -23,9 +24,10 @@ use keel_protocol::rpc::methods::{
 use keel_session::SessionStore;
 
 use super::kernels::Asked;
-use super::methods::{admit, claim_session, hold, kernel_for, limits, workspace};
+use super::methods::{admit, claim_session, hold, kernel_for, limits, store_of, workspace};
 use super::peer::Peer;
 use super::runs::Holds;
+use super::stores::TenantStore;
 use super::{Inner, errors, lock};
 use crate::{Settings, Sources, sessions};
 
@@ -40,17 +42,18 @@ pub(crate) async fn resume(
         inner.counters.refused(&peer.tenant);
         return Err(errors::draining());
     }
-    let id = resolve(inner, &params.session_id).await?;
+    let store = store_of(inner, peer)?;
+    let id = resolve(&store, &params.session_id).await?;
     let permit = admit(inner, peer).await?;
-    let claim = claim_session(inner, &id)?;
-    let (root, moved_from) = session_workspace(inner, &id, params.workspace.as_deref()).await?;
+    let claim = claim_session(&store, &id)?;
+    let (root, moved_from) = session_workspace(&store, &id, params.workspace.as_deref()).await?;
     let asked = Asked {
         provider: params.provider,
         model: params.model,
         mode: params.mode,
         tools: params.tools,
     };
-    let (lease, mode) = kernel_for(inner, &root, &asked)?;
+    let (lease, mode) = kernel_for(inner, &store, &root, &asked)?;
     let mut spec = RunSpec::new("")
         .session(id)
         .mode(mode)
@@ -75,13 +78,15 @@ pub(crate) async fn resume(
 /// `session/list`.
 pub(crate) async fn list(
     inner: &Inner,
+    peer: &Peer,
     params: SessionListParams,
 ) -> Result<SessionListResponse, RpcError> {
+    let store = store_of(inner, peer)?;
     let workspace = match &params.workspace {
         Some(given) => Some(workspace(given)?),
         None => None,
     };
-    let (all, _) = sessions::sessions_of(inner.store.as_ref(), workspace.as_deref())
+    let (all, _) = sessions::sessions_of(store.store.as_ref(), workspace.as_deref())
         .await
         .map_err(|error| errors::host(&error))?;
     let limit = page_size(params.limit, 50, 500);
@@ -89,7 +94,7 @@ pub(crate) async fn list(
         all.iter().map(|info| info.id.as_str()),
         params.cursor.as_deref(),
     )?;
-    let busy = lock(&inner.busy).clone();
+    let busy = lock(&store.busy).clone();
     let page: Vec<SessionSummary> = all
         .iter()
         .skip(start)
@@ -118,10 +123,12 @@ pub(crate) async fn list(
 /// `session/get`.
 pub(crate) async fn get(
     inner: &Inner,
+    peer: &Peer,
     params: SessionGetParams,
 ) -> Result<SessionGetResponse, RpcError> {
-    let id = resolve(inner, &params.session_id).await?;
-    let store = inner.store.as_ref();
+    let tenant = store_of(inner, peer)?;
+    let id = resolve(&tenant, &params.session_id).await?;
+    let store = tenant.store.as_ref();
     let entries = match params.view {
         SessionView::Active => store.active_branch(&id).await,
         SessionView::All => store.entries(&id).await,
@@ -152,10 +159,12 @@ pub(crate) async fn get(
 /// `session/tree`.
 pub(crate) async fn tree(
     inner: &Inner,
+    peer: &Peer,
     params: SessionTreeParams,
 ) -> Result<SessionTreeResponse, RpcError> {
-    let id = resolve(inner, &params.session_id).await?;
-    let store = inner.store.as_ref();
+    let tenant = store_of(inner, peer)?;
+    let id = resolve(&tenant, &params.session_id).await?;
+    let store = tenant.store.as_ref();
     let entries = store
         .entries(&id)
         .await
@@ -191,11 +200,13 @@ pub(crate) async fn tree(
 /// `session/fork`.
 pub(crate) async fn fork(
     inner: &Inner,
+    peer: &Peer,
     params: SessionForkParams,
 ) -> Result<SessionForkResponse, RpcError> {
-    let id = resolve(inner, &params.session_id).await?;
-    let entry = entry_of(inner, &id, &params.entry_id).await?;
-    let fork = inner
+    let store = store_of(inner, peer)?;
+    let id = resolve(&store, &params.session_id).await?;
+    let entry = entry_of(&store, &id, &params.entry_id).await?;
+    let fork = store
         .store
         .fork(&id, &entry)
         .await
@@ -209,17 +220,19 @@ pub(crate) async fn fork(
 /// `session/set_leaf`: refused while a run writes to the session.
 pub(crate) async fn set_leaf(
     inner: &Inner,
+    peer: &Peer,
     params: SessionSetLeafParams,
 ) -> Result<SessionSetLeafResponse, RpcError> {
-    let id = resolve(inner, &params.session_id).await?;
-    let _claim = claim_session(inner, &id)?;
-    let entry = entry_of(inner, &id, &params.entry_id).await?;
-    inner
+    let store = store_of(inner, peer)?;
+    let id = resolve(&store, &params.session_id).await?;
+    let _claim = claim_session(&store, &id)?;
+    let entry = entry_of(&store, &id, &params.entry_id).await?;
+    store
         .store
         .open_for_writing(&id)
         .await
         .map_err(|error| errors::session(&error))?;
-    inner
+    store
         .store
         .set_leaf(&id, &entry)
         .await
@@ -233,17 +246,19 @@ pub(crate) async fn set_leaf(
 /// `session/compact`: refused while a run writes to the session.
 pub(crate) async fn compact(
     inner: &Inner,
+    peer: &Peer,
     params: SessionCompactParams,
 ) -> Result<SessionCompactResponse, RpcError> {
-    let id = resolve(inner, &params.session_id).await?;
-    let _claim = claim_session(inner, &id)?;
-    let (root, _) = session_workspace(inner, &id, params.workspace.as_deref()).await?;
+    let store = store_of(inner, peer)?;
+    let id = resolve(&store, &params.session_id).await?;
+    let _claim = claim_session(&store, &id)?;
+    let (root, _) = session_workspace(&store, &id, params.workspace.as_deref()).await?;
     let asked = Asked {
         provider: params.provider,
         model: params.model,
         ..Asked::default()
     };
-    let (lease, _) = kernel_for(inner, &root, &asked)?;
+    let (lease, _) = kernel_for(inner, &store, &root, &asked)?;
     let report = lease
         .kernel()
         .compact(&id, params.instructions.as_deref())
@@ -313,16 +328,16 @@ pub(crate) fn models(
     Ok(ModelsListResponse { providers })
 }
 
-/// The full id of the session `wanted` names.
-async fn resolve(inner: &Inner, wanted: &str) -> Result<String, RpcError> {
-    sessions::resolve_session(inner.store.as_ref(), wanted)
+/// The full id of the session `wanted` names in `store`.
+async fn resolve(store: &TenantStore, wanted: &str) -> Result<String, RpcError> {
+    sessions::resolve_session(store.store.as_ref(), wanted)
         .await
         .map_err(|error| errors::host(&error))
 }
 
 /// The full id of the entry `wanted` names in session `id`.
-async fn entry_of(inner: &Inner, id: &str, wanted: &str) -> Result<String, RpcError> {
-    let entries = inner
+async fn entry_of(store: &TenantStore, id: &str, wanted: &str) -> Result<String, RpcError> {
+    let entries = store
         .store
         .entries(id)
         .await
@@ -335,18 +350,18 @@ async fn entry_of(inner: &Inner, id: &str, wanted: &str) -> Result<String, RpcEr
 /// one the session records; and, when given and different, the session's
 /// (for the run to record the move).
 async fn session_workspace(
-    inner: &Inner,
+    store: &TenantStore,
     id: &str,
     given: Option<&str>,
 ) -> Result<(PathBuf, Option<String>), RpcError> {
     if let Some(given) = given {
         let root = workspace(given)?;
-        let moved = sessions::resume_workspace(&inner.store, id, &root)
+        let moved = sessions::resume_workspace(&store.store, id, &root)
             .await
             .map_err(|error| errors::host(&error))?;
         return Ok((root, moved));
     }
-    let recorded = sessions::recorded_workspace(&inner.store, id)
+    let recorded = sessions::recorded_workspace(&store.store, id)
         .await
         .map_err(|error| errors::host(&error))?
         .ok_or_else(|| {
