@@ -97,11 +97,85 @@ async fn until_terminal(connection: &mut Connection) -> Vec<RunEventNotification
     }
 }
 
-fn kind_of(value: &Value) -> Option<&str> {
-    value.get("data")?.get("code")?.as_str()
+/// Events until one `wanted` accepts (included), in order.
+async fn until(
+    connection: &mut Connection,
+    wanted: impl Fn(&RunEventKind) -> bool,
+) -> Vec<RunEventNotification> {
+    let mut seen = Vec::new();
+    loop {
+        let event = next_event(connection).await;
+        let found = wanted(&event.event.kind);
+        assert!(
+            found || !event.event.kind.is_terminal(),
+            "the run ended first: {:?}",
+            event.event.kind
+        );
+        seen.push(event);
+        if found {
+            return seen;
+        }
+    }
 }
 
-#[allow(dead_code)]
+/// The request id of the next `permission_requested` event.
+async fn permission_request(connection: &mut Connection) -> String {
+    let events = until(connection, |kind| {
+        matches!(kind, RunEventKind::PermissionRequested { .. })
+    })
+    .await;
+    match &events.last().unwrap().event.kind {
+        RunEventKind::PermissionRequested { request_id, .. } => request_id.clone(),
+        _ => unreachable!(),
+    }
+}
+
+async fn resolve(
+    connection: &Connection,
+    run_id: &str,
+    request_id: &str,
+    decision: &str,
+    scope: &str,
+) {
+    connection
+        .call(
+            "permission/resolve",
+            Some(json!({ "run_id": run_id, "request_id": request_id,
+                "decision": decision, "scope": scope })),
+        )
+        .await
+        .unwrap();
+}
+
+/// Nothing more arrives (the run sent its terminal notification last).
+async fn quiet(connection: &mut Connection) {
+    if let Ok(extra) =
+        tokio::time::timeout(Duration::from_millis(300), connection.notification()).await
+    {
+        panic!("nothing after the terminal notification, got {extra:?}");
+    }
+}
+
+fn terminals(events: &[RunEventNotification]) -> usize {
+    events
+        .iter()
+        .filter(|event| event.event.kind.is_terminal())
+        .count()
+}
+
+fn ask_write() -> Value {
+    json!({ "mode": "ask", "tools": ["read", "write"] })
+}
+
+fn with_prompt(mut params: Value, prompt: &str) -> Value {
+    params["prompt"] = json!(prompt);
+    params
+}
+
+fn error_kind(error: &keel_protocol::rpc::RpcError) -> &str {
+    error.kind_name().unwrap_or("")
+}
+
 fn exists(path: &Path) -> bool {
     path.exists()
 }
@@ -173,5 +247,850 @@ async fn calls_before_initialize_and_unknown_methods_are_typed_errors() {
         Some("invalid_params"),
         "no workspace: refused"
     );
-    let _ = (kind_of, write_turn);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_steering_message_reaches_the_next_model_request() {
+    let script = json!({ "turns": [
+        write_turn("a.txt", "one"),
+        { "expect": { "last_user_contains": "use tabs" },
+          "content": [{ "type": "text", "text": "done" }] },
+    ]});
+    let fixture = fixture(script, |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(&mut connection).await;
+    let steered = connection
+        .call(
+            "run/steer",
+            Some(json!({ "run_id": started.run_id, "text": "use tabs" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(steered["queue"], "steer");
+    resolve(&connection, &started.run_id, &request, "approve", "once").await;
+    let events = until_terminal(&mut connection).await;
+    assert_eq!(terminals(&events), 1);
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    assert!(events.iter().any(|event| matches!(
+        &event.event.kind,
+        RunEventKind::MessageInjected {
+            queue: keel_protocol::QueueKind::Steer,
+            ..
+        }
+    )));
+    quiet(&mut connection).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_continues_the_run_after_it_would_settle() {
+    let script = json!({ "turns": [
+        write_turn("a.txt", "one"),
+        { "expect": { "tool_results": 1 }, "content": [{ "type": "text", "text": "written" }] },
+        { "expect": { "last_user_contains": "now say bye" },
+          "content": [{ "type": "text", "text": "bye" }] },
+    ]});
+    let fixture = fixture(script, |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(&mut connection).await;
+    connection
+        .call(
+            "run/follow_up",
+            Some(json!({ "run_id": started.run_id, "text": "now say bye" })),
+        )
+        .await
+        .unwrap();
+    resolve(&connection, &started.run_id, &request, "approve", "once").await;
+    let events = until_terminal(&mut connection).await;
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    let text = serde_json::to_string(&result.message).unwrap();
+    assert!(
+        text.contains("bye"),
+        "the follow-up's answer is the last message: {text}"
+    );
+    assert_eq!(terminals(&events), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_ends_a_parked_run_cancelled_with_one_terminal_notification() {
+    let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    permission_request(&mut connection).await;
+    let cancelled = connection
+        .call("run/cancel", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert_eq!(cancelled["was_active"], true);
+    let events = until_terminal(&mut connection).await;
+    assert_eq!(terminals(&events), 1);
+    assert!(matches!(
+        events.last().unwrap().event.kind,
+        RunEventKind::RunCancelled { .. }
+    ));
+    let waited = connection
+        .call("run/result", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert_eq!(waited["result"]["state"], "cancelled");
+    assert!(!exists(&fixture.workspace.join("a.txt")));
+    // Control calls on an ended run are typed.
+    let error = connection
+        .call(
+            "run/steer",
+            Some(json!({ "run_id": started.run_id, "text": "late" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "run_not_active");
+    let again = connection
+        .call("run/cancel", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert_eq!(again["was_active"], false);
+    quiet(&mut connection).await;
+}
+
+/// Two writes of the same file: answered `always`, the second is not asked;
+/// answered `once`, it is asked again (and denied here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn once_and_always_answers() {
+    let script = json!({ "turns": [
+        write_turn("a.txt", "one"),
+        write_turn("a.txt", "two"),
+        text_turn("done"),
+    ]});
+    for scope in ["always", "once"] {
+        let fixture = fixture(script.clone(), |_| {});
+        let mut connection = fixture.connect().await;
+        let started = fixture
+            .start(&connection, with_prompt(ask_write(), "write a"))
+            .await;
+        let first = permission_request(&mut connection).await;
+        resolve(&connection, &started.run_id, &first, "approve", scope).await;
+        let mut asked = 1;
+        let events = loop {
+            let events = until(&mut connection, |kind| {
+                kind.is_terminal() || matches!(kind, RunEventKind::PermissionRequested { .. })
+            })
+            .await;
+            match &events.last().unwrap().event.kind {
+                RunEventKind::PermissionRequested { request_id, .. } => {
+                    asked += 1;
+                    resolve(&connection, &started.run_id, request_id, "deny", "once").await;
+                }
+                _ => break events,
+            }
+        };
+        assert_eq!(
+            events.last().unwrap().result.as_ref().unwrap().state,
+            RunState::Settled
+        );
+        let content = std::fs::read_to_string(fixture.workspace.join("a.txt")).unwrap();
+        if scope == "always" {
+            assert_eq!(asked, 1, "an always answer decides the second write");
+            assert_eq!(content, "two");
+        } else {
+            assert_eq!(asked, 2, "a once answer holds for one call");
+            assert_eq!(content, "one", "the second write was denied");
+        }
+    }
+}
+
+/// A session whose last run was interrupted (its tool call has no result)
+/// is continued by `session/resume`: the call runs, the run settles.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_continues_an_interrupted_session() {
+    use keel_protocol::{
+        AssistantMessage, ContentBlock, Entry, EntryPayload, Message, StopReason, ToolCall,
+        UserMessage,
+    };
+    use keel_session::{JsonlStore, NewSession, SessionStore};
+    let fixture = fixture(json!({ "turns": [text_turn("resumed")] }), |_| {});
+    let store = JsonlStore::new(fixture._root.path().join("sessions")).unwrap();
+    let session = store
+        .create(NewSession {
+            workspace: Some(
+                std::fs::canonicalize(&fixture.workspace)
+                    .unwrap()
+                    .display()
+                    .to_string(),
+            ),
+            ..NewSession::default()
+        })
+        .await
+        .unwrap();
+    let call = AssistantMessage {
+        content: vec![ContentBlock::ToolCall(ToolCall {
+            id: "call_1".into(),
+            name: "write".into(),
+            arguments: json!({ "path": "r.txt", "content": "recovered" }),
+            wire_id: None,
+        })],
+        stop_reason: StopReason::ToolUse,
+        ..AssistantMessage::default()
+    };
+    let entry = |id: &str, parent: Option<&str>, message: Message| Entry {
+        id: id.into(),
+        parent_id: parent.map(str::to_owned),
+        timestamp: 0,
+        payload: EntryPayload::Message { message },
+    };
+    store
+        .append(
+            &session,
+            vec![
+                entry("e1", None, Message::User(UserMessage::text("write r"))),
+                entry("e2", Some("e1"), Message::Assistant(call)),
+            ],
+        )
+        .await
+        .unwrap();
+    drop(store);
+    let mut connection = fixture.connect().await;
+    // A new run on it is refused: it must be resumed first.
+    let error = connection
+        .call(
+            "run/start",
+            Some(json!({ "prompt": "again", "workspace": fixture.ws(), "session_id": session })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "refused");
+    assert_eq!(
+        error.data.as_ref().unwrap()["kernel_code"],
+        "session_interrupted"
+    );
+    let resumed = connection
+        .call(
+            "session/resume",
+            Some(json!({ "session_id": session, "mode": "auto", "tools": ["read", "write"] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed["session_id"], json!(session));
+    let events = until_terminal(&mut connection).await;
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    assert_eq!(
+        std::fs::read_to_string(fixture.workspace.join("r.txt")).unwrap(),
+        "recovered"
+    );
+    // Nothing is interrupted any more.
+    let error = connection
+        .call("session/resume", Some(json!({ "session_id": session })))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        error.data.as_ref().unwrap()["kernel_code"],
+        "nothing_to_resume"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_a_live_run_is_busy() {
+    let fixture = fixture(
+        json!({ "turns": [write_turn("a.txt", "one"), text_turn("ok")] }),
+        |_| {},
+    );
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(&mut connection).await;
+    let mut second = with_prompt(ask_write(), "me too");
+    second["session_id"] = json!(started.session_id);
+    second["workspace"] = json!(fixture.ws());
+    let error = connection
+        .call("run/start", Some(second.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "session_busy", "{error:?}");
+    let listed = connection.call("session/list", None).await.unwrap();
+    assert_eq!(listed["sessions"][0]["busy"], true);
+    let tree = connection
+        .call(
+            "session/tree",
+            Some(json!({ "session_id": started.session_id })),
+        )
+        .await
+        .unwrap();
+    let first = tree["nodes"][0]["id"].as_str().unwrap().to_owned();
+    let error = connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": started.session_id, "entry_id": first })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "session_busy");
+    resolve(&connection, &started.run_id, &request, "approve", "once").await;
+    until_terminal(&mut connection).await;
+    // Once the run ended (its terminal notification seen), the session
+    // takes a new run at once.
+    let again = connection.call("run/start", Some(second)).await.unwrap();
+    assert_eq!(again["session_id"], json!(started.session_id));
+}
+
+/// A long streamed answer: one `message_update` per character.
+fn long_turn(chars: usize) -> Value {
+    json!({ "chunk_chars": 1, "turns": [text_turn(&"x".repeat(chars))] })
+}
+
+/// Every event after `after` exactly once, in order, up to the terminal
+/// one: what `run/subscribe` promises at the join of replay and live tail.
+fn assert_exactly_once(events: &[RunEventNotification], after: Option<u64>) {
+    let seqs: Vec<u64> = events.iter().map(|event| event.event.seq).collect();
+    let first = after.map_or(0, |after| after + 1);
+    let expected: Vec<u64> = (first..first + seqs.len() as u64).collect();
+    if let Some(at) = (0..seqs.len()).find(|&at| seqs[at] != expected[at]) {
+        let around = &seqs[at.saturating_sub(3)..(at + 3).min(seqs.len())];
+        panic!(
+            "not every event after {after:?} exactly once: at position {at} got seq {} \
+             (around: {around:?}), expected {}",
+            seqs[at], expected[at]
+        );
+    }
+    assert!(events.last().unwrap().event.kind.is_terminal());
+    assert_eq!(terminals(events), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_joining_a_live_run_get_every_later_event_exactly_once() {
+    let fixture = fixture(long_turn(4000), |config| {
+        config.ring_events = 100_000;
+        config.ring_bytes = 64 << 20;
+        config.notification_buffer = 100_000;
+    });
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, json!({ "prompt": "talk" }))
+        .await;
+    let mut joiners = Vec::new();
+    for index in 0..24u64 {
+        let late = fixture.connect().await;
+        let run_id = started.run_id.clone();
+        // Joins while the run streams: half from the start, half from a
+        // `seq` the joiner claims to have.
+        let after = (index % 2 == 1).then_some(index * 3);
+        joiners.push(tokio::spawn(async move {
+            let mut late = late;
+            late.call(
+                "run/subscribe",
+                Some(json!({ "run_id": run_id, "after_seq": after })),
+            )
+            .await
+            .unwrap();
+            (until_terminal(&mut late).await, after)
+        }));
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let own = until_terminal(&mut connection).await;
+    assert!(
+        own.len() > 4000,
+        "the run streamed its characters: {}",
+        own.len()
+    );
+    assert_exactly_once(&own, None);
+    for joiner in joiners {
+        let (events, after) = joiner.await.unwrap();
+        assert_exactly_once(&events, after);
+        assert_eq!(
+            events.last().unwrap().event.seq,
+            own.last().unwrap().event.seq
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_seq_older_than_the_ring_is_events_lagged() {
+    let fixture = fixture(long_turn(50), |config| config.ring_events = 4);
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, json!({ "prompt": "talk" }))
+        .await;
+    let own = until_terminal(&mut connection).await;
+    let last = own.last().unwrap().event.seq;
+    let oldest = last - 3;
+    let late = fixture.connect().await;
+    for after in [json!(0), json!(oldest - 2), Value::Null] {
+        let error = late
+            .call(
+                "run/subscribe",
+                Some(json!({ "run_id": started.run_id, "after_seq": after })),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(error_kind(&error), "events_lagged", "{error:?}");
+        let data = error.data.as_ref().unwrap();
+        assert_eq!(data["oldest_seq"], json!(oldest));
+        assert_eq!(data["session_id"], json!(started.session_id));
+    }
+    // The session is the authority: what the ring lost, session/get has.
+    let session = late
+        .call(
+            "session/get",
+            Some(json!({ "session_id": started.session_id })),
+        )
+        .await
+        .unwrap();
+    assert!(!session["entries"].as_array().unwrap().is_empty());
+    let mut late = late;
+    let subscribed = late
+        .call(
+            "run/subscribe",
+            Some(json!({ "run_id": started.run_id, "after_seq": oldest - 1 })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(subscribed["finished"], true);
+    assert_eq!(subscribed["oldest_seq"], json!(oldest));
+    let replayed = until_terminal(&mut late).await;
+    assert_exactly_once(&replayed, Some(oldest - 1));
+    quiet(&mut late).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_request_outlives_its_connection_and_the_first_answer_wins() {
+    let fixture = fixture(
+        json!({ "turns": [write_turn("a.txt", "one"), text_turn("ok")] }),
+        |_| {},
+    );
+    let mut first = fixture.connect().await;
+    let started = fixture
+        .start(&first, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(&mut first).await;
+    drop(first);
+
+    // Another tenant sees nothing of the run.
+    let stranger = fixture.broker.connect(Tenant::new("someone-else"));
+    stranger.call("initialize", None).await.unwrap();
+    let error = stranger
+        .call("run/subscribe", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+    let error = stranger
+        .call(
+            "permission/resolve",
+            Some(json!({ "run_id": started.run_id, "request_id": request, "decision": "approve" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+
+    // A new connection of the same tenant finds the request still pending.
+    let mut second = fixture.connect().await;
+    second
+        .call("run/subscribe", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert_eq!(permission_request(&mut second).await, request);
+    let waiter = second.caller();
+    let run_id = started.run_id.clone();
+    let result = tokio::spawn(async move {
+        waiter
+            .call("run/result", Some(json!({ "run_id": run_id })))
+            .await
+            .unwrap()
+    });
+    resolve(&second, &started.run_id, &request, "approve", "once").await;
+    let error = second
+        .call(
+            "permission/resolve",
+            Some(json!({ "run_id": started.run_id, "request_id": request, "decision": "deny" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found", "the first answer won");
+    let events = until_terminal(&mut second).await;
+    assert_eq!(
+        events.last().unwrap().result.as_ref().unwrap().state,
+        RunState::Settled
+    );
+    assert_eq!(result.await.unwrap()["result"]["state"], "settled");
+    assert_eq!(
+        std::fs::read_to_string(fixture.workspace.join("a.txt")).unwrap(),
+        "one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reader_loses_its_subscription_not_the_servers_memory() {
+    const BUFFER: usize = 4;
+    let fixture = fixture(long_turn(300), |config| config.notification_buffer = BUFFER);
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, json!({ "prompt": "talk" }))
+        .await;
+    // The client reads nothing until the run has ended.
+    connection
+        .call("run/result", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert!(fixture.broker.metrics().lagged_subscribers >= 1);
+    // It then gets at most its buffer, a lagged notice, and catches up by
+    // subscribing again from the last seq it has: every event exactly once.
+    let mut events: Vec<RunEventNotification> = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let mut this_round = 0;
+        let notice = loop {
+            let note = next(&mut connection).await;
+            if note.method == "run/events_lagged" {
+                break Some(note.params);
+            }
+            let event: RunEventNotification = serde_json::from_value(note.params).unwrap();
+            this_round += 1;
+            let terminal = event.event.kind.is_terminal();
+            events.push(event);
+            if terminal {
+                break None;
+            }
+        };
+        assert!(
+            this_round <= BUFFER,
+            "a round delivered {this_round} > {BUFFER}"
+        );
+        let Some(notice) = notice else { break };
+        rounds += 1;
+        assert_eq!(notice["run_id"], json!(started.run_id));
+        assert_eq!(
+            notice["last_seq"],
+            json!(events.last().map(|event| event.event.seq))
+        );
+        connection
+            .call(
+                "run/subscribe",
+                Some(json!({ "run_id": started.run_id, "after_seq": notice["last_seq"] })),
+            )
+            .await
+            .unwrap();
+    }
+    assert!(rounds > 10, "it lagged and caught up repeatedly: {rounds}");
+    assert_exactly_once(&events, None);
+    quiet(&mut connection).await;
+}
+
+fn summary_turn() -> Value {
+    let summary: String = [
+        "Goal",
+        "Constraints and preferences",
+        "Done and verified",
+        "In progress",
+        "Blocked",
+        "Key decisions",
+        "Exact files, symbols, commands and errors",
+        "Next steps",
+    ]
+    .iter()
+    .map(|heading| format!("## {heading}\n- greeted\n"))
+    .collect();
+    text_turn(&summary)
+}
+
+async fn settle(connection: &mut Connection) -> RunEventNotification {
+    let events = until_terminal(connection).await;
+    events.into_iter().last().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
+    // Long answers, so that a summary shrinks the context.
+    let long = |word: &str| text_turn(&format!("{word} ").repeat(1500));
+    let script = json!({ "turns": [
+        long("one"), long("two"), long("three"), long("four"), summary_turn(),
+    ]});
+    // A small window: the kept tail (a quarter of it) leaves older turns
+    // to summarise, and the runs stay below its compaction threshold.
+    let fixture = fixture(script, |config| config.host.context_window = Some(8000));
+    let mut connection = fixture.connect().await;
+    // Three sessions; the first gets a second run.
+    let first = fixture
+        .start(&connection, json!({ "prompt": "hi 1" }))
+        .await;
+    settle(&mut connection).await;
+    let mut again = json!({ "prompt": "hi again", "session_id": first.session_id });
+    again["workspace"] = json!(fixture.ws());
+    connection.call("run/start", Some(again)).await.unwrap();
+    settle(&mut connection).await;
+    for prompt in ["hi 2", "hi 3"] {
+        fixture
+            .start(&connection, json!({ "prompt": prompt }))
+            .await;
+        settle(&mut connection).await;
+    }
+
+    // session/list, two per page.
+    let mut ids = Vec::new();
+    let mut cursor = Value::Null;
+    let mut pages = 0;
+    loop {
+        let page = connection
+            .call(
+                "session/list",
+                Some(json!({ "limit": 2, "cursor": cursor, "workspace": fixture.ws() })),
+            )
+            .await
+            .unwrap();
+        pages += 1;
+        for session in page["sessions"].as_array().unwrap() {
+            ids.push(session["id"].as_str().unwrap().to_owned());
+            assert_eq!(session["busy"], false);
+        }
+        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!((ids.len(), pages), (3, 2), "{ids:?}");
+    assert!(ids.contains(&first.session_id));
+    let error = connection
+        .call("session/list", Some(json!({ "cursor": "no-such-session" })))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "invalid_params");
+
+    // session/get, paginated, the same as in one page.
+    let whole = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": first.session_id, "limit": 1000 })),
+        )
+        .await
+        .unwrap();
+    let whole: Vec<Value> = whole["entries"].as_array().unwrap().clone();
+    assert!(whole.len() >= 4, "two runs' messages: {}", whole.len());
+    let mut paged = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let page = connection
+            .call(
+                "session/get",
+                Some(json!({ "session_id": first.session_id, "limit": 2, "cursor": cursor })),
+            )
+            .await
+            .unwrap();
+        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
+        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
+        if cursor.is_null() {
+            break;
+        }
+    }
+    assert_eq!(paged, whole);
+
+    // session/tree: every entry, the active branch marked.
+    let tree = connection
+        .call(
+            "session/tree",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    let nodes = tree["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), whole.len());
+    assert!(nodes.iter().all(|node| node["active"] == true));
+    let root = nodes[0]["id"].as_str().unwrap().to_owned();
+    let user = whole
+        .iter()
+        .find(|entry| entry["kind"] == "message")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // session/fork at the first message: a new session holding the path to it.
+    let fork = connection
+        .call(
+            "session/fork",
+            Some(json!({ "session_id": first.session_id, "entry_id": user })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(fork["leaf_id"], json!(user));
+    let forked = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": fork["session_id"] })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        forked["entries"].as_array().unwrap().last().unwrap()["id"],
+        json!(user)
+    );
+
+    // session/set_leaf back to the root, then to the leaf it had.
+    let leaf = tree["leaf_id"].as_str().unwrap().to_owned();
+    let moved = connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": first.session_id, "entry_id": root })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(moved["leaf_id"], json!(root));
+    let active = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(active["entries"].as_array().unwrap().len(), 1);
+    connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": first.session_id, "entry_id": leaf })),
+        )
+        .await
+        .unwrap();
+    let error = connection
+        .call(
+            "session/set_leaf",
+            Some(json!({ "session_id": first.session_id, "entry_id": "nope" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+
+    // session/compact: a checkpoint at the leaf, with the run's model.
+    let compacted = connection
+        .call(
+            "session/compact",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    let checkpoint = compacted["checkpoint_id"].as_str().unwrap();
+    let after = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": first.session_id })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after["leaf_id"], json!(checkpoint));
+    assert_eq!(
+        after["entries"].as_array().unwrap().last().unwrap()["kind"],
+        "checkpoint"
+    );
+
+    let error = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": "no-such-session" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn models_list_reads_the_catalog_without_keys() {
+    let fixture = fixture(json!({ "turns": [] }), |_| {});
+    let connection = fixture.connect().await;
+    let models = connection.call("models/list", None).await.unwrap();
+    let providers = models["providers"].as_array().unwrap();
+    assert!(!providers.is_empty());
+    let name = providers[0]["name"].as_str().unwrap().to_owned();
+    let one = connection
+        .call("models/list", Some(json!({ "provider": name })))
+        .await
+        .unwrap();
+    assert_eq!(one["providers"].as_array().unwrap().len(), 1);
+    let error = connection
+        .call(
+            "models/list",
+            Some(json!({ "provider": "no-such-provider" })),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_past_the_limits_and_drain_cancels_what_is_left() {
+    let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |config| {
+        config.max_runs = 1;
+        config.max_queue = 0;
+    });
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    permission_request(&mut connection).await;
+    let mut second = with_prompt(ask_write(), "another");
+    second["workspace"] = json!(fixture.ws());
+    let error = connection
+        .call("run/start", Some(second.clone()))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "overloaded", "{error:?}");
+    assert!(
+        error.data.as_ref().unwrap()["retry_after_ms"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    let metrics = fixture.broker.metrics();
+    assert_eq!((metrics.runs_active, metrics.runs_refused), (1, 1));
+    assert_eq!(metrics.tenants["local"].runs_refused, 1);
+
+    // Drain: the parked run does not finish within the grace, so it is
+    // cancelled; its session stays; no new run starts.
+    tokio::time::timeout(
+        Duration::from_secs(20),
+        fixture.broker.drain(Duration::from_millis(50)),
+    )
+    .await
+    .expect("drain returns once every run has settled");
+    let events = until_terminal(&mut connection).await;
+    assert!(matches!(
+        events.last().unwrap().event.kind,
+        RunEventKind::RunCancelled { .. }
+    ));
+    let error = connection
+        .call("run/start", Some(second))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "draining");
+    let session = connection
+        .call(
+            "session/get",
+            Some(json!({ "session_id": started.session_id })),
+        )
+        .await
+        .unwrap();
+    assert!(!session["entries"].as_array().unwrap().is_empty());
+    assert_eq!(fixture.broker.metrics().runs_active, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_a_connection_cancels_the_runs_it_started_and_settled_waits_for_them() {
+    let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    permission_request(&mut connection).await;
+    connection.cancel_started();
+    tokio::time::timeout(Duration::from_secs(20), connection.settled())
+        .await
+        .expect("settled within 20 s");
+    let result = connection
+        .call("run/result", Some(json!({ "run_id": started.run_id })))
+        .await
+        .unwrap();
+    assert_eq!(result["result"]["state"], "cancelled");
 }

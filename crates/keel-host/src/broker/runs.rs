@@ -162,6 +162,7 @@ impl RunRecord {
 
     /// Subscribes `peer` from after `after_seq`: replays what the ring holds
     /// and registers for the live tail, under one lock (see the module docs).
+    /// An `after_seq` beyond the last event emitted gets the events after it.
     pub(crate) fn subscribe(
         &self,
         peer: &Arc<Peer>,
@@ -229,6 +230,11 @@ impl RunRecord {
         stream.ring.push(seq, Arc::clone(&note), bytes);
         let (mut sent, mut lagged) = (0, 0);
         stream.subscribers.retain_mut(|sub| {
+            // A subscriber that asked from a `seq` not yet emitted waits
+            // for the events after it.
+            if sub.last_seq.is_some_and(|last| seq <= last) {
+                return true;
+            }
             match sub
                 .peer
                 .push(&note, &self.run_id, &self.session_id, sub.last_seq)
@@ -263,34 +269,29 @@ async fn pump(
     runs: RunMap,
     counters: Arc<Counters>,
 ) {
+    let mut holds = Some(holds);
     let mut next_seq = 0;
-    let mut ended = false;
+    let mut terminal = None;
     while let Some(event) = events.next().await {
         next_seq = event.seq + 1;
-        let terminal = event.kind.is_terminal();
-        let result = if terminal {
-            Some(record.run.result().await)
-        } else {
-            None
-        };
-        push_event(&record, event, result.clone(), &counters);
-        if let Some(result) = result {
-            record.done.send_replace(Some(result));
-            ended = true;
+        if event.kind.is_terminal() {
+            terminal = Some(event);
             break;
         }
+        push_event(&record, event, None, &counters);
     }
-    if !ended {
-        // The stream ended without a terminal event: the kernel lost the
-        // run. Its result says so; make the one terminal notification.
-        let result = record.run.result().await;
-        let event = lost_event(&record, next_seq, &result);
-        push_event(&record, event, Some(result.clone()), &counters);
-        record.done.send_replace(Some(result));
-    }
-    drop(events);
-    drop(holds);
+    let result = record.run.result().await;
+    // The kernel's stream ended without a terminal event only if it lost
+    // the run; its result says so, and the pump makes the one terminal
+    // notification from it.
+    let event = terminal.unwrap_or_else(|| lost_event(&record, next_seq, &result));
+    // What the run held is released before its end is told, so a client
+    // that sees the terminal event may start the next run on the session.
+    drop(holds.take());
     counters.run_ended(&record.tenant);
+    record.done.send_replace(Some(result.clone()));
+    push_event(&record, event, Some(result), &counters);
+    drop(events);
     tokio::time::sleep(grace).await;
     lock(&runs).remove(&record.run_id);
 }
