@@ -38,15 +38,16 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
         overrides: args.broker.settings.overrides.clone(),
         workspace: None,
     })?;
-    let flags = ServeFlags {
-        listen: args.listen.clone(),
-        token_file: args.token_file.clone(),
-        token_env: std::env::var(TOKEN_ENV).ok().filter(|token| !token.is_empty()),
-        max_runs: args.broker.max_runs,
-        max_queue: args.broker.max_queue,
-        drain_timeout: args.drain_timeout,
-        allow_origins: args.allow_origin.clone(),
-    };
+    let mut flags = ServeFlags::default();
+    flags.listen = args.listen.clone();
+    flags.token_file = args.token_file.clone();
+    flags.token_env = std::env::var(TOKEN_ENV)
+        .ok()
+        .filter(|token| !token.is_empty());
+    flags.max_runs = args.broker.max_runs;
+    flags.max_queue = args.broker.max_queue;
+    flags.drain_timeout = args.drain_timeout;
+    flags.allow_origins = args.allow_origin.clone();
     let plan = ServePlan::resolve(&settings.server, flags).map_err(server_error)?;
     let mut config = broker_config(&args.broker);
     if let Some(max_runs) = plan.max_runs {
@@ -106,7 +107,10 @@ fn server_error(error: ServerError) -> StartupError {
 /// action then).
 fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{SignalKind, signal};
-    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    let handlers = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    );
     async move {
         match handlers {
             (Ok(mut terminate), Ok(mut interrupt)) => {
