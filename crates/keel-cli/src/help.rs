@@ -19,6 +19,7 @@ Modes of running (one line each):
                                one JSON object at the end | JSON Lines as it goes
   keel demo NAME               a scripted scenario: no key, no network
   keel session list|show|tree  what earlier runs stored
+  keel rpc | keel serve        the host protocol on stdio | a WebSocket
 
 Examples:
   keel demo tool-loop
@@ -38,6 +39,8 @@ Modes of running (one line each):
                                JSON Lines as the run goes (the default when piped)
   keel demo NAME               a scripted scenario: no key, no network
   keel session list|show|tree  what earlier runs stored
+  keel rpc                     JSON-RPC 2.0 on stdin/stdout, for scripts
+  keel serve                   the same over WebSocket, for services
 
 Permission modes (--mode, fixed for the run):
   plan   read-only: reads and sandboxed read-only commands; no writes
@@ -96,13 +99,47 @@ Names:
   tool_spec      a tool offered to the model
   host_control   what a host sends a run (steer, follow-up, cancel, answers)
   host_line      keel's other output lines: result, workspace_changes, session, startup_error, compaction, compaction_failed
-  rpc_request, rpc_response, rpc_notification
-                 the JSON-RPC 2.0 envelope of `keel rpc` and `keel serve`
-  rpc_<method>_params, rpc_<method>_response
-                 each method's parameters and result (`/` in the method is `_`:
-                 rpc_run_start_params, rpc_session_list_response, …)
-  rpc_run_event_notification, rpc_events_lagged_notification
-                 the server's notifications";
+  rpc_request    a JSON-RPC 2.0 request to `keel rpc` / `keel serve`
+  rpc_response   its response (a result or a typed error)
+  rpc_notification  a message of the server that answers nothing
+  rpc_initialize_params  `initialize`'s parameters
+  rpc_initialize_response  `initialize`'s result
+  rpc_run_start_params  `run/start`'s parameters
+  rpc_run_start_response  `run/start`'s result
+  rpc_run_steer_params  `run/steer`'s parameters
+  rpc_run_steer_response  `run/steer`'s result
+  rpc_run_follow_up_params  `run/follow_up`'s parameters
+  rpc_run_follow_up_response  `run/follow_up`'s result
+  rpc_run_cancel_params  `run/cancel`'s parameters
+  rpc_run_cancel_response  `run/cancel`'s result
+  rpc_run_result_params  `run/result`'s parameters
+  rpc_run_result_response  `run/result`'s result
+  rpc_run_subscribe_params  `run/subscribe`'s parameters
+  rpc_run_subscribe_response  `run/subscribe`'s result
+  rpc_run_queue_params  `run/queue`'s parameters
+  rpc_run_queue_response  `run/queue`'s result
+  rpc_run_queue_clear_params  `run/queue/clear`'s parameters
+  rpc_run_queue_clear_response  `run/queue/clear`'s result
+  rpc_permission_resolve_params  `permission/resolve`'s parameters
+  rpc_permission_resolve_response  `permission/resolve`'s result
+  rpc_session_list_params  `session/list`'s parameters
+  rpc_session_list_response  `session/list`'s result
+  rpc_session_get_params  `session/get`'s parameters
+  rpc_session_get_response  `session/get`'s result
+  rpc_session_tree_params  `session/tree`'s parameters
+  rpc_session_tree_response  `session/tree`'s result
+  rpc_session_fork_params  `session/fork`'s parameters
+  rpc_session_fork_response  `session/fork`'s result
+  rpc_session_set_leaf_params  `session/set_leaf`'s parameters
+  rpc_session_set_leaf_response  `session/set_leaf`'s result
+  rpc_session_compact_params  `session/compact`'s parameters
+  rpc_session_compact_response  `session/compact`'s result
+  rpc_session_resume_params  `session/resume`'s parameters
+  rpc_session_resume_response  `session/resume`'s result
+  rpc_models_list_params  `models/list`'s parameters
+  rpc_models_list_response  `models/list`'s result
+  rpc_run_event_notification  `run/event`: one event of a subscribed run
+  rpc_events_lagged_notification  `run/events_lagged`: a subscription that fell behind";
 
 /// What `keel rpc --help` shows after the options.
 pub const RPC_EXAMPLES: &str = "\

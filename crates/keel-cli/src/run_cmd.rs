@@ -54,16 +54,18 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
-    let kernel = host_config(&args, setup.config).kernel(store.clone())?;
-    let spec = spec_for(&args, setup.mode);
     if args.input_format == InputFormat::StreamJson {
+        let (broker, runs) = stream_broker(&args, setup.mode, &store)?;
         let first = match args.prompt.as_deref() {
             Some(argument) => FirstRun::Prompt(prompt(Some(argument))?),
             None => FirstRun::Wait,
         };
         let output = Output::new(&args.output, false);
-        return stream_input::run(&kernel, &store, output, first, continued.session_id, spec).await;
+        let session = continued.session_id;
+        return stream_input::run(&broker, &store, output, first, session, runs).await;
     }
+    let kernel = host_config(&args, setup.config).kernel(store.clone())?;
+    let spec = spec_for(&args, setup.mode);
     let spec = spec(prompt(args.prompt.as_deref())?, continued.session_id);
     let received = signals::Received::install();
     let run = kernel
@@ -134,6 +136,13 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     }
     keel_tools::outputs::keep_after_runs(args.keep_outputs);
     check_budget(args.max_budget_usd)?;
+    if args.input_format == InputFormat::StreamJson {
+        // The broker records the move of workspace itself (`session/resume`).
+        let (broker, runs) = stream_broker(&args, setup.mode, &store)?;
+        let output = Output::new(&args.output, false);
+        let session = Some(session_id);
+        return stream_input::run(&broker, &store, output, FirstRun::Resume, session, runs).await;
+    }
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let base = spec_for(&args, setup.mode);
     let spec = move |prompt, session| {
@@ -143,11 +152,6 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
             None => spec,
         }
     };
-    if args.input_format == InputFormat::StreamJson {
-        let output = Output::new(&args.output, false);
-        let session = Some(session_id);
-        return stream_input::run(&kernel, &store, output, FirstRun::Resume, session, spec).await;
-    }
     let received = signals::Received::install();
     let spec = spec(String::new(), Some(session_id));
     let run = kernel
@@ -304,13 +308,59 @@ fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
     })?)
 }
 
-/// The host configuration with the flags that have no configuration key.
-fn host_config(args: &RunArgs, mut config: keel_host::HostConfig) -> keel_host::HostConfig {
-    config.system_prompt = args.system_prompt.clone();
-    config.append_system_prompt = args.append_system_prompt.clone();
-    config.context_window = args.context_window;
-    config.environment = !args.no_environment;
-    config.sandbox.mode = args.sandbox.into();
-    config.sandbox.env.extend(args.sandbox_env.iter().cloned());
-    config
+/// The host configuration with the flags that have no configuration key
+/// (applied by keel-host, as every host applies them).
+fn host_config(args: &RunArgs, config: keel_host::HostConfig) -> keel_host::HostConfig {
+    host_options(args).apply(config)
+}
+
+/// The flags that have no configuration key.
+fn host_options(args: &RunArgs) -> keel_host::HostOptions {
+    let mut options = keel_host::HostOptions::default();
+    options.system_prompt = args.system_prompt.clone();
+    options.append_system_prompt = args.append_system_prompt.clone();
+    options.context_window = args.context_window;
+    options.no_environment = args.no_environment;
+    options.sandbox_mode = Some(args.sandbox.into());
+    options.sandbox_env = args.sandbox_env.clone();
+    options
+}
+
+/// The broker `--input-format stream-json` drives its runs through (the
+/// same configuration layers and flags as a kernel of `keel run`), and
+/// what each run asks of it; its kernel is built now, so a configuration
+/// error is a startup error before any input is read.
+fn stream_broker(
+    args: &RunArgs,
+    mode: PermissionMode,
+    store: &Arc<keel_session::JsonlStore>,
+) -> Result<(keel_host::broker::Broker, stream_input::Runs), StartupError> {
+    let mut config = keel_host::broker::BrokerConfig::default();
+    config.config_file = args.settings.config.clone();
+    config.profile = args.settings.profile.clone();
+    config.overrides = args.settings.overrides.clone();
+    config.provider = args.provider.clone();
+    config.model = args.model.clone();
+    config.base_url = args.base_url.clone();
+    config.script = args.script.clone();
+    config.sandbox_read = args.sandbox_read.clone();
+    config.host = host_options(args);
+    // One client that prints every event: no watchdog (as `keel run`),
+    // and room for a whole run's events.
+    config.stall_timeout = None;
+    config.notification_buffer = 1 << 16;
+    config.ring_events = 1 << 16;
+    config.ring_bytes = 64 << 20;
+    let broker = keel_host::broker::Broker::with_store(config, Arc::clone(store));
+    let workspace = sessions::workspace_root(args.workspace.as_deref())?;
+    let template = keel_protocol::rpc::methods::RunStartParams {
+        workspace: workspace.display().to_string(),
+        mode: Some(mode),
+        tools: args.tools.clone(),
+        max_turns: args.max_turns,
+        max_cost_usd: args.max_budget_usd,
+        ..Default::default()
+    };
+    broker.prepare(&template)?;
+    Ok((broker, stream_input::Runs { template }))
 }

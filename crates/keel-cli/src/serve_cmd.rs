@@ -6,6 +6,7 @@
 
 use std::process::ExitCode;
 
+use keel_host::broker::admission::Quota;
 use keel_host::broker::{Broker, BrokerConfig};
 use keel_host::{HostOptions, Settings, Sources};
 use keel_server::{ServeFlags, ServePlan, ServerError};
@@ -55,6 +56,12 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
     }
     if let Some(max_queue) = plan.max_queue {
         config.max_queue = max_queue;
+    }
+    for (tenant, quota) in &plan.quotas {
+        let mut limits = Quota::unlimited();
+        limits.max_active = quota.max_active_runs;
+        limits.starts_per_minute = quota.starts_per_minute;
+        config.quotas.insert(tenant.clone(), limits);
     }
     let broker = Broker::new(config)?;
     let server = keel_server::http::bind(plan.serve)

@@ -3,18 +3,18 @@
 //! line (`keel schema host_control`), without a server.
 //!
 //! - `user_message` (and `follow_up`) with no run active starts the next
-//!   run, in the same session as the one before; during a run both queue a
-//!   follow-up (`AgentRun::follow_up`).
-//! - `steer` queues a steering message (`AgentRun::steer`), `cancel`
-//!   cancels the run (`AgentRun::cancel`), `permission_answer` answers a
-//!   `permission_requested` event by its id. With no run active they are
+//!   run (`run/start`), in the same session as the one before; during a
+//!   run both queue a follow-up (`run/follow_up`).
+//! - `steer` queues a steering message (`run/steer`), `cancel` cancels the
+//!   run (`run/cancel`), `permission_answer` answers a
+//!   `permission_requested` event by its id (`permission/resolve`). With no run active they are
 //!   ignored with a note on stderr.
 //! - A line that is not a control message is ignored with a note on stderr
 //!   naming its line number; blank lines are skipped.
 //! - End of input denies the pending permission requests and every later
 //!   one, lets the active run finish, and ends `keel` after it. A prompt
 //!   argument starts the first run without waiting for a message; `keel
-//!   resume` starts it by continuing the interrupted run (`FirstRun::Resume`),
+//!   resume` starts it by continuing the interrupted run (`session/resume`),
 //!   and later messages start runs in that session as usual.
 //!
 //! Each run prints its events, result, workspace changes and session line
@@ -25,15 +25,28 @@
 //!
 //! Stdin is read on a thread of its own with blocking reads, so a script
 //! that keeps its end open never holds `keel` at exit.
+//!
+//! This is one adapter over keel-host's broker (`keel_host::broker`), the
+//! place where every host message is applied: it holds one local
+//! connection (tenant `local`) and turns each control line into a broker
+//! call (`run/start`, `run/steer`, `run/follow_up`, `run/cancel`,
+//! `permission/resolve`, `session/resume`), and each `run/event`
+//! notification into printed output. So its behaviour and `keel rpc`'s are
+//! defined once.
 
 use std::io::BufRead;
 use std::process::ExitCode;
 
+use keel_host::broker::{Broker, Caller, Connection, Tenant};
 use keel_host::sessions;
-use keel_kernel::{AgentKernel, AgentRun, ControlError, RunSpec};
-use keel_protocol::{HostControl, PermissionResolution, RunEventKind, RunResult, SessionLine};
+use keel_protocol::rpc::methods::{
+    EVENTS_LAGGED, EventsLaggedNotification, RUN_EVENT, RunEventNotification, RunStartParams,
+    RunStartResponse, SessionResumeParams,
+};
+use keel_protocol::rpc::{Notification, RpcError};
+use keel_protocol::{HostControl, RunEventKind, RunResult, SessionLine};
 use keel_session::JsonlStore;
-use keel_tools::changes::WorkspaceChanges;
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
 use crate::host;
@@ -53,23 +66,63 @@ pub enum FirstRun {
     Wait,
     /// With this prompt, without waiting for a message.
     Prompt(String),
-    /// By continuing the session's interrupted run (`AgentKernel::resume_with`).
+    /// By continuing the session's interrupted run (`session/resume`).
     Resume,
+}
+
+/// What every run of this invocation asks the broker for: the workspace,
+/// mode, tools and limits of `keel run`'s flags and configuration (the
+/// prompt and session change per run).
+pub struct Runs {
+    /// `run/start`'s parameters without prompt and session.
+    pub template: RunStartParams,
+}
+
+impl Runs {
+    fn start(&self, prompt: String, session: Option<String>) -> Value {
+        let mut params = self.template.clone();
+        params.prompt = prompt;
+        params.session_id = session;
+        params.subscribe = Some(true);
+        serde_json::to_value(params).unwrap_or(Value::Null)
+    }
+
+    fn resume(&self, session: String) -> Value {
+        let template = &self.template;
+        let params = SessionResumeParams {
+            session_id: session,
+            workspace: Some(template.workspace.clone()),
+            provider: template.provider.clone(),
+            model: template.model.clone(),
+            mode: template.mode,
+            tools: template.tools.clone(),
+            max_turns: template.max_turns,
+            max_cost_usd: template.max_cost_usd,
+            subscribe: Some(true),
+        };
+        serde_json::to_value(params).unwrap_or(Value::Null)
+    }
 }
 
 /// Runs until input ends with no run active (or a signal); see the module docs.
 pub async fn run(
-    kernel: &AgentKernel,
+    broker: &Broker,
     store: &JsonlStore,
     output: Output,
     first: FirstRun,
     session: Option<String>,
-    spec: impl Fn(String, Option<String>) -> RunSpec,
+    runs: Runs,
 ) -> Result<ExitCode, StartupError> {
     let received = signals::Received::install();
     let (signalled, watched) = watch::channel(false);
+    let connection = broker.connect(Tenant::local());
+    connection
+        .call("initialize", None)
+        .await
+        .map_err(|error| startup_error(&error))?;
     let driver = Driver {
-        kernel,
+        caller: connection.caller(),
+        connection,
         store,
         output,
         inputs: spawn_reader(),
@@ -77,7 +130,7 @@ pub async fn run(
         signalled: watched,
     };
     let last = tokio::select! {
-        last = driver.run_all(first, session, spec) => last?,
+        last = driver.run_all(first, session, runs) => last?,
         never = signals::on_signal(&received, || { let _ = signalled.send(true); }) => match never {},
     };
     if let Some(code) = received.exit_code() {
@@ -92,8 +145,20 @@ pub async fn run(
     }
 }
 
+/// A broker error as a startup error: the kernel's or the host's own code
+/// when it names one (`session_interrupted`, `invalid_script`, …).
+fn startup_error(error: &RpcError) -> StartupError {
+    let data = error.data.as_ref();
+    let code = ["kernel_code", "host_code", "code"]
+        .iter()
+        .find_map(|key| data?.get(*key)?.as_str())
+        .unwrap_or("host");
+    StartupError::new(code, error.message.clone())
+}
+
 struct Driver<'a> {
-    kernel: &'a AgentKernel,
+    connection: Connection,
+    caller: Caller,
     store: &'a JsonlStore,
     output: Output,
     inputs: mpsc::UnboundedReceiver<Input>,
@@ -109,7 +174,7 @@ impl Driver<'_> {
         mut self,
         first: FirstRun,
         mut session: Option<String>,
-        spec: impl Fn(String, Option<String>) -> RunSpec,
+        runs: Runs,
     ) -> Result<Option<RunResult>, StartupError> {
         let mut next = first;
         let mut last = None;
@@ -126,26 +191,41 @@ impl Driver<'_> {
             if *self.signalled.borrow() {
                 return Ok(last);
             }
-            let started = match prompt {
-                Some(prompt) => self.kernel.create_run(spec(prompt, session.clone())).await,
-                None => {
-                    self.kernel
-                        .resume_with(spec(String::new(), session.clone()))
+            let started = match (prompt, session.clone()) {
+                (Some(prompt), session) => {
+                    self.caller
+                        .call("run/start", Some(runs.start(prompt, session)))
                         .await
                 }
-            };
-            let run = match started {
-                Ok(run) => run,
-                Err(error) if last.is_none() => {
-                    return Err(StartupError::new(error.code(), error.to_string()));
+                (None, Some(session)) => {
+                    self.caller
+                        .call("session/resume", Some(runs.resume(session)))
+                        .await
                 }
+                (None, None) => return Err(StartupError::new("usage", "no session to resume")),
+            };
+            let started = started.and_then(|value| {
+                serde_json::from_value::<RunStartResponse>(value).map_err(|error| {
+                    RpcError::new(keel_protocol::rpc::ErrorKind::Internal, error.to_string())
+                })
+            });
+            let started = match started {
+                Ok(started) => started,
+                Err(error) if last.is_none() => return Err(startup_error(&error)),
                 Err(error) => {
-                    eprintln!("keel: no run started: {error}");
+                    eprintln!("keel: no run started: {}", error.message);
                     continue;
                 }
             };
-            session = Some(run.session_id().to_owned());
-            let (result, changes) = self.drive(&run).await?;
+            session = Some(started.session_id.clone());
+            let result = self.drive(&started.run_id).await?;
+            let changes = match self.caller.workspace_changes(&started.run_id).await {
+                Ok(changes) => Some(changes),
+                Err(error) => {
+                    tracing::warn!(%error, "no workspace changes to report");
+                    None
+                }
+            };
             let path = sessions::session_file(self.store, &result.session_id)?;
             let line = SessionLine {
                 id: result.session_id.clone(),
@@ -182,32 +262,36 @@ impl Driver<'_> {
     }
 
     /// Prints the run's events while applying the messages that arrive;
-    /// returns its result and the workspace's changes.
-    async fn drive(
-        &mut self,
-        run: &AgentRun,
-    ) -> Result<(RunResult, Option<WorkspaceChanges>), StartupError> {
-        let mut events = run
-            .events()
-            .map_err(|error| StartupError::new("host", error.to_string()))?;
+    /// returns its result (carried by its terminal notification).
+    async fn drive(&mut self, run_id: &str) -> Result<RunResult, StartupError> {
+        let run = Run {
+            caller: self.caller.clone(),
+            run_id: run_id.to_owned(),
+        };
         let mut pending: Vec<String> = Vec::new();
         let mut cancelled = *self.signalled.borrow();
         if cancelled {
-            run.cancel();
+            run.cancel().await;
         }
         let mut ticks = tokio::time::interval(crate::view::TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 _ = ticks.tick(), if self.output.wants_ticks() => self.output.tick(),
-                event = events.next() => {
-                    let Some(event) = event else { break };
-                    self.output.event(&event);
-                    if let RunEventKind::PermissionRequested { request_id, .. } = &event.kind {
+                note = self.connection.notification() => {
+                    let Some(note) = note else {
+                        return Err(StartupError::new("host", "the broker connection closed"));
+                    };
+                    let Some(event) = run.event_of(note).await else { continue };
+                    self.output.event(&event.event);
+                    if let Some(result) = event.result {
+                        return Ok(result);
+                    }
+                    if let RunEventKind::PermissionRequested { request_id, .. } = &event.event.kind {
                         if self.open {
                             pending.push(request_id.clone());
                         } else {
-                            deny(run, request_id);
+                            run.deny(request_id).await;
                         }
                     }
                 }
@@ -215,62 +299,111 @@ impl Driver<'_> {
                     None => {
                         self.open = false;
                         for request_id in pending.drain(..) {
-                            deny(run, &request_id);
+                            run.deny(&request_id).await;
                         }
                     }
-                    Some(Ok(control)) => apply(run, control, &mut pending),
+                    Some(Ok(control)) => run.apply(control, &mut pending).await,
                     Some(Err(problem)) => eprintln!("keel: {problem}"),
                 },
                 _ = self.signalled.wait_for(|signalled| *signalled), if !cancelled => {
                     cancelled = true;
-                    run.cancel();
+                    run.cancel().await;
                 }
             }
         }
-        Ok(host::end(run).await)
     }
 }
 
-/// Applies one control message to the active run.
-fn apply(run: &AgentRun, control: HostControl, pending: &mut Vec<String>) {
-    let what = name(&control);
-    let outcome = match &control {
-        HostControl::UserMessage { text } | HostControl::FollowUp { text } => {
-            run.follow_up(text.clone())
+/// The active run, as the broker knows it.
+struct Run {
+    caller: Caller,
+    run_id: String,
+}
+
+impl Run {
+    async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.caller.call(method, Some(params)).await
+    }
+
+    async fn cancel(&self) {
+        if let Err(error) = self
+            .call("run/cancel", json!({ "run_id": self.run_id }))
+            .await
+        {
+            eprintln!("keel: `cancel` not applied: {}", error.message);
         }
-        HostControl::Steer { text } => run.steer(text.clone()),
-        HostControl::Cancel => {
-            run.cancel();
-            Ok(())
-        }
-        _ => match control.permission_answer() {
-            Some((request_id, answer)) => {
-                let outcome = run.resolve_permission(request_id, answer);
-                if let Err(ControlError::UnsupportedScope(scope)) = &outcome {
-                    eprintln!(
-                        "keel: answers with scope {scope:?} are not supported; request {request_id} is denied"
-                    );
-                    deny(run, request_id);
+    }
+
+    /// This run's event in `note`; a lagged subscription is picked up
+    /// again from the last event printed, so nothing is lost.
+    async fn event_of(&self, note: Notification) -> Option<RunEventNotification> {
+        match note.method.as_str() {
+            RUN_EVENT => {
+                let event: RunEventNotification = serde_json::from_value(note.params).ok()?;
+                (event.run_id == self.run_id).then_some(event)
+            }
+            EVENTS_LAGGED => {
+                let lagged: EventsLaggedNotification = serde_json::from_value(note.params).ok()?;
+                let params = json!({ "run_id": lagged.run_id, "after_seq": lagged.last_seq });
+                if let Err(error) = self.call("run/subscribe", params).await {
+                    eprintln!("keel: the run's events were lost: {}", error.message);
                 }
-                if !matches!(outcome, Err(ControlError::UnknownPermissionRequest(_))) {
-                    pending.retain(|pending| pending != request_id);
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// Applies one control message to the active run.
+    async fn apply(&self, control: HostControl, pending: &mut Vec<String>) {
+        let what = name(&control);
+        let run_id = &self.run_id;
+        let outcome = match &control {
+            HostControl::UserMessage { text } | HostControl::FollowUp { text } => {
+                self.call("run/follow_up", json!({ "run_id": run_id, "text": text }))
+                    .await
+            }
+            HostControl::Steer { text } => {
+                self.call("run/steer", json!({ "run_id": run_id, "text": text }))
+                    .await
+            }
+            HostControl::Cancel => self.call("run/cancel", json!({ "run_id": run_id })).await,
+            HostControl::PermissionAnswer {
+                request_id,
+                decision,
+                scope,
+            } => {
+                let params = json!({ "run_id": run_id, "request_id": request_id,
+                    "decision": decision, "scope": scope });
+                let outcome = self.call("permission/resolve", params).await;
+                match &outcome {
+                    Err(error) if error.kind_name() == Some("invalid_params") => {
+                        eprintln!(
+                            "keel: answers with scope {scope:?} are not supported; request {request_id} is denied"
+                        );
+                        self.deny(request_id).await;
+                        pending.retain(|pending| pending != request_id);
+                    }
+                    Err(error) if error.kind_name() == Some("not_found") => {}
+                    _ => pending.retain(|pending| pending != request_id),
                 }
                 outcome
             }
-            None => {
+            _ => {
                 eprintln!("keel: `{what}` is not supported here; ignored");
-                Ok(())
+                Ok(Value::Null)
             }
-        },
-    };
-    if let Err(error) = outcome {
-        eprintln!("keel: `{what}` not applied: {error}");
+        };
+        if let Err(error) = outcome {
+            eprintln!("keel: `{what}` not applied: {}", error.message);
+        }
     }
-}
 
-fn deny(run: &AgentRun, request_id: &str) {
-    // A stale id means the run already moved on (e.g. it was cancelled).
-    let _ = run.resolve_permission(request_id, PermissionResolution::Denied);
+    async fn deny(&self, request_id: &str) {
+        // A stale id means the run already moved on (e.g. it was cancelled).
+        let params = json!({ "run_id": self.run_id, "request_id": request_id, "decision": "deny" });
+        let _ = self.call("permission/resolve", params).await;
+    }
 }
 
 /// The message's `type`, for notes.

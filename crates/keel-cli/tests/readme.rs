@@ -184,3 +184,76 @@ fn the_parser_reads_continuations_quotes_and_markers() {
     assert_eq!(found[2].needs.as_deref(), Some("a key"));
     assert_eq!(found[3].command, "echo '# not a comment'");
 }
+
+/// The service example ("Keel as a service") runs for real: a Python
+/// client with the `websockets` package against `keel serve`. It may skip
+/// only where python3 is missing, and never on CI (`CI` set), where
+/// `.ci/run` installs `websockets`; a missing package fails here, naming it.
+#[test]
+fn the_service_example_runs_with_python_websockets() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    // The Python shown is the file the example runs.
+    let client = std::fs::read_to_string(root.join("docs/examples/service_client.py")).unwrap();
+    assert!(
+        readme.contains(&format!("```python\n{client}```")),
+        "README's Python block differs from docs/examples/service_client.py"
+    );
+    let example = commands(&readme)
+        .into_iter()
+        .find(|readme| {
+            readme
+                .needs
+                .as_deref()
+                .is_some_and(|n| n.starts_with("python3"))
+        })
+        .expect("the README's service example, marked as needing python3");
+    let has_python = Command::new("python3")
+        .arg("--version")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if !has_python {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 is missing on CI: the service example cannot run"
+        );
+        eprintln!("note: the service example skipped: python3 is missing");
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let bin = shims(home.path());
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let output = Command::new("timeout")
+        .args(["120", "sh", "-c", &example.command])
+        .current_dir(&root)
+        .env("PATH", &path)
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env_remove("KEEL_LOG")
+        .env_remove("KEEL_SERVER_TOKEN")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        !stderr.contains("No module named 'websockets'"),
+        "the `websockets` package is missing: `python3 -m pip install 'websockets==17.*'` \
+         (and PYTHONPATH if installed with --target)"
+    );
+    assert_eq!(output.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("0 run_started\n"), "{stdout}");
+    assert!(stdout.contains(" run_settled\n"), "{stdout}");
+    assert!(
+        stdout.ends_with(
+            "settled - This folder holds Keel's documentation: one Markdown file per subject.\n"
+        ),
+        "{stdout}"
+    );
+}

@@ -117,8 +117,18 @@ async fn limits_hold_under_concurrency_with_cancellations() {
             finished.fetch_add(1, Ordering::SeqCst);
         }));
     }
-    for task in tasks {
-        task.await.expect("a task panicked");
+    // A bounded wait: a lost wake-up leaves callers waiting forever.
+    let all = async {
+        for task in tasks {
+            task.await.expect("a task panicked");
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(60), all)
+        .await
+        .is_err()
+    {
+        let stats = admission.snapshot();
+        panic!("callers still wait after 60 s (a wake-up was lost?): {stats:?}");
     }
     let most = most_active.load(Ordering::SeqCst);
     assert!((1..=4).contains(&most), "{most} runs were active at once");
@@ -273,6 +283,29 @@ async fn round_robin_serves_a_lone_waiter_within_two_releases() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn one_tenants_waiters_are_served_in_arrival_order() {
+    let admission = Admission::new(Limits::new(1, 10));
+    let mut holder = granted(&admission, "a");
+    let mut waiting: Vec<(usize, Admit)> = (0..4).map(|i| (i, queued(&admission, "a"))).collect();
+    for expected in 0..4 {
+        drop(holder);
+        let mut served = Vec::new();
+        let mut still = Vec::new();
+        for (i, mut future) in waiting {
+            match poll_once(&mut future) {
+                Some(outcome) => served.push((i, outcome.expect("refused"))),
+                None => still.push((i, future)),
+            }
+        }
+        waiting = still;
+        assert_eq!(served.len(), 1, "one release served {}", served.len());
+        let (i, permit) = served.remove(0);
+        assert_eq!(i, expected, "waiter {i} served before waiter {expected}");
+        holder = permit;
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn drain_refuses_queued_and_new_callers_and_keeps_held_permits() {
     let admission = Admission::new(Limits::new(1, 10));
     let held = granted(&admission, "a");
@@ -373,9 +406,37 @@ impl Rng {
     }
 }
 
+/// What admitting `tenant` must do now, from the counters alone: the
+/// oracle of the random sequences.
+fn expected_outcome(admission: &Admission, tenant: &str) -> &'static str {
+    let stats = admission.snapshot();
+    let quota = admission.limits().quota_of(tenant);
+    let mine = stats.tenants.get(tenant).copied().unwrap_or_default();
+    if stats.draining {
+        "draining"
+    } else if quota
+        .max_active
+        .is_some_and(|max| mine.active + mine.queued >= max)
+    {
+        QUOTA_MAX_ACTIVE
+    } else if quota
+        .starts_per_minute
+        .is_some_and(|rate| mine.starts_last_minute + mine.queued >= rate as usize)
+    {
+        QUOTA_STARTS_PER_MINUTE
+    } else if stats.active < stats.max_active {
+        "granted"
+    } else if stats.queued < stats.max_queue {
+        "queued"
+    } else {
+        "overloaded"
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
     const TENANTS: [&str; 3] = ["a", "b", "c"];
+    let mut seen = std::collections::BTreeMap::<&str, usize>::new();
     for seed in 0..300u64 {
         let mut rng = Rng(seed);
         let max_active = 1 + rng.below(4);
@@ -396,16 +457,29 @@ async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
             match rng.below(10) {
                 0..=3 => {
                     let tenant = TENANTS[rng.below(3)];
+                    let expected = expected_outcome(&admission, tenant);
                     let mut future = admit(&admission, tenant);
-                    match poll_once(&mut future) {
-                        Some(Ok(permit)) => held.push(permit),
+                    let outcome = match poll_once(&mut future) {
+                        Some(Ok(permit)) => {
+                            held.push(permit);
+                            "granted"
+                        }
                         Some(Err(refusal)) => {
                             if let Some(ms) = refusal.retry_after_ms() {
                                 assert!(ms > 0, "{context}: {refusal:?}");
                             }
+                            match refusal {
+                                Refusal::QuotaExceeded { quota, .. } => quota,
+                                other => other.code(),
+                            }
                         }
-                        None => waiting.push((tenant, future)),
-                    }
+                        None => {
+                            waiting.push((tenant, future));
+                            "queued"
+                        }
+                    };
+                    assert_eq!(outcome, expected, "{context}: {tenant}");
+                    *seen.entry(outcome).or_default() += 1;
                 }
                 4..=5 if !held.is_empty() => {
                     let at = rng.below(held.len());
@@ -469,4 +543,44 @@ async fn random_sequences_keep_the_bounds_and_leak_no_slot() {
             "seed {seed}: tenants kept"
         );
     }
+    // The sequences reach every outcome, or they prove little.
+    for outcome in [
+        "granted",
+        "queued",
+        "overloaded",
+        "draining",
+        QUOTA_MAX_ACTIVE,
+        QUOTA_STARTS_PER_MINUTE,
+    ] {
+        assert!(
+            seen.get(outcome).is_some_and(|&n| n > 0),
+            "no sequence was {outcome}: {seen:?}"
+        );
+    }
+}
+
+#[test]
+fn refusals_become_the_protocols_errors() {
+    use keel_protocol::rpc::RpcError;
+    let error = RpcError::from(Refusal::QuotaExceeded {
+        retry_after_ms: 1500,
+        quota: QUOTA_STARTS_PER_MINUTE,
+    });
+    assert_eq!(
+        serde_json::to_value(&error).expect("serializes"),
+        serde_json::json!({
+            "code": -32007,
+            "message": "quota `starts_per_minute` exceeded; retry in 1500 ms",
+            "data": {"code": "quota_exceeded", "retry_after_ms": 1500, "quota": "starts_per_minute"},
+        })
+    );
+    let error = RpcError::from(Refusal::Overloaded { retry_after_ms: 20 });
+    assert_eq!(error.kind_name(), Some("overloaded"));
+    assert_eq!(
+        error.data.as_ref().and_then(|d| d.get("retry_after_ms")),
+        Some(&serde_json::json!(20))
+    );
+    let error = RpcError::from(Refusal::Draining);
+    assert_eq!(error.kind_name(), Some(Refusal::Draining.code()));
+    assert_eq!(error.data, Some(serde_json::json!({"code": "draining"})));
 }

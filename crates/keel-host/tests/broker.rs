@@ -78,10 +78,23 @@ async fn next(connection: &mut Connection) -> Notification {
         .expect("the connection is open")
 }
 
+/// The next run event; a subscription that lagged (the test read slower
+/// than the run streamed) is resumed from its last `seq`, as a client does.
 async fn next_event(connection: &mut Connection) -> RunEventNotification {
-    let note = next(connection).await;
-    assert_eq!(note.method, "run/event", "{note:?}");
-    serde_json::from_value(note.params).unwrap()
+    loop {
+        let note = next(connection).await;
+        if note.method == "run/events_lagged" {
+            let params = json!({ "run_id": note.params["run_id"],
+                "after_seq": note.params["last_seq"] });
+            connection
+                .call("run/subscribe", Some(params))
+                .await
+                .unwrap();
+            continue;
+        }
+        assert_eq!(note.method, "run/event", "{note:?}");
+        return serde_json::from_value(note.params).unwrap();
+    }
 }
 
 /// Events until the terminal one (included).
@@ -1093,4 +1106,184 @@ async fn closing_a_connection_cancels_the_runs_it_started_and_settled_waits_for_
         .await
         .unwrap();
     assert_eq!(result["result"]["state"], "cancelled");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_queue_is_listed_and_cleared() {
+    let script = json!({ "turns": [
+        write_turn("a.txt", "one"),
+        { "expect": { "last_user_contains": "keep me" },
+          "content": [{ "type": "text", "text": "done" }] },
+    ]});
+    let fixture = fixture(script, |_| {});
+    let mut connection = fixture.connect().await;
+    let started = fixture
+        .start(&connection, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(&mut connection).await;
+    let run = json!({ "run_id": started.run_id });
+    for (method, text) in [
+        ("run/steer", "keep me"),
+        ("run/follow_up", "drop me"),
+        ("run/follow_up", "me too"),
+    ] {
+        connection
+            .call(
+                method,
+                Some(json!({ "run_id": started.run_id, "text": text })),
+            )
+            .await
+            .unwrap();
+    }
+    let queued = connection
+        .call("run/queue", Some(run.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        queued["queued"],
+        json!([
+            { "kind": "steer", "text": "keep me" },
+            { "kind": "follow_up", "text": "drop me" },
+            { "kind": "follow_up", "text": "me too" },
+        ])
+    );
+    let cleared = connection
+        .call(
+            "run/queue/clear",
+            Some(json!({ "run_id": started.run_id, "queue": "follow_up" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        cleared["cleared"],
+        json!([{ "kind": "follow_up", "text": "drop me" }, { "kind": "follow_up", "text": "me too" }])
+    );
+    let queued = connection
+        .call("run/queue", Some(run.clone()))
+        .await
+        .unwrap();
+    assert_eq!(
+        queued["queued"],
+        json!([{ "kind": "steer", "text": "keep me" }])
+    );
+    resolve(&connection, &started.run_id, &request, "approve", "once").await;
+    let events = until_terminal(&mut connection).await;
+    assert!(
+        events
+            .iter()
+            .any(|event| matches!(event.event.kind, RunEventKind::QueueCleared { .. }))
+    );
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    assert!(
+        serde_json::to_string(&result.message)
+            .unwrap()
+            .contains("done")
+    );
+    let queued = connection.call("run/queue", Some(run)).await.unwrap();
+    assert_eq!(queued["queued"], json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_method_of_the_protocol_is_implemented() {
+    let fixture = fixture(json!({ "turns": [] }), |_| {});
+    let connection = fixture.connect().await;
+    for method in keel_protocol::rpc::methods::METHODS {
+        if let Err(error) = connection.call(method, Some(json!({}))).await {
+            assert_ne!(
+                error_kind(&error),
+                "method_not_found",
+                "{method}: {error:?}"
+            );
+        }
+    }
+}
+
+/// Kernels are cached per (configuration, workspace) and an idle one is
+/// dropped once older than `idle_kernel_ttl`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_kernels_are_evicted() {
+    for (ttl, cached) in [(Duration::from_secs(3600), 2), (Duration::ZERO, 1)] {
+        let fixture = fixture(
+            json!({ "by_history": true, "turns": [text_turn("hi")] }),
+            |config| {
+                config.idle_kernel_ttl = ttl;
+            },
+        );
+        let mut connection = fixture.connect().await;
+        fixture.start(&connection, json!({ "prompt": "one" })).await;
+        settle(&mut connection).await;
+        // The same configuration and workspace: the same kernel.
+        fixture.start(&connection, json!({ "prompt": "two" })).await;
+        settle(&mut connection).await;
+        assert_eq!(fixture.broker.metrics().kernels_cached, 1);
+        let other = fixture._root.path().join("other");
+        std::fs::create_dir(&other).unwrap();
+        connection
+            .call(
+                "run/start",
+                Some(json!({ "prompt": "three", "workspace": other.display().to_string() })),
+            )
+            .await
+            .unwrap();
+        settle(&mut connection).await;
+        assert_eq!(
+            fixture.broker.metrics().kernels_cached,
+            cached,
+            "ttl {ttl:?}"
+        );
+    }
+}
+
+/// A model that stops streaming: the broker's stall timeout fails the run
+/// with `run_stalled`, and the client gets its one terminal notification.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_run_fails_with_run_stalled() {
+    let script = json!({ "turns": [{ "delay_ms": 600_000,
+        "content": [{ "type": "text", "text": "never" }] }] });
+    let fixture = fixture(script, |config| {
+        config.stall_timeout = Some(Duration::from_millis(300));
+    });
+    let mut connection = fixture.connect().await;
+    fixture
+        .start(&connection, json!({ "prompt": "hang" }))
+        .await;
+    let events = until_terminal(&mut connection).await;
+    assert_eq!(terminals(&events), 1);
+    let result = events.last().unwrap().result.clone().unwrap();
+    assert_eq!(result.state, RunState::Failed);
+    assert_eq!(result.error.unwrap().code.as_str(), "run_stalled");
+    quiet(&mut connection).await;
+}
+
+/// A finished run stays readable for `ring_grace`, then is forgotten.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finished_run_is_kept_for_the_grace_period_then_not_found() {
+    let fixture = fixture(json!({ "turns": [text_turn("hi")] }), |config| {
+        config.ring_grace = Duration::from_millis(200);
+    });
+    let mut connection = fixture.connect().await;
+    let started = fixture.start(&connection, json!({ "prompt": "hi" })).await;
+    settle(&mut connection).await;
+    let run = json!({ "run_id": started.run_id });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match connection.call("run/result", Some(run.clone())).await {
+            Ok(result) => assert_eq!(result["result"]["state"], "settled"),
+            Err(error) => {
+                assert_eq!(error_kind(&error), "not_found");
+                break;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run is still held 20 s after a 200 ms grace"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let error = connection
+        .call("run/subscribe", Some(run))
+        .await
+        .unwrap_err();
+    assert_eq!(error_kind(&error), "not_found");
 }

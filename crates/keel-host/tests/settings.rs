@@ -454,3 +454,65 @@ fn a_user_file_whose_directory_cannot_be_resolved_is_refused() {
     assert!(error.to_string().contains("cannot be resolved"), "{error}");
     assert!(!error.to_string().contains("PATH="), "{error}");
 }
+
+/// The README's `[server]` example (a user's table) parses with every key,
+/// `-c server.…` overrides it, a typo is an error, and a project's
+/// `.keel/config.toml` cannot set it: dropped with a warning.
+#[test]
+fn the_server_table_comes_from_the_user_only() {
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    let marker = "<!-- example server config -->";
+    let body = readme[readme
+        .find(marker)
+        .expect("the README marks its [server] example")..]
+        .split_once("```toml\n")
+        .and_then(|(_, after)| after.split_once("```"))
+        .map(|(body, _)| body)
+        .expect("a toml block after the marker");
+    let fixture = Fixture::new(body);
+    let server = fixture.load(None, &[]).server;
+    assert_eq!(server.listen.as_deref(), Some("0.0.0.0:7878"));
+    assert_eq!((server.max_runs, server.max_queue), (Some(64), Some(256)));
+    assert_eq!(server.drain_timeout, Some(30));
+    assert_eq!(server.allow_origins, ["https://app.example.com"]);
+    assert_eq!(server.max_message_bytes, Some(4_194_304));
+    let home = std::env::var("HOME").unwrap();
+    assert_eq!(
+        server.token_file,
+        Some(Path::new(&home).join(".config/keel/server-token"))
+    );
+    let ci = &server.tokens["ci"];
+    assert_eq!(ci.token_file, Path::new("/etc/keel/ci.token"));
+    assert_eq!(
+        (ci.max_active_runs, ci.starts_per_minute),
+        (Some(8), Some(60))
+    );
+
+    let overridden = fixture.load(None, &["server.max_runs=2"]).server;
+    assert_eq!(overridden.max_runs, Some(2));
+    let (code, message) = fixture.error(None, &["server.max_run=2"]);
+    assert_eq!(code, "config_invalid", "{message}");
+    assert!(
+        message.contains("[server]") && message.contains("max_run"),
+        "{message}"
+    );
+
+    let plain = Fixture::new("provider = \"scripted\"\n");
+    plain.project("[server]\nlisten = \"0.0.0.0:1\"\ntoken_file = \"/tmp/t\"\n");
+    let settings = plain.load(None, &[]);
+    assert_eq!(
+        settings.server,
+        keel_host::server::ServerSettings::default()
+    );
+    assert!(
+        settings
+            .warnings
+            .iter()
+            .any(|warning| warning.code == "project_key_ignored"
+                && warning.message.contains("`server`")),
+        "{:?}",
+        settings.warnings
+    );
+}

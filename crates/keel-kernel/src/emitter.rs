@@ -1,9 +1,14 @@
 //! Emits run events with a gapless `seq`, and nothing after the terminal one.
+//!
+//! The emitter also keeps the run's pulse for the stall watchdog: when it
+//! last emitted an event, and which tools are running (between their
+//! `tool_execution_start` and `tool_execution_end`).
 
 use std::sync::Mutex;
 
 use keel_protocol::{RunEvent, RunEventKind};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use crate::ids::now_ms;
 
@@ -18,6 +23,10 @@ struct Inner {
     next_seq: u64,
     /// Dropped after the terminal event, which ends the consumer's stream.
     sender: Option<mpsc::UnboundedSender<RunEvent>>,
+    /// When the run last showed progress (an event, or a permission wait).
+    last_progress: Instant,
+    /// Calls started and not yet ended: (call id, tool name), in start order.
+    running: Vec<(String, String)>,
 }
 
 impl Emitter {
@@ -32,6 +41,8 @@ impl Emitter {
             inner: Mutex::new(Inner {
                 next_seq: 0,
                 sender: Some(sender),
+                last_progress: Instant::now(),
+                running: Vec::new(),
             }),
         }
     }
@@ -44,6 +55,18 @@ impl Emitter {
             return;
         };
         let terminal = kind.is_terminal();
+        inner.last_progress = Instant::now();
+        match &kind {
+            RunEventKind::ToolExecutionStart {
+                call_id, tool_name, ..
+            } => inner.running.push((call_id.clone(), tool_name.clone())),
+            RunEventKind::ToolExecutionEnd { result } => {
+                inner
+                    .running
+                    .retain(|(call_id, _)| *call_id != result.call_id);
+            }
+            _ => {}
+        }
         let event = RunEvent {
             seq: inner.next_seq,
             run_id: self.run_id.clone(),
@@ -60,5 +83,36 @@ impl Emitter {
         if terminal {
             inner.sender = None;
         }
+    }
+}
+
+impl Emitter {
+    /// When the run last showed progress.
+    pub(crate) fn last_progress(&self) -> Instant {
+        self.inner
+            .lock()
+            .map_or_else(|_| Instant::now(), |inner| inner.last_progress)
+    }
+
+    /// Counts now as progress (the run is waiting for a permission answer,
+    /// which is not a stall).
+    pub(crate) fn hold_off(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.last_progress = Instant::now();
+        }
+    }
+
+    /// The names of the tools running now, in start order, without repeats.
+    pub(crate) fn running_tools(&self) -> Vec<String> {
+        let Ok(inner) = self.inner.lock() else {
+            return Vec::new();
+        };
+        let mut names: Vec<String> = Vec::new();
+        for (_, name) in &inner.running {
+            if !names.contains(name) {
+                names.push(name.clone());
+            }
+        }
+        names
     }
 }

@@ -35,7 +35,8 @@
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome; `pipeline` — the context pipeline, the one place
 //!    a provider request is built.
-//! 4. `session_writer` — the run's appends and its in-memory context branch.
+//! 4. `session_writer` — the run's appends and its in-memory context branch;
+//!    `watchdog` — fails a run that makes no progress (`run_stalled`).
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
 //!    `compaction` — token budgets and checkpoints, driven.
 //! 6. `recovery` — completes the batch a crash interrupted, before a
@@ -70,6 +71,7 @@ mod system_prompt;
 pub mod tokens;
 mod tools;
 mod turn_loop;
+mod watchdog;
 
 pub use checkpoint::CompactionSettings;
 pub use keel_provider::retry::RetryPolicy;

@@ -5,6 +5,7 @@
 //! loop and the tool pipeline read it, nothing mutates it after `build()`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use keel_protocol::PermissionMode;
 use keel_provider::Provider;
@@ -67,6 +68,9 @@ pub struct RunSpec {
     /// A resumed run in another workspace than the session's: the
     /// session's workspace (set by [`RunSpec::moved_from_workspace`]).
     pub(crate) moved_from: Option<String>,
+    /// Fail the run (`run_stalled`) when it emits no event for this long
+    /// while not waiting for a permission answer (no watchdog when `None`).
+    pub stall_timeout: Option<Duration>,
 }
 
 impl RunSpec {
@@ -109,6 +113,19 @@ impl RunSpec {
     /// not kept by guessing.
     pub fn max_cost_usd(mut self, limit: impl Into<Option<f64>>) -> Self {
         self.max_cost_usd = limit.into();
+        self
+    }
+
+    /// Fails the run with `run_stalled` when it makes no progress for
+    /// `timeout`: no event at all (no provider chunk, no tool output or
+    /// end, nothing) while it waits on the provider or a tool. Time with a
+    /// permission request pending does not count, since a human may take
+    /// hours to answer. A stalled run's in-flight work is cancelled as a
+    /// host cancel would (cut-short calls are recorded as cancelled), then
+    /// it ends `failed` with a message naming what it was waiting on.
+    /// Without it (the default) a run waits as long as its parts do.
+    pub fn stall_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
+        self.stall_timeout = timeout.into();
         self
     }
 

@@ -20,8 +20,8 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use keel_protocol::{
-    ErrorSource, PermissionAnswer, PermissionScope, QueueKind, RunError, RunErrorCode, RunEvent,
-    RunResult, RunState,
+    ErrorSource, PermissionAnswer, PermissionScope, QueueKind, QueuedMessage, RunError,
+    RunErrorCode, RunEvent, RunResult, RunState,
 };
 use keel_session::Repair;
 use keel_tools::changes::{Baseline, WorkspaceChanges};
@@ -30,9 +30,31 @@ use tokio::sync::{mpsc, watch};
 use crate::ids::new_id;
 use crate::parts::{KernelParts, RunSpec};
 use crate::shared::{ControlError, Outcome, RunShared};
-use crate::turn_loop;
+use crate::{turn_loop, watchdog};
 
 /// The host's handle on one run. Dropping it cancels the run.
+///
+/// # Steering and follow-ups
+///
+/// A host can talk to a running run through two queues:
+///
+/// - **Steer** ([`AgentRun::steer`]): delivered at the next model turn. The
+///   run never interrupts a tool batch or a streaming response for it: once
+///   the current turn's tool calls have all ended and their results are
+///   recorded, every queued steering message is added to the conversation
+///   (`message_injected`) and the model answers them in the next turn. A
+///   steering message that arrives while the model is giving its final
+///   answer is delivered right after that answer, so the run goes on.
+/// - **Follow-up** ([`AgentRun::follow_up`]): delivered only when the run
+///   would otherwise settle (the model answered without tool calls and no
+///   steering is pending), one at a time: each follow-up starts a new
+///   stretch of turns, as if the user typed it after the answer.
+///
+/// Both are announced with `message_queued` when accepted. What is still
+/// waiting is listed by [`AgentRun::queued`] (in delivery order: steering
+/// first) and can be taken back with [`AgentRun::clear_queue`]
+/// (`queue_cleared`). What is still queued when the run ends is dropped
+/// (`message_dropped`), never silently.
 #[must_use = "dropping an AgentRun cancels the run"]
 pub struct AgentRun {
     shared: Arc<RunShared>,
@@ -60,8 +82,11 @@ impl AgentRun {
             // The sandbox's namespace holders serve the run's commands; they
             // stop (and are reaped) when the run ends.
             let holders = keel_tools::sandbox::hold();
+            let provider = parts.provider.name().to_owned();
+            let stall_timeout = spec.stall_timeout;
             let task = tokio::spawn(turn_loop::run(parts, Arc::clone(&supervised), spec, repair));
-            let outcome = task.await.unwrap_or_else(|join_error| Outcome::Failed {
+            let joined = watchdog::watch(task, &supervised, stall_timeout, &provider).await;
+            let outcome = joined.unwrap_or_else(|join_error| Outcome::Failed {
                 error: RunError::new(
                     ErrorSource::Kernel,
                     RunErrorCode::KernelPanic,
@@ -115,6 +140,22 @@ impl AgentRun {
         self.shared.enqueue(QueueKind::FollowUp, text.into())
     }
 
+    /// The messages queued and not yet injected, in delivery order:
+    /// steering messages first, then follow-ups, each in the order sent.
+    /// Empty once the run has ended.
+    pub fn queued(&self) -> Vec<QueuedMessage> {
+        self.shared.queued()
+    }
+
+    /// Takes back queued messages before they are injected: the `kind`
+    /// queue, or both when `None`. Returns what was removed, in delivery
+    /// order, and emits `queue_cleared` with the counts (also when nothing
+    /// was queued, so the stream shows the host's request). A message
+    /// already injected is not affected.
+    pub fn clear_queue(&self, kind: Option<QueueKind>) -> Vec<QueuedMessage> {
+        self.shared.clear_queue(kind)
+    }
+
     /// Cancels the run. Idempotent; pending permission requests are denied and
     /// queued messages dropped.
     pub fn cancel(&self) {
@@ -141,6 +182,9 @@ impl AgentRun {
             PermissionScope::Once | PermissionScope::Always => {}
             other => return Err(ControlError::UnsupportedScope(other)),
         }
+        // An answer is progress: noted before the request leaves the
+        // pending map, so the stall watchdog sees one or the other.
+        self.shared.emitter.hold_off();
         let sender = self
             .shared
             .permissions()

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
 use keel_protocol::{
-    AssistantMessage, PermissionAnswer, PermissionScope, QueueKind, RunError, RunEvent,
-    RunEventKind, RunResult, RunState,
+    AssistantMessage, PermissionAnswer, PermissionScope, QueueKind, QueuedMessage, RunError,
+    RunEvent, RunEventKind, RunResult, RunState,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -78,6 +78,9 @@ pub(crate) struct RunShared {
     result: watch::Sender<Option<RunResult>>,
     /// Repository code the run's commands planted (`gitcode`), in order.
     git_code: Mutex<Vec<keel_protocol::GitCodeChange>>,
+    /// Set by the stall watchdog before it cancels the run: the run then
+    /// ends failed with this error instead of cancelled.
+    stalled: Mutex<Option<RunError>>,
 }
 
 struct Control {
@@ -109,6 +112,7 @@ impl RunShared {
             host_listening: AtomicBool::new(true),
             result,
             git_code: Mutex::new(Vec::new()),
+            stalled: Mutex::new(None),
         }
     }
 
@@ -146,6 +150,50 @@ impl RunShared {
         Ok(())
     }
 
+    /// The messages still queued, in delivery order: steering before
+    /// follow-ups (the loop always injects pending steering first), each
+    /// queue in the order it was filled.
+    pub(crate) fn queued(&self) -> Vec<QueuedMessage> {
+        let control = self.control();
+        queued_in_order(&control)
+    }
+
+    /// Removes and returns what is queued (in delivery order): one queue,
+    /// or both when `kind` is `None`. Emits `queue_cleared` under the
+    /// control lock, so no `message_injected` for a cleared message can
+    /// follow it.
+    pub(crate) fn clear_queue(&self, kind: Option<QueueKind>) -> Vec<QueuedMessage> {
+        let mut control = self.control();
+        let cleared = match kind {
+            Some(QueueKind::Steer) => {
+                let steer = std::mem::take(&mut control.steering);
+                queued_from(QueueKind::Steer, steer)
+            }
+            Some(QueueKind::FollowUp) => {
+                let follow_ups = std::mem::take(&mut control.follow_ups);
+                queued_from(QueueKind::FollowUp, follow_ups)
+            }
+            None => {
+                let cleared = queued_in_order(&control);
+                control.steering.clear();
+                control.follow_ups.clear();
+                cleared
+            }
+        };
+        let count = |wanted| {
+            cleared
+                .iter()
+                .filter(|message| message.kind == wanted)
+                .count()
+        };
+        self.emitter.emit(RunEventKind::QueueCleared {
+            queue: kind,
+            steer: count(QueueKind::Steer),
+            follow_up: count(QueueKind::FollowUp),
+        });
+        cleared
+    }
+
     /// Takes every queued steering message.
     pub(crate) fn take_steering(&self) -> Vec<String> {
         self.control().steering.drain(..).collect()
@@ -164,6 +212,27 @@ impl RunShared {
         }
         control.accepting = false;
         None
+    }
+
+    /// Records that the run stalled; a later cancel outcome becomes this failure.
+    pub(crate) fn mark_stalled(&self, error: RunError) {
+        *self
+            .stalled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(error);
+    }
+
+    /// The stall error, when the watchdog stopped the run.
+    pub(crate) fn stall_error(&self) -> Option<RunError> {
+        self.stalled
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Whether a permission request waits for the host's answer.
+    pub(crate) fn permission_pending(&self) -> bool {
+        !self.permissions().is_empty()
     }
 
     /// Registers a pending permission request.
@@ -262,4 +331,24 @@ impl RunShared {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Both queues' messages in delivery order: steering, then follow-ups.
+fn queued_in_order(control: &Control) -> Vec<QueuedMessage> {
+    let steering = control
+        .steering
+        .iter()
+        .map(|text| QueuedMessage::new(QueueKind::Steer, text.clone()));
+    let follow_ups = control
+        .follow_ups
+        .iter()
+        .map(|text| QueuedMessage::new(QueueKind::FollowUp, text.clone()));
+    steering.chain(follow_ups).collect()
+}
+
+fn queued_from(kind: QueueKind, texts: VecDeque<String>) -> Vec<QueuedMessage> {
+    texts
+        .into_iter()
+        .map(|text| QueuedMessage::new(kind, text))
+        .collect()
 }

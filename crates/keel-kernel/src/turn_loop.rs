@@ -97,6 +97,11 @@ pub(crate) async fn run(
     } else {
         run.drive(&spec.prompt).instrument(span).await
     };
+    // A cancel the stall watchdog caused is recorded as the failure it is.
+    let result = match (result, shared.stall_error()) {
+        (Err(Stop::Cancelled), Some(error)) => Err(Stop::Failed(error)),
+        (result, _) => result,
+    };
     run.record_run_end(&result).await;
     match result {
         Ok(message) => Outcome::Settled(message),

@@ -25,6 +25,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("shared", 3),
     ("pipeline", 3),
     ("session_writer", 4),
+    ("watchdog", 4),
     ("tools", 5),
     ("compaction", 5),
     ("recovery", 6),

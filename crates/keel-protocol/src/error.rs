@@ -73,6 +73,11 @@ pub enum RunErrorCode {
     KernelPanic,
     /// The run ended without publishing a result (a bug).
     KernelLost,
+    /// The run made no progress (emitted no event) for its stall timeout
+    /// while waiting on the provider or a tool, so the kernel cancelled
+    /// its in-flight work and failed it; the message names what it was
+    /// waiting on. Time spent waiting for a permission answer never counts.
+    RunStalled,
 }
 
 impl RunErrorCode {
@@ -97,6 +102,7 @@ impl RunErrorCode {
             Self::CompactionFailed => "compaction_failed",
             Self::KernelPanic => "kernel_panic",
             Self::KernelLost => "kernel_lost",
+            Self::RunStalled => "run_stalled",
         }
     }
 }

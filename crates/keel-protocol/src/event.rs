@@ -58,6 +58,26 @@ pub enum QueueKind {
     FollowUp,
 }
 
+/// A host message waiting in a run's queue, not yet injected.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct QueuedMessage {
+    /// Which queue holds it.
+    pub kind: QueueKind,
+    /// The message text.
+    pub text: String,
+}
+
+impl QueuedMessage {
+    /// A message waiting in the `kind` queue.
+    pub fn new(kind: QueueKind, text: impl Into<String>) -> Self {
+        Self {
+            kind,
+            text: text.into(),
+        }
+    }
+}
+
 /// Streamed output of a running tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub struct ToolProgress {
@@ -195,6 +215,17 @@ pub enum RunEventKind {
         /// Why.
         reason: String,
     },
+    /// The host cleared queued messages before they were injected; they
+    /// will not be sent.
+    QueueCleared {
+        /// The queue that was cleared; both queues when absent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<QueueKind>,
+        /// How many steering messages were removed.
+        steer: usize,
+        /// How many follow-ups were removed.
+        follow_up: usize,
+    },
     /// The host must decide whether a tool call may run.
     PermissionRequested {
         /// Answer with `AgentRun::resolve_permission(request_id, …)`.
@@ -314,6 +345,7 @@ impl RunEventKind {
             Self::MessageQueued { .. } => "message_queued",
             Self::MessageInjected { .. } => "message_injected",
             Self::MessageDropped { .. } => "message_dropped",
+            Self::QueueCleared { .. } => "queue_cleared",
             Self::PermissionRequested { .. } => "permission_requested",
             Self::PermissionResolved { .. } => "permission_resolved",
             Self::SessionEntry { .. } => "session_entry",

@@ -33,7 +33,7 @@ pub use context::{
 pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
 pub use effect::{EffectStarted, FileEvidence, Idempotency, PathKind, RecoveryAction, RunEndState};
 pub use error::{ErrorSource, RunError, RunErrorCode};
-pub use event::{BatchMode, QueueKind, RunEvent, RunEventKind, ToolProgress};
+pub use event::{BatchMode, QueueKind, QueuedMessage, RunEvent, RunEventKind, ToolProgress};
 pub use message::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
     Usage, UserContent, UserMessage,

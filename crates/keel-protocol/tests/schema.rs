@@ -66,3 +66,36 @@ fn every_method_has_checked_in_params_and_response_schemas() {
         }
     }
 }
+
+#[test]
+fn queue_cleared_has_a_stable_wire_form() {
+    use keel_protocol::{QueueKind, RunEvent, RunEventKind};
+    let event = RunEvent {
+        seq: 7,
+        run_id: "r".into(),
+        session_id: "s".into(),
+        timestamp: 1,
+        kind: RunEventKind::QueueCleared {
+            queue: Some(QueueKind::FollowUp),
+            steer: 0,
+            follow_up: 2,
+        },
+    };
+    let text = serde_json::to_string(&event).unwrap();
+    assert_eq!(
+        text,
+        r#"{"seq":7,"run_id":"r","session_id":"s","timestamp":1,"type":"queue_cleared","queue":"follow_up","steer":0,"follow_up":2}"#
+    );
+    assert_eq!(serde_json::from_str::<RunEvent>(&text).unwrap(), event);
+    let both = r#"{"seq":8,"run_id":"r","session_id":"s","timestamp":1,"type":"queue_cleared","steer":1,"follow_up":0}"#;
+    let back: RunEvent = serde_json::from_str(both).unwrap();
+    assert_eq!(back.type_name(), "queue_cleared");
+    assert!(matches!(
+        back.kind,
+        RunEventKind::QueueCleared {
+            queue: None,
+            steer: 1,
+            follow_up: 0
+        }
+    ));
+}

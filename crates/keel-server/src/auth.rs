@@ -16,6 +16,9 @@ use crate::ServerError;
 /// The shortest token accepted, in bytes.
 pub const MIN_TOKEN_BYTES: usize = 16;
 
+/// The largest token file read.
+pub const MAX_TOKEN_FILE_BYTES: u64 = 4096;
+
 /// The tenant of the unnamed token (`--token-file`, `KEEL_SERVER_TOKEN`,
 /// `[server] token_file`).
 pub const DEFAULT_TOKEN_NAME: &str = "default";
@@ -74,7 +77,10 @@ impl Tokens {
                 "shorter than {MIN_TOKEN_BYTES} bytes (make one with `head -c 32 /dev/urandom | base64`)"
             )));
         }
-        if token.bytes().any(|byte| byte.is_ascii_whitespace() || byte.is_ascii_control()) {
+        if token
+            .bytes()
+            .any(|byte| byte.is_ascii_whitespace() || byte.is_ascii_control())
+        {
             return Err(bad("it holds whitespace or control characters"));
         }
         let digest = digest(token.as_bytes());
@@ -86,12 +92,24 @@ impl Tokens {
     }
 
     /// Reads a token from `path` (surrounding whitespace trimmed) and adds
-    /// it under `name`.
+    /// it under `name`. A file larger than [`MAX_TOKEN_FILE_BYTES`] is
+    /// refused.
     pub fn add_file(&mut self, name: &str, path: &Path) -> Result<(), ServerError> {
-        let bytes = std::fs::read(path).map_err(|source| ServerError::TokenFile {
+        use std::io::Read;
+        let io = |source| ServerError::TokenFile {
             path: path.to_path_buf(),
             source,
-        })?;
+        };
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|file| file.take(MAX_TOKEN_FILE_BYTES + 1).read_to_end(&mut bytes))
+            .map_err(io)?;
+        if bytes.len() as u64 > MAX_TOKEN_FILE_BYTES {
+            return Err(ServerError::BadToken {
+                what: format!("the token file {}", path.display()),
+                why: format!("it holds more than {MAX_TOKEN_FILE_BYTES} bytes"),
+            });
+        }
         let text = String::from_utf8(bytes).map_err(|_| ServerError::BadToken {
             what: format!("the token file {}", path.display()),
             why: "it is not UTF-8 text".into(),
@@ -142,13 +160,41 @@ mod tests {
         assert_eq!(tokens.check(b"0123456789abcdef-ci"), Some("ci"));
         assert_eq!(tokens.check(b"0123456789abcdef-c"), None);
         assert_eq!(tokens.check(b""), None);
-        assert!(tokens.add("bob", "0123456789abcdef-ci").is_err(), "same token");
-        assert!(tokens.add("ci", "0123456789abcdef-other").is_err(), "same name");
+        assert!(
+            tokens.add("bob", "0123456789abcdef-ci").is_err(),
+            "same token"
+        );
+        assert!(
+            tokens.add("ci", "0123456789abcdef-other").is_err(),
+            "same name"
+        );
         assert!(tokens.add("x", "short").is_err());
         assert!(tokens.add("local", "0123456789abcdef-local").is_err());
         assert!(!format!("{tokens:?}").contains("0123"), "{tokens:?}");
-        let error = tokens.add("y", "0123456789abc def").unwrap_err().to_string();
+        let error = tokens
+            .add("y", "0123456789abc def")
+            .unwrap_err()
+            .to_string();
         assert!(!error.contains("0123"), "{error}");
+    }
+
+    #[test]
+    fn token_files_are_trimmed_and_bounded() {
+        let dir = std::env::temp_dir().join(format!("keel-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let good = dir.join("good");
+        std::fs::write(&good, "0123456789abcdef-file\n").unwrap();
+        let big = dir.join("big");
+        std::fs::write(&big, "a".repeat(5000)).unwrap();
+        let mut tokens = Tokens::new();
+        tokens.add_file("a", &good).unwrap();
+        assert_eq!(tokens.check(b"0123456789abcdef-file"), Some("a"));
+        let error = tokens.add_file("b", &big).unwrap_err();
+        assert_eq!(error.code(), "bad_token");
+        assert!(!error.to_string().contains("aaaa"), "{error}");
+        let missing = tokens.add_file("c", &dir.join("missing")).unwrap_err();
+        assert_eq!(missing.code(), "token_file");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

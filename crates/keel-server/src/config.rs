@@ -13,14 +13,12 @@ use std::time::Duration;
 
 use keel_host::server::ServerSettings;
 
-use crate::auth::{DEFAULT_TOKEN_NAME, Tokens};
 use crate::ServerError;
+use crate::auth::{DEFAULT_TOKEN_NAME, Tokens};
 
 /// Where `keel serve` listens when nothing says otherwise.
-pub const DEFAULT_LISTEN: SocketAddr = SocketAddr::new(
-    std::net::IpAddr::V4(Ipv4Addr::LOCALHOST),
-    7878,
-);
+pub const DEFAULT_LISTEN: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 7878);
 
 /// How long runs may finish after SIGTERM/SIGINT by default.
 pub const DEFAULT_DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,6 +61,8 @@ pub struct ServeConfig {
     pub max_header_bytes: usize,
     /// Requests one connection may have in flight.
     pub max_in_flight: usize,
+    /// Connections open at once; past it, accepting waits.
+    pub max_connections: usize,
 }
 
 impl ServeConfig {
@@ -76,6 +76,7 @@ impl ServeConfig {
             max_message_bytes: crate::DEFAULT_MAX_MESSAGE_BYTES,
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_in_flight: crate::MAX_IN_FLIGHT,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
     }
 
@@ -89,6 +90,9 @@ impl ServeConfig {
         Ok(())
     }
 }
+
+/// Connections open at once by default.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
 
 /// The largest request head by default (hyper's smallest buffer is 8 KiB).
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
@@ -130,15 +134,15 @@ impl ServePlan {
         if let Some(path) = flags.token_file.as_ref() {
             tokens.add_file(DEFAULT_TOKEN_NAME, path)?;
         } else if let Some(token) = flags.token_env.as_deref() {
-            tokens.add(DEFAULT_TOKEN_NAME, token.trim()).map_err(|_| {
-                ServerError::BadToken {
+            tokens
+                .add(DEFAULT_TOKEN_NAME, token.trim())
+                .map_err(|_| ServerError::BadToken {
                     what: "KEEL_SERVER_TOKEN".into(),
                     why: format!(
                         "a token is at least {} bytes of text without whitespace",
                         crate::auth::MIN_TOKEN_BYTES
                     ),
-                }
-            })?;
+                })?;
         } else if let Some(path) = settings.token_file.as_ref() {
             tokens.add_file(DEFAULT_TOKEN_NAME, path)?;
         }
@@ -243,9 +247,14 @@ mod tests {
             ..flags("0.0.0.0:7878")
         };
         let plan = ServePlan::resolve(&settings, with_token).unwrap();
-        assert_eq!(plan.serve.tokens.check(b"0123456789abcdef0123"), Some("default"));
         assert_eq!(
-            ServePlan::resolve(&settings, flags("nowhere")).unwrap_err().code(),
+            plan.serve.tokens.check(b"0123456789abcdef0123"),
+            Some("default")
+        );
+        assert_eq!(
+            ServePlan::resolve(&settings, flags("nowhere"))
+                .unwrap_err()
+                .code(),
             "listen_address"
         );
     }

@@ -118,7 +118,10 @@ mod tests {
                 Frame::End,
             ]
         );
-        assert_eq!(all(b"0123456789", 10).await[0], Frame::Line(b"0123456789".to_vec()));
+        assert_eq!(
+            all(b"0123456789", 10).await[0],
+            Frame::Line(b"0123456789".to_vec())
+        );
         assert_eq!(all(b"0123456789A", 10).await[0], Frame::TooLarge);
     }
 }

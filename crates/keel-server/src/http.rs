@@ -24,7 +24,10 @@
 //! layer; a head not read within [`HEADER_TIMEOUT`] closes the
 //! connection; a WebSocket message over [`ServeConfig::max_message_bytes`]
 //! is answered with `message_too_large` and the connection closed (1009).
-//! No route reads a request body.
+//! No route reads a request body. At most
+//! [`ServeConfig::max_connections`] HTTP connections are served at once
+//! (past it, accepting waits) and as many WebSocket clients (past it, an
+//! upgrade gets 503).
 //!
 //! A WebSocket that closes ends its subscriptions only: its runs go on,
 //! and any connection of the same tenant may subscribe again and answer
@@ -37,8 +40,8 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade, close_code};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -99,6 +102,9 @@ impl Server {
         let state = AppState {
             broker: broker.clone(),
             config: Arc::clone(&self.config),
+            clients: Arc::new(tokio::sync::Semaphore::new(
+                self.config.max_connections.max(1),
+            )),
         };
         let app = Router::new()
             .route("/", get(websocket))
@@ -107,11 +113,23 @@ impl Server {
             .with_state(state);
         let max_header_bytes = self.config.max_header_bytes;
         let listener = self.listener;
+        let open = Arc::new(tokio::sync::Semaphore::new(
+            self.config.max_connections.max(1),
+        ));
         let accept = tokio::spawn(async move {
             loop {
+                // At the limit, accepting waits: new clients queue in the
+                // kernel's backlog instead of in this process's memory.
+                let Ok(slot) = Arc::clone(&open).acquire_owned().await else {
+                    return;
+                };
                 match listener.accept().await {
                     Ok((stream, _)) => {
-                        tokio::spawn(connection(stream, app.clone(), max_header_bytes));
+                        let app = app.clone();
+                        tokio::spawn(async move {
+                            connection(stream, app, max_header_bytes).await;
+                            drop(slot);
+                        });
                     }
                     Err(error) => {
                         tracing::warn!(%error, "accepting a connection failed");
@@ -152,6 +170,9 @@ async fn connection(stream: TcpStream, app: Router, max_header_bytes: usize) {
 struct AppState {
     broker: Broker,
     config: Arc<ServeConfig>,
+    /// One permit per open WebSocket client (an upgraded connection leaves
+    /// the accept loop's count).
+    clients: Arc<tokio::sync::Semaphore>,
 }
 
 async fn health() -> &'static str {
@@ -160,7 +181,7 @@ async fn health() -> &'static str {
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
     if let Err(refused) = admit(&state.config, &headers, &uri) {
-        return refused;
+        return refused.into_response();
     }
     let text = crate::metrics::render(&state.broker.metrics());
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
@@ -174,29 +195,76 @@ async fn websocket(
 ) -> Response {
     let tenant = match admit(&state.config, &headers, &uri) {
         Ok(tenant) => tenant,
-        Err(refused) => return refused,
+        Err(refused) => return refused.into_response(),
     };
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
+    };
+    let Ok(permit) = Arc::clone(&state.clients).try_acquire_owned() else {
+        tracing::warn!("refused a client: too many connections");
+        return (StatusCode::SERVICE_UNAVAILABLE, "too many connections").into_response();
     };
     tracing::info!(tenant = %tenant.name, "client connected");
     let limit = state.config.max_message_bytes;
     upgrade
         .max_message_size(limit)
         .max_frame_size(limit)
-        .on_upgrade(move |socket| client(socket, state, tenant))
+        .on_upgrade(move |socket| async move {
+            client(socket, state, tenant).await;
+            drop(permit);
+        })
 }
 
-/// Who the request acts for, or the refusal (see the module docs).
-fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant, Response> {
+/// Why a request was refused before any work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// A token in the URL (400).
+    TokenInUrl,
+    /// A browser origin not on the allowlist (403).
+    Origin,
+    /// No valid bearer token (401).
+    Unauthorized,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let (status, code, message) = match self {
+            Self::TokenInUrl => (
+                StatusCode::BAD_REQUEST,
+                "token_in_url",
+                "a token is never accepted in the URL: send it in the Authorization: Bearer header",
+            ),
+            Self::Origin => (
+                StatusCode::FORBIDDEN,
+                "origin_not_allowed",
+                "this Origin is not allowed (keel serve --allow-origin ORIGIN)",
+            ),
+            Self::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "a valid token is required in the Authorization: Bearer header",
+            ),
+        };
+        let body = serde_json::json!({ "code": code, "message": message }).to_string();
+        let mut response =
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+        if self == Self::Unauthorized {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                header::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
+    }
+}
+
+/// Who the request acts for, or the refusal (see the module docs). Logs
+/// the refusal's kind only: never a header or the URL.
+fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant, Refusal> {
     if token_in_query(uri) {
         tracing::warn!("refused a request with a token in its URL");
-        return Err(refusal(
-            StatusCode::BAD_REQUEST,
-            "token_in_url",
-            "a token is never accepted in the URL: send it in the Authorization: Bearer header",
-        ));
+        return Err(Refusal::TokenInUrl);
     }
     if let Some(origin) = headers.get(header::ORIGIN) {
         let allowed = origin.to_str().is_ok_and(|origin| {
@@ -207,11 +275,7 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
         });
         if !allowed {
             tracing::warn!("refused a request from an origin not on the allowlist");
-            return Err(refusal(
-                StatusCode::FORBIDDEN,
-                "origin_not_allowed",
-                "this Origin is not allowed (keel serve --allow-origin ORIGIN)",
-            ));
+            return Err(Refusal::Origin);
         }
     }
     if config.tokens.is_empty() {
@@ -225,16 +289,7 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
         Some(name) => Ok(Tenant::new(name)),
         None => {
             tracing::warn!("refused a request without a valid bearer token");
-            let mut refused = refusal(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "a valid token is required in the Authorization: Bearer header",
-            );
-            refused.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                header::HeaderValue::from_static("Bearer"),
-            );
-            Err(refused)
+            Err(Refusal::Unauthorized)
         }
     }
 }
@@ -255,12 +310,6 @@ fn token_in_query(uri: &Uri) -> bool {
             key.eq_ignore_ascii_case("token") || key.eq_ignore_ascii_case("access_token")
         })
     })
-}
-
-/// A refusal with a JSON body `{"code", "message"}`.
-fn refusal(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "code": code, "message": message }).to_string();
-    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// One WebSocket client: its messages in, answers and notifications out,

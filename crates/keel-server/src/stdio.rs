@@ -77,13 +77,19 @@ where
     tracing::debug!("standard input closed: cancelling this client's runs");
     closed.store(true, Ordering::SeqCst);
     dispatch.close().await;
-    pump.abort();
-    let _ = pump.await;
+    // The connection (in the pump) must outlive the wait: dropping it
+    // forgets which runs it started. Its notifications are discarded.
     caller.cancel_started();
     caller.settled().await;
+    pump.abort();
+    let _ = pump.await;
     // Every sender is gone: the writer ends after the line it may be
     // writing, unless the reader of stdout stopped reading.
-    if !writer_done && tokio::time::timeout(WRITER_GRACE, &mut writer).await.is_err() {
+    if !writer_done
+        && tokio::time::timeout(WRITER_GRACE, &mut writer)
+            .await
+            .is_err()
+    {
         writer.abort();
     }
 }
@@ -92,7 +98,7 @@ where
 const WRITER_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Writes each line and a newline, flushing after each; stops at the first
-/// failure, and writes nothing once `closed` is set.
+/// failure, and discards every line once `closed` is set.
 async fn write_lines<W: AsyncWrite + Unpin>(
     mut output: W,
     mut lines: mpsc::Receiver<String>,
@@ -100,7 +106,8 @@ async fn write_lines<W: AsyncWrite + Unpin>(
 ) {
     while let Some(line) = lines.recv().await {
         if closed.load(Ordering::SeqCst) {
-            return;
+            // Keep draining, so nothing waits on a full queue.
+            continue;
         }
         let written = async {
             output.write_all(line.as_bytes()).await?;

@@ -320,6 +320,22 @@ impl View {
                 let line = self.palette.paint(style::USER, &line);
                 self.above(&line);
             }
+            RunEventKind::QueueCleared { queue, .. } => {
+                let kinds = match queue {
+                    Some(queue) => vec![*queue],
+                    None => vec![QueueKind::Steer, QueueKind::FollowUp],
+                };
+                for queue in kinds {
+                    for text in self.queued[slot(queue)].drain(..) {
+                        let line =
+                            format!("- taken back ({}): {}", queue_name(queue), visible(&text));
+                        self.deferred.push(self.palette.paint(style::DIM, &line));
+                    }
+                }
+                if self.open == Open::Nothing {
+                    self.release_deferred();
+                }
+            }
             RunEventKind::MessageDropped { queue, text, .. } => {
                 let line = format!("- not sent ({}): {}", queue_name(*queue), visible(text));
                 let line = self.palette.paint(style::DIM, &line);

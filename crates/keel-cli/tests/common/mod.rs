@@ -299,3 +299,128 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     }
     done()
 }
+
+/// A `keel` process started with piped stdio, never inherited: HOME and the
+/// XDG directories under `home`, so nothing of the user's is read or
+/// written; `env` adds variables. The caller owns (and must reap) it.
+pub fn spawn_keel(args: &[&str], home: &Path, env: &[(&str, &str)]) -> std::process::Child {
+    use std::process::Stdio;
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    command
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("KEEL_LOG")
+        .env_remove("KEEL_SERVER_TOKEN")
+        .current_dir(home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (name, value) in env {
+        command.env(name, value);
+    }
+    command.spawn().expect("keel starts")
+}
+
+/// A `keel serve` process: its address, and its stderr as it is written.
+pub struct Served {
+    pub child: std::process::Child,
+    pub address: std::net::SocketAddr,
+    stderr: std::sync::Arc<std::sync::Mutex<Vec<u8>>>,
+}
+
+impl Served {
+    /// Starts `keel serve --listen 127.0.0.1:0 ARGS` and waits (bounded)
+    /// for the address it prints.
+    pub fn start(args: &[&str], home: &Path, env: &[(&str, &str)]) -> Served {
+        use std::io::{BufRead, Read};
+        let mut all = vec!["serve", "--listen", "127.0.0.1:0"];
+        all.extend_from_slice(args);
+        let mut child = spawn_keel(&all, home, env);
+        let stderr = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut pipe = child.stderr.take().unwrap();
+        let sink = std::sync::Arc::clone(&stderr);
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 8192];
+            while let Ok(n) = pipe.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                sink.lock().unwrap().extend_from_slice(&buffer[..n]);
+            }
+        });
+        let stdout = child.stdout.take().unwrap();
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut lines = std::io::BufReader::new(stdout).lines();
+            if let Some(Ok(line)) = lines.next() {
+                let _ = sender.send(line);
+            }
+            // Keep reading so the server never blocks on a full pipe.
+            for _ in lines {}
+        });
+        let line = match receiver.recv_timeout(Duration::from_secs(60)) {
+            Ok(line) => line,
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "keel serve printed no address within 60 s; stderr:\n{}",
+                    String::from_utf8_lossy(&stderr.lock().unwrap())
+                );
+            }
+        };
+        let value: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(value["type"], "listening", "{line}");
+        let address = value["address"].as_str().unwrap().parse().unwrap();
+        Served {
+            child,
+            address,
+            stderr,
+        }
+    }
+
+    /// What it has written to stderr so far.
+    pub fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.stderr.lock().unwrap()).into_owned()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit code.
+    pub fn terminate(&mut self, limit: Duration) -> Option<i32> {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every file under `dir` (recursively); none when it does not exist.
+pub fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_under(&path));
+        } else {
+            found.push(path);
+        }
+    }
+    found
+}

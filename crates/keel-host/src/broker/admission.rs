@@ -10,6 +10,23 @@
 //! transports, kernels or runs; a tenant is only a name (the token's name,
 //! `"local"` for stdio).
 //!
+//! ```
+//! use keel_host::broker::admission::{Admission, Limits, Quota, Refusal};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() {
+//! let admission = Admission::new(
+//!     Limits::new(1, 0).with_quota("ci", Quota::unlimited().with_max_active(1)),
+//! );
+//! let permit = admission.admit("ci").await.expect("a slot is free");
+//! // The only slot is taken and nobody may wait: refused at once.
+//! let refusal = admission.admit("local").await.expect_err("no slot, no queue");
+//! assert!(matches!(refusal, Refusal::Overloaded { retry_after_ms } if retry_after_ms > 0));
+//! drop(permit); // The slot is free again.
+//! assert_eq!(admission.snapshot().active, 0);
+//! # }
+//! ```
+//!
 //! # Scheduling
 //!
 //! Waiters of one tenant are served first come, first served; between
@@ -54,6 +71,7 @@ use std::fmt;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use keel_protocol::rpc::{ErrorKind, RpcError};
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
@@ -206,6 +224,27 @@ impl Refusal {
             | Refusal::QuotaExceeded { retry_after_ms, .. } => Some(*retry_after_ms),
             Refusal::Draining => None,
         }
+    }
+}
+
+impl From<Refusal> for RpcError {
+    /// The protocol's error for a refused start: `overloaded`,
+    /// `quota_exceeded` (with `data.quota`) or `draining`, with
+    /// `data.retry_after_ms` where retrying can help.
+    fn from(refusal: Refusal) -> Self {
+        let kind = match refusal {
+            Refusal::Overloaded { .. } => ErrorKind::Overloaded,
+            Refusal::QuotaExceeded { .. } => ErrorKind::QuotaExceeded,
+            Refusal::Draining => ErrorKind::Draining,
+        };
+        let mut error = RpcError::new(kind, refusal.to_string());
+        if let Some(ms) = refusal.retry_after_ms() {
+            error = error.with("retry_after_ms", ms);
+        }
+        if let Refusal::QuotaExceeded { quota, .. } = refusal {
+            error = error.with("quota", quota);
+        }
+        error
     }
 }
 
@@ -513,7 +552,7 @@ impl State {
         self.typical_run = Some(match self.typical_run {
             None => took,
             // An exponential moving average weighting the newest run 1/8.
-            Some(typical) => (typical.saturating_mul(7) + took) / 8,
+            Some(typical) => typical.saturating_mul(7).saturating_add(took) / 8,
         });
     }
 
@@ -641,7 +680,7 @@ impl Inner {
             let wait = match running {
                 Some(running) if !running.is_empty() => next_end(running, typical, now),
                 // All of its runs wait for a slot: one must start, then end.
-                _ => next_end(&st.running, typical, now) + typical,
+                _ => next_end(&st.running, typical, now).saturating_add(typical),
             };
             return Some(Refusal::QuotaExceeded {
                 retry_after_ms: millis(wait),
@@ -654,7 +693,9 @@ impl Inner {
                 // Starts that must leave the window before one more fits.
                 let leaving = started + queued + 1 - rate;
                 let wait = match starts.and_then(|starts| starts.get(leaving - 1)) {
-                    Some(&at) => (at + WINDOW).saturating_duration_since(now),
+                    Some(&at) => at
+                        .checked_add(WINDOW)
+                        .map_or(WINDOW, |leaves| leaves.saturating_duration_since(now)),
                     // Queued starts must begin and leave too: a minute at least.
                     None => WINDOW,
                 };
@@ -801,5 +842,48 @@ impl Inner {
                 })
                 .collect(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The race the public seam cannot stage on one thread: a waiter's
+    /// future is gone (its receiver dropped) but its `QueuePlace` has not
+    /// yet taken it out of the queue when a slot is handed to it. The slot
+    /// must go to the next waiter, not leak.
+    #[tokio::test(start_paused = true)]
+    async fn a_slot_sent_to_a_vanished_waiter_goes_to_the_next() {
+        let admission = Admission::new(Limits::new(1, 2));
+        let inner = &admission.inner;
+        let Ok(Entered::Granted(held)) = inner.enter("a") else {
+            panic!("the first caller waits");
+        };
+        let Ok(Entered::Queued {
+            reply: vanished, ..
+        }) = inner.enter("b")
+        else {
+            panic!("the second caller was not queued");
+        };
+        let Ok(Entered::Queued {
+            reply: mut next, ..
+        }) = inner.enter("c")
+        else {
+            panic!("the third caller was not queued");
+        };
+        drop(vanished);
+        drop(held);
+        let permit = next
+            .try_recv()
+            .expect("the slot leaked with the vanished waiter")
+            .expect("c was refused");
+        assert_eq!(permit.tenant(), "c");
+        let stats = admission.snapshot();
+        assert_eq!((stats.active, stats.queued), (1, 0), "{stats:?}");
+        // b took nothing: no active run, no start in its window.
+        assert!(!stats.tenants.contains_key("b"), "{stats:?}");
+        drop(permit);
+        assert_eq!(admission.snapshot().active, 0);
     }
 }

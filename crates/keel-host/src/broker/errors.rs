@@ -91,21 +91,28 @@ pub(crate) fn busy(session_id: &str) -> RpcError {
     .with("session_id", session_id)
 }
 
-/// A start admission refused: `overloaded`, `quota_exceeded` or
-/// `draining`, with `data.retry_after_ms` when there is an estimate.
-pub(crate) fn refused(refusal: &super::admission::Refusal) -> RpcError {
-    use super::admission::Refusal;
-    let kind = match refusal {
-        Refusal::Overloaded { .. } => ErrorKind::Overloaded,
-        Refusal::QuotaExceeded { .. } => ErrorKind::QuotaExceeded,
-        _ => ErrorKind::Draining,
-    };
-    let mut error = RpcError::new(kind, refusal.to_string());
-    if let Some(wait) = refusal.retry_after_ms() {
-        error = error.with("retry_after_ms", wait);
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernel codes map by name, so a code the kernel gains later (the
+    /// store's writer lease refusing a second writer: `session_busy`) gets
+    /// its kind without a change here.
+    #[test]
+    fn kernel_codes_map_to_kinds_by_name() {
+        assert_eq!(kind_of_code("session_busy"), ErrorKind::SessionBusy);
+        assert_eq!(kind_of_code("session_not_found"), ErrorKind::NotFound);
+        assert_eq!(kind_of_code("entry_not_found"), ErrorKind::NotFound);
+        assert_eq!(kind_of_code("session_interrupted"), ErrorKind::Refused);
+        let error = kernel(&KernelError::EmptyPrompt);
+        assert_eq!(error.kind_name(), Some("refused"));
+        assert_eq!(
+            error
+                .data
+                .as_ref()
+                .and_then(|data| data.get("kernel_code"))
+                .and_then(|code| code.as_str()),
+            Some("empty_prompt")
+        );
     }
-    if let Refusal::QuotaExceeded { quota, .. } = refusal {
-        error = error.with("quota", *quota);
-    }
-    error
 }

@@ -14,7 +14,8 @@ use keel_kernel::RunSpec;
 use keel_protocol::rpc::methods::{
     Capabilities, InitializeParams, InitializeResponse, METHODS, NOTIFICATIONS,
     PermissionResolveParams, PermissionResolveResponse, RunCancelParams, RunCancelResponse,
-    RunFollowUpParams, RunQueuedResponse, RunResultParams, RunResultResponse, RunStartParams,
+    RunFollowUpParams, RunQueueClearParams, RunQueueClearResponse, RunQueueParams,
+    RunQueueResponse, RunQueuedResponse, RunResultParams, RunResultResponse, RunStartParams,
     RunStartResponse, RunSteerParams, RunSubscribeParams,
 };
 use keel_protocol::rpc::{ErrorKind, PROTOCOL_VERSION, RpcError};
@@ -89,6 +90,20 @@ pub(crate) async fn call(
             let params: RunSubscribeParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
             reply(record.subscribe(peer, params.after_seq)?)
+        }
+        "run/queue" => {
+            let params: RunQueueParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            reply(RunQueueResponse {
+                queued: record.run.queued(),
+            })
+        }
+        "run/queue/clear" => {
+            let params: RunQueueClearParams = parse(params)?;
+            let record = run_of(inner, peer, &params.run_id)?;
+            reply(RunQueueClearResponse {
+                cleared: record.run.clear_queue(params.queue),
+            })
         }
         "permission/resolve" => {
             let params: PermissionResolveParams = parse(params)?;
@@ -242,13 +257,15 @@ pub(crate) async fn admit(
         .await
         .map_err(|refusal| {
             inner.counters.refused(&peer.tenant);
-            errors::refused(&refusal)
+            RpcError::from(refusal)
         })
 }
 
-/// The run spec with the broker's own limits (the stall watchdog).
-pub(crate) fn limits(_inner: &Inner, spec: RunSpec) -> RunSpec {
-    spec
+/// The run spec with the broker's own limits: the kernel's stall watchdog
+/// (`BrokerConfig::stall_timeout`), so a run whose model or tool hangs
+/// still ends, failed with `run_stalled`, with one terminal notification.
+pub(crate) fn limits(inner: &Inner, spec: RunSpec) -> RunSpec {
+    spec.stall_timeout(inner.config.stall_timeout)
 }
 
 /// The kernel for a run in `workspace` with `asked`, and the run's mode.
@@ -319,7 +336,7 @@ pub(crate) fn claim_session(inner: &Inner, session_id: &str) -> Result<SessionCl
 }
 
 /// The run `run_id` of `peer`'s tenant.
-fn run_of(inner: &Inner, peer: &Peer, run_id: &str) -> Result<Arc<RunRecord>, RpcError> {
+pub(crate) fn run_of(inner: &Inner, peer: &Peer, run_id: &str) -> Result<Arc<RunRecord>, RpcError> {
     lock(&inner.runs)
         .get(run_id)
         .filter(|record| record.tenant == peer.tenant)

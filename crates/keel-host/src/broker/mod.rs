@@ -18,7 +18,7 @@
 //! Modules, top-down: [`admission`] decides which start may run now
 //! (bounded slots and queue, per-tenant quotas, round-robin between
 //! tenants, drain); [`methods`] dispatches a call by name to the run
-//! methods there and the session methods in `sessions`; `runs` holds runs
+//! methods there and the session methods in `sessions_api`; `runs` holds runs
 //! and their pump (its docs say why the kernel's channel may stay
 //! unbounded: the broker always drains it); `ring` is a run's bounded
 //! event ring; `peer` a connection's bounded buffer; `kernels` the kernel
@@ -201,13 +201,20 @@ impl Broker {
     /// A broker over the session store `config` names.
     pub fn new(config: BrokerConfig) -> Result<Broker, HostError> {
         let store = Arc::new(sessions::open_store(config.session_dir.as_deref())?);
+        Ok(Self::with_store(config, store))
+    }
+
+    /// A broker over `store` (its `session_dir` is not used): for a host
+    /// that already holds the store open, since one process keeps each
+    /// session open for writing through one store.
+    pub fn with_store(config: BrokerConfig, store: Arc<JsonlStore>) -> Broker {
         let kernels = Kernels::new(Arc::clone(&store), config.idle_kernel_ttl);
         let mut limits = Limits::new(config.max_runs, config.max_queue)
             .with_default_quota(config.default_quota.clone());
         for (tenant, quota) in &config.quotas {
             limits = limits.with_quota(tenant.clone(), quota.clone());
         }
-        Ok(Broker {
+        Broker {
             inner: Arc::new(Inner {
                 config,
                 store,
@@ -219,7 +226,7 @@ impl Broker {
                 draining: AtomicBool::new(false),
                 next_peer: AtomicU64::new(1),
             }),
-        })
+        }
     }
 
     /// A client connection. Dropping it ends its subscriptions; runs go on,
@@ -242,14 +249,50 @@ impl Broker {
     pub async fn drain(&self, grace: Duration) {
         self.inner.draining.store(true, Ordering::Release);
         self.inner.admission.drain();
-        let live: Vec<_> = lock(&self.inner.runs).values().cloned().collect();
-        let all = futures::future::join_all(live.iter().map(|record| record.finished()));
-        if tokio::time::timeout(grace, all).await.is_err() {
-            for record in &live {
-                record.run.cancel();
+        let deadline = tokio::time::Instant::now() + grace;
+        // Again until none is live: a start that passed admission just
+        // before the drain may add a run while the first ones are awaited.
+        loop {
+            let live: Vec<_> = lock(&self.inner.runs)
+                .values()
+                .filter(|record| !record.is_finished())
+                .cloned()
+                .collect();
+            if live.is_empty() {
+                return;
             }
-            futures::future::join_all(live.iter().map(|record| record.finished())).await;
+            let all = futures::future::join_all(live.iter().map(|record| record.finished()));
+            if tokio::time::timeout_at(deadline, all).await.is_err() {
+                for record in &live {
+                    record.run.cancel();
+                }
+                futures::future::join_all(live.iter().map(|record| record.finished())).await;
+            }
         }
+    }
+
+    /// Builds (and caches) the kernel a `run/start` with `params` would
+    /// use, so that a host can report a configuration error (no provider,
+    /// an unreadable script, an unknown tool, a bad workspace) before it
+    /// reads any request. Only `workspace`, `provider`, `model`, `mode` and
+    /// `tools` of `params` matter.
+    pub fn prepare(
+        &self,
+        params: &keel_protocol::rpc::methods::RunStartParams,
+    ) -> Result<(), HostError> {
+        let workspace =
+            crate::sessions::workspace_root(Some(std::path::Path::new(&params.workspace)))?;
+        let asked = kernels::Asked {
+            provider: params.provider.clone(),
+            model: params.model.clone(),
+            mode: params.mode,
+            tools: params.tools.clone(),
+        };
+        let setup = Kernels::setup(&self.inner.config, &workspace, &asked)?;
+        self.inner
+            .kernels
+            .lease(&setup.config, &workspace)
+            .map(drop)
     }
 
     /// Counters for /metrics (runs active/queued/refused, events sent,
@@ -341,6 +384,19 @@ impl Caller {
         for record in lock(&self.peer.started).iter() {
             record.run.cancel();
         }
+    }
+
+    /// The changes run `run_id` (of this connection's tenant) made to its
+    /// workspace: what `keel run` prints after a run. Not a protocol
+    /// method; for hosts in this process.
+    pub async fn workspace_changes(
+        &self,
+        run_id: &str,
+    ) -> Result<keel_tools::changes::WorkspaceChanges, RpcError> {
+        let record = methods::run_of(&self.inner, &self.peer, run_id)?;
+        record.run.workspace_changes().await.map_err(|error| {
+            RpcError::new(keel_protocol::rpc::ErrorKind::Internal, error.to_string())
+        })
     }
 
     /// Resolves when every run this connection started has settled.

@@ -11,14 +11,11 @@
 //! are cursor-paginated (`cursor`, `limit` in; `next_cursor` out, absent on
 //! the last page); ids are the full ids the kernel and the store use.
 //!
-//! Steer and follow-up, once: a **steering** message (`run/steer`) is
-//! injected after the run's current tool batch, before its next model
-//! request — it changes what the model does next. A **follow-up**
-//! (`run/follow_up`) is injected only when the run would otherwise settle
-//! — it continues the run with a new user message after the model has
-//! answered. Both wait in the run's queue until then (`run/queue` lists it,
-//! `run/queue/clear` takes messages back); whatever is still queued when the
-//! run ends is dropped (`message_dropped` events).
+//! `run/steer` and `run/follow_up` put a message in the run's queue:
+//! steering is delivered at the next model turn, a follow-up only when the
+//! run would otherwise settle (the difference is documented once, on
+//! keel-kernel's `AgentRun`). `run/queue` lists what still waits and
+//! `run/queue/clear` takes it back.
 
 use std::collections::BTreeMap;
 
@@ -26,8 +23,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    Entry, HostDecision, PermissionMode, PermissionScope, QueueKind, RunEvent, RunResult,
-    TimestampMs,
+    Entry, HostDecision, PermissionMode, PermissionScope, QueueKind, QueuedMessage, RunEvent,
+    RunResult, TimestampMs,
 };
 
 /// Every method a client may call, in the order the docs list them.
@@ -264,15 +261,6 @@ pub struct RunSubscribeResponse {
 pub struct RunQueueParams {
     /// The run.
     pub run_id: String,
-}
-
-/// One queued message.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-pub struct QueuedMessage {
-    /// Steering or follow-up.
-    pub queue: QueueKind,
-    /// The message.
-    pub text: String,
 }
 
 /// `run/queue`'s result.
