@@ -20,8 +20,9 @@
 //! `--nocapture`). `KEEL_LOAD_RUNS` sets the number of runs (default
 //! 1,000 in a release build, 200 in a debug one: CI's `cargo test
 //! --workspace` on two cores cannot fit 1,000 debug runs in its time
-//! budget) and `KEEL_LOAD_BIN` the server binary (scripts/bench-serve.sh
-//! serves a release build). Every wait is bounded and fails with
+//! budget), `KEEL_LOAD_BIN` the server binary (scripts/bench-serve.sh
+//! serves a release build) and `KEEL_LOAD_BASH_EVERY` which runs are
+//! offered `bash` (default one in ten; 0: none). Every wait is bounded and fails with
 //! what it waited for; the server is killed when a test ends, whichever
 //! way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -635,10 +636,21 @@ const NO_CONFIG: &str = "";
 // ---------------------------------------------------------------------------
 // Scenarios
 
-/// One run in ten offers `bash` (and so starts a sandbox holder); the
-/// others are offered read, write and edit only, so their `bash` call is
-/// answered `unknown_tool` and they go on.
-const BASH_EVERY: usize = 10;
+/// One run in `KEEL_LOAD_BASH_EVERY` (default 10; 0: none) offers `bash`
+/// (and so starts a sandbox holder); the others are offered read, write
+/// and edit only, so their `bash` call is answered `unknown_tool` and they
+/// go on.
+fn bash_every() -> usize {
+    std::env::var("KEEL_LOAD_BASH_EVERY")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(10)
+}
+
+fn has_bash(run: usize) -> bool {
+    let every = bash_every();
+    every > 0 && run.is_multiple_of(every)
+}
 
 #[test]
 fn thousand_runs_settle_within_a_gibibyte() {
@@ -673,7 +685,7 @@ fn thousand_runs_settle_within_a_gibibyte() {
                 .collect();
             tasks.push(tokio::spawn(async move {
                 let starts = mine.iter().map(|(run, workspace)| {
-                    let tools = if run % BASH_EVERY == 0 {
+                    let tools = if has_bash(*run) {
                         json!(["read", "write", "edit", "bash"])
                     } else {
                         json!(["read", "write", "edit"])
@@ -730,6 +742,16 @@ fn thousand_runs_settle_within_a_gibibyte() {
         for (started, seen) in &all {
             for (run, workspace, run_id) in started {
                 let events = &seen.events[run_id];
+                // Every event exactly once, in order, across lags and
+                // resubscriptions.
+                let seqs: Vec<u64> = events
+                    .iter()
+                    .filter_map(|event| event["seq"].as_u64())
+                    .collect();
+                assert!(
+                    seqs.iter().copied().eq(0..seqs.len() as u64),
+                    "run {run}: events missing, repeated or out of order: {seqs:?}"
+                );
                 let last = events.last().unwrap();
                 assert_eq!(last["type"], "run_settled", "run {run} ended {last}");
                 let seed = format!("seed of run {run}\n");
@@ -750,7 +772,7 @@ fn thousand_runs_settle_within_a_gibibyte() {
                     "run {run}: its read did not return its own seed"
                 );
                 let copy = std::fs::read_to_string(workspace.join("copy.txt")).ok();
-                if run % BASH_EVERY == 0 {
+                if has_bash(*run) {
                     assert_eq!(
                         copy.as_deref(),
                         Some(seed.as_str()),
@@ -766,7 +788,7 @@ fn thousand_runs_settle_within_a_gibibyte() {
         latencies.sort_unstable();
         println!(
             "load: {runs} runs ({} with bash) settled in {:.1} s = {:.0} runs/s",
-            runs.div_ceil(BASH_EVERY),
+            (0..runs).filter(|run| has_bash(*run)).count(),
             elapsed.as_secs_f64(),
             runs as f64 / elapsed.as_secs_f64()
         );
