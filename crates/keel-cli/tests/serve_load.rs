@@ -974,7 +974,12 @@ fn a_burst_past_the_limits_is_refused_at_once() {
                     (answer, sent.elapsed())
                 }
             });
-            for (answer, took) in futures::future::join_all(starts).await {
+            let answers = tokio::time::timeout(Duration::from_secs(30), futures::future::join_all(starts))
+                .await
+                .unwrap_or_else(|_| {
+                    panic!("starts past the limits were not all answered within 30 s: they wait instead of being refused")
+                });
+            for (answer, took) in answers {
                 let error = answer.expect_err("a start past the limits was accepted");
                 let retry = error["data"]["retry_after_ms"].as_u64();
                 assert!(
