@@ -777,6 +777,62 @@ fn a_loopback_server_without_a_token_serves_local_clients_and_origins_are_checke
     assert!(files_under(&place.sessions()).is_empty());
 }
 
+/// DNS rebinding: a page on `rebind.example` whose name now resolves to
+/// 127.0.0.1 sends same-origin requests (a GET carries no `Origin`) with
+/// `Host: rebind.example:PORT`. A server without a token answers only
+/// requests addressed to a loopback name.
+#[test]
+fn a_server_without_a_token_refuses_a_rebound_host() {
+    let place = Place::new();
+    let server = place.serve(&[], &[]);
+    let address = server.address;
+    let port = address.port();
+    let request = |host: &str, path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+    };
+    for host in [
+        format!("rebind.example:{port}"),
+        "rebind.example".to_owned(),
+        format!("localhost.rebind.example:{port}"),
+        format!("127.0.0.1.rebind.example:{port}"),
+        format!("[::ffff:7f00:1]x:{port}"),
+    ] {
+        assert_eq!(
+            raw_status(address, request(&host, "/metrics").as_bytes()),
+            403,
+            "/metrics with Host {host}"
+        );
+    }
+    for host in [
+        address.to_string(),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+        "127.0.0.1".to_owned(),
+        format!("[::1]:{port}"),
+    ] {
+        assert_eq!(
+            raw_status(address, request(&host, "/metrics").as_bytes()),
+            200,
+            "/metrics with Host {host}"
+        );
+    }
+    // The WebSocket too: a program without `Origin` but a rebound `Host`.
+    runtime().block_on(async {
+        assert_status(
+            attempt(
+                &place,
+                address,
+                "/",
+                &[("host", &format!("rebind.example:{port}"))],
+            )
+            .await,
+            403,
+            "a rebound Host",
+        );
+    });
+    assert!(files_under(&place.sessions()).is_empty());
+}
+
 /// A named token of `[server.tokens.NAME]` is its own tenant with its own
 /// quota; the unnamed token is tenant `default`; /metrics counts both.
 #[test]

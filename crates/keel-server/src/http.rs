@@ -17,7 +17,10 @@
 //!    special. Requests without `Origin` (programs) pass;
 //! 3. with tokens configured, a request without a valid bearer token gets
 //!    401; with none configured (allowed on loopback only, see
-//!    [`ServeConfig::check`]) every client is tenant `local`.
+//!    [`ServeConfig::check`]) a request whose `Host` is not a loopback
+//!    name (`localhost`, `127.0.0.1`, `[::1]`, with any port) gets 403, so
+//!    a web page cannot reach it through DNS rebinding, and every other
+//!    client is tenant `local`.
 //!
 //! Limits: a request head larger than [`ServeConfig::max_header_bytes`]
 //! (or with more than [`MAX_HEADERS`] headers) gets 431 from the HTTP
@@ -225,6 +228,9 @@ enum Refusal {
     Origin,
     /// No valid bearer token (401).
     Unauthorized,
+    /// A `Host` that is not a loopback name on a server without a token
+    /// (403): DNS rebinding.
+    Host,
 }
 
 impl IntoResponse for Refusal {
@@ -239,6 +245,12 @@ impl IntoResponse for Refusal {
                 StatusCode::FORBIDDEN,
                 "origin_not_allowed",
                 "this Origin is not allowed (keel serve --allow-origin ORIGIN)",
+            ),
+            Self::Host => (
+                StatusCode::FORBIDDEN,
+                "host_not_allowed",
+                "a server without a token answers only requests addressed to a loopback name \
+                 (localhost, 127.0.0.1, [::1])",
             ),
             Self::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
@@ -279,6 +291,15 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
         }
     }
     if config.tokens.is_empty() {
+        // Without a token, the address is the only credential: a page on
+        // another site whose name was re-pointed at 127.0.0.1 (DNS
+        // rebinding) reaches this server as a same-origin request, without
+        // an `Origin` header on a GET, but its `Host` still names the
+        // other site.
+        if !headers.get(header::HOST).is_none_or(loopback_host) {
+            tracing::warn!("refused a request whose Host is not a loopback name");
+            return Err(Refusal::Host);
+        }
         return Ok(Tenant::new(LOCAL_TENANT));
     }
     let name = headers
@@ -292,6 +313,30 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
             Err(Refusal::Unauthorized)
         }
     }
+}
+
+/// Whether a `Host` header names a loopback host: `localhost`, or a
+/// loopback IP address (`127.0.0.1`, `[::1]`), with or without a port.
+fn loopback_host(value: &header::HeaderValue) -> bool {
+    let Ok(host) = value.to_str() else {
+        return false;
+    };
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        match rest.split_once(']') {
+            Some((address, port)) if port.is_empty() || port.starts_with(':') => address,
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, _port)) => name,
+            None => host,
+        }
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
 }
 
 /// Whether a WebSocket error is a message over the size limit.
