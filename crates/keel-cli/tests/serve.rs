@@ -833,6 +833,52 @@ fn a_server_without_a_token_refuses_a_rebound_host() {
     assert!(files_under(&place.sessions()).is_empty());
 }
 
+/// Each `run/start` may name its own workspace and model, and each
+/// distinct pair is a kernel of its own: the cache of idle kernels is
+/// bounded (64 by default), not kept for the idle TTL whatever its size.
+#[test]
+fn the_kernel_cache_stays_bounded_whatever_models_clients_name() {
+    let place = Place::with_script(
+        r#"{"by_history": true, "turns": [{"content": [{"type": "text", "text": "ok"}]}]}"#,
+    );
+    let server = place.serve(&["--token-file", &place.file("token")], &[]);
+    let address = server.address;
+    let workspace = place.workspace("one");
+    runtime().block_on(async {
+        let mut client = Client::authorized(address).await;
+        for n in 0..70 {
+            let started = client
+                .call(
+                    "run/start",
+                    json!({"prompt": "Go.", "workspace": workspace, "model": format!("model-{n}"),
+                           "subscribe": false}),
+                )
+                .await
+                .unwrap();
+            client
+                .call("run/result", json!({"run_id": started["run_id"]}))
+                .await
+                .unwrap();
+        }
+    });
+    let (status, metrics) = get(
+        address,
+        "/metrics",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(status, 200, "{metrics}");
+    let cached: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("keel_kernels_cached "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no keel_kernels_cached in {metrics}"));
+    assert!(metrics.contains("keel_runs_started_total 70"), "{metrics}");
+    assert!(
+        cached <= 64,
+        "{cached} kernels cached after 70 models: {metrics}"
+    );
+}
+
 /// A named token of `[server.tokens.NAME]` is its own tenant with its own
 /// quota; the unnamed token is tenant `default`; /metrics counts both.
 #[test]

@@ -12,9 +12,11 @@
 //!
 //! Invariants: every kernel shares the broker's one session store; a
 //! kernel with a run on it ([`Lease`] alive) is never evicted; an idle one
-//! goes after `idle_kernel_ttl` (checked on every lookup, so the cache
-//! never grows past the kernels of live runs plus those used within the
-//! TTL).
+//! goes after `idle_kernel_ttl` (checked on every lookup), and a miss
+//! first evicts the least recently used idle ones down to
+//! `max_idle_kernels - 1`, so the cache never holds more than the kernels
+//! of runs live since the last miss plus `max_idle_kernels`, however many
+//! workspaces or models clients name.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -42,6 +44,7 @@ pub(crate) struct Asked {
 pub(crate) struct Kernels {
     store: Arc<JsonlStore>,
     ttl: Duration,
+    max_idle: usize,
     cache: Arc<Mutex<HashMap<Key, Cached>>>,
 }
 
@@ -85,10 +88,11 @@ impl Drop for Lease {
 }
 
 impl Kernels {
-    pub(crate) fn new(store: Arc<JsonlStore>, ttl: Duration) -> Self {
+    pub(crate) fn new(store: Arc<JsonlStore>, ttl: Duration, max_idle: usize) -> Self {
         Self {
             store,
             ttl,
+            max_idle,
             cache: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -152,6 +156,9 @@ impl Kernels {
         let store: Arc<dyn keel_session::SessionStore> = self.store.clone();
         let built = config.kernel(store)?;
         let mut cache = lock(&self.cache);
+        if !cache.contains_key(&key) {
+            evict_idle(&mut cache, self.max_idle);
+        }
         let cached = cache.entry(key.clone()).or_insert(Cached {
             kernel: built,
             leases: 0,
@@ -163,6 +170,28 @@ impl Kernels {
             key,
             cache: Arc::clone(&self.cache),
         })
+    }
+}
+
+/// Drops the least recently used idle kernels until fewer than `max_idle`
+/// are idle (room for the one about to be added, which is leased at once).
+fn evict_idle(cache: &mut HashMap<Key, Cached>, max_idle: usize) {
+    loop {
+        let idle = cache.values().filter(|cached| cached.leases == 0).count();
+        if idle < max_idle.max(1) {
+            return;
+        }
+        let oldest = cache
+            .iter()
+            .filter(|(_, cached)| cached.leases == 0)
+            .min_by_key(|(_, cached)| cached.last_used)
+            .map(|(key, _)| key.clone());
+        match oldest {
+            Some(key) => {
+                cache.remove(&key);
+            }
+            None => return,
+        }
     }
 }
 

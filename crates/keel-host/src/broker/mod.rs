@@ -123,6 +123,9 @@ pub struct BrokerConfig {
     pub ring_grace: Duration,
     /// How long an unused kernel stays cached.
     pub idle_kernel_ttl: Duration,
+    /// Most unused kernels kept cached (the least recently used go first):
+    /// clients choose workspaces and models, each a kernel of its own.
+    pub max_idle_kernels: usize,
     /// A run that makes no progress this long fails with `run_stalled`
     /// (`None`: never; waiting on a permission request does not count).
     pub stall_timeout: Option<Duration>,
@@ -152,6 +155,7 @@ impl Default for BrokerConfig {
             ring_bytes: 256 * 1024,
             ring_grace: Duration::from_secs(300),
             idle_kernel_ttl: Duration::from_secs(600),
+            max_idle_kernels: 64,
             stall_timeout: Some(Duration::from_secs(600)),
             notification_buffer: 1024,
         }
@@ -208,7 +212,11 @@ impl Broker {
     /// that already holds the store open, since one process keeps each
     /// session open for writing through one store.
     pub fn with_store(config: BrokerConfig, store: Arc<JsonlStore>) -> Broker {
-        let kernels = Kernels::new(Arc::clone(&store), config.idle_kernel_ttl);
+        let kernels = Kernels::new(
+            Arc::clone(&store),
+            config.idle_kernel_ttl,
+            config.max_idle_kernels,
+        );
         let mut limits = Limits::new(config.max_runs, config.max_queue)
             .with_default_quota(config.default_quota.clone());
         for (tenant, quota) in &config.quotas {
