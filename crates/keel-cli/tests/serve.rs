@@ -879,6 +879,68 @@ fn the_kernel_cache_stays_bounded_whatever_models_clients_name() {
     );
 }
 
+/// Finding (open): a token holder has the server user's authority, so
+/// tenants are not isolated from each other. Tenant `ci` asks for mode
+/// `full` (or approves its own outside-the-workspace command in `ask`) and
+/// the command runs unsandboxed as the server's user: it reads the other
+/// tenant's token file (or `/proc/$PPID/environ`, the provider keys, any
+/// workspace, the session directory). The server has no ceiling on the
+/// mode, the workspace or what a client's approval widens. Run with
+/// `--ignored` to see it fail.
+#[test]
+#[ignore = "open finding: no server-side ceiling on mode/workspace; a tenant can read another tenant's token"]
+fn a_tenant_cannot_read_another_tenants_token() {
+    let place = Place::new();
+    let script = format!(
+        r#"{{"by_history": true, "turns": [
+  {{"content": [{{"type": "tool_call", "name": "bash", "arguments": {{"command": "cat {}"}}}}]}},
+  {{"content": [{{"type": "text", "text": "done"}}]}}
+]}}"#,
+        place.file("token")
+    );
+    std::fs::write(place.path().join("script.json"), script).unwrap();
+    let ci_token = "keel-ci-token-7a61f0c2b9e4";
+    std::fs::write(place.path().join("ci.token"), ci_token).unwrap();
+    let config = place.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\n",
+            place.file("token"),
+            place.file("ci.token")
+        ),
+    )
+    .unwrap();
+    let server = place.serve(&["--config", &config.display().to_string()], &[]);
+    let address = server.address;
+    let seen = runtime().block_on(async {
+        let bearer = format!("Bearer {ci_token}");
+        let mut ci = Client::connect(address, "/", &[("authorization", &bearer)])
+            .await
+            .unwrap();
+        ci.call("initialize", json!({})).await.unwrap();
+        let started = ci
+            .call(
+                "run/start",
+                json!({"prompt": "Go.", "workspace": place.workspace("ci"), "mode": "full"}),
+            )
+            .await;
+        let Ok(started) = started else {
+            return String::new();
+        };
+        let run_id = started["run_id"].as_str().unwrap().to_owned();
+        ci.events_until(&run_id, "run_settled")
+            .await
+            .iter()
+            .map(|event| event.to_string())
+            .collect::<String>()
+    });
+    assert!(
+        !seen.contains(TOKEN),
+        "tenant ci read the default tenant's token through its run"
+    );
+}
+
 /// A named token of `[server.tokens.NAME]` is its own tenant with its own
 /// quota; the unnamed token is tenant `default`; /metrics counts both.
 #[test]
