@@ -1017,6 +1017,63 @@ fn named_tokens_are_tenants_with_their_quotas() {
     );
 }
 
+/// One tenant cannot lock the others out by holding every WebSocket
+/// connection: past its share (1,024 by default, a quarter of the 4,096
+/// the server holds) its upgrade gets 429, while another tenant still gets
+/// in; a slot comes back when one of its clients leaves.
+#[test]
+fn one_tenant_cannot_take_every_connection() {
+    let place = Place::new();
+    let ci_token = "keel-ci-token-7a61f0c2b9e4";
+    std::fs::write(place.path().join("ci.token"), ci_token).unwrap();
+    let config = place.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\n",
+            place.file("token"),
+            place.file("ci.token")
+        ),
+    )
+    .unwrap();
+    let server = place.serve(&["--config", &config.display().to_string()], &[]);
+    let address = server.address;
+    runtime().block_on(async {
+        let bearer = format!("Bearer {ci_token}");
+        let headers = [("authorization", bearer.as_str())];
+        let mut held = Vec::new();
+        let refused = loop {
+            match Client::connect(address, "/", &headers).await {
+                Ok(client) => held.push(client),
+                Err(refused) => break refused,
+            }
+            assert!(
+                held.len() <= 1024,
+                "tenant ci holds {} connections and is still let in",
+                held.len()
+            );
+        };
+        assert_status(refused, 429, "tenant ci past its share");
+        assert_eq!(held.len(), 1024);
+        let mut other = Client::authorized(address).await;
+        other.call("models/list", json!({})).await.unwrap();
+        let mut gone = held.pop().unwrap();
+        gone.socket.close(None).await.unwrap();
+        drop(gone);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            match Client::connect(address, "/", &headers).await {
+                Ok(_) => break,
+                Err(refused) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "no slot came back for ci: {refused:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+}
+
 /// SIGTERM with a run in flight: no new runs (`draining`), the run gets the
 /// drain timeout, then is cancelled with its session intact; exit 0.
 #[test]

@@ -30,7 +30,9 @@
 //! No route reads a request body. At most
 //! [`ServeConfig::max_connections`] HTTP connections are served at once
 //! (past it, accepting waits) and as many WebSocket clients (past it, an
-//! upgrade gets 503).
+//! upgrade gets 503), of which one tenant may hold at most
+//! [`ServeConfig::max_connections_per_tenant`] (past it, its upgrade gets
+//! 429), so one tenant cannot lock the others out.
 //!
 //! A WebSocket that closes ends its subscriptions only: its runs go on,
 //! and any connection of the same tenant may subscribe again and answer
@@ -108,6 +110,7 @@ impl Server {
             clients: Arc::new(tokio::sync::Semaphore::new(
                 self.config.max_connections.max(1),
             )),
+            per_tenant: Arc::default(),
         };
         let app = Router::new()
             .route("/", get(websocket))
@@ -176,6 +179,50 @@ struct AppState {
     /// One permit per open WebSocket client (an upgraded connection leaves
     /// the accept loop's count).
     clients: Arc<tokio::sync::Semaphore>,
+    /// Open WebSocket clients by tenant.
+    per_tenant: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// One open WebSocket client of a tenant, counted until dropped.
+struct TenantSlot {
+    tenant: String,
+    counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl TenantSlot {
+    /// A slot for `tenant`, unless it has `max` clients open already.
+    fn take(state: &AppState, tenant: &str) -> Option<TenantSlot> {
+        let mut counts = lock(&state.per_tenant);
+        let open = counts.entry(tenant.to_owned()).or_insert(0);
+        if *open >= state.config.max_connections_per_tenant.max(1) {
+            return None;
+        }
+        *open += 1;
+        Some(TenantSlot {
+            tenant: tenant.to_owned(),
+            counts: Arc::clone(&state.per_tenant),
+        })
+    }
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts);
+        if let Some(open) = counts.get_mut(&self.tenant) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                counts.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked
+/// (nothing here panics while holding one).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 async fn health() -> &'static str {
@@ -204,6 +251,14 @@ async fn websocket(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
+    let Some(slot) = TenantSlot::take(&state, &tenant.name) else {
+        tracing::warn!(tenant = %tenant.name, "refused a client: too many connections for its tenant");
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many connections for this token",
+        )
+            .into_response();
+    };
     let Ok(permit) = Arc::clone(&state.clients).try_acquire_owned() else {
         tracing::warn!("refused a client: too many connections");
         return (StatusCode::SERVICE_UNAVAILABLE, "too many connections").into_response();
@@ -216,6 +271,7 @@ async fn websocket(
         .on_upgrade(move |socket| async move {
             client(socket, state, tenant).await;
             drop(permit);
+            drop(slot);
         })
 }
 
