@@ -941,6 +941,46 @@ fn a_tenant_cannot_read_another_tenants_token() {
     );
 }
 
+/// A finished run's ring stays readable for the grace period (5 minutes),
+/// but a client starting many short runs cannot make the server hold one
+/// for each: past 1,024 finished runs the first finished is forgotten.
+#[test]
+fn finished_runs_held_for_their_grace_are_bounded() {
+    let place = Place::with_script(
+        r#"{"by_history": true, "turns": [{"content": [{"type": "text", "text": "ok"}]}]}"#,
+    );
+    let server = place.serve(&["--token-file", &place.file("token")], &[]);
+    let workspace = place.workspace("many");
+    runtime().block_on(async {
+        let mut client = Client::authorized(server.address).await;
+        let mut run_ids = Vec::new();
+        for _ in 0..1030 {
+            let started = client
+                .call(
+                    "run/start",
+                    json!({"prompt": "Go.", "workspace": workspace, "subscribe": false}),
+                )
+                .await
+                .unwrap();
+            let run_id = started["run_id"].clone();
+            client
+                .call("run/result", json!({"run_id": run_id}))
+                .await
+                .unwrap();
+            run_ids.push(run_id);
+        }
+        let first = client
+            .call("run/result", json!({"run_id": run_ids[0]}))
+            .await
+            .expect_err("the first of 1,030 finished runs is still held");
+        assert_kind(&first, "not_found");
+        client
+            .call("run/result", json!({"run_id": run_ids[1029]}))
+            .await
+            .expect("the last finished run is held");
+    });
+}
+
 /// A named token of `[server.tokens.NAME]` is its own tenant with its own
 /// quota; the unnamed token is tenant `default`; /metrics counts both.
 #[test]

@@ -121,6 +121,10 @@ pub struct BrokerConfig {
     pub ring_bytes: usize,
     /// How long a finished run's ring (and `run/result`) stays readable.
     pub ring_grace: Duration,
+    /// Most finished runs held within `ring_grace`; past it the one that
+    /// finished first is forgotten (each holds up to `ring_bytes`). Never
+    /// fewer than `max_runs`.
+    pub max_finished_runs: usize,
     /// How long an unused kernel stays cached.
     pub idle_kernel_ttl: Duration,
     /// Most unused kernels kept cached (the least recently used go first):
@@ -154,6 +158,7 @@ impl Default for BrokerConfig {
             ring_events: 2048,
             ring_bytes: 256 * 1024,
             ring_grace: Duration::from_secs(300),
+            max_finished_runs: 1024,
             idle_kernel_ttl: Duration::from_secs(600),
             max_idle_kernels: 64,
             stall_timeout: Some(Duration::from_secs(600)),
