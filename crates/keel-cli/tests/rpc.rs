@@ -215,3 +215,36 @@ fn rpc_and_serve_explain_themselves() {
         assert!(help.contains("Keel as a service"), "{help}");
     }
 }
+
+/// A client may write requests right behind `initialize` without waiting
+/// for its answer: they see the connection initialized, never a
+/// `not_initialized` that depends on which task ran first.
+#[test]
+fn requests_pipelined_behind_initialize_see_it() {
+    let home = tempfile::tempdir().unwrap();
+    let script = home.path().join("script.json");
+    std::fs::write(&script, SLOW).unwrap();
+    let script = script.display().to_string();
+    for round in 0..20 {
+        let mut child = spawn_keel(&["rpc", "--script", &script], home.path(), &[]);
+        let received = lines(child.stdout.take().unwrap());
+        let mut stdin = child.stdin.take().unwrap();
+        let pipelined = format!(
+            "{}\n{}\n",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}),
+            json!({"jsonrpc": "2.0", "id": 2, "method": "models/list", "params": {}}),
+        );
+        stdin.write_all(pipelined.as_bytes()).unwrap();
+        stdin.flush().unwrap();
+        // The two answers, in whichever order they come.
+        for _ in 0..2 {
+            let response = next(&received, "an answer");
+            assert!(
+                response.get("result").is_some(),
+                "round {round}: {response}"
+            );
+        }
+        drop(stdin);
+        let _ = child.wait();
+    }
+}

@@ -777,6 +777,210 @@ fn a_loopback_server_without_a_token_serves_local_clients_and_origins_are_checke
     assert!(files_under(&place.sessions()).is_empty());
 }
 
+/// DNS rebinding: a page on `rebind.example` whose name now resolves to
+/// 127.0.0.1 sends same-origin requests (a GET carries no `Origin`) with
+/// `Host: rebind.example:PORT`. A server without a token answers only
+/// requests addressed to a loopback name.
+#[test]
+fn a_server_without_a_token_refuses_a_rebound_host() {
+    let place = Place::new();
+    let server = place.serve(&[], &[]);
+    let address = server.address;
+    let port = address.port();
+    let request = |host: &str, path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+    };
+    for host in [
+        format!("rebind.example:{port}"),
+        "rebind.example".to_owned(),
+        format!("localhost.rebind.example:{port}"),
+        format!("127.0.0.1.rebind.example:{port}"),
+        format!("[::ffff:7f00:1]x:{port}"),
+    ] {
+        assert_eq!(
+            raw_status(address, request(&host, "/metrics").as_bytes()),
+            403,
+            "/metrics with Host {host}"
+        );
+    }
+    for host in [
+        address.to_string(),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+        "127.0.0.1".to_owned(),
+        format!("[::1]:{port}"),
+    ] {
+        assert_eq!(
+            raw_status(address, request(&host, "/metrics").as_bytes()),
+            200,
+            "/metrics with Host {host}"
+        );
+    }
+    // The WebSocket too: a program without `Origin` but a rebound `Host`.
+    runtime().block_on(async {
+        assert_status(
+            attempt(
+                &place,
+                address,
+                "/",
+                &[("host", &format!("rebind.example:{port}"))],
+            )
+            .await,
+            403,
+            "a rebound Host",
+        );
+    });
+    assert!(files_under(&place.sessions()).is_empty());
+}
+
+/// Each `run/start` may name its own workspace and model, and each
+/// distinct pair is a kernel of its own: the cache of idle kernels is
+/// bounded (64 by default), not kept for the idle TTL whatever its size.
+#[test]
+fn the_kernel_cache_stays_bounded_whatever_models_clients_name() {
+    let place = Place::with_script(
+        r#"{"by_history": true, "turns": [{"content": [{"type": "text", "text": "ok"}]}]}"#,
+    );
+    let server = place.serve(&["--token-file", &place.file("token")], &[]);
+    let address = server.address;
+    let workspace = place.workspace("one");
+    runtime().block_on(async {
+        let mut client = Client::authorized(address).await;
+        for n in 0..70 {
+            let started = client
+                .call(
+                    "run/start",
+                    json!({"prompt": "Go.", "workspace": workspace, "model": format!("model-{n}"),
+                           "subscribe": false}),
+                )
+                .await
+                .unwrap();
+            client
+                .call("run/result", json!({"run_id": started["run_id"]}))
+                .await
+                .unwrap();
+        }
+    });
+    let (status, metrics) = get(
+        address,
+        "/metrics",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(status, 200, "{metrics}");
+    let cached: u64 = metrics
+        .lines()
+        .find_map(|line| line.strip_prefix("keel_kernels_cached "))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no keel_kernels_cached in {metrics}"));
+    assert!(metrics.contains("keel_runs_started_total 70"), "{metrics}");
+    assert!(
+        cached <= 64,
+        "{cached} kernels cached after 70 models: {metrics}"
+    );
+}
+
+/// Finding (open): a token holder has the server user's authority, so
+/// tenants are not isolated from each other. Tenant `ci` asks for mode
+/// `full` (or approves its own outside-the-workspace command in `ask`) and
+/// the command runs unsandboxed as the server's user: it reads the other
+/// tenant's token file (or `/proc/$PPID/environ`, the provider keys, any
+/// workspace, the session directory). The server has no ceiling on the
+/// mode, the workspace or what a client's approval widens. Run with
+/// `--ignored` to see it fail.
+#[test]
+#[ignore = "open finding: no server-side ceiling on mode/workspace; a tenant can read another tenant's token"]
+fn a_tenant_cannot_read_another_tenants_token() {
+    let place = Place::new();
+    let script = format!(
+        r#"{{"by_history": true, "turns": [
+  {{"content": [{{"type": "tool_call", "name": "bash", "arguments": {{"command": "cat {}"}}}}]}},
+  {{"content": [{{"type": "text", "text": "done"}}]}}
+]}}"#,
+        place.file("token")
+    );
+    std::fs::write(place.path().join("script.json"), script).unwrap();
+    let ci_token = "keel-ci-token-7a61f0c2b9e4";
+    std::fs::write(place.path().join("ci.token"), ci_token).unwrap();
+    let config = place.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\n",
+            place.file("token"),
+            place.file("ci.token")
+        ),
+    )
+    .unwrap();
+    let server = place.serve(&["--config", &config.display().to_string()], &[]);
+    let address = server.address;
+    let seen = runtime().block_on(async {
+        let bearer = format!("Bearer {ci_token}");
+        let mut ci = Client::connect(address, "/", &[("authorization", &bearer)])
+            .await
+            .unwrap();
+        ci.call("initialize", json!({})).await.unwrap();
+        let started = ci
+            .call(
+                "run/start",
+                json!({"prompt": "Go.", "workspace": place.workspace("ci"), "mode": "full"}),
+            )
+            .await;
+        let Ok(started) = started else {
+            return String::new();
+        };
+        let run_id = started["run_id"].as_str().unwrap().to_owned();
+        ci.events_until(&run_id, "run_settled")
+            .await
+            .iter()
+            .map(|event| event.to_string())
+            .collect::<String>()
+    });
+    assert!(
+        !seen.contains(TOKEN),
+        "tenant ci read the default tenant's token through its run"
+    );
+}
+
+/// A finished run's ring stays readable for the grace period (5 minutes),
+/// but a client starting many short runs cannot make the server hold one
+/// for each: past 1,024 finished runs the first finished is forgotten.
+#[test]
+fn finished_runs_held_for_their_grace_are_bounded() {
+    let place = Place::with_script(
+        r#"{"by_history": true, "turns": [{"content": [{"type": "text", "text": "ok"}]}]}"#,
+    );
+    let server = place.serve(&["--token-file", &place.file("token")], &[]);
+    let workspace = place.workspace("many");
+    runtime().block_on(async {
+        let mut client = Client::authorized(server.address).await;
+        let mut run_ids = Vec::new();
+        for _ in 0..1030 {
+            let started = client
+                .call(
+                    "run/start",
+                    json!({"prompt": "Go.", "workspace": workspace, "subscribe": false}),
+                )
+                .await
+                .unwrap();
+            let run_id = started["run_id"].clone();
+            client
+                .call("run/result", json!({"run_id": run_id}))
+                .await
+                .unwrap();
+            run_ids.push(run_id);
+        }
+        let first = client
+            .call("run/result", json!({"run_id": run_ids[0]}))
+            .await
+            .expect_err("the first of 1,030 finished runs is still held");
+        assert_kind(&first, "not_found");
+        client
+            .call("run/result", json!({"run_id": run_ids[1029]}))
+            .await
+            .expect("the last finished run is held");
+    });
+}
+
 /// A named token of `[server.tokens.NAME]` is its own tenant with its own
 /// quota; the unnamed token is tenant `default`; /metrics counts both.
 #[test]
@@ -851,6 +1055,63 @@ fn named_tokens_are_tenants_with_their_quotas() {
         !metrics.contains(ci_token) && !metrics.contains(TOKEN),
         "{metrics}"
     );
+}
+
+/// One tenant cannot lock the others out by holding every WebSocket
+/// connection: past its share (1,024 by default, a quarter of the 4,096
+/// the server holds) its upgrade gets 429, while another tenant still gets
+/// in; a slot comes back when one of its clients leaves.
+#[test]
+fn one_tenant_cannot_take_every_connection() {
+    let place = Place::new();
+    let ci_token = "keel-ci-token-7a61f0c2b9e4";
+    std::fs::write(place.path().join("ci.token"), ci_token).unwrap();
+    let config = place.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\n",
+            place.file("token"),
+            place.file("ci.token")
+        ),
+    )
+    .unwrap();
+    let server = place.serve(&["--config", &config.display().to_string()], &[]);
+    let address = server.address;
+    runtime().block_on(async {
+        let bearer = format!("Bearer {ci_token}");
+        let headers = [("authorization", bearer.as_str())];
+        let mut held = Vec::new();
+        let refused = loop {
+            match Client::connect(address, "/", &headers).await {
+                Ok(client) => held.push(client),
+                Err(refused) => break refused,
+            }
+            assert!(
+                held.len() <= 1024,
+                "tenant ci holds {} connections and is still let in",
+                held.len()
+            );
+        };
+        assert_status(refused, 429, "tenant ci past its share");
+        assert_eq!(held.len(), 1024);
+        let mut other = Client::authorized(address).await;
+        other.call("models/list", json!({})).await.unwrap();
+        let mut gone = held.pop().unwrap();
+        gone.socket.close(None).await.unwrap();
+        drop(gone);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            match Client::connect(address, "/", &headers).await {
+                Ok(_) => break,
+                Err(refused) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "no slot came back for ci: {refused:?}"
+                ),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
 }
 
 /// SIGTERM with a run in flight: no new runs (`draining`), the run gets the

@@ -41,6 +41,9 @@ pub struct ServerSettings {
     pub allow_origins: Vec<String>,
     /// The largest JSON-RPC message, in bytes, a client may send.
     pub max_message_bytes: Option<usize>,
+    /// Most WebSocket clients one token (tenant) may have open at once, so
+    /// that one tenant cannot take every connection from the others.
+    pub max_connections_per_token: Option<usize>,
     /// Named tokens, each its own tenant with its own quotas.
     #[serde(default)]
     pub tokens: BTreeMap<String, TokenSettings>,

@@ -478,6 +478,7 @@ fn the_server_table_comes_from_the_user_only() {
     assert_eq!(server.drain_timeout, Some(30));
     assert_eq!(server.allow_origins, ["https://app.example.com"]);
     assert_eq!(server.max_message_bytes, Some(4_194_304));
+    assert_eq!(server.max_connections_per_token, Some(1024));
     let home = std::env::var("HOME").unwrap();
     assert_eq!(
         server.token_file,

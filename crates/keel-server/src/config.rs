@@ -63,6 +63,9 @@ pub struct ServeConfig {
     pub max_in_flight: usize,
     /// Connections open at once; past it, accepting waits.
     pub max_connections: usize,
+    /// WebSocket clients one tenant may have open at once; past it, an
+    /// upgrade gets 429.
+    pub max_connections_per_tenant: usize,
 }
 
 impl ServeConfig {
@@ -77,6 +80,7 @@ impl ServeConfig {
             max_header_bytes: DEFAULT_MAX_HEADER_BYTES,
             max_in_flight: crate::MAX_IN_FLIGHT,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_tenant: DEFAULT_MAX_CONNECTIONS_PER_TENANT,
         }
     }
 
@@ -93,6 +97,10 @@ impl ServeConfig {
 
 /// Connections open at once by default.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// WebSocket clients one tenant may have open at once by default: a
+/// quarter of [`DEFAULT_MAX_CONNECTIONS`], so one tenant cannot hold them all.
+pub const DEFAULT_MAX_CONNECTIONS_PER_TENANT: usize = DEFAULT_MAX_CONNECTIONS / 4;
 
 /// The largest request head by default (hyper's smallest buffer is 8 KiB).
 pub const DEFAULT_MAX_HEADER_BYTES: usize = 16 * 1024;
@@ -176,9 +184,18 @@ impl ServePlan {
                 "[server] max_message_bytes must be at least 1024".into(),
             ));
         }
+        let max_connections_per_tenant = settings
+            .max_connections_per_token
+            .unwrap_or(DEFAULT_MAX_CONNECTIONS_PER_TENANT);
+        if max_connections_per_tenant == 0 {
+            return Err(ServerError::Setting(
+                "[server] max_connections_per_token must be at least 1".into(),
+            ));
+        }
         let serve = ServeConfig {
             tokens,
             allow_origins,
+            max_connections_per_tenant,
             drain_timeout: flags
                 .drain_timeout
                 .or(settings.drain_timeout)

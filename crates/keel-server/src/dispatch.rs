@@ -51,29 +51,54 @@ impl Dispatch {
         self.permits.available_permits() > 0
     }
 
-    /// Handles one frame: a request is applied in its own task and
-    /// answered (a notification from the client is applied, not answered);
-    /// anything else is answered with its error at once.
+    /// Handles one frame: `initialize` is applied at once, any other
+    /// request in its own task, and answered (a notification from the
+    /// client is applied, not answered); anything else is answered with its
+    /// error at once.
     pub(crate) fn frame(&mut self, frame: &[u8], slot: OwnedSemaphorePermit) {
         while self.tasks.try_join_next().is_some() {}
-        let out = self.out.clone();
         match Incoming::parse(frame) {
             Incoming::Invalid(response) => self.answer(response, slot),
-            Incoming::Request(request) => {
-                let caller = self.caller.clone();
-                self.tasks.spawn(async move {
-                    let outcome = caller.call(&request.method, request.params).await;
-                    if let Some(id) = request.id {
-                        let response = match outcome {
-                            Ok(result) => Response::ok(Some(id), result),
-                            Err(error) => Response::error(Some(id), error),
-                        };
-                        send(&out, &response).await;
+            Incoming::Request(request) if request.method == "initialize" => {
+                // Applied before the next frame is read: a client may send
+                // its first requests right behind `initialize` without
+                // waiting, and they must not race it (and be refused with
+                // `not_initialized`). `initialize` never waits, so this
+                // future is ready on its first poll.
+                let call = self.caller.call(&request.method, request.params.clone());
+                match futures::FutureExt::now_or_never(call) {
+                    Some(outcome) => {
+                        if let Some(id) = request.id {
+                            let response = match outcome {
+                                Ok(result) => Response::ok(Some(id), result),
+                                Err(error) => Response::error(Some(id), error),
+                            };
+                            self.answer(response, slot);
+                        }
                     }
-                    drop(slot);
-                });
+                    None => self.spawn(request, slot),
+                }
             }
+            Incoming::Request(request) => self.spawn(request, slot),
         }
+    }
+
+    /// Applies `request` in its own task and answers it (unless it is a
+    /// notification).
+    fn spawn(&mut self, request: keel_protocol::rpc::Request, slot: OwnedSemaphorePermit) {
+        let out = self.out.clone();
+        let caller = self.caller.clone();
+        self.tasks.spawn(async move {
+            let outcome = caller.call(&request.method, request.params).await;
+            if let Some(id) = request.id {
+                let response = match outcome {
+                    Ok(result) => Response::ok(Some(id), result),
+                    Err(error) => Response::error(Some(id), error),
+                };
+                send(&out, &response).await;
+            }
+            drop(slot);
+        });
     }
 
     /// Answers a frame over `limit` bytes with `message_too_large`.

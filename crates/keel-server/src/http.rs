@@ -17,7 +17,10 @@
 //!    special. Requests without `Origin` (programs) pass;
 //! 3. with tokens configured, a request without a valid bearer token gets
 //!    401; with none configured (allowed on loopback only, see
-//!    [`ServeConfig::check`]) every client is tenant `local`.
+//!    [`ServeConfig::check`]) a request whose `Host` is not a loopback
+//!    name (`localhost`, `127.0.0.1`, `[::1]`, with any port) gets 403, so
+//!    a web page cannot reach it through DNS rebinding, and every other
+//!    client is tenant `local`.
 //!
 //! Limits: a request head larger than [`ServeConfig::max_header_bytes`]
 //! (or with more than [`MAX_HEADERS`] headers) gets 431 from the HTTP
@@ -27,7 +30,9 @@
 //! No route reads a request body. At most
 //! [`ServeConfig::max_connections`] HTTP connections are served at once
 //! (past it, accepting waits) and as many WebSocket clients (past it, an
-//! upgrade gets 503).
+//! upgrade gets 503), of which one tenant may hold at most
+//! [`ServeConfig::max_connections_per_tenant`] (past it, its upgrade gets
+//! 429), so one tenant cannot lock the others out.
 //!
 //! A WebSocket that closes ends its subscriptions only: its runs go on,
 //! and any connection of the same tenant may subscribe again and answer
@@ -105,6 +110,7 @@ impl Server {
             clients: Arc::new(tokio::sync::Semaphore::new(
                 self.config.max_connections.max(1),
             )),
+            per_tenant: Arc::default(),
         };
         let app = Router::new()
             .route("/", get(websocket))
@@ -173,6 +179,50 @@ struct AppState {
     /// One permit per open WebSocket client (an upgraded connection leaves
     /// the accept loop's count).
     clients: Arc<tokio::sync::Semaphore>,
+    /// Open WebSocket clients by tenant.
+    per_tenant: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+/// One open WebSocket client of a tenant, counted until dropped.
+struct TenantSlot {
+    tenant: String,
+    counts: Arc<std::sync::Mutex<std::collections::HashMap<String, usize>>>,
+}
+
+impl TenantSlot {
+    /// A slot for `tenant`, unless it has `max` clients open already.
+    fn take(state: &AppState, tenant: &str) -> Option<TenantSlot> {
+        let mut counts = lock(&state.per_tenant);
+        let open = counts.entry(tenant.to_owned()).or_insert(0);
+        if *open >= state.config.max_connections_per_tenant.max(1) {
+            return None;
+        }
+        *open += 1;
+        Some(TenantSlot {
+            tenant: tenant.to_owned(),
+            counts: Arc::clone(&state.per_tenant),
+        })
+    }
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        let mut counts = lock(&self.counts);
+        if let Some(open) = counts.get_mut(&self.tenant) {
+            *open = open.saturating_sub(1);
+            if *open == 0 {
+                counts.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+/// Locks a mutex whose data stays consistent even if a holder panicked
+/// (nothing here panics while holding one).
+fn lock<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 async fn health() -> &'static str {
@@ -201,6 +251,14 @@ async fn websocket(
         Ok(upgrade) => upgrade,
         Err(rejection) => return rejection.into_response(),
     };
+    let Some(slot) = TenantSlot::take(&state, &tenant.name) else {
+        tracing::warn!(tenant = %tenant.name, "refused a client: too many connections for its tenant");
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            "too many connections for this token",
+        )
+            .into_response();
+    };
     let Ok(permit) = Arc::clone(&state.clients).try_acquire_owned() else {
         tracing::warn!("refused a client: too many connections");
         return (StatusCode::SERVICE_UNAVAILABLE, "too many connections").into_response();
@@ -213,6 +271,7 @@ async fn websocket(
         .on_upgrade(move |socket| async move {
             client(socket, state, tenant).await;
             drop(permit);
+            drop(slot);
         })
 }
 
@@ -225,6 +284,9 @@ enum Refusal {
     Origin,
     /// No valid bearer token (401).
     Unauthorized,
+    /// A `Host` that is not a loopback name on a server without a token
+    /// (403): DNS rebinding.
+    Host,
 }
 
 impl IntoResponse for Refusal {
@@ -239,6 +301,12 @@ impl IntoResponse for Refusal {
                 StatusCode::FORBIDDEN,
                 "origin_not_allowed",
                 "this Origin is not allowed (keel serve --allow-origin ORIGIN)",
+            ),
+            Self::Host => (
+                StatusCode::FORBIDDEN,
+                "host_not_allowed",
+                "a server without a token answers only requests addressed to a loopback name \
+                 (localhost, 127.0.0.1, [::1])",
             ),
             Self::Unauthorized => (
                 StatusCode::UNAUTHORIZED,
@@ -279,6 +347,15 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
         }
     }
     if config.tokens.is_empty() {
+        // Without a token, the address is the only credential: a page on
+        // another site whose name was re-pointed at 127.0.0.1 (DNS
+        // rebinding) reaches this server as a same-origin request, without
+        // an `Origin` header on a GET, but its `Host` still names the
+        // other site.
+        if !headers.get(header::HOST).is_none_or(loopback_host) {
+            tracing::warn!("refused a request whose Host is not a loopback name");
+            return Err(Refusal::Host);
+        }
         return Ok(Tenant::new(LOCAL_TENANT));
     }
     let name = headers
@@ -292,6 +369,30 @@ fn admit(config: &ServeConfig, headers: &HeaderMap, uri: &Uri) -> Result<Tenant,
             Err(Refusal::Unauthorized)
         }
     }
+}
+
+/// Whether a `Host` header names a loopback host: `localhost`, or a
+/// loopback IP address (`127.0.0.1`, `[::1]`), with or without a port.
+fn loopback_host(value: &header::HeaderValue) -> bool {
+    let Ok(host) = value.to_str() else {
+        return false;
+    };
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        // `[v6]` or `[v6]:port`.
+        match rest.split_once(']') {
+            Some((address, port)) if port.is_empty() || port.starts_with(':') => address,
+            _ => return false,
+        }
+    } else {
+        match host.rsplit_once(':') {
+            Some((name, _port)) => name,
+            None => host,
+        }
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|address| address.is_loopback())
 }
 
 /// Whether a WebSocket error is a message over the size limit.

@@ -14,9 +14,11 @@
 //!
 //! Invariants: a kernel writes only to the store of its key; a
 //! kernel with a run on it ([`Lease`] alive) is never evicted; an idle one
-//! goes after `idle_kernel_ttl` (checked on every lookup, so the cache
-//! never grows past the kernels of live runs plus those used within the
-//! TTL).
+//! goes after `idle_kernel_ttl` (checked on every lookup), and a miss
+//! first evicts the least recently used idle ones down to
+//! `max_idle_kernels - 1`, so the cache never holds more than the kernels
+//! of runs live since the last miss plus `max_idle_kernels`, however many
+//! workspaces or models clients name.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +45,7 @@ pub(crate) struct Asked {
 /// The cache.
 pub(crate) struct Kernels {
     ttl: Duration,
+    max_idle: usize,
     cache: Arc<Mutex<HashMap<Key, Cached>>>,
 }
 
@@ -88,9 +91,10 @@ impl Drop for Lease {
 }
 
 impl Kernels {
-    pub(crate) fn new(ttl: Duration) -> Self {
+    pub(crate) fn new(ttl: Duration, max_idle: usize) -> Self {
         Self {
             ttl,
+            max_idle,
             cache: Arc::new(Mutex::new(HashMap::new())),
         }
     }
@@ -160,6 +164,9 @@ impl Kernels {
         let store: Arc<dyn keel_session::SessionStore> = store.clone();
         let built = config.kernel(store)?;
         let mut cache = lock(&self.cache);
+        if !cache.contains_key(&key) {
+            evict_idle(&mut cache, self.max_idle);
+        }
         let cached = cache.entry(key.clone()).or_insert(Cached {
             kernel: built,
             leases: 0,
@@ -171,6 +178,28 @@ impl Kernels {
             key,
             cache: Arc::clone(&self.cache),
         })
+    }
+}
+
+/// Drops the least recently used idle kernels until fewer than `max_idle`
+/// are idle (room for the one about to be added, which is leased at once).
+fn evict_idle(cache: &mut HashMap<Key, Cached>, max_idle: usize) {
+    loop {
+        let idle = cache.values().filter(|cached| cached.leases == 0).count();
+        if idle < max_idle.max(1) {
+            return;
+        }
+        let oldest = cache
+            .iter()
+            .filter(|(_, cached)| cached.leases == 0)
+            .min_by_key(|(_, cached)| cached.last_used)
+            .map(|(key, _)| key.clone());
+        match oldest {
+            Some(key) => {
+                cache.remove(&key);
+            }
+            None => return,
+        }
     }
 }
 

@@ -313,6 +313,8 @@ pub(crate) fn hold(
         events: config.ring_events,
         bytes: config.ring_bytes,
         grace: config.ring_grace,
+        // Never fewer than can run at once.
+        keep: config.max_finished_runs.max(config.max_runs),
     };
     let record = RunRecord::start(
         run,

@@ -151,8 +151,15 @@ pub struct BrokerConfig {
     pub ring_bytes: usize,
     /// How long a finished run's ring (and `run/result`) stays readable.
     pub ring_grace: Duration,
+    /// Most finished runs held within `ring_grace`; past it the one that
+    /// finished first is forgotten (each holds up to `ring_bytes`). Never
+    /// fewer than `max_runs`.
+    pub max_finished_runs: usize,
     /// How long an unused kernel stays cached.
     pub idle_kernel_ttl: Duration,
+    /// Most unused kernels kept cached (the least recently used go first):
+    /// clients choose workspaces and models, each a kernel of its own.
+    pub max_idle_kernels: usize,
     /// A run that makes no progress this long fails with `run_stalled`
     /// (`None`: never; waiting on a permission request does not count).
     pub stall_timeout: Option<Duration>,
@@ -181,7 +188,9 @@ impl Default for BrokerConfig {
             ring_events: 2048,
             ring_bytes: 256 * 1024,
             ring_grace: Duration::from_secs(300),
+            max_finished_runs: 1024,
             idle_kernel_ttl: Duration::from_secs(600),
+            max_idle_kernels: 64,
             stall_timeout: Some(Duration::from_secs(600)),
             notification_buffer: 1024,
         }
@@ -265,7 +274,7 @@ impl Broker {
     /// store (tenants `local` and `default`); named tenants' stores go
     /// under its directory, in `tenants/<NAME>/`.
     pub fn with_store(config: BrokerConfig, store: Arc<JsonlStore>) -> Broker {
-        let kernels = Kernels::new(config.idle_kernel_ttl);
+        let kernels = Kernels::new(config.idle_kernel_ttl, config.max_idle_kernels);
         let mut limits = Limits::new(config.max_runs, config.max_queue)
             .with_default_quota(config.default_quota.clone());
         for (tenant, quota) in &config.quotas {

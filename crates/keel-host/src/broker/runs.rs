@@ -32,7 +32,11 @@
 //!   if the kernel's stream ended without one (a lost run), the pump makes
 //!   one from the run's result.
 //! - When a run ends its admission permit, kernel lease and session claim
-//!   are released, and its ring stays readable for `ring_grace`.
+//!   are released, and its ring stays readable for `ring_grace`, but at
+//!   most `max_finished_runs` finished runs are held: past it the one that
+//!   finished first is forgotten at once (`not_found`), so clients
+//!   starting many short runs cannot make the broker hold a ring for each
+//!   of them for the whole grace period.
 //!
 //! # Cancel safety
 //!
@@ -40,6 +44,7 @@
 //! only watches a channel and may be dropped at any point.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,7 +71,12 @@ pub(crate) struct RunRecord {
     pub(crate) run: AgentRun,
     stream: Mutex<Stream>,
     done: watch::Sender<Option<RunResult>>,
+    /// When it finished, in the order runs finish (0: not yet).
+    finished_order: AtomicU64,
 }
+
+/// The order in which runs finish, across the process (only compared).
+static FINISHED: AtomicU64 = AtomicU64::new(1);
 
 struct Stream {
     ring: Ring,
@@ -90,6 +100,8 @@ pub(crate) struct RingBounds {
     pub(crate) events: usize,
     pub(crate) bytes: usize,
     pub(crate) grace: Duration,
+    /// Most finished runs held (within their grace period) at once.
+    pub(crate) keep: usize,
 }
 
 impl RunRecord {
@@ -126,6 +138,7 @@ impl RunRecord {
                 finished: false,
             }),
             done,
+            finished_order: AtomicU64::new(0),
         });
         lock(runs).insert(record.run_id.clone(), Arc::clone(&record));
         counters.run_started(&record.tenant);
@@ -133,7 +146,7 @@ impl RunRecord {
             Arc::clone(&record),
             events,
             holds,
-            bounds.grace,
+            bounds,
             Arc::clone(runs),
             Arc::clone(counters),
         ));
@@ -265,7 +278,7 @@ async fn pump(
     record: Arc<RunRecord>,
     mut events: EventStream,
     holds: Holds,
-    grace: Duration,
+    bounds: RingBounds,
     runs: RunMap,
     counters: Arc<Counters>,
 ) {
@@ -292,8 +305,42 @@ async fn pump(
     record.done.send_replace(Some(result.clone()));
     push_event(&record, event, Some(result), &counters);
     drop(events);
-    tokio::time::sleep(grace).await;
-    lock(&runs).remove(&record.run_id);
+    record
+        .finished_order
+        .store(FINISHED.fetch_add(1, Ordering::Relaxed), Ordering::Release);
+    forget_oldest_finished(&runs, bounds.keep);
+    // Only the id is kept while waiting, so a run forgotten early frees
+    // its ring now.
+    let run_id = record.run_id.clone();
+    drop(record);
+    tokio::time::sleep(bounds.grace).await;
+    lock(&runs).remove(&run_id);
+}
+
+/// Forgets the finished runs that finished first until at most `keep` are
+/// held.
+fn forget_oldest_finished(runs: &RunMap, keep: usize) {
+    // Ordered only: a run whose pump has not stamped it yet is not counted
+    // (it is the newest, not the oldest).
+    let order = |record: &RunRecord| record.finished_order.load(Ordering::Acquire);
+    let mut runs = lock(runs);
+    loop {
+        let finished = runs.values().filter(|record| order(record) > 0);
+        if finished.count() <= keep {
+            return;
+        }
+        let oldest = runs
+            .values()
+            .filter(|record| order(record) > 0)
+            .min_by_key(|record| order(record))
+            .map(|record| record.run_id.clone());
+        match oldest {
+            Some(run_id) => {
+                runs.remove(&run_id);
+            }
+            None => return,
+        }
+    }
 }
 
 fn push_event(record: &RunRecord, event: RunEvent, result: Option<RunResult>, counters: &Counters) {
