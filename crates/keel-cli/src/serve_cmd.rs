@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use keel_host::broker::admission::Quota;
-use keel_host::broker::{Broker, BrokerConfig};
+use keel_host::broker::{Authority, Broker, BrokerConfig};
 use keel_host::{HostOptions, Settings, Sources};
 use keel_server::{ServeFlags, ServePlan, ServerError};
 
@@ -62,6 +62,13 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
         limits.max_active = quota.max_active_runs;
         limits.starts_per_minute = quota.starts_per_minute;
         config.quotas.insert(tenant.clone(), limits);
+        let mut authority = Authority::named_default();
+        if let Some(max_mode) = quota.max_mode {
+            authority.max_mode = max_mode;
+        }
+        authority.widen = quota.widen;
+        authority.workspaces = quota.workspaces.clone();
+        config.authorities.insert(tenant.clone(), authority);
     }
     let broker = Broker::new(config)?;
     let server = keel_server::http::bind(plan.serve)

@@ -879,17 +879,15 @@ fn the_kernel_cache_stays_bounded_whatever_models_clients_name() {
     );
 }
 
-/// Finding (open): a token holder has the server user's authority, so
-/// tenants are not isolated from each other. Tenant `ci` asks for mode
-/// `full` (or approves its own outside-the-workspace command in `ask`) and
-/// the command runs unsandboxed as the server's user: it reads the other
-/// tenant's token file (or `/proc/$PPID/environ`, the provider keys, any
-/// workspace, the session directory). The server has no ceiling on the
-/// mode, the workspace or what a client's approval widens. Run with
-/// `--ignored` to see it fail.
+/// A named token's holder does not get the server user's authority: its
+/// runs stay at or below `auto` (every command sandboxed), the broker
+/// denies its permission requests that would widen a run past the sandbox
+/// (reading the default tenant's token file, outside the workspace) as
+/// they come, and `workspaces` confines where its runs may work. Before
+/// the ceiling (`keel_host::broker::Authority`), a `full` run of tenant
+/// `ci` printed the default tenant's token.
 #[test]
-#[ignore = "open finding: no server-side ceiling on mode/workspace; a tenant can read another tenant's token"]
-fn a_tenant_cannot_read_another_tenants_token() {
+fn a_named_token_stays_under_its_ceiling() {
     let place = Place::new();
     let script = format!(
         r#"{{"by_history": true, "turns": [
@@ -901,11 +899,14 @@ fn a_tenant_cannot_read_another_tenants_token() {
     std::fs::write(place.path().join("script.json"), script).unwrap();
     let ci_token = "keel-ci-token-7a61f0c2b9e4";
     std::fs::write(place.path().join("ci.token"), ci_token).unwrap();
+    let allowed = place.workspace("ci");
+    let elsewhere = place.workspace("elsewhere");
     let config = place.path().join("config.toml");
     std::fs::write(
         &config,
         format!(
-            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\n",
+            "[server]\ntoken_file = \"{}\"\n[server.tokens.ci]\ntoken_file = \"{}\"\n\
+             workspaces = [\"{allowed}\"]\n",
             place.file("token"),
             place.file("ci.token")
         ),
@@ -919,22 +920,56 @@ fn a_tenant_cannot_read_another_tenants_token() {
             .await
             .unwrap();
         ci.call("initialize", json!({})).await.unwrap();
+        let full = ci
+            .call(
+                "run/start",
+                json!({"prompt": "Go.", "workspace": allowed, "mode": "full"}),
+            )
+            .await
+            .unwrap_err();
+        assert_kind(&full, "not_allowed");
+        let outside = ci
+            .call(
+                "run/start",
+                json!({"prompt": "Go.", "workspace": elsewhere, "mode": "auto"}),
+            )
+            .await
+            .unwrap_err();
+        assert_kind(&outside, "not_allowed");
         let started = ci
             .call(
                 "run/start",
-                json!({"prompt": "Go.", "workspace": place.workspace("ci"), "mode": "full"}),
+                json!({"prompt": "Go.", "workspace": allowed, "mode": "auto"}),
             )
-            .await;
-        let Ok(started) = started else {
-            return String::new();
-        };
-        let run_id = started["run_id"].as_str().unwrap().to_owned();
-        ci.events_until(&run_id, "run_settled")
             .await
-            .iter()
-            .map(|event| event.to_string())
-            .collect::<String>()
+            .unwrap();
+        let run_id = started["run_id"].as_str().unwrap().to_owned();
+        let mut seen = String::new();
+        for event in ci.events_until(&run_id, "run_settled").await {
+            let text = event.to_string();
+            if text.contains("\"permission_requested\"") {
+                // The client approves; the broker denied it already.
+                let request_id = event["request_id"]
+                    .as_str()
+                    .or_else(|| event["event"]["request_id"].as_str())
+                    .unwrap_or_default()
+                    .to_owned();
+                let approved = ci
+                    .call(
+                        "permission/resolve",
+                        json!({"run_id": run_id, "request_id": request_id, "decision": "approve"}),
+                    )
+                    .await;
+                assert!(approved.is_err(), "an approval past the ceiling was taken");
+            }
+            seen.push_str(&text);
+        }
+        seen
     });
+    assert!(
+        seen.contains("permission_resolved") && seen.contains("denied"),
+        "the widening request was not denied: {seen}"
+    );
     assert!(
         !seen.contains(TOKEN),
         "tenant ci read the default tenant's token through its run"

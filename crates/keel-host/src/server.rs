@@ -60,6 +60,17 @@ pub struct TokenSettings {
     pub max_active_runs: Option<usize>,
     /// Most runs this token may start within a minute.
     pub starts_per_minute: Option<u32>,
+    /// The widest mode its runs may have (default `auto`: every command
+    /// sandboxed); `full` gives its holder the server user's authority.
+    pub max_mode: Option<keel_protocol::PermissionMode>,
+    /// Whether its clients' approvals may widen a run past the sandbox
+    /// (outside the workspace, `.git`, the network); default false.
+    #[serde(default)]
+    pub widen: bool,
+    /// The directories its runs' workspaces must lie beneath (`~/`
+    /// expanded; default: any).
+    #[serde(default)]
+    pub workspaces: Vec<PathBuf>,
 }
 
 impl ServerSettings {
@@ -72,6 +83,11 @@ impl ServerSettings {
         settings.token_file = settings.token_file.map(|path| expand_home(&path));
         for token in settings.tokens.values_mut() {
             token.token_file = expand_home(&token.token_file);
+            token.workspaces = token
+                .workspaces
+                .iter()
+                .map(|dir| expand_home(dir))
+                .collect();
         }
         Ok(settings)
     }

@@ -490,6 +490,17 @@ fn the_server_table_comes_from_the_user_only() {
         (ci.max_active_runs, ci.starts_per_minute),
         (Some(8), Some(60))
     );
+    assert_eq!(ci.workspaces, [Path::new("/srv/ci")]);
+    assert_eq!((ci.max_mode, ci.widen), (None, false));
+    let raised = Fixture::new(
+        "[server.tokens.ci]\ntoken_file = \"/t\"\nmax_mode = \"full\"\nwiden = true\n",
+    )
+    .load(None, &[])
+    .server;
+    assert_eq!(
+        (raised.tokens["ci"].max_mode, raised.tokens["ci"].widen),
+        (Some(PermissionMode::Full), true)
+    );
 
     let overridden = fixture.load(None, &["server.max_runs=2"]).server;
     assert_eq!(overridden.max_runs, Some(2));

@@ -206,6 +206,9 @@ pub enum ErrorKind {
     /// The host configuration is wrong (provider, model, tools, workspace)
     /// (-32011).
     Configuration,
+    /// The caller's tenant may not do this (a mode above its ceiling, a
+    /// workspace outside its roots) (-32012).
+    NotAllowed,
 }
 
 impl ErrorKind {
@@ -228,6 +231,7 @@ impl ErrorKind {
             Self::EventsLagged => -32009,
             Self::Refused => -32010,
             Self::Configuration => -32011,
+            Self::NotAllowed => -32012,
         }
     }
 
@@ -250,11 +254,12 @@ impl ErrorKind {
             Self::EventsLagged => "events_lagged",
             Self::Refused => "refused",
             Self::Configuration => "configuration",
+            Self::NotAllowed => "not_allowed",
         }
     }
 
     /// Every kind, for tests and documentation.
-    pub const ALL: [ErrorKind; 16] = [
+    pub const ALL: [ErrorKind; 17] = [
         Self::ParseError,
         Self::InvalidRequest,
         Self::MethodNotFound,
@@ -271,6 +276,7 @@ impl ErrorKind {
         Self::EventsLagged,
         Self::Refused,
         Self::Configuration,
+        Self::NotAllowed,
     ];
 }
 

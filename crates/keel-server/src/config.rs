@@ -113,6 +113,12 @@ pub struct TenantQuota {
     pub max_active_runs: Option<usize>,
     /// Most starts within a minute.
     pub starts_per_minute: Option<u32>,
+    /// The widest mode its runs may have (`None`: `auto`).
+    pub max_mode: Option<keel_protocol::PermissionMode>,
+    /// Whether its approvals may widen a run past the sandbox.
+    pub widen: bool,
+    /// The directories its runs' workspaces must lie beneath (empty: any).
+    pub workspaces: Vec<std::path::PathBuf>,
 }
 
 /// Everything `keel serve` needs: the server's own settings, and the
@@ -168,6 +174,9 @@ impl ServePlan {
                 TenantQuota {
                     max_active_runs: token.max_active_runs,
                     starts_per_minute: token.starts_per_minute,
+                    max_mode: token.max_mode,
+                    widen: token.widen,
+                    workspaces: token.workspaces.clone(),
                 },
             );
         }

@@ -199,7 +199,7 @@ async fn run_start(
     };
     let store = store_of(inner, peer)?;
     let permit = admit(inner, peer).await?;
-    let (lease, mode) = kernel_for(inner, &store, &workspace, &asked)?;
+    let (lease, mode) = kernel_for(inner, peer, &store, &workspace, &asked)?;
     // The session: resolved (in the tenant's store only) and claimed
     // before it is opened for writing, so two starts on one session cannot
     // both pass.
@@ -285,14 +285,22 @@ pub(crate) fn store_of(inner: &Inner, peer: &Peer) -> Result<Arc<TenantStore>, R
 
 /// The kernel over `store` for a run in `workspace` with `asked`, and the
 /// run's mode.
+/// Refused with `not_allowed` past the tenant's ceiling (`authority`).
 pub(crate) fn kernel_for(
     inner: &Inner,
+    peer: &Peer,
     store: &TenantStore,
     workspace: &std::path::Path,
     asked: &Asked,
 ) -> Result<(Lease, PermissionMode), RpcError> {
     let setup =
         Kernels::setup(&inner.config, workspace, asked).map_err(|error| errors::host(&error))?;
+    let canonical = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.to_path_buf());
+    super::authority::of(&inner.config, &peer.tenant).check_run(
+        &peer.tenant,
+        setup.mode,
+        &canonical,
+    )?;
     let lease = inner
         .kernels
         .lease(&setup.config, workspace, &store.store)
@@ -319,6 +327,7 @@ pub(crate) fn hold(
     let record = RunRecord::start(
         run,
         peer.tenant.clone(),
+        super::authority::of(config, &peer.tenant),
         subscribe.then_some(peer),
         holds,
         bounds,

@@ -89,6 +89,8 @@ use tokio::sync::mpsc;
 use crate::{HostError, HostOptions, sessions};
 
 pub mod admission;
+mod authority;
+pub use authority::Authority;
 mod errors;
 mod kernels;
 pub mod methods;
@@ -145,6 +147,11 @@ pub struct BrokerConfig {
     pub default_quota: Quota,
     /// Per-tenant quotas (active runs, starts per minute), by tenant name.
     pub quotas: HashMap<String, Quota>,
+    /// Per-tenant ceilings (mode, widening approvals, workspaces), by
+    /// tenant name; a named tenant not listed gets
+    /// [`Authority::named_default`], and `local` and `default` always act
+    /// with the user's own authority ([`Authority::user`]).
+    pub authorities: HashMap<String, Authority>,
     /// Most events a run's ring holds.
     pub ring_events: usize,
     /// Most bytes (serialized) a run's ring holds.
@@ -185,6 +192,7 @@ impl Default for BrokerConfig {
             max_queue: 1024,
             default_quota: Quota::default(),
             quotas: HashMap::new(),
+            authorities: HashMap::new(),
             ring_events: 2048,
             ring_bytes: 256 * 1024,
             ring_grace: Duration::from_secs(300),

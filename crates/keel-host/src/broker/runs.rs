@@ -68,6 +68,9 @@ pub(crate) struct RunRecord {
     pub(crate) run_id: String,
     pub(crate) session_id: String,
     pub(crate) tenant: String,
+    /// The tenant's ceiling: its permission requests that would widen the
+    /// run past it are denied as they come (`authority`).
+    authority: super::Authority,
     pub(crate) run: AgentRun,
     stream: Mutex<Stream>,
     done: watch::Sender<Option<RunResult>>,
@@ -111,6 +114,7 @@ impl RunRecord {
     pub(crate) fn start(
         run: AgentRun,
         tenant: String,
+        authority: super::Authority,
         first: Option<&Arc<Peer>>,
         holds: Holds,
         bounds: RingBounds,
@@ -125,6 +129,7 @@ impl RunRecord {
             run_id: run.run_id().to_owned(),
             session_id: run.session_id().to_owned(),
             tenant,
+            authority,
             run,
             stream: Mutex::new(Stream {
                 ring: Ring::new(bounds.events, bounds.bytes),
@@ -291,7 +296,20 @@ async fn pump(
             terminal = Some(event);
             break;
         }
+        let refused = match &event.kind {
+            RunEventKind::PermissionRequested {
+                request_id, intent, ..
+            } if !record.authority.may_approve(intent) => Some(request_id.clone()),
+            _ => None,
+        };
         push_event(&record, event, None, &counters);
+        if let Some(request_id) = refused {
+            // Past the tenant's ceiling: nobody of this tenant may approve
+            // it, so it is denied now rather than left to wait.
+            let _ = record
+                .run
+                .resolve_permission(&request_id, keel_protocol::PermissionResolution::Denied);
+        }
     }
     let result = record.run.result().await;
     // The kernel's stream ended without a terminal event only if it lost

@@ -53,7 +53,7 @@ pub(crate) async fn resume(
         mode: params.mode,
         tools: params.tools,
     };
-    let (lease, mode) = kernel_for(inner, &store, &root, &asked)?;
+    let (lease, mode) = kernel_for(inner, peer, &store, &root, &asked)?;
     let mut spec = RunSpec::new("")
         .session(id)
         .mode(mode)
@@ -258,7 +258,7 @@ pub(crate) async fn compact(
         model: params.model,
         ..Asked::default()
     };
-    let (lease, _) = kernel_for(inner, &store, &root, &asked)?;
+    let (lease, _) = kernel_for(inner, peer, &store, &root, &asked)?;
     let report = lease
         .kernel()
         .compact(&id, params.instructions.as_deref())
