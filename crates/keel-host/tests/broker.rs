@@ -3,133 +3,18 @@
 //! directories: nothing of the kernel is mocked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::Duration;
 
-use keel_host::broker::{Broker, BrokerConfig, Connection, Tenant};
-use keel_protocol::rpc::Notification;
-use keel_protocol::rpc::methods::{RunEventNotification, RunStartResponse};
+use common::{
+    error_kind, fixture, long_turn, next, settle, summary_turn, terminals, text_turn, until,
+    until_terminal, write_turn,
+};
+use keel_host::broker::{Connection, Tenant};
+use keel_protocol::rpc::methods::RunEventNotification;
 use keel_protocol::{RunEventKind, RunState};
 use serde_json::{Value, json};
-
-/// A broker over temporary directories: `workspace`, a session dir beside
-/// it, an empty user configuration and `script` for the scripted provider.
-struct Fixture {
-    _root: tempfile::TempDir,
-    workspace: PathBuf,
-    broker: Broker,
-}
-
-fn fixture(script: Value, tweak: impl FnOnce(&mut BrokerConfig)) -> Fixture {
-    let root = tempfile::tempdir().unwrap();
-    let workspace = root.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    let script_file = root.path().join("script.json");
-    std::fs::write(&script_file, serde_json::to_vec(&script).unwrap()).unwrap();
-    let config_file = root.path().join("config.toml");
-    std::fs::write(&config_file, "").unwrap();
-    let mut config = BrokerConfig::default();
-    config.config_file = Some(config_file);
-    config.provider = Some("scripted".into());
-    config.script = Some(script_file);
-    config.session_dir = Some(root.path().join("sessions"));
-    tweak(&mut config);
-    let broker = Broker::new(config).unwrap();
-    Fixture {
-        _root: root,
-        workspace,
-        broker,
-    }
-}
-
-impl Fixture {
-    async fn connect(&self) -> Connection {
-        let connection = self.broker.connect(Tenant::local());
-        connection.call("initialize", None).await.unwrap();
-        connection
-    }
-
-    fn ws(&self) -> String {
-        self.workspace.display().to_string()
-    }
-
-    async fn start(&self, connection: &Connection, params: Value) -> RunStartResponse {
-        let mut params = params;
-        params["workspace"] = json!(self.ws());
-        let started = connection.call("run/start", Some(params)).await.unwrap();
-        serde_json::from_value(started).unwrap()
-    }
-}
-
-fn text_turn(text: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": text }] })
-}
-
-fn write_turn(path: &str, content: &str) -> Value {
-    json!({ "content": [{ "type": "tool_call", "name": "write",
-        "arguments": { "path": path, "content": content } }] })
-}
-
-/// The next notification, waiting at most 20 s (a clear failure, not a hang).
-async fn next(connection: &mut Connection) -> Notification {
-    tokio::time::timeout(Duration::from_secs(20), connection.notification())
-        .await
-        .expect("a notification within 20 s")
-        .expect("the connection is open")
-}
-
-/// The next run event; a subscription that lagged (the test read slower
-/// than the run streamed) is resumed from its last `seq`, as a client does.
-async fn next_event(connection: &mut Connection) -> RunEventNotification {
-    loop {
-        let note = next(connection).await;
-        if note.method == "run/events_lagged" {
-            let params = json!({ "run_id": note.params["run_id"],
-                "after_seq": note.params["last_seq"] });
-            connection
-                .call("run/subscribe", Some(params))
-                .await
-                .unwrap();
-            continue;
-        }
-        assert_eq!(note.method, "run/event", "{note:?}");
-        return serde_json::from_value(note.params).unwrap();
-    }
-}
-
-/// Events until the terminal one (included).
-async fn until_terminal(connection: &mut Connection) -> Vec<RunEventNotification> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next_event(connection).await;
-        let terminal = event.event.kind.is_terminal();
-        seen.push(event);
-        if terminal {
-            return seen;
-        }
-    }
-}
-
-/// Events until one `wanted` accepts (included), in order.
-async fn until(
-    connection: &mut Connection,
-    wanted: impl Fn(&RunEventKind) -> bool,
-) -> Vec<RunEventNotification> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next_event(connection).await;
-        let found = wanted(&event.event.kind);
-        assert!(
-            found || !event.event.kind.is_terminal(),
-            "the run ended first: {:?}",
-            event.event.kind
-        );
-        seen.push(event);
-        if found {
-            return seen;
-        }
-    }
-}
 
 /// The request id of the next `permission_requested` event.
 async fn permission_request(connection: &mut Connection) -> String {
@@ -169,13 +54,6 @@ async fn quiet(connection: &mut Connection) {
     }
 }
 
-fn terminals(events: &[RunEventNotification]) -> usize {
-    events
-        .iter()
-        .filter(|event| event.event.kind.is_terminal())
-        .count()
-}
-
 fn ask_write() -> Value {
     json!({ "mode": "ask", "tools": ["read", "write"] })
 }
@@ -183,14 +61,6 @@ fn ask_write() -> Value {
 fn with_prompt(mut params: Value, prompt: &str) -> Value {
     params["prompt"] = json!(prompt);
     params
-}
-
-fn error_kind(error: &keel_protocol::rpc::RpcError) -> &str {
-    error.kind_name().unwrap_or("")
-}
-
-fn exists(path: &Path) -> bool {
-    path.exists()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,7 +225,7 @@ async fn cancel_ends_a_parked_run_cancelled_with_one_terminal_notification() {
         .await
         .unwrap();
     assert_eq!(waited["result"]["state"], "cancelled");
-    assert!(!exists(&fixture.workspace.join("a.txt")));
+    assert!(!fixture.workspace.join("a.txt").exists());
     // Control calls on an ended run are typed.
     let error = connection
         .call(
@@ -429,7 +299,7 @@ async fn resume_continues_an_interrupted_session() {
     };
     use keel_session::{JsonlStore, NewSession, SessionStore};
     let fixture = fixture(json!({ "turns": [text_turn("resumed")] }), |_| {});
-    let store = JsonlStore::new(fixture._root.path().join("sessions")).unwrap();
+    let store = JsonlStore::new(fixture.root.path().join("sessions")).unwrap();
     let session = store
         .create(NewSession {
             workspace: Some(
@@ -555,7 +425,7 @@ async fn a_session_with_a_live_run_is_busy() {
 }
 
 /// A long streamed answer: one `message_update` per character.
-fn long_turn(chars: usize) -> Value {
+fn streamed_script(chars: usize) -> Value {
     json!({ "chunk_chars": 1, "turns": [text_turn(&"x".repeat(chars))] })
 }
 
@@ -579,7 +449,7 @@ fn assert_exactly_once(events: &[RunEventNotification], after: Option<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_joining_a_live_run_get_every_later_event_exactly_once() {
-    let fixture = fixture(long_turn(4000), |config| {
+    let fixture = fixture(streamed_script(4000), |config| {
         config.ring_events = 100_000;
         config.ring_bytes = 64 << 20;
         config.notification_buffer = 100_000;
@@ -626,7 +496,7 @@ async fn subscribers_joining_a_live_run_get_every_later_event_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seq_older_than_the_ring_is_events_lagged() {
-    let fixture = fixture(long_turn(50), |config| config.ring_events = 4);
+    let fixture = fixture(streamed_script(50), |config| config.ring_events = 4);
     let mut connection = fixture.connect().await;
     let started = fixture
         .start(&connection, json!({ "prompt": "talk" }))
@@ -741,7 +611,9 @@ async fn a_permission_request_outlives_its_connection_and_the_first_answer_wins(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_loses_its_subscription_not_the_servers_memory() {
     const BUFFER: usize = 4;
-    let fixture = fixture(long_turn(300), |config| config.notification_buffer = BUFFER);
+    let fixture = fixture(streamed_script(300), |config| {
+        config.notification_buffer = BUFFER
+    });
     let mut connection = fixture.connect().await;
     let started = fixture
         .start(&connection, json!({ "prompt": "talk" }))
@@ -795,34 +667,11 @@ async fn a_slow_reader_loses_its_subscription_not_the_servers_memory() {
     quiet(&mut connection).await;
 }
 
-fn summary_turn() -> Value {
-    let summary: String = [
-        "Goal",
-        "Constraints and preferences",
-        "Done and verified",
-        "In progress",
-        "Blocked",
-        "Key decisions",
-        "Exact files, symbols, commands and errors",
-        "Next steps",
-    ]
-    .iter()
-    .map(|heading| format!("## {heading}\n- greeted\n"))
-    .collect();
-    text_turn(&summary)
-}
-
-async fn settle(connection: &mut Connection) -> RunEventNotification {
-    let events = until_terminal(connection).await;
-    events.into_iter().last().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
     // Long answers, so that a summary shrinks the context.
-    let long = |word: &str| text_turn(&format!("{word} ").repeat(1500));
     let script = json!({ "turns": [
-        long("one"), long("two"), long("three"), long("four"), summary_turn(),
+        long_turn("one"), long_turn("two"), long_turn("three"), long_turn("four"), summary_turn(),
     ]});
     // A small window: the kept tail (a quarter of it) leaves older turns
     // to summarise, and the runs stay below its compaction threshold.
@@ -1217,7 +1066,7 @@ async fn idle_kernels_are_evicted() {
         fixture.start(&connection, json!({ "prompt": "two" })).await;
         settle(&mut connection).await;
         assert_eq!(fixture.broker.metrics().kernels_cached, 1);
-        let other = fixture._root.path().join("other");
+        let other = fixture.root.path().join("other");
         std::fs::create_dir(&other).unwrap();
         connection
             .call(

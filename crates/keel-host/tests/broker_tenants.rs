@@ -6,131 +6,22 @@
 //! invalid tenant name is refused before it is used as a path.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use keel_host::broker::{Broker, BrokerConfig, Connection, Tenant};
-use keel_protocol::RunState;
-use keel_protocol::rpc::RpcError;
-use keel_protocol::rpc::methods::{RunEventNotification, RunStartResponse};
+use common::{Fixture, error_kind, fixture, long_turn, summary_turn, text_turn};
+use keel_host::broker::{Connection, Tenant};
 use serde_json::{Value, json};
-
-struct Fixture {
-    root: tempfile::TempDir,
-    workspace: PathBuf,
-    broker: Broker,
-}
 
 /// A broker whose scripted model plays `turns` (each kernel from the
 /// first), an empty configuration, and a small context window so that a
 /// session of two long turns can be compacted.
-fn fixture(turns: Vec<Value>) -> Fixture {
-    let root = tempfile::tempdir().unwrap();
-    let workspace = root.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    let script_file = root.path().join("script.json");
-    std::fs::write(
-        &script_file,
-        serde_json::to_vec(&json!({ "turns": turns })).unwrap(),
-    )
-    .unwrap();
-    let config_file = root.path().join("config.toml");
-    std::fs::write(&config_file, "").unwrap();
-    let mut config = BrokerConfig::default();
-    config.config_file = Some(config_file);
-    config.provider = Some("scripted".into());
-    config.script = Some(script_file);
-    config.session_dir = Some(root.path().join("sessions"));
-    config.host.context_window = Some(8000);
-    let broker = Broker::new(config).unwrap();
-    Fixture {
-        root,
-        workspace,
-        broker,
-    }
-}
-
-impl Fixture {
-    fn sessions(&self) -> PathBuf {
-        self.root.path().join("sessions")
-    }
-
-    async fn connect(&self, tenant: &str) -> Connection {
-        let connection = self.broker.connect(Tenant::new(tenant));
-        connection.call("initialize", None).await.unwrap();
-        connection
-    }
-
-    /// Starts a run (on `session`, if given) and waits for its end.
-    async fn run(
-        &self,
-        connection: &mut Connection,
-        prompt: &str,
-        session: Option<&str>,
-    ) -> RunStartResponse {
-        let mut params =
-            json!({ "prompt": prompt, "workspace": self.workspace.display().to_string() });
-        if let Some(session) = session {
-            params["session_id"] = json!(session);
-        }
-        let started = connection.call("run/start", Some(params)).await.unwrap();
-        let started: RunStartResponse = serde_json::from_value(started).unwrap();
-        let end = settle(connection).await;
-        assert_eq!(
-            end.result.as_ref().map(|result| result.state),
-            Some(RunState::Settled),
-            "{end:?}"
-        );
-        started
-    }
-}
-
-/// The terminal event of the connection's run (waiting at most 20 s per
-/// notification: a clear failure, not a hang).
-async fn settle(connection: &mut Connection) -> RunEventNotification {
-    loop {
-        let note = tokio::time::timeout(Duration::from_secs(20), connection.notification())
-            .await
-            .expect("a notification within 20 s")
-            .expect("the connection is open");
-        if note.method != "run/event" {
-            continue;
-        }
-        let event: RunEventNotification = serde_json::from_value(note.params).unwrap();
-        if event.event.kind.is_terminal() {
-            return event;
-        }
-    }
-}
-
-fn long_turn(word: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": format!("{word} ").repeat(1500) }] })
-}
-
-fn text_turn(text: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": text }] })
-}
-
-fn summary_turn() -> Value {
-    let summary: String = [
-        "Goal",
-        "Constraints and preferences",
-        "Done and verified",
-        "In progress",
-        "Blocked",
-        "Key decisions",
-        "Exact files, symbols, commands and errors",
-        "Next steps",
-    ]
-    .iter()
-    .map(|heading| format!("## {heading}\n- greeted\n"))
-    .collect();
-    text_turn(&summary)
-}
-
-fn kind(error: &RpcError) -> &str {
-    error.kind_name().unwrap_or("")
+fn tenants_fixture(turns: Vec<Value>) -> Fixture {
+    fixture(json!({ "turns": turns }), |config| {
+        config.host.context_window = Some(8000);
+    })
 }
 
 /// Calls `method` and expects `not_found`.
@@ -139,7 +30,7 @@ async fn not_found(connection: &Connection, method: &str, params: Value) {
         .call(method, Some(params))
         .await
         .expect_err(&format!("{method} must not reach another tenant's session"));
-    assert_eq!(kind(&error), "not_found", "{method}: {error:?}");
+    assert_eq!(error_kind(&error), "not_found", "{method}: {error:?}");
 }
 
 fn listed(list: &Value) -> Vec<String> {
@@ -157,9 +48,9 @@ fn mode(path: &Path) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_reach_another_tenants_sessions() {
-    let fixture = fixture(vec![long_turn("one"), long_turn("two"), summary_turn()]);
-    let mut alice = fixture.connect("alice").await;
-    let bob = fixture.connect("bob").await;
+    let fixture = tenants_fixture(vec![long_turn("one"), long_turn("two"), summary_turn()]);
+    let mut alice = fixture.connect_as("alice").await;
+    let bob = fixture.connect_as("bob").await;
     let workspace = fixture.workspace.display().to_string();
 
     let first = fixture.run(&mut alice, "hi", None).await;
@@ -262,17 +153,17 @@ async fn a_tenant_cannot_reach_another_tenants_sessions() {
             .is_file()
     );
     assert!(!fixture.sessions().join(format!("{id}.jsonl")).exists());
-    let local = fixture.connect("local").await;
+    let local = fixture.connect_as("local").await;
     assert!(listed(&local.call("session/list", None).await.unwrap()).is_empty());
     not_found(&local, "session/get", json!({ "session_id": id })).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
-    let fixture = fixture(vec![text_turn("hello"), text_turn("hello again")]);
-    let mut local = fixture.connect("local").await;
-    let mut default = fixture.connect("default").await;
-    let mut alice = fixture.connect("alice").await;
+    let fixture = tenants_fixture(vec![text_turn("hello"), text_turn("hello again")]);
+    let mut local = fixture.connect_as("local").await;
+    let mut default = fixture.connect_as("default").await;
+    let mut alice = fixture.connect_as("alice").await;
 
     let started = fixture.run(&mut local, "hi", None).await;
     let id = started.session_id;
@@ -306,7 +197,7 @@ async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_tenant_name_is_refused_and_never_used_as_a_path() {
-    let fixture = fixture(vec![text_turn("hello")]);
+    let fixture = tenants_fixture(vec![text_turn("hello")]);
     let workspace = fixture.workspace.display().to_string();
     let long = "a".repeat(65);
     for name in [
@@ -333,7 +224,7 @@ async fn an_invalid_tenant_name_is_refused_and_never_used_as_a_path() {
                 .await
                 .expect_err(&format!("tenant {name:?}: {method} is refused"));
             assert_eq!(
-                kind(&error),
+                error_kind(&error),
                 "configuration",
                 "{name:?} {method}: {error:?}"
             );
