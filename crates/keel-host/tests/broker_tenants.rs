@@ -11,7 +11,10 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::{Fixture, error_kind, fixture, long_turn, summary_turn, text_turn};
+use common::{
+    Fixture, call_err, call_ok, error_kind, expect_error, fixture, long_turn, summary_turn,
+    text_turn,
+};
 use keel_host::broker::{Connection, Tenant};
 use serde_json::{Value, json};
 
@@ -24,13 +27,9 @@ fn tenants_fixture(turns: Vec<Value>) -> Fixture {
     })
 }
 
-/// Calls `method` and expects `not_found`.
+/// Calls `method`, which must not reach another tenant's session: `not_found`.
 async fn not_found(connection: &Connection, method: &str, params: Value) {
-    let error = connection
-        .call(method, Some(params))
-        .await
-        .expect_err(&format!("{method} must not reach another tenant's session"));
-    assert_eq!(error_kind(&error), "not_found", "{method}: {error:?}");
+    expect_error(connection, method, params, "not_found").await;
 }
 
 fn listed(list: &Value) -> Vec<String> {
@@ -51,14 +50,12 @@ async fn a_tenant_cannot_reach_another_tenants_sessions() {
     let fixture = tenants_fixture(vec![long_turn("one"), long_turn("two"), summary_turn()]);
     let mut alice = fixture.connect_as("alice").await;
     let bob = fixture.connect_as("bob").await;
-    let workspace = fixture.workspace.display().to_string();
 
     let first = fixture.run(&mut alice, "hi", None).await;
     let id = first.session_id.clone();
-    let tree = alice
-        .call("session/tree", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    let session = json!({ "session_id": id });
+    let at = |entry_id: &str| json!({ "session_id": id, "entry_id": entry_id });
+    let tree = call_ok(&alice, "session/tree", session.clone()).await;
     let entry = tree["nodes"][0]["id"].as_str().unwrap().to_owned();
 
     // Bob: every session method, and runs on the session, are not_found —
@@ -66,78 +63,45 @@ async fn a_tenant_cannot_reach_another_tenants_sessions() {
     let listed_by_bob = bob.call("session/list", None).await.unwrap();
     assert!(listed(&listed_by_bob).is_empty(), "{listed_by_bob}");
     for wanted in [id.clone(), id[..8].to_owned()] {
-        not_found(&bob, "session/get", json!({ "session_id": wanted })).await;
-        not_found(&bob, "session/tree", json!({ "session_id": wanted })).await;
-        not_found(
-            &bob,
-            "session/fork",
-            json!({ "session_id": wanted, "entry_id": entry }),
-        )
-        .await;
-        not_found(
-            &bob,
-            "session/set_leaf",
-            json!({ "session_id": wanted, "entry_id": entry }),
-        )
-        .await;
-        not_found(&bob, "session/compact", json!({ "session_id": wanted })).await;
-        not_found(&bob, "session/resume", json!({ "session_id": wanted })).await;
-        not_found(
-            &bob,
-            "run/start",
-            json!({ "prompt": "peek", "workspace": workspace, "session_id": wanted }),
-        )
-        .await;
-        not_found(
-            &bob,
-            "run/start",
-            json!({ "prompt": "peek", "workspace": workspace,
-                "session_id": wanted, "fork_entry_id": entry }),
-        )
-        .await;
+        let by_id = json!({ "session_id": wanted });
+        let at_entry = json!({ "session_id": wanted, "entry_id": entry });
+        let run_on = json!({ "prompt": "peek", "workspace": fixture.ws(), "session_id": wanted });
+        let mut fork_run = run_on.clone();
+        fork_run["fork_entry_id"] = json!(entry);
+        for (method, params) in [
+            ("session/get", &by_id),
+            ("session/tree", &by_id),
+            ("session/fork", &at_entry),
+            ("session/set_leaf", &at_entry),
+            ("session/compact", &by_id),
+            ("session/resume", &by_id),
+            ("run/start", &run_on),
+            ("run/start", &fork_run),
+        ] {
+            not_found(&bob, method, params.clone()).await;
+        }
     }
     assert!(listed(&bob.call("session/list", None).await.unwrap()).is_empty());
 
     // Alice: all of them reach it.
     let list = alice.call("session/list", None).await.unwrap();
     assert_eq!(listed(&list), vec![id.clone()]);
-    let got = alice
-        .call("session/get", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    let got = call_ok(&alice, "session/get", session.clone()).await;
     assert_eq!(got["session_id"], json!(id));
-    let fork = alice
-        .call(
-            "session/fork",
-            Some(json!({ "session_id": id, "entry_id": entry })),
-        )
-        .await
-        .unwrap();
+    let fork = call_ok(&alice, "session/fork", at(&entry)).await;
     assert_eq!(fork["leaf_id"], json!(entry));
     let leaf = tree["leaf_id"].as_str().unwrap().to_owned();
     for to in [&entry, &leaf] {
-        let moved = alice
-            .call(
-                "session/set_leaf",
-                Some(json!({ "session_id": id, "entry_id": to })),
-            )
-            .await
-            .unwrap();
+        let moved = call_ok(&alice, "session/set_leaf", at(to)).await;
         assert_eq!(moved["leaf_id"], json!(to));
     }
     let again = fixture.run(&mut alice, "again", Some(&id)).await;
     assert_eq!(again.session_id, id);
-    let compacted = alice
-        .call("session/compact", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    let compacted = call_ok(&alice, "session/compact", session.clone()).await;
     assert!(compacted["checkpoint_id"].is_string(), "{compacted}");
     // Found, and nothing to resume in it (the resume itself is tested in
     // broker.rs).
-    let error = alice
-        .call("session/resume", Some(json!({ "session_id": id })))
-        .await
-        .unwrap_err();
+    let error = call_err(&alice, "session/resume", session.clone()).await;
     assert_eq!(
         error.data.as_ref().unwrap()["kernel_code"],
         "nothing_to_resume",
@@ -155,7 +119,7 @@ async fn a_tenant_cannot_reach_another_tenants_sessions() {
     assert!(!fixture.sessions().join(format!("{id}.jsonl")).exists());
     let local = fixture.connect_as("local").await;
     assert!(listed(&local.call("session/list", None).await.unwrap()).is_empty());
-    not_found(&local, "session/get", json!({ "session_id": id })).await;
+    not_found(&local, "session/get", session).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -171,10 +135,7 @@ async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
     assert!(fixture.sessions().join(format!("{id}.jsonl")).is_file());
     let list = default.call("session/list", None).await.unwrap();
     assert_eq!(listed(&list), vec![id.clone()]);
-    default
-        .call("session/get", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    call_ok(&default, "session/get", json!({ "session_id": id })).await;
     // `default` continues `local`'s session: one store, one kernel.
     let again = fixture.run(&mut default, "again", Some(&id)).await;
     assert_eq!(again.session_id, id);
@@ -198,7 +159,7 @@ async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_tenant_name_is_refused_and_never_used_as_a_path() {
     let fixture = tenants_fixture(vec![text_turn("hello")]);
-    let workspace = fixture.workspace.display().to_string();
+    let workspace = fixture.ws();
     let long = "a".repeat(65);
     for name in [
         "",

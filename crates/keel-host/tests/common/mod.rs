@@ -87,12 +87,7 @@ impl Fixture {
             params["session_id"] = json!(session);
         }
         let started = self.start(connection, params).await;
-        let end = settle(connection).await;
-        assert_eq!(
-            end.result.as_ref().map(|result| result.state),
-            Some(RunState::Settled),
-            "{end:?}"
-        );
+        until_settled(connection).await;
         started
     }
 }
@@ -228,6 +223,15 @@ pub async fn until(
 /// The terminal event of the connection's run.
 pub async fn settle(connection: &mut Connection) -> RunEventNotification {
     until_terminal(connection).await.pop().unwrap()
+}
+
+/// Events until the terminal one (included), which must be a settled
+/// run's: the events and the run's result.
+pub async fn until_settled(connection: &mut Connection) -> (Vec<RunEventNotification>, RunResult) {
+    let events = until_terminal(connection).await;
+    let result = result_of(&events);
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    (events, result)
 }
 
 /// The result the last of `events` (the terminal one) carries.
