@@ -3,133 +3,19 @@
 //! directories: nothing of the kernel is mocked.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::time::Duration;
 
-use keel_host::broker::{Broker, BrokerConfig, Connection, Tenant};
-use keel_protocol::rpc::Notification;
+use common::{
+    Fixture, call_err, call_ok, error_kind, expect_error, fixture, long_turn, next, result_of,
+    run_result, settle, summary_turn, terminals, text_turn, until, until_settled, until_terminal,
+    write_turn,
+};
+use keel_host::broker::{Connection, Tenant};
 use keel_protocol::rpc::methods::{RunEventNotification, RunStartResponse};
 use keel_protocol::{RunEventKind, RunState};
 use serde_json::{Value, json};
-
-/// A broker over temporary directories: `workspace`, a session dir beside
-/// it, an empty user configuration and `script` for the scripted provider.
-struct Fixture {
-    _root: tempfile::TempDir,
-    workspace: PathBuf,
-    broker: Broker,
-}
-
-fn fixture(script: Value, tweak: impl FnOnce(&mut BrokerConfig)) -> Fixture {
-    let root = tempfile::tempdir().unwrap();
-    let workspace = root.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    let script_file = root.path().join("script.json");
-    std::fs::write(&script_file, serde_json::to_vec(&script).unwrap()).unwrap();
-    let config_file = root.path().join("config.toml");
-    std::fs::write(&config_file, "").unwrap();
-    let mut config = BrokerConfig::default();
-    config.config_file = Some(config_file);
-    config.provider = Some("scripted".into());
-    config.script = Some(script_file);
-    config.session_dir = Some(root.path().join("sessions"));
-    tweak(&mut config);
-    let broker = Broker::new(config).unwrap();
-    Fixture {
-        _root: root,
-        workspace,
-        broker,
-    }
-}
-
-impl Fixture {
-    async fn connect(&self) -> Connection {
-        let connection = self.broker.connect(Tenant::local());
-        connection.call("initialize", None).await.unwrap();
-        connection
-    }
-
-    fn ws(&self) -> String {
-        self.workspace.display().to_string()
-    }
-
-    async fn start(&self, connection: &Connection, params: Value) -> RunStartResponse {
-        let mut params = params;
-        params["workspace"] = json!(self.ws());
-        let started = connection.call("run/start", Some(params)).await.unwrap();
-        serde_json::from_value(started).unwrap()
-    }
-}
-
-fn text_turn(text: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": text }] })
-}
-
-fn write_turn(path: &str, content: &str) -> Value {
-    json!({ "content": [{ "type": "tool_call", "name": "write",
-        "arguments": { "path": path, "content": content } }] })
-}
-
-/// The next notification, waiting at most 20 s (a clear failure, not a hang).
-async fn next(connection: &mut Connection) -> Notification {
-    tokio::time::timeout(Duration::from_secs(20), connection.notification())
-        .await
-        .expect("a notification within 20 s")
-        .expect("the connection is open")
-}
-
-/// The next run event; a subscription that lagged (the test read slower
-/// than the run streamed) is resumed from its last `seq`, as a client does.
-async fn next_event(connection: &mut Connection) -> RunEventNotification {
-    loop {
-        let note = next(connection).await;
-        if note.method == "run/events_lagged" {
-            let params = json!({ "run_id": note.params["run_id"],
-                "after_seq": note.params["last_seq"] });
-            connection
-                .call("run/subscribe", Some(params))
-                .await
-                .unwrap();
-            continue;
-        }
-        assert_eq!(note.method, "run/event", "{note:?}");
-        return serde_json::from_value(note.params).unwrap();
-    }
-}
-
-/// Events until the terminal one (included).
-async fn until_terminal(connection: &mut Connection) -> Vec<RunEventNotification> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next_event(connection).await;
-        let terminal = event.event.kind.is_terminal();
-        seen.push(event);
-        if terminal {
-            return seen;
-        }
-    }
-}
-
-/// Events until one `wanted` accepts (included), in order.
-async fn until(
-    connection: &mut Connection,
-    wanted: impl Fn(&RunEventKind) -> bool,
-) -> Vec<RunEventNotification> {
-    let mut seen = Vec::new();
-    loop {
-        let event = next_event(connection).await;
-        let found = wanted(&event.event.kind);
-        assert!(
-            found || !event.event.kind.is_terminal(),
-            "the run ended first: {:?}",
-            event.event.kind
-        );
-        seen.push(event);
-        if found {
-            return seen;
-        }
-    }
-}
 
 /// The request id of the next `permission_requested` event.
 async fn permission_request(connection: &mut Connection) -> String {
@@ -150,14 +36,9 @@ async fn resolve(
     decision: &str,
     scope: &str,
 ) {
-    connection
-        .call(
-            "permission/resolve",
-            Some(json!({ "run_id": run_id, "request_id": request_id,
-                "decision": decision, "scope": scope })),
-        )
-        .await
-        .unwrap();
+    let params = json!({ "run_id": run_id, "request_id": request_id,
+        "decision": decision, "scope": scope });
+    call_ok(connection, "permission/resolve", params).await;
 }
 
 /// Nothing more arrives (the run sent its terminal notification last).
@@ -169,13 +50,6 @@ async fn quiet(connection: &mut Connection) {
     }
 }
 
-fn terminals(events: &[RunEventNotification]) -> usize {
-    events
-        .iter()
-        .filter(|event| event.event.kind.is_terminal())
-        .count()
-}
-
 fn ask_write() -> Value {
     json!({ "mode": "ask", "tools": ["read", "write"] })
 }
@@ -185,12 +59,39 @@ fn with_prompt(mut params: Value, prompt: &str) -> Value {
     params
 }
 
-fn error_kind(error: &keel_protocol::rpc::RpcError) -> &str {
-    error.kind_name().unwrap_or("")
+/// Starts an `ask` run ("write a") and waits until it is parked on its
+/// first permission request: the run and the request's id.
+async fn start_parked(
+    fixture: &Fixture,
+    connection: &mut Connection,
+) -> (RunStartResponse, String) {
+    let started = fixture
+        .start(connection, with_prompt(ask_write(), "write a"))
+        .await;
+    let request = permission_request(connection).await;
+    (started, request)
 }
 
-fn exists(path: &Path) -> bool {
-    path.exists()
+/// `{ "run_id": …, "text": … }`, the params of `run/steer` and `run/follow_up`.
+fn message(started: &RunStartResponse, text: &str) -> Value {
+    json!({ "run_id": started.run_id, "text": text })
+}
+
+/// Every page of `method` with `params`, following `next_cursor` from the
+/// first page.
+async fn pages(connection: &Connection, method: &str, params: Value) -> Vec<Value> {
+    let mut pages = Vec::new();
+    let mut cursor = Value::Null;
+    loop {
+        let mut params = params.clone();
+        params["cursor"] = cursor;
+        let page = call_ok(connection, method, params).await;
+        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
+        pages.push(page);
+        if cursor.is_null() {
+            return pages;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +99,7 @@ async fn a_run_streams_its_events_and_ends_with_one_terminal_notification() {
     let fixture = fixture(json!({ "turns": [text_turn("hello there")] }), |_| {});
     let mut connection = fixture.connect().await;
     let started = fixture.start(&connection, json!({ "prompt": "hi" })).await;
-    let events = until_terminal(&mut connection).await;
+    let (events, result) = until_settled(&mut connection).await;
     let seqs: Vec<u64> = events.iter().map(|event| event.event.seq).collect();
     assert_eq!(
         seqs,
@@ -209,29 +110,12 @@ async fn a_run_streams_its_events_and_ends_with_one_terminal_notification() {
         events[0].event.kind,
         RunEventKind::RunStarted { .. }
     ));
-    let terminal: Vec<_> = events
-        .iter()
-        .filter(|event| event.event.kind.is_terminal())
-        .collect();
-    assert_eq!(terminal.len(), 1);
-    let result = terminal[0]
-        .result
-        .as_ref()
-        .expect("the terminal event carries the result");
-    assert_eq!(result.state, RunState::Settled);
+    assert_eq!(terminals(&events), 1);
     assert_eq!(result.run_id, started.run_id);
-    let waited = connection
-        .call("run/result", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    let waited = run_result(&connection, &started.run_id).await;
     assert_eq!(waited["result"]["state"], "settled");
     assert_eq!(waited["result"]["session_id"], json!(started.session_id));
-    // Nothing after the terminal event.
-    assert!(
-        tokio::time::timeout(Duration::from_millis(200), connection.notification())
-            .await
-            .is_err()
-    );
+    quiet(&mut connection).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -243,23 +127,11 @@ async fn calls_before_initialize_and_unknown_methods_are_typed_errors() {
     connection.call("initialize", None).await.unwrap();
     let error = connection.call("run/explode", None).await.unwrap_err();
     assert_eq!(error.kind_name(), Some("method_not_found"));
-    let error = connection
-        .call(
-            "run/start",
-            Some(json!({ "prompt": "hi", "workspace": "" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error.kind_name(), Some("invalid_params"));
-    let error = connection
-        .call("run/start", Some(json!({ "prompt": "hi" })))
-        .await
-        .unwrap_err();
-    assert_eq!(
-        error.kind_name(),
-        Some("invalid_params"),
-        "no workspace: refused"
-    );
+    let empty = json!({ "prompt": "hi", "workspace": "" });
+    expect_error(&connection, "run/start", empty, "invalid_params").await;
+    // No workspace: refused.
+    let none = json!({ "prompt": "hi" });
+    expect_error(&connection, "run/start", none, "invalid_params").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,23 +143,12 @@ async fn a_steering_message_reaches_the_next_model_request() {
     ]});
     let fixture = fixture(script, |_| {});
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    let request = permission_request(&mut connection).await;
-    let steered = connection
-        .call(
-            "run/steer",
-            Some(json!({ "run_id": started.run_id, "text": "use tabs" })),
-        )
-        .await
-        .unwrap();
+    let (started, request) = start_parked(&fixture, &mut connection).await;
+    let steered = call_ok(&connection, "run/steer", message(&started, "use tabs")).await;
     assert_eq!(steered["queue"], "steer");
     resolve(&connection, &started.run_id, &request, "approve", "once").await;
-    let events = until_terminal(&mut connection).await;
+    let (events, _) = until_settled(&mut connection).await;
     assert_eq!(terminals(&events), 1);
-    let result = events.last().unwrap().result.clone().unwrap();
-    assert_eq!(result.state, RunState::Settled, "{result:?}");
     assert!(events.iter().any(|event| matches!(
         &event.event.kind,
         RunEventKind::MessageInjected {
@@ -308,21 +169,15 @@ async fn a_follow_up_continues_the_run_after_it_would_settle() {
     ]});
     let fixture = fixture(script, |_| {});
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    let request = permission_request(&mut connection).await;
-    connection
-        .call(
-            "run/follow_up",
-            Some(json!({ "run_id": started.run_id, "text": "now say bye" })),
-        )
-        .await
-        .unwrap();
+    let (started, request) = start_parked(&fixture, &mut connection).await;
+    call_ok(
+        &connection,
+        "run/follow_up",
+        message(&started, "now say bye"),
+    )
+    .await;
     resolve(&connection, &started.run_id, &request, "approve", "once").await;
-    let events = until_terminal(&mut connection).await;
-    let result = events.last().unwrap().result.clone().unwrap();
-    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    let (events, result) = until_settled(&mut connection).await;
     let text = serde_json::to_string(&result.message).unwrap();
     assert!(
         text.contains("bye"),
@@ -335,14 +190,9 @@ async fn a_follow_up_continues_the_run_after_it_would_settle() {
 async fn cancel_ends_a_parked_run_cancelled_with_one_terminal_notification() {
     let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |_| {});
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    permission_request(&mut connection).await;
-    let cancelled = connection
-        .call("run/cancel", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    let (started, _) = start_parked(&fixture, &mut connection).await;
+    let run = json!({ "run_id": started.run_id });
+    let cancelled = call_ok(&connection, "run/cancel", run.clone()).await;
     assert_eq!(cancelled["was_active"], true);
     let events = until_terminal(&mut connection).await;
     assert_eq!(terminals(&events), 1);
@@ -350,25 +200,13 @@ async fn cancel_ends_a_parked_run_cancelled_with_one_terminal_notification() {
         events.last().unwrap().event.kind,
         RunEventKind::RunCancelled { .. }
     ));
-    let waited = connection
-        .call("run/result", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    let waited = run_result(&connection, &started.run_id).await;
     assert_eq!(waited["result"]["state"], "cancelled");
-    assert!(!exists(&fixture.workspace.join("a.txt")));
+    assert!(!fixture.workspace.join("a.txt").exists());
     // Control calls on an ended run are typed.
-    let error = connection
-        .call(
-            "run/steer",
-            Some(json!({ "run_id": started.run_id, "text": "late" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "run_not_active");
-    let again = connection
-        .call("run/cancel", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    let late = message(&started, "late");
+    expect_error(&connection, "run/steer", late, "run_not_active").await;
+    let again = call_ok(&connection, "run/cancel", run).await;
     assert_eq!(again["was_active"], false);
     quiet(&mut connection).await;
 }
@@ -385,10 +223,7 @@ async fn once_and_always_answers() {
     for scope in ["always", "once"] {
         let fixture = fixture(script.clone(), |_| {});
         let mut connection = fixture.connect().await;
-        let started = fixture
-            .start(&connection, with_prompt(ask_write(), "write a"))
-            .await;
-        let first = permission_request(&mut connection).await;
+        let (started, first) = start_parked(&fixture, &mut connection).await;
         resolve(&connection, &started.run_id, &first, "approve", scope).await;
         let mut asked = 1;
         let events = loop {
@@ -404,10 +239,7 @@ async fn once_and_always_answers() {
                 _ => break events,
             }
         };
-        assert_eq!(
-            events.last().unwrap().result.as_ref().unwrap().state,
-            RunState::Settled
-        );
+        assert_eq!(result_of(&events).state, RunState::Settled);
         let content = std::fs::read_to_string(fixture.workspace.join("a.txt")).unwrap();
         if scope == "always" {
             assert_eq!(asked, 1, "an always answer decides the second write");
@@ -429,7 +261,7 @@ async fn resume_continues_an_interrupted_session() {
     };
     use keel_session::{JsonlStore, NewSession, SessionStore};
     let fixture = fixture(json!({ "turns": [text_turn("resumed")] }), |_| {});
-    let store = JsonlStore::new(fixture._root.path().join("sessions")).unwrap();
+    let store = JsonlStore::new(fixture.sessions()).unwrap();
     let session = store
         .create(NewSession {
             workspace: Some(
@@ -471,38 +303,27 @@ async fn resume_continues_an_interrupted_session() {
     drop(store);
     let mut connection = fixture.connect().await;
     // A new run on it is refused: it must be resumed first.
-    let error = connection
-        .call(
-            "run/start",
-            Some(json!({ "prompt": "again", "workspace": fixture.ws(), "session_id": session })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "refused");
+    let again = json!({ "prompt": "again", "workspace": fixture.ws(), "session_id": session });
+    let error = expect_error(&connection, "run/start", again, "refused").await;
     assert_eq!(
         error.data.as_ref().unwrap()["kernel_code"],
         "session_interrupted"
     );
-    let resumed = connection
-        .call(
-            "session/resume",
-            Some(json!({ "session_id": session, "mode": "auto", "tools": ["read", "write"] })),
-        )
-        .await
-        .unwrap();
+    let resume = json!({ "session_id": session, "mode": "auto", "tools": ["read", "write"] });
+    let resumed = call_ok(&connection, "session/resume", resume).await;
     assert_eq!(resumed["session_id"], json!(session));
-    let events = until_terminal(&mut connection).await;
-    let result = events.last().unwrap().result.clone().unwrap();
-    assert_eq!(result.state, RunState::Settled, "{result:?}");
+    until_settled(&mut connection).await;
     assert_eq!(
         std::fs::read_to_string(fixture.workspace.join("r.txt")).unwrap(),
         "recovered"
     );
     // Nothing is interrupted any more.
-    let error = connection
-        .call("session/resume", Some(json!({ "session_id": session })))
-        .await
-        .unwrap_err();
+    let error = call_err(
+        &connection,
+        "session/resume",
+        json!({ "session_id": session }),
+    )
+    .await;
     assert_eq!(
         error.data.as_ref().unwrap()["kernel_code"],
         "nothing_to_resume"
@@ -516,46 +337,28 @@ async fn a_session_with_a_live_run_is_busy() {
         |_| {},
     );
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    let request = permission_request(&mut connection).await;
+    let (started, request) = start_parked(&fixture, &mut connection).await;
+    let session = json!({ "session_id": started.session_id });
     let mut second = with_prompt(ask_write(), "me too");
     second["session_id"] = json!(started.session_id);
     second["workspace"] = json!(fixture.ws());
-    let error = connection
-        .call("run/start", Some(second.clone()))
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "session_busy", "{error:?}");
+    expect_error(&connection, "run/start", second.clone(), "session_busy").await;
     let listed = connection.call("session/list", None).await.unwrap();
     assert_eq!(listed["sessions"][0]["busy"], true);
-    let tree = connection
-        .call(
-            "session/tree",
-            Some(json!({ "session_id": started.session_id })),
-        )
-        .await
-        .unwrap();
-    let first = tree["nodes"][0]["id"].as_str().unwrap().to_owned();
-    let error = connection
-        .call(
-            "session/set_leaf",
-            Some(json!({ "session_id": started.session_id, "entry_id": first })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "session_busy");
+    let tree = call_ok(&connection, "session/tree", session.clone()).await;
+    let mut set_leaf = session;
+    set_leaf["entry_id"] = json!(tree["nodes"][0]["id"].as_str().unwrap());
+    expect_error(&connection, "session/set_leaf", set_leaf, "session_busy").await;
     resolve(&connection, &started.run_id, &request, "approve", "once").await;
     until_terminal(&mut connection).await;
     // Once the run ended (its terminal notification seen), the session
     // takes a new run at once.
-    let again = connection.call("run/start", Some(second)).await.unwrap();
+    let again = call_ok(&connection, "run/start", second).await;
     assert_eq!(again["session_id"], json!(started.session_id));
 }
 
 /// A long streamed answer: one `message_update` per character.
-fn long_turn(chars: usize) -> Value {
+fn streamed_script(chars: usize) -> Value {
     json!({ "chunk_chars": 1, "turns": [text_turn(&"x".repeat(chars))] })
 }
 
@@ -579,7 +382,7 @@ fn assert_exactly_once(events: &[RunEventNotification], after: Option<u64>) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subscribers_joining_a_live_run_get_every_later_event_exactly_once() {
-    let fixture = fixture(long_turn(4000), |config| {
+    let fixture = fixture(streamed_script(4000), |config| {
         config.ring_events = 100_000;
         config.ring_bytes = 64 << 20;
         config.notification_buffer = 100_000;
@@ -590,19 +393,13 @@ async fn subscribers_joining_a_live_run_get_every_later_event_exactly_once() {
         .await;
     let mut joiners = Vec::new();
     for index in 0..24u64 {
-        let late = fixture.connect().await;
-        let run_id = started.run_id.clone();
+        let mut late = fixture.connect().await;
         // Joins while the run streams: half from the start, half from a
         // `seq` the joiner claims to have.
         let after = (index % 2 == 1).then_some(index * 3);
+        let params = json!({ "run_id": started.run_id, "after_seq": after });
         joiners.push(tokio::spawn(async move {
-            let mut late = late;
-            late.call(
-                "run/subscribe",
-                Some(json!({ "run_id": run_id, "after_seq": after })),
-            )
-            .await
-            .unwrap();
+            call_ok(&late, "run/subscribe", params).await;
             (until_terminal(&mut late).await, after)
         }));
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -626,7 +423,7 @@ async fn subscribers_joining_a_live_run_get_every_later_event_exactly_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_seq_older_than_the_ring_is_events_lagged() {
-    let fixture = fixture(long_turn(50), |config| config.ring_events = 4);
+    let fixture = fixture(streamed_script(50), |config| config.ring_events = 4);
     let mut connection = fixture.connect().await;
     let started = fixture
         .start(&connection, json!({ "prompt": "talk" }))
@@ -634,37 +431,20 @@ async fn a_seq_older_than_the_ring_is_events_lagged() {
     let own = until_terminal(&mut connection).await;
     let last = own.last().unwrap().event.seq;
     let oldest = last - 3;
-    let late = fixture.connect().await;
+    let mut late = fixture.connect().await;
     for after in [json!(0), json!(oldest - 2), Value::Null] {
-        let error = late
-            .call(
-                "run/subscribe",
-                Some(json!({ "run_id": started.run_id, "after_seq": after })),
-            )
-            .await
-            .unwrap_err();
-        assert_eq!(error_kind(&error), "events_lagged", "{error:?}");
+        let params = json!({ "run_id": started.run_id, "after_seq": after });
+        let error = expect_error(&late, "run/subscribe", params, "events_lagged").await;
         let data = error.data.as_ref().unwrap();
         assert_eq!(data["oldest_seq"], json!(oldest));
         assert_eq!(data["session_id"], json!(started.session_id));
     }
     // The session is the authority: what the ring lost, session/get has.
-    let session = late
-        .call(
-            "session/get",
-            Some(json!({ "session_id": started.session_id })),
-        )
-        .await
-        .unwrap();
+    let session = json!({ "session_id": started.session_id });
+    let session = call_ok(&late, "session/get", session).await;
     assert!(!session["entries"].as_array().unwrap().is_empty());
-    let mut late = late;
-    let subscribed = late
-        .call(
-            "run/subscribe",
-            Some(json!({ "run_id": started.run_id, "after_seq": oldest - 1 })),
-        )
-        .await
-        .unwrap();
+    let params = json!({ "run_id": started.run_id, "after_seq": oldest - 1 });
+    let subscribed = call_ok(&late, "run/subscribe", params).await;
     assert_eq!(subscribed["finished"], true);
     assert_eq!(subscribed["oldest_seq"], json!(oldest));
     let replayed = until_terminal(&mut late).await;
@@ -679,58 +459,32 @@ async fn a_permission_request_outlives_its_connection_and_the_first_answer_wins(
         |_| {},
     );
     let mut first = fixture.connect().await;
-    let started = fixture
-        .start(&first, with_prompt(ask_write(), "write a"))
-        .await;
-    let request = permission_request(&mut first).await;
+    let (started, request) = start_parked(&fixture, &mut first).await;
     drop(first);
+    let run = json!({ "run_id": started.run_id });
+    let answer = |decision: &str| json!({ "run_id": started.run_id, "request_id": request, "decision": decision });
 
     // Another tenant sees nothing of the run.
-    let stranger = fixture.broker.connect(Tenant::new("someone-else"));
-    stranger.call("initialize", None).await.unwrap();
-    let error = stranger
-        .call("run/subscribe", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found");
-    let error = stranger
-        .call(
-            "permission/resolve",
-            Some(json!({ "run_id": started.run_id, "request_id": request, "decision": "approve" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found");
+    let stranger = fixture.connect_as("someone-else").await;
+    expect_error(&stranger, "run/subscribe", run.clone(), "not_found").await;
+    expect_error(
+        &stranger,
+        "permission/resolve",
+        answer("approve"),
+        "not_found",
+    )
+    .await;
 
     // A new connection of the same tenant finds the request still pending.
     let mut second = fixture.connect().await;
-    second
-        .call("run/subscribe", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    call_ok(&second, "run/subscribe", run.clone()).await;
     assert_eq!(permission_request(&mut second).await, request);
     let waiter = second.caller();
-    let run_id = started.run_id.clone();
-    let result = tokio::spawn(async move {
-        waiter
-            .call("run/result", Some(json!({ "run_id": run_id })))
-            .await
-            .unwrap()
-    });
+    let result = tokio::spawn(async move { waiter.call("run/result", Some(run)).await.unwrap() });
     resolve(&second, &started.run_id, &request, "approve", "once").await;
-    let error = second
-        .call(
-            "permission/resolve",
-            Some(json!({ "run_id": started.run_id, "request_id": request, "decision": "deny" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found", "the first answer won");
-    let events = until_terminal(&mut second).await;
-    assert_eq!(
-        events.last().unwrap().result.as_ref().unwrap().state,
-        RunState::Settled
-    );
+    // The first answer won.
+    expect_error(&second, "permission/resolve", answer("deny"), "not_found").await;
+    until_settled(&mut second).await;
     assert_eq!(result.await.unwrap()["result"]["state"], "settled");
     assert_eq!(
         std::fs::read_to_string(fixture.workspace.join("a.txt")).unwrap(),
@@ -741,16 +495,15 @@ async fn a_permission_request_outlives_its_connection_and_the_first_answer_wins(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_reader_loses_its_subscription_not_the_servers_memory() {
     const BUFFER: usize = 4;
-    let fixture = fixture(long_turn(300), |config| config.notification_buffer = BUFFER);
+    let fixture = fixture(streamed_script(300), |config| {
+        config.notification_buffer = BUFFER
+    });
     let mut connection = fixture.connect().await;
     let started = fixture
         .start(&connection, json!({ "prompt": "talk" }))
         .await;
     // The client reads nothing until the run has ended.
-    connection
-        .call("run/result", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    run_result(&connection, &started.run_id).await;
     assert!(fixture.broker.metrics().lagged_subscribers >= 1);
     // It then gets at most its buffer, a lagged notice, and catches up by
     // subscribing again from the last seq it has: every event exactly once.
@@ -782,47 +535,19 @@ async fn a_slow_reader_loses_its_subscription_not_the_servers_memory() {
             notice["last_seq"],
             json!(events.last().map(|event| event.event.seq))
         );
-        connection
-            .call(
-                "run/subscribe",
-                Some(json!({ "run_id": started.run_id, "after_seq": notice["last_seq"] })),
-            )
-            .await
-            .unwrap();
+        let params = json!({ "run_id": started.run_id, "after_seq": notice["last_seq"] });
+        call_ok(&connection, "run/subscribe", params).await;
     }
     assert!(rounds > 10, "it lagged and caught up repeatedly: {rounds}");
     assert_exactly_once(&events, None);
     quiet(&mut connection).await;
 }
 
-fn summary_turn() -> Value {
-    let summary: String = [
-        "Goal",
-        "Constraints and preferences",
-        "Done and verified",
-        "In progress",
-        "Blocked",
-        "Key decisions",
-        "Exact files, symbols, commands and errors",
-        "Next steps",
-    ]
-    .iter()
-    .map(|heading| format!("## {heading}\n- greeted\n"))
-    .collect();
-    text_turn(&summary)
-}
-
-async fn settle(connection: &mut Connection) -> RunEventNotification {
-    let events = until_terminal(connection).await;
-    events.into_iter().last().unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
     // Long answers, so that a summary shrinks the context.
-    let long = |word: &str| text_turn(&format!("{word} ").repeat(1500));
     let script = json!({ "turns": [
-        long("one"), long("two"), long("three"), long("four"), summary_turn(),
+        long_turn("one"), long_turn("two"), long_turn("three"), long_turn("four"), summary_turn(),
     ]});
     // A small window: the kept tail (a quarter of it) leaves older turns
     // to summarise, and the runs stay below its compaction threshold.
@@ -833,9 +558,8 @@ async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
         .start(&connection, json!({ "prompt": "hi 1" }))
         .await;
     settle(&mut connection).await;
-    let mut again = json!({ "prompt": "hi again", "session_id": first.session_id });
-    again["workspace"] = json!(fixture.ws());
-    connection.call("run/start", Some(again)).await.unwrap();
+    let again = json!({ "prompt": "hi again", "session_id": first.session_id });
+    fixture.start(&connection, again).await;
     settle(&mut connection).await;
     for prompt in ["hi 2", "hi 3"] {
         fixture
@@ -843,73 +567,45 @@ async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
             .await;
         settle(&mut connection).await;
     }
+    let first_id = json!({ "session_id": first.session_id });
+    let at = |entry_id: &str| json!({ "session_id": first.session_id, "entry_id": entry_id });
 
     // session/list, two per page.
+    let listed = pages(
+        &connection,
+        "session/list",
+        json!({ "limit": 2, "workspace": fixture.ws() }),
+    )
+    .await;
     let mut ids = Vec::new();
-    let mut cursor = Value::Null;
-    let mut pages = 0;
-    loop {
-        let page = connection
-            .call(
-                "session/list",
-                Some(json!({ "limit": 2, "cursor": cursor, "workspace": fixture.ws() })),
-            )
-            .await
-            .unwrap();
-        pages += 1;
+    for page in &listed {
         for session in page["sessions"].as_array().unwrap() {
             ids.push(session["id"].as_str().unwrap().to_owned());
             assert_eq!(session["busy"], false);
         }
-        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
-        if cursor.is_null() {
-            break;
-        }
     }
-    assert_eq!((ids.len(), pages), (3, 2), "{ids:?}");
+    assert_eq!((ids.len(), listed.len()), (3, 2), "{ids:?}");
     assert!(ids.contains(&first.session_id));
-    let error = connection
-        .call("session/list", Some(json!({ "cursor": "no-such-session" })))
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "invalid_params");
+    let unknown = json!({ "cursor": "no-such-session" });
+    expect_error(&connection, "session/list", unknown, "invalid_params").await;
 
     // session/get, paginated, the same as in one page.
-    let whole = connection
-        .call(
-            "session/get",
-            Some(json!({ "session_id": first.session_id, "limit": 1000 })),
-        )
-        .await
-        .unwrap();
+    let mut one_page = first_id.clone();
+    one_page["limit"] = json!(1000);
+    let whole = call_ok(&connection, "session/get", one_page).await;
     let whole: Vec<Value> = whole["entries"].as_array().unwrap().clone();
     assert!(whole.len() >= 4, "two runs' messages: {}", whole.len());
-    let mut paged = Vec::new();
-    let mut cursor = Value::Null;
-    loop {
-        let page = connection
-            .call(
-                "session/get",
-                Some(json!({ "session_id": first.session_id, "limit": 2, "cursor": cursor })),
-            )
-            .await
-            .unwrap();
-        paged.extend(page["entries"].as_array().unwrap().iter().cloned());
-        cursor = page.get("next_cursor").cloned().unwrap_or(Value::Null);
-        if cursor.is_null() {
-            break;
-        }
-    }
+    let mut by_two = first_id.clone();
+    by_two["limit"] = json!(2);
+    let paged: Vec<Value> = pages(&connection, "session/get", by_two)
+        .await
+        .iter()
+        .flat_map(|page| page["entries"].as_array().unwrap().clone())
+        .collect();
     assert_eq!(paged, whole);
 
     // session/tree: every entry, the active branch marked.
-    let tree = connection
-        .call(
-            "session/tree",
-            Some(json!({ "session_id": first.session_id })),
-        )
-        .await
-        .unwrap();
+    let tree = call_ok(&connection, "session/tree", first_id.clone()).await;
     let nodes = tree["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), whole.len());
     assert!(nodes.iter().all(|node| node["active"] == true));
@@ -923,21 +619,10 @@ async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
         .to_owned();
 
     // session/fork at the first message: a new session holding the path to it.
-    let fork = connection
-        .call(
-            "session/fork",
-            Some(json!({ "session_id": first.session_id, "entry_id": user })),
-        )
-        .await
-        .unwrap();
+    let fork = call_ok(&connection, "session/fork", at(&user)).await;
     assert_eq!(fork["leaf_id"], json!(user));
-    let forked = connection
-        .call(
-            "session/get",
-            Some(json!({ "session_id": fork["session_id"] })),
-        )
-        .await
-        .unwrap();
+    let forked = json!({ "session_id": fork["session_id"] });
+    let forked = call_ok(&connection, "session/get", forked).await;
     assert_eq!(
         forked["entries"].as_array().unwrap().last().unwrap()["id"],
         json!(user)
@@ -945,68 +630,25 @@ async fn session_methods_list_get_tree_fork_set_leaf_and_compact() {
 
     // session/set_leaf back to the root, then to the leaf it had.
     let leaf = tree["leaf_id"].as_str().unwrap().to_owned();
-    let moved = connection
-        .call(
-            "session/set_leaf",
-            Some(json!({ "session_id": first.session_id, "entry_id": root })),
-        )
-        .await
-        .unwrap();
+    let moved = call_ok(&connection, "session/set_leaf", at(&root)).await;
     assert_eq!(moved["leaf_id"], json!(root));
-    let active = connection
-        .call(
-            "session/get",
-            Some(json!({ "session_id": first.session_id })),
-        )
-        .await
-        .unwrap();
+    let active = call_ok(&connection, "session/get", first_id.clone()).await;
     assert_eq!(active["entries"].as_array().unwrap().len(), 1);
-    connection
-        .call(
-            "session/set_leaf",
-            Some(json!({ "session_id": first.session_id, "entry_id": leaf })),
-        )
-        .await
-        .unwrap();
-    let error = connection
-        .call(
-            "session/set_leaf",
-            Some(json!({ "session_id": first.session_id, "entry_id": "nope" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found");
+    call_ok(&connection, "session/set_leaf", at(&leaf)).await;
+    expect_error(&connection, "session/set_leaf", at("nope"), "not_found").await;
 
     // session/compact: a checkpoint at the leaf, with the run's model.
-    let compacted = connection
-        .call(
-            "session/compact",
-            Some(json!({ "session_id": first.session_id })),
-        )
-        .await
-        .unwrap();
+    let compacted = call_ok(&connection, "session/compact", first_id.clone()).await;
     let checkpoint = compacted["checkpoint_id"].as_str().unwrap();
-    let after = connection
-        .call(
-            "session/get",
-            Some(json!({ "session_id": first.session_id })),
-        )
-        .await
-        .unwrap();
+    let after = call_ok(&connection, "session/get", first_id).await;
     assert_eq!(after["leaf_id"], json!(checkpoint));
     assert_eq!(
         after["entries"].as_array().unwrap().last().unwrap()["kind"],
         "checkpoint"
     );
 
-    let error = connection
-        .call(
-            "session/get",
-            Some(json!({ "session_id": "no-such-session" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found");
+    let unknown = json!({ "session_id": "no-such-session" });
+    expect_error(&connection, "session/get", unknown, "not_found").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1017,19 +659,10 @@ async fn models_list_reads_the_catalog_without_keys() {
     let providers = models["providers"].as_array().unwrap();
     assert!(!providers.is_empty());
     let name = providers[0]["name"].as_str().unwrap().to_owned();
-    let one = connection
-        .call("models/list", Some(json!({ "provider": name })))
-        .await
-        .unwrap();
+    let one = call_ok(&connection, "models/list", json!({ "provider": name })).await;
     assert_eq!(one["providers"].as_array().unwrap().len(), 1);
-    let error = connection
-        .call(
-            "models/list",
-            Some(json!({ "provider": "no-such-provider" })),
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found");
+    let unknown = json!({ "provider": "no-such-provider" });
+    expect_error(&connection, "models/list", unknown, "not_found").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1039,17 +672,10 @@ async fn admission_refuses_past_the_limits_and_drain_cancels_what_is_left() {
         config.max_queue = 0;
     });
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    permission_request(&mut connection).await;
+    let (started, _) = start_parked(&fixture, &mut connection).await;
     let mut second = with_prompt(ask_write(), "another");
     second["workspace"] = json!(fixture.ws());
-    let error = connection
-        .call("run/start", Some(second.clone()))
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "overloaded", "{error:?}");
+    let error = expect_error(&connection, "run/start", second.clone(), "overloaded").await;
     assert!(
         error.data.as_ref().unwrap()["retry_after_ms"]
             .as_u64()
@@ -1073,18 +699,9 @@ async fn admission_refuses_past_the_limits_and_drain_cancels_what_is_left() {
         events.last().unwrap().event.kind,
         RunEventKind::RunCancelled { .. }
     ));
-    let error = connection
-        .call("run/start", Some(second))
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "draining");
-    let session = connection
-        .call(
-            "session/get",
-            Some(json!({ "session_id": started.session_id })),
-        )
-        .await
-        .unwrap();
+    expect_error(&connection, "run/start", second, "draining").await;
+    let session = json!({ "session_id": started.session_id });
+    let session = call_ok(&connection, "session/get", session).await;
     assert!(!session["entries"].as_array().unwrap().is_empty());
     assert_eq!(fixture.broker.metrics().runs_active, 0);
 }
@@ -1093,18 +710,12 @@ async fn admission_refuses_past_the_limits_and_drain_cancels_what_is_left() {
 async fn closing_a_connection_cancels_the_runs_it_started_and_settled_waits_for_them() {
     let fixture = fixture(json!({ "turns": [write_turn("a.txt", "one")] }), |_| {});
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    permission_request(&mut connection).await;
+    let (started, _) = start_parked(&fixture, &mut connection).await;
     connection.cancel_started();
     tokio::time::timeout(Duration::from_secs(20), connection.settled())
         .await
         .expect("settled within 20 s");
-    let result = connection
-        .call("run/result", Some(json!({ "run_id": started.run_id })))
-        .await
-        .unwrap();
+    let result = run_result(&connection, &started.run_id).await;
     assert_eq!(result["result"]["state"], "cancelled");
 }
 
@@ -1117,28 +728,16 @@ async fn the_queue_is_listed_and_cleared() {
     ]});
     let fixture = fixture(script, |_| {});
     let mut connection = fixture.connect().await;
-    let started = fixture
-        .start(&connection, with_prompt(ask_write(), "write a"))
-        .await;
-    let request = permission_request(&mut connection).await;
+    let (started, request) = start_parked(&fixture, &mut connection).await;
     let run = json!({ "run_id": started.run_id });
     for (method, text) in [
         ("run/steer", "keep me"),
         ("run/follow_up", "drop me"),
         ("run/follow_up", "me too"),
     ] {
-        connection
-            .call(
-                method,
-                Some(json!({ "run_id": started.run_id, "text": text })),
-            )
-            .await
-            .unwrap();
+        call_ok(&connection, method, message(&started, text)).await;
     }
-    let queued = connection
-        .call("run/queue", Some(run.clone()))
-        .await
-        .unwrap();
+    let queued = call_ok(&connection, "run/queue", run.clone()).await;
     assert_eq!(
         queued["queued"],
         json!([
@@ -1147,40 +746,30 @@ async fn the_queue_is_listed_and_cleared() {
             { "kind": "follow_up", "text": "me too" },
         ])
     );
-    let cleared = connection
-        .call(
-            "run/queue/clear",
-            Some(json!({ "run_id": started.run_id, "queue": "follow_up" })),
-        )
-        .await
-        .unwrap();
+    let clear = json!({ "run_id": started.run_id, "queue": "follow_up" });
+    let cleared = call_ok(&connection, "run/queue/clear", clear).await;
     assert_eq!(
         cleared["cleared"],
         json!([{ "kind": "follow_up", "text": "drop me" }, { "kind": "follow_up", "text": "me too" }])
     );
-    let queued = connection
-        .call("run/queue", Some(run.clone()))
-        .await
-        .unwrap();
+    let queued = call_ok(&connection, "run/queue", run.clone()).await;
     assert_eq!(
         queued["queued"],
         json!([{ "kind": "steer", "text": "keep me" }])
     );
     resolve(&connection, &started.run_id, &request, "approve", "once").await;
-    let events = until_terminal(&mut connection).await;
+    let (events, result) = until_settled(&mut connection).await;
     assert!(
         events
             .iter()
             .any(|event| matches!(event.event.kind, RunEventKind::QueueCleared { .. }))
     );
-    let result = events.last().unwrap().result.clone().unwrap();
-    assert_eq!(result.state, RunState::Settled, "{result:?}");
     assert!(
         serde_json::to_string(&result.message)
             .unwrap()
             .contains("done")
     );
-    let queued = connection.call("run/queue", Some(run)).await.unwrap();
+    let queued = call_ok(&connection, "run/queue", run).await;
     assert_eq!(queued["queued"], json!([]));
 }
 
@@ -1217,15 +806,10 @@ async fn idle_kernels_are_evicted() {
         fixture.start(&connection, json!({ "prompt": "two" })).await;
         settle(&mut connection).await;
         assert_eq!(fixture.broker.metrics().kernels_cached, 1);
-        let other = fixture._root.path().join("other");
+        let other = fixture.root.path().join("other");
         std::fs::create_dir(&other).unwrap();
-        connection
-            .call(
-                "run/start",
-                Some(json!({ "prompt": "three", "workspace": other.display().to_string() })),
-            )
-            .await
-            .unwrap();
+        let three = json!({ "prompt": "three", "workspace": other.display().to_string() });
+        call_ok(&connection, "run/start", three).await;
         settle(&mut connection).await;
         assert_eq!(
             fixture.broker.metrics().kernels_cached,
@@ -1250,7 +834,7 @@ async fn a_stalled_run_fails_with_run_stalled() {
         .await;
     let events = until_terminal(&mut connection).await;
     assert_eq!(terminals(&events), 1);
-    let result = events.last().unwrap().result.clone().unwrap();
+    let result = result_of(&events);
     assert_eq!(result.state, RunState::Failed);
     assert_eq!(result.error.unwrap().code.as_str(), "run_stalled");
     quiet(&mut connection).await;
@@ -1281,9 +865,5 @@ async fn a_finished_run_is_kept_for_the_grace_period_then_not_found() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let error = connection
-        .call("run/subscribe", Some(run))
-        .await
-        .unwrap_err();
-    assert_eq!(error_kind(&error), "not_found");
+    expect_error(&connection, "run/subscribe", run, "not_found").await;
 }

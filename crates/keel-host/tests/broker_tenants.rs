@@ -6,140 +6,30 @@
 //! invalid tenant name is refused before it is used as a path.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use keel_host::broker::{Broker, BrokerConfig, Connection, Tenant};
-use keel_protocol::RunState;
-use keel_protocol::rpc::RpcError;
-use keel_protocol::rpc::methods::{RunEventNotification, RunStartResponse};
+use common::{
+    Fixture, call_err, call_ok, error_kind, expect_error, fixture, long_turn, summary_turn,
+    text_turn,
+};
+use keel_host::broker::{Connection, Tenant};
 use serde_json::{Value, json};
-
-struct Fixture {
-    root: tempfile::TempDir,
-    workspace: PathBuf,
-    broker: Broker,
-}
 
 /// A broker whose scripted model plays `turns` (each kernel from the
 /// first), an empty configuration, and a small context window so that a
 /// session of two long turns can be compacted.
-fn fixture(turns: Vec<Value>) -> Fixture {
-    let root = tempfile::tempdir().unwrap();
-    let workspace = root.path().join("workspace");
-    std::fs::create_dir(&workspace).unwrap();
-    let script_file = root.path().join("script.json");
-    std::fs::write(
-        &script_file,
-        serde_json::to_vec(&json!({ "turns": turns })).unwrap(),
-    )
-    .unwrap();
-    let config_file = root.path().join("config.toml");
-    std::fs::write(&config_file, "").unwrap();
-    let mut config = BrokerConfig::default();
-    config.config_file = Some(config_file);
-    config.provider = Some("scripted".into());
-    config.script = Some(script_file);
-    config.session_dir = Some(root.path().join("sessions"));
-    config.host.context_window = Some(8000);
-    let broker = Broker::new(config).unwrap();
-    Fixture {
-        root,
-        workspace,
-        broker,
-    }
+fn tenants_fixture(turns: Vec<Value>) -> Fixture {
+    fixture(json!({ "turns": turns }), |config| {
+        config.host.context_window = Some(8000);
+    })
 }
 
-impl Fixture {
-    fn sessions(&self) -> PathBuf {
-        self.root.path().join("sessions")
-    }
-
-    async fn connect(&self, tenant: &str) -> Connection {
-        let connection = self.broker.connect(Tenant::new(tenant));
-        connection.call("initialize", None).await.unwrap();
-        connection
-    }
-
-    /// Starts a run (on `session`, if given) and waits for its end.
-    async fn run(
-        &self,
-        connection: &mut Connection,
-        prompt: &str,
-        session: Option<&str>,
-    ) -> RunStartResponse {
-        let mut params =
-            json!({ "prompt": prompt, "workspace": self.workspace.display().to_string() });
-        if let Some(session) = session {
-            params["session_id"] = json!(session);
-        }
-        let started = connection.call("run/start", Some(params)).await.unwrap();
-        let started: RunStartResponse = serde_json::from_value(started).unwrap();
-        let end = settle(connection).await;
-        assert_eq!(
-            end.result.as_ref().map(|result| result.state),
-            Some(RunState::Settled),
-            "{end:?}"
-        );
-        started
-    }
-}
-
-/// The terminal event of the connection's run (waiting at most 20 s per
-/// notification: a clear failure, not a hang).
-async fn settle(connection: &mut Connection) -> RunEventNotification {
-    loop {
-        let note = tokio::time::timeout(Duration::from_secs(20), connection.notification())
-            .await
-            .expect("a notification within 20 s")
-            .expect("the connection is open");
-        if note.method != "run/event" {
-            continue;
-        }
-        let event: RunEventNotification = serde_json::from_value(note.params).unwrap();
-        if event.event.kind.is_terminal() {
-            return event;
-        }
-    }
-}
-
-fn long_turn(word: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": format!("{word} ").repeat(1500) }] })
-}
-
-fn text_turn(text: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": text }] })
-}
-
-fn summary_turn() -> Value {
-    let summary: String = [
-        "Goal",
-        "Constraints and preferences",
-        "Done and verified",
-        "In progress",
-        "Blocked",
-        "Key decisions",
-        "Exact files, symbols, commands and errors",
-        "Next steps",
-    ]
-    .iter()
-    .map(|heading| format!("## {heading}\n- greeted\n"))
-    .collect();
-    text_turn(&summary)
-}
-
-fn kind(error: &RpcError) -> &str {
-    error.kind_name().unwrap_or("")
-}
-
-/// Calls `method` and expects `not_found`.
+/// Calls `method`, which must not reach another tenant's session: `not_found`.
 async fn not_found(connection: &Connection, method: &str, params: Value) {
-    let error = connection
-        .call(method, Some(params))
-        .await
-        .expect_err(&format!("{method} must not reach another tenant's session"));
-    assert_eq!(kind(&error), "not_found", "{method}: {error:?}");
+    expect_error(connection, method, params, "not_found").await;
 }
 
 fn listed(list: &Value) -> Vec<String> {
@@ -157,17 +47,15 @@ fn mode(path: &Path) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_reach_another_tenants_sessions() {
-    let fixture = fixture(vec![long_turn("one"), long_turn("two"), summary_turn()]);
-    let mut alice = fixture.connect("alice").await;
-    let bob = fixture.connect("bob").await;
-    let workspace = fixture.workspace.display().to_string();
+    let fixture = tenants_fixture(vec![long_turn("one"), long_turn("two"), summary_turn()]);
+    let mut alice = fixture.connect_as("alice").await;
+    let bob = fixture.connect_as("bob").await;
 
     let first = fixture.run(&mut alice, "hi", None).await;
     let id = first.session_id.clone();
-    let tree = alice
-        .call("session/tree", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    let session = json!({ "session_id": id });
+    let at = |entry_id: &str| json!({ "session_id": id, "entry_id": entry_id });
+    let tree = call_ok(&alice, "session/tree", session.clone()).await;
     let entry = tree["nodes"][0]["id"].as_str().unwrap().to_owned();
 
     // Bob: every session method, and runs on the session, are not_found —
@@ -175,78 +63,45 @@ async fn a_tenant_cannot_reach_another_tenants_sessions() {
     let listed_by_bob = bob.call("session/list", None).await.unwrap();
     assert!(listed(&listed_by_bob).is_empty(), "{listed_by_bob}");
     for wanted in [id.clone(), id[..8].to_owned()] {
-        not_found(&bob, "session/get", json!({ "session_id": wanted })).await;
-        not_found(&bob, "session/tree", json!({ "session_id": wanted })).await;
-        not_found(
-            &bob,
-            "session/fork",
-            json!({ "session_id": wanted, "entry_id": entry }),
-        )
-        .await;
-        not_found(
-            &bob,
-            "session/set_leaf",
-            json!({ "session_id": wanted, "entry_id": entry }),
-        )
-        .await;
-        not_found(&bob, "session/compact", json!({ "session_id": wanted })).await;
-        not_found(&bob, "session/resume", json!({ "session_id": wanted })).await;
-        not_found(
-            &bob,
-            "run/start",
-            json!({ "prompt": "peek", "workspace": workspace, "session_id": wanted }),
-        )
-        .await;
-        not_found(
-            &bob,
-            "run/start",
-            json!({ "prompt": "peek", "workspace": workspace,
-                "session_id": wanted, "fork_entry_id": entry }),
-        )
-        .await;
+        let by_id = json!({ "session_id": wanted });
+        let at_entry = json!({ "session_id": wanted, "entry_id": entry });
+        let run_on = json!({ "prompt": "peek", "workspace": fixture.ws(), "session_id": wanted });
+        let mut fork_run = run_on.clone();
+        fork_run["fork_entry_id"] = json!(entry);
+        for (method, params) in [
+            ("session/get", &by_id),
+            ("session/tree", &by_id),
+            ("session/fork", &at_entry),
+            ("session/set_leaf", &at_entry),
+            ("session/compact", &by_id),
+            ("session/resume", &by_id),
+            ("run/start", &run_on),
+            ("run/start", &fork_run),
+        ] {
+            not_found(&bob, method, params.clone()).await;
+        }
     }
     assert!(listed(&bob.call("session/list", None).await.unwrap()).is_empty());
 
     // Alice: all of them reach it.
     let list = alice.call("session/list", None).await.unwrap();
     assert_eq!(listed(&list), vec![id.clone()]);
-    let got = alice
-        .call("session/get", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    let got = call_ok(&alice, "session/get", session.clone()).await;
     assert_eq!(got["session_id"], json!(id));
-    let fork = alice
-        .call(
-            "session/fork",
-            Some(json!({ "session_id": id, "entry_id": entry })),
-        )
-        .await
-        .unwrap();
+    let fork = call_ok(&alice, "session/fork", at(&entry)).await;
     assert_eq!(fork["leaf_id"], json!(entry));
     let leaf = tree["leaf_id"].as_str().unwrap().to_owned();
     for to in [&entry, &leaf] {
-        let moved = alice
-            .call(
-                "session/set_leaf",
-                Some(json!({ "session_id": id, "entry_id": to })),
-            )
-            .await
-            .unwrap();
+        let moved = call_ok(&alice, "session/set_leaf", at(to)).await;
         assert_eq!(moved["leaf_id"], json!(to));
     }
     let again = fixture.run(&mut alice, "again", Some(&id)).await;
     assert_eq!(again.session_id, id);
-    let compacted = alice
-        .call("session/compact", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    let compacted = call_ok(&alice, "session/compact", session.clone()).await;
     assert!(compacted["checkpoint_id"].is_string(), "{compacted}");
     // Found, and nothing to resume in it (the resume itself is tested in
     // broker.rs).
-    let error = alice
-        .call("session/resume", Some(json!({ "session_id": id })))
-        .await
-        .unwrap_err();
+    let error = call_err(&alice, "session/resume", session.clone()).await;
     assert_eq!(
         error.data.as_ref().unwrap()["kernel_code"],
         "nothing_to_resume",
@@ -262,17 +117,17 @@ async fn a_tenant_cannot_reach_another_tenants_sessions() {
             .is_file()
     );
     assert!(!fixture.sessions().join(format!("{id}.jsonl")).exists());
-    let local = fixture.connect("local").await;
+    let local = fixture.connect_as("local").await;
     assert!(listed(&local.call("session/list", None).await.unwrap()).is_empty());
-    not_found(&local, "session/get", json!({ "session_id": id })).await;
+    not_found(&local, "session/get", session).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
-    let fixture = fixture(vec![text_turn("hello"), text_turn("hello again")]);
-    let mut local = fixture.connect("local").await;
-    let mut default = fixture.connect("default").await;
-    let mut alice = fixture.connect("alice").await;
+    let fixture = tenants_fixture(vec![text_turn("hello"), text_turn("hello again")]);
+    let mut local = fixture.connect_as("local").await;
+    let mut default = fixture.connect_as("default").await;
+    let mut alice = fixture.connect_as("alice").await;
 
     let started = fixture.run(&mut local, "hi", None).await;
     let id = started.session_id;
@@ -280,10 +135,7 @@ async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
     assert!(fixture.sessions().join(format!("{id}.jsonl")).is_file());
     let list = default.call("session/list", None).await.unwrap();
     assert_eq!(listed(&list), vec![id.clone()]);
-    default
-        .call("session/get", Some(json!({ "session_id": id })))
-        .await
-        .unwrap();
+    call_ok(&default, "session/get", json!({ "session_id": id })).await;
     // `default` continues `local`'s session: one store, one kernel.
     let again = fixture.run(&mut default, "again", Some(&id)).await;
     assert_eq!(again.session_id, id);
@@ -306,8 +158,8 @@ async fn local_and_default_share_the_users_store_and_kernels_are_per_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_invalid_tenant_name_is_refused_and_never_used_as_a_path() {
-    let fixture = fixture(vec![text_turn("hello")]);
-    let workspace = fixture.workspace.display().to_string();
+    let fixture = tenants_fixture(vec![text_turn("hello")]);
+    let workspace = fixture.ws();
     let long = "a".repeat(65);
     for name in [
         "",
@@ -333,7 +185,7 @@ async fn an_invalid_tenant_name_is_refused_and_never_used_as_a_path() {
                 .await
                 .expect_err(&format!("tenant {name:?}: {method} is refused"));
             assert_eq!(
-                kind(&error),
+                error_kind(&error),
                 "configuration",
                 "{name:?} {method}: {error:?}"
             );

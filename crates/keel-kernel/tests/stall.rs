@@ -10,8 +10,8 @@ use std::time::Duration;
 use keel_kernel::{AgentKernel, AgentRun, RunSpec};
 use keel_protocol::{
     EntryPayload, ErrorSource, ExecutionMode, IntentKind, IntentScope, Message, OperationIntent,
-    PermissionMode, PermissionResolution, RunEndState, RunErrorCode, RunEvent, RunEventKind,
-    RunState, ToolStatus,
+    PermissionMode, PermissionResolution, RunEndState, RunError, RunErrorCode, RunEvent,
+    RunEventKind, RunState, ToolStatus,
 };
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
@@ -66,7 +66,17 @@ impl Tool for TestTool {
     }
 }
 
-fn kernel(script: Value, dir: &std::path::Path) -> (AgentKernel, Arc<MemoryStore>) {
+/// A run of `spec` on a kernel whose scripted provider plays `script`,
+/// with the test tools, over a memory store, in a temporary workspace.
+struct Started {
+    run: AgentRun,
+    store: Arc<MemoryStore>,
+    _kernel: AgentKernel,
+    _dir: tempfile::TempDir,
+}
+
+async fn start(script: Value, spec: RunSpec) -> Started {
+    let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(MemoryStore::new());
     let tools: Vec<Arc<dyn Tool>> = vec![
         Arc::new(TestTool("hang", Behaviour::HangsUntilCancelled)),
@@ -77,12 +87,18 @@ fn kernel(script: Value, dir: &std::path::Path) -> (AgentKernel, Arc<MemoryStore
         .provider(Arc::new(ScriptedProvider::new(
             Script::from_json(&script.to_string()).unwrap(),
         )))
-        .workspace(Workspace::new(dir).unwrap())
+        .workspace(Workspace::new(dir.path()).unwrap())
         .store(store.clone())
         .tools(tools)
         .build()
         .unwrap();
-    (kernel, store)
+    let run = kernel.create_run(spec).await.unwrap();
+    Started {
+        run,
+        store,
+        _kernel: kernel,
+        _dir: dir,
+    }
 }
 
 /// The run's events; fails the test if the run has not ended after a day
@@ -118,21 +134,28 @@ async fn run_end(store: &MemoryStore, session_id: &str) -> Option<RunEndState> {
         })
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_silent_provider_fails_the_run_as_stalled() {
-    let dir = tempfile::tempdir().unwrap();
-    let script = json!({"turns": [
-        {"delay_ms": 600_000, "content": [{"type": "text", "text": "too late"}]}]});
-    let (kernel, store) = kernel(script, dir.path());
-    let run = kernel
-        .create_run(RunSpec::new("go").stall_timeout(stall()))
-        .await
-        .unwrap();
-    let events = collect(&run).await;
-    let result = run.result().await;
+/// Runs `started` to its end, which must be a failure as `run_stalled`:
+/// the run's events and its error.
+async fn stalled(started: &Started) -> (Vec<RunEvent>, RunError) {
+    let events = collect(&started.run).await;
+    let result = started.run.result().await;
     assert_eq!(result.state, RunState::Failed, "{result:?}");
     let error = result.error.unwrap();
     assert_eq!(error.code, RunErrorCode::RunStalled);
+    (events, error)
+}
+
+/// A spec that stalls after [`stall`], in `mode`.
+fn watched(mode: PermissionMode) -> RunSpec {
+    RunSpec::new("go").mode(mode).stall_timeout(stall())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_provider_fails_the_run_as_stalled() {
+    let script = json!({"turns": [
+        {"delay_ms": 600_000, "content": [{"type": "text", "text": "too late"}]}]});
+    let started = start(script, RunSpec::new("go").stall_timeout(stall())).await;
+    let (events, error) = stalled(&started).await;
     assert_eq!(error.code.as_str(), "run_stalled");
     assert_eq!(error.source, ErrorSource::Provider);
     assert!(
@@ -145,7 +168,7 @@ async fn a_silent_provider_fails_the_run_as_stalled() {
         Some(RunEventKind::RunFailed { error }) if error.code == RunErrorCode::RunStalled
     ));
     assert_eq!(
-        run_end(&store, run.session_id()).await,
+        run_end(&started.store, started.run.session_id()).await,
         Some(RunEndState::Failed),
         "the session records the run as failed, not cancelled"
     );
@@ -153,24 +176,11 @@ async fn a_silent_provider_fails_the_run_as_stalled() {
 
 #[tokio::test(start_paused = true)]
 async fn a_hanging_tool_is_cancelled_and_recorded_and_the_run_fails_as_stalled() {
-    let dir = tempfile::tempdir().unwrap();
     let script = json!({"turns": [
         {"content": [{"type": "tool_call", "name": "hang", "arguments": {}}]},
         {"content": [{"type": "text", "text": "never asked"}]}]});
-    let (kernel, store) = kernel(script, dir.path());
-    let run = kernel
-        .create_run(
-            RunSpec::new("go")
-                .mode(PermissionMode::Auto)
-                .stall_timeout(stall()),
-        )
-        .await
-        .unwrap();
-    let events = collect(&run).await;
-    let result = run.result().await;
-    let error = result.error.clone().unwrap();
-    assert_eq!(result.state, RunState::Failed, "{result:?}");
-    assert_eq!(error.code, RunErrorCode::RunStalled);
+    let started = start(script, watched(PermissionMode::Auto)).await;
+    let (events, error) = stalled(&started).await;
     assert_eq!(error.source, ErrorSource::Tool);
     assert!(
         error.message.contains("tool `hang`"),
@@ -181,8 +191,10 @@ async fn a_hanging_tool_is_cancelled_and_recorded_and_the_run_fails_as_stalled()
         &event.kind,
         RunEventKind::ToolExecutionEnd { result } if result.status == ToolStatus::Cancelled
     )));
-    let recorded: Vec<ToolStatus> = store
-        .active_branch(run.session_id())
+    let session_id = started.run.session_id();
+    let recorded: Vec<ToolStatus> = started
+        .store
+        .active_branch(session_id)
         .await
         .unwrap()
         .into_iter()
@@ -199,29 +211,17 @@ async fn a_hanging_tool_is_cancelled_and_recorded_and_the_run_fails_as_stalled()
         "the cut-short call is in the session, as cancelled"
     );
     assert_eq!(
-        run_end(&store, run.session_id()).await,
+        run_end(&started.store, session_id).await,
         Some(RunEndState::Failed)
     );
 }
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_that_ignores_cancellation_still_ends_the_run() {
-    let dir = tempfile::tempdir().unwrap();
     let script = json!({"turns": [
         {"content": [{"type": "tool_call", "name": "deaf", "arguments": {}}]}]});
-    let (kernel, _store) = kernel(script, dir.path());
-    let run = kernel
-        .create_run(
-            RunSpec::new("go")
-                .mode(PermissionMode::Auto)
-                .stall_timeout(stall()),
-        )
-        .await
-        .unwrap();
-    let events = collect(&run).await;
-    let result = run.result().await;
-    let error = result.error.unwrap();
-    assert_eq!(error.code, RunErrorCode::RunStalled);
+    let started = start(script, watched(PermissionMode::Auto)).await;
+    let (events, error) = stalled(&started).await;
     assert!(
         error.message.contains("tool `deaf`") && error.message.contains("did not stop"),
         "{}",
@@ -239,19 +239,11 @@ async fn a_tool_that_ignores_cancellation_still_ends_the_run() {
 
 #[tokio::test(start_paused = true)]
 async fn a_permission_wait_of_hours_is_not_a_stall() {
-    let dir = tempfile::tempdir().unwrap();
     let script = json!({"turns": [
         {"content": [{"type": "tool_call", "name": "quick", "arguments": {}}]},
         {"content": [{"type": "text", "text": "all done"}]}]});
-    let (kernel, _store) = kernel(script, dir.path());
-    let run = kernel
-        .create_run(
-            RunSpec::new("go")
-                .mode(PermissionMode::Ask)
-                .stall_timeout(stall()),
-        )
-        .await
-        .unwrap();
+    let started = start(script, watched(PermissionMode::Ask)).await;
+    let run = &started.run;
     let mut stream = run.events().unwrap();
     let mut asked = false;
     while let Some(event) = stream.next().await {
@@ -270,11 +262,9 @@ async fn a_permission_wait_of_hours_is_not_a_stall() {
 
 #[tokio::test(start_paused = true)]
 async fn without_a_stall_timeout_a_slow_provider_is_waited_for() {
-    let dir = tempfile::tempdir().unwrap();
     let script = json!({"turns": [
         {"delay_ms": 600_000, "content": [{"type": "text", "text": "slow but fine"}]}]});
-    let (kernel, _store) = kernel(script, dir.path());
-    let run = kernel.create_run(RunSpec::new("go")).await.unwrap();
-    let result = run.result().await;
+    let started = start(script, RunSpec::new("go")).await;
+    let result = started.run.result().await;
     assert_eq!(result.state, RunState::Settled, "{result:?}");
 }
