@@ -320,8 +320,12 @@ async fn pump(
     // that sees the terminal event may start the next run on the session.
     drop(holds.take());
     counters.run_ended(&record.tenant);
-    record.done.send_replace(Some(result.clone()));
-    push_event(&record, event, Some(result), &counters);
+    // The terminal notification is in the ring (and with its subscribers)
+    // before `run/result` answers, so a client that has the result and
+    // then subscribes finds the whole run there, and no live push races
+    // its reading.
+    push_event(&record, event, Some(result.clone()), &counters);
+    record.done.send_replace(Some(result));
     drop(events);
     record
         .finished_order
