@@ -326,8 +326,10 @@ pub(crate) fn hold(
     };
     let record = RunRecord::start(
         run,
-        peer.tenant.clone(),
-        super::authority::of(config, &peer.tenant),
+        super::runs::Owner {
+            tenant: peer.tenant.clone(),
+            authority: super::authority::of(config, &peer.tenant),
+        },
         subscribe.then_some(peer),
         holds,
         bounds,

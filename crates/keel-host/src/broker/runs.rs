@@ -97,6 +97,12 @@ struct Subscriber {
 /// event (admission permit, kernel lease, session claim).
 pub(crate) type Holds = Box<dyn Send + Sync>;
 
+/// Whose a run is: its tenant and that tenant's ceiling.
+pub(crate) struct Owner {
+    pub(crate) tenant: String,
+    pub(crate) authority: super::Authority,
+}
+
 /// The bounds of a run's ring.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct RingBounds {
@@ -113,8 +119,7 @@ impl RunRecord {
     /// starts the pump.
     pub(crate) fn start(
         run: AgentRun,
-        tenant: String,
-        authority: super::Authority,
+        owner: Owner,
         first: Option<&Arc<Peer>>,
         holds: Holds,
         bounds: RingBounds,
@@ -128,8 +133,8 @@ impl RunRecord {
         let record = Arc::new(Self {
             run_id: run.run_id().to_owned(),
             session_id: run.session_id().to_owned(),
-            tenant,
-            authority,
+            tenant: owner.tenant,
+            authority: owner.authority,
             run,
             stream: Mutex::new(Stream {
                 ring: Ring::new(bounds.events, bounds.bytes),
