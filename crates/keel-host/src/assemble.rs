@@ -13,6 +13,7 @@ use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::SessionStore;
 use keel_tools::builtin::{BashOptions, all_tools, default_tools};
+use keel_tools::env::HostEnv;
 use keel_tools::outputs::OutputStore;
 use keel_tools::sandbox::SandboxConfig;
 use keel_tools::{Tool, Workspace};
@@ -118,11 +119,16 @@ pub fn user_config_path() -> Option<PathBuf> {
 }
 
 /// The sandbox's settings with the user's toolchains, from this process's
-/// `HOME` and `CARGO_HOME`.
+/// `HOME` and `CARGO_HOME`, and this process's environment captured once
+/// as the snapshot commands get their allowlisted variables from
+/// (`SandboxConfig::host_env`).
 pub fn host_sandbox() -> SandboxConfig {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let cargo_home = std::env::var_os("CARGO_HOME").map(PathBuf::from);
-    SandboxConfig::with_toolchains(home.as_deref(), cargo_home.as_deref())
+    SandboxConfig {
+        host_env: HostEnv::new(std::env::vars_os()),
+        ..SandboxConfig::with_toolchains(home.as_deref(), cargo_home.as_deref())
+    }
 }
 
 /// Keel's own user configuration directory (`$XDG_CONFIG_HOME/keel`, else

@@ -33,38 +33,12 @@ const READS: &[&str] = &[
 
 /// Reads that stay, each with its reason: (file under `crates/`, the
 /// text of the line's read, why).
-const ALLOWED: &[(&str, &str, &str)] = &[
-    (
-        "keel-failpoint/src/lib.rs",
-        "std::env::var(super::ENV)",
-        "failpoints are a test-only mechanism armed through KEEL_FAILPOINTS in the \
+const ALLOWED: &[(&str, &str, &str)] = &[(
+    "keel-failpoint/src/lib.rs",
+    "std::env::var(super::ENV)",
+    "failpoints are a test-only mechanism armed through KEEL_FAILPOINTS in the \
          process under test; compiled to nothing unless the failpoints feature is on",
-    ),
-    (
-        "keel-sandbox/src/env.rs",
-        "std::env::vars_os()",
-        "not moved yet: the allowed part of the host's environment for commands \
-         (`child_env`) should become a snapshot keel-host passes through BashOptions",
-    ),
-    (
-        "keel-tools/src/binding.rs",
-        "std::env::var_os(\"PATH\")",
-        "not moved yet: PATH to resolve a command's program for an approval binding \
-         should come from the host's environment snapshot",
-    ),
-    (
-        "keel-tools/src/changes/shadow.rs",
-        "std::env::temp_dir()",
-        "not moved yet: where the shadow repository's scratch directory goes should be \
-         passed by the host",
-    ),
-    (
-        "keel-tools/src/changes/shadow.rs",
-        "std::env::var_os(\"PATH\")",
-        "not moved yet: PATH to find git for the shadow repository should be passed by \
-         the host",
-    ),
-];
+)];
 
 fn rust_files(dir: &Path, files: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {

@@ -382,6 +382,8 @@ impl AgentKernel {
         let root = self.inner.workspace.root().to_path_buf();
         let limits = keel_tools::changes::SnapshotLimits {
             spill_under: self.inner.snapshot_spill.clone(),
+            // Git is found on the host's PATH, from its snapshot.
+            env: self.inner.sandbox.host_env.clone(),
             ..Default::default()
         };
         let capture = move || Baseline::capture_with(&root, limits);
@@ -456,11 +458,13 @@ pub struct AgentKernelBuilder {
 }
 
 impl AgentKernelBuilder {
-    /// Where each run's start snapshot of a non-git workspace keeps the
-    /// file contents it diffs against: a private directory (0700, removed
-    /// when the run's handle drops) is made under `dir`, normally the OS
-    /// temp dir, so a run holds only paths, sizes and hashes in memory.
-    /// Without it the contents stay in memory (up to 64 MiB per run).
+    /// The scratch directory of each run's start snapshot, normally the
+    /// OS temp dir: a private directory (0700, removed when the run's
+    /// handle drops) is made under `dir` for a git workspace's shadow
+    /// repository, or for the file contents a non-git workspace's snapshot
+    /// diffs against, so a run holds only paths, sizes and hashes in
+    /// memory. Without it the shadow repository goes under `/tmp` and the
+    /// contents stay in memory (up to 64 MiB per run).
     pub fn snapshot_spill_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.snapshot_spill = Some(dir.into());
         self
@@ -564,7 +568,10 @@ impl AgentKernelBuilder {
     }
 
     /// The OS sandbox settings for commands (default: enforced by Keel with
-    /// Landlock and seccomp, system and toolchain locations readable).
+    /// Landlock and seccomp, system locations readable, and an empty
+    /// environment snapshot — commands get only Keel's fixed defaults,
+    /// never this process's environment; hosts pass theirs in
+    /// `SandboxConfig::host_env`).
     pub fn sandbox(mut self, sandbox: SandboxConfig) -> Self {
         self.sandbox = sandbox;
         self

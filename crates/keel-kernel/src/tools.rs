@@ -408,11 +408,11 @@ impl ToolRunner<'_> {
             |(id, effect): (String, EffectStarted)| (id, EntryPayload::EffectStarted { effect });
         let arguments = &prepared.arguments;
         let bind = || {
-            binding_sha256(
-                prepared
-                    .tool
-                    .approval_binding(arguments, &self.parts.workspace),
-            )
+            binding_sha256(prepared.tool.approval_binding(
+                arguments,
+                &self.parts.workspace,
+                &self.parts.sandbox.host_env,
+            ))
         };
         // Computed now, just before the call would run: what the host is
         // asked about, and what a rule must have been made for.

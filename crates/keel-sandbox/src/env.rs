@@ -1,4 +1,12 @@
-//! The environment of child processes, built from an allowlist.
+//! The environment of child processes, built from an allowlist out of the
+//! host's environment snapshot ([`HostEnv`]).
+//!
+//! This library never reads the process environment: the host captures it
+//! once ([`HostEnv::new`], keel-host from `std::env::vars_os`) and hands it
+//! over in [`SandboxConfig::host_env`](crate::SandboxConfig::host_env). An
+//! empty snapshot (the default, for a kernel built without keel-host) means
+//! commands see only Keel's fixed defaults: [`DEFAULT_PATH`] and, in the
+//! sandbox, `TMPDIR=/tmp` — nothing of the process that runs the library.
 //!
 //! Commands the model runs must not inherit the host's credentials, and a
 //! secret's name need not look secret (`DATABASE_URL` holding a password,
@@ -11,6 +19,81 @@
 //! shell run code the command text does not show
 //! ([`SHELL_STARTUP_VARIABLES`], exported `BASH_FUNC_*` functions), even when
 //! listed, since the shell analysis could not see them.
+
+use std::ffi::{OsStr, OsString};
+use std::sync::Arc;
+
+/// The `PATH` commands get, and programs are looked up on, when the host's
+/// snapshot has none (an empty [`HostEnv`], say).
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// A snapshot of the host process's environment, taken once by the host.
+///
+/// It is where every value a child process or a lookup on its behalf needs
+/// comes from: the allowlisted part a command receives ([`child_env`]), the
+/// `PATH` and `HOME` an approval binding resolves with, the `PATH` Keel's
+/// own git is found on. It may hold secrets (every variable of the host),
+/// so its `Debug` shows only how many variables it holds, and only
+/// [`child_env`] decides what leaves it. Cloning is cheap (shared).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct HostEnv {
+    vars: Arc<Vec<(OsString, OsString)>>,
+}
+
+impl HostEnv {
+    /// A snapshot holding `vars` (a later duplicate name wins, as in
+    /// `std::process::Command::env`).
+    pub fn new<K, V>(vars: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<OsString>,
+        V: Into<OsString>,
+    {
+        let mut kept: Vec<(OsString, OsString)> = Vec::new();
+        for (name, value) in vars {
+            let (name, value) = (name.into(), value.into());
+            kept.retain(|(old, _)| *old != name);
+            kept.push((name, value));
+        }
+        Self {
+            vars: Arc::new(kept),
+        }
+    }
+
+    /// An empty snapshot: commands see only Keel's fixed defaults.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The value of `name`, when the snapshot holds it.
+    pub fn get(&self, name: &str) -> Option<&OsStr> {
+        self.vars
+            .iter()
+            .find(|(key, _)| key == name)
+            .map(|(_, value)| value.as_os_str())
+    }
+
+    /// The `PATH` commands search, as [`child_env`] passes it: the
+    /// snapshot's when it is valid UTF-8, else [`DEFAULT_PATH`].
+    pub fn search_path(&self) -> &OsStr {
+        self.get("PATH")
+            .filter(|path| path.to_str().is_some())
+            .unwrap_or(OsStr::new(DEFAULT_PATH))
+    }
+
+    /// Whether the snapshot holds no variable.
+    pub fn is_empty(&self) -> bool {
+        self.vars.is_empty()
+    }
+}
+
+impl std::fmt::Debug for HostEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the values (secrets), nor the names.
+        f.debug_struct("HostEnv")
+            .field("variables", &self.vars.len())
+            .finish()
+    }
+}
 
 /// Variables every child may receive: these names exactly.
 pub const ALLOWED: &[&str] = &[
@@ -74,11 +157,19 @@ pub fn filter(
         .collect()
 }
 
-/// The allowed part of the current process environment.
-pub fn child_env(listed: &[String]) -> Vec<(String, String)> {
-    let vars = std::env::vars_os()
-        .filter_map(|(name, value)| Some((name.into_string().ok()?, value.into_string().ok()?)));
-    filter(vars, listed)
+/// The environment a child starts from: the allowed part of the host's
+/// snapshot `host`, and `PATH` set to [`DEFAULT_PATH`] when the snapshot
+/// has none (or none that is valid UTF-8).
+pub fn child_env(host: &HostEnv, listed: &[String]) -> Vec<(String, String)> {
+    let vars = host
+        .vars
+        .iter()
+        .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value.to_str()?.to_owned())));
+    let mut env = filter(vars, listed);
+    if !env.iter().any(|(name, _)| name == "PATH") {
+        env.push(("PATH".to_owned(), DEFAULT_PATH.to_owned()));
+    }
+    env
 }
 
 #[cfg(test)]
@@ -112,9 +203,31 @@ mod tests {
     }
 
     #[test]
-    fn the_process_environment_is_filtered() {
-        for (name, _) in child_env(&[]) {
-            assert!(is_allowed(&name, &[]), "{name}");
-        }
+    fn the_snapshot_is_filtered() {
+        let host = HostEnv::new([
+            ("PATH", "/opt/bin"),
+            ("HOME", "/home/u"),
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("CARGO_HOME", "/c"),
+        ]);
+        assert_eq!(
+            child_env(&host, &["CARGO_HOME".to_owned()]),
+            [
+                ("PATH".to_owned(), "/opt/bin".to_owned()),
+                ("HOME".to_owned(), "/home/u".to_owned()),
+                ("CARGO_HOME".to_owned(), "/c".to_owned()),
+            ]
+        );
+        assert!(!format!("{host:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn an_empty_snapshot_gives_only_the_fixed_defaults() {
+        // Whatever this test process's environment holds.
+        assert_eq!(
+            child_env(&HostEnv::empty(), &["HOME".to_owned()]),
+            [("PATH".to_owned(), DEFAULT_PATH.to_owned())]
+        );
+        assert_eq!(HostEnv::empty().search_path(), DEFAULT_PATH);
     }
 }

@@ -102,6 +102,12 @@ pub struct SandboxConfig {
     pub masked: Vec<PathBuf>,
     /// Environment variables a child receives besides [`env::ALLOWED`].
     pub env: Vec<String>,
+    /// The host's environment, captured once by the host: the only place
+    /// a child's variables (and the `PATH` and `HOME` looked up for it)
+    /// come from ([`env::child_env`]). Empty by default — a library reads
+    /// no environment — so commands then get only Keel's fixed defaults
+    /// ([`env::DEFAULT_PATH`]); keel-host passes its process environment.
+    pub host_env: env::HostEnv,
     /// Resource limits of each sandboxed command.
     pub limits: ResourceLimits,
 }
@@ -149,7 +155,8 @@ pub const HOME_TOOLCHAINS: &[&str] = &[
 
 impl Default for SandboxConfig {
     /// [`SandboxConfig::system_only`]: a library reads no environment, so
-    /// the user's toolchains come from the host
+    /// the environment snapshot is empty and the user's toolchains come
+    /// from the host
     /// ([`SandboxConfig::with_toolchains`]; keel-host passes its `HOME` and
     /// `CARGO_HOME`).
     fn default() -> Self {
@@ -188,6 +195,7 @@ impl SandboxConfig {
             protected: Vec::new(),
             masked,
             env: Vec::new(),
+            host_env: env::HostEnv::empty(),
             limits: ResourceLimits::default(),
         }
     }

@@ -15,9 +15,12 @@
 //!   several hard links (another name may be anywhere), a device or a FIFO.
 //!
 //! A command binds to its statically expanded words, each command name
-//! resolved through `PATH` to its canonical file (device and inode), its
-//! kind and scope, and every path it names bound as above — `~/…` expanded
-//! with the `HOME` the command gets. So re-pointing a workspace symlink,
+//! resolved through the `PATH` the command gets to its canonical file
+//! (device and inode), its kind and scope, and every path it names bound as
+//! above — `~/…` expanded with the `HOME` the command gets. Both come from
+//! the host's environment snapshot ([`HostEnv`]), never from the process
+//! environment: with an empty snapshot, `PATH` is Keel's default
+//! ([`crate::env::DEFAULT_PATH`]) and there is no `HOME`. So re-pointing a workspace symlink,
 //! swapping a directory, planting a hard link or a program earlier on
 //! `PATH` changes the binding, and Keel asks again.
 //!
@@ -39,6 +42,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use crate::env::HostEnv;
 use crate::shell::paths::normalize;
 use crate::workspace::Workspace;
 
@@ -52,15 +56,19 @@ pub fn path(workspace: &Workspace, path: &str) -> Option<Value> {
 
 /// The binding of a shell command run from the workspace root, with
 /// `temp_dir` standing for the private temp dir as in the analysis and
-/// `home` the `HOME` the command gets (what `~` expands to); `None` when
-/// part of the command can only be bound by its text (see the module docs).
+/// `env` the host's environment snapshot the command gets its `PATH` (where
+/// its programs are found) and `HOME` (what `~` expands to) from; `None`
+/// when part of the command can only be bound by its text (see the module
+/// docs).
 pub fn command(
     workspace: &Workspace,
     command: &str,
     temp_dir: Option<&Path>,
-    home: Option<&Path>,
+    env: &HostEnv,
 ) -> Option<Value> {
     let root = workspace.root();
+    let home = child_home(env);
+    let home = home.as_deref();
     let analysis = crate::shell::analyze(command, root, temp_dir);
     let cut = analysis.targets.len() >= crate::shell::MAX_TARGETS
         || analysis.commands.len() >= crate::shell::MAX_COMMANDS
@@ -78,7 +86,7 @@ pub fn command(
         }
         let program = words
             .first()
-            .map_or(Value::Null, |name| program(name, root));
+            .map_or(Value::Null, |name| program(name, root, env.search_path()));
         commands.push(json!({ "words": words, "program": program }));
     }
     let targets = analysis
@@ -139,11 +147,12 @@ fn target_binding(target: &str, root: &Path, home: Option<&Path>) -> Option<Valu
 }
 
 /// The `HOME` a command the `bash` tool runs gets: the one in its
-/// allowlisted environment ([`crate::env::child_env`]), when set, not empty
-/// and absolute; `None` otherwise (bash would then expand `~` from the
-/// password database, which is not looked up here).
-pub fn child_home() -> Option<PathBuf> {
-    crate::env::child_env(&[])
+/// allowlisted environment ([`crate::env::child_env`] of the host's
+/// snapshot `env`), when set, not empty and absolute; `None` otherwise
+/// (bash would then expand `~` from the password database, which is not
+/// looked up here).
+pub fn child_home(env: &HostEnv) -> Option<PathBuf> {
+    crate::env::child_env(env, &[])
         .into_iter()
         .find(|(name, _)| name == "HOME")
         .map(|(_, home)| PathBuf::from(home))
@@ -151,17 +160,16 @@ pub fn child_home() -> Option<PathBuf> {
 }
 
 /// Where a command name runs from: a name with a slash relative to the
-/// root, else the first executable file of that name on `PATH` (Keel's own,
-/// which the sandboxed child inherits).
-fn program(name: &str, root: &Path) -> Value {
+/// root, else the first executable file of that name on `search_path` (the
+/// `PATH` the command gets).
+fn program(name: &str, root: &Path, search_path: &OsStr) -> Value {
     if name.contains('\0') {
         return json!({ "unknown": name });
     }
     if name.contains('/') {
         return located(&resolve_now(&root.join(name)));
     }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    for dir in std::env::split_paths(&path) {
+    for dir in std::env::split_paths(search_path) {
         let candidate = root.join(dir).join(name);
         if fs::metadata(&candidate).is_ok_and(|meta| meta.is_file()) {
             return located(&resolve_now(&candidate));
@@ -290,11 +298,12 @@ mod tests {
         symlink(base.path().join("a"), ws.join("link")).unwrap();
         let workspace = Workspace::new(&ws).unwrap();
         let text = "cat link/credentials";
-        let before = command(&workspace, text, None, None).unwrap();
-        assert_eq!(command(&workspace, text, None, None).unwrap(), before);
+        let env = HostEnv::empty();
+        let before = command(&workspace, text, None, &env).unwrap();
+        assert_eq!(command(&workspace, text, None, &env).unwrap(), before);
         fs::remove_file(ws.join("link")).unwrap();
         symlink(base.path().join("b"), ws.join("link")).unwrap();
-        assert_ne!(command(&workspace, text, None, None).unwrap(), before);
+        assert_ne!(command(&workspace, text, None, &env).unwrap(), before);
         let words = &before["commands"][0]["words"];
         assert_eq!(words, &json!(["cat", "link/credentials"]));
     }
@@ -311,15 +320,13 @@ mod tests {
         symlink(home.join("a"), ws.join("link")).unwrap();
         let workspace = Workspace::new(&ws).unwrap();
         let text = "cat ~/ws/link/id_rsa";
-        let before = command(&workspace, text, None, Some(&home)).unwrap();
+        let env = HostEnv::new([("HOME", &home)]);
+        let before = command(&workspace, text, None, &env).unwrap();
         assert_eq!(before["targets"][0]["path"], json!(home.join("a/id_rsa")));
-        assert_eq!(
-            command(&workspace, text, None, Some(&home)),
-            Some(before.clone())
-        );
+        assert_eq!(command(&workspace, text, None, &env), Some(before.clone()));
         fs::remove_file(ws.join("link")).unwrap();
         symlink(home.join("b"), ws.join("link")).unwrap();
-        assert_ne!(command(&workspace, text, None, Some(&home)), Some(before));
+        assert_ne!(command(&workspace, text, None, &env), Some(before));
         // What cannot be bound to a resolved target binds to nothing.
         for unbound in [
             "cat ~/ws/link/id_rsa",
@@ -330,8 +337,50 @@ mod tests {
             "cat /etc/*.conf",
             "cat ~/ws/link/*",
         ] {
-            let home = (unbound != text).then_some(home.as_path());
-            assert_eq!(command(&workspace, unbound, None, home), None, "{unbound}");
+            let env = match unbound != text {
+                true => env.clone(),
+                false => HostEnv::empty(),
+            };
+            assert_eq!(command(&workspace, unbound, None, &env), None, "{unbound}");
         }
+    }
+
+    #[test]
+    fn a_program_is_found_on_the_snapshots_path_not_the_process_path() {
+        use std::os::unix::fs::PermissionsExt;
+
+        let base = tempfile::tempdir().unwrap();
+        let base = base.path().canonicalize().unwrap();
+        for dir in ["ws", "first", "second"] {
+            fs::create_dir(base.join(dir)).unwrap();
+        }
+        for dir in ["first", "second"] {
+            let program = base.join(dir).join("keel-test-tool");
+            fs::write(&program, "#!/bin/sh\n").unwrap();
+            fs::set_permissions(&program, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let workspace = Workspace::new(base.join("ws")).unwrap();
+        let on = |path: &Path| {
+            let env = HostEnv::new([("PATH", path)]);
+            command(&workspace, "keel-test-tool", None, &env).unwrap()["commands"][0]["program"]
+                ["path"]
+                .clone()
+        };
+        assert_eq!(
+            on(&base.join("first")),
+            json!(base.join("first/keel-test-tool"))
+        );
+        assert_eq!(
+            on(&base.join("second")),
+            json!(base.join("second/keel-test-tool"))
+        );
+        // An empty snapshot searches Keel's default PATH only.
+        let empty = command(&workspace, "keel-test-tool", None, &HostEnv::empty()).unwrap();
+        assert_eq!(
+            empty["commands"][0]["program"],
+            json!({ "not_on_path": "keel-test-tool" })
+        );
+        let sh = command(&workspace, "sh", None, &HostEnv::empty()).unwrap();
+        assert!(sh["commands"][0]["program"]["path"].is_string(), "{sh}");
     }
 }

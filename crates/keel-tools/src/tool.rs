@@ -12,6 +12,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use crate::env::HostEnv;
 use crate::evidence::PlannedFile;
 use crate::outputs::OutputStore;
 use crate::receipt::CallReceipt;
@@ -57,9 +58,17 @@ pub trait Tool: Send + Sync {
     /// it in the session rule and applies the rule to a later call only
     /// while that call's binding is the same, so a rule never follows a
     /// re-pointed symlink. `None` binds to nothing: the answer then decides
-    /// no later call. The default binds a string `path` argument
-    /// ([`crate::binding::path`]) and otherwise only the arguments' text.
-    fn approval_binding(&self, arguments: &Value, workspace: &Workspace) -> Option<Value> {
+    /// no later call. `env` is the host's environment snapshot the call
+    /// would run with ([`SandboxConfig::host_env`](crate::sandbox::SandboxConfig::host_env)):
+    /// where a command's programs and `~` resolve. The default binds a
+    /// string `path` argument ([`crate::binding::path`]) and otherwise only
+    /// the arguments' text.
+    fn approval_binding(
+        &self,
+        arguments: &Value,
+        workspace: &Workspace,
+        _env: &HostEnv,
+    ) -> Option<Value> {
         match arguments.get("path") {
             Some(Value::String(path)) => crate::binding::path(workspace, path),
             _ => Some(Value::Null),

@@ -21,7 +21,8 @@
 //!
 //! **Git workspaces.** When the root lies inside a git work tree (a `.git`
 //! in it or an ancestor), the snapshot is a git tree object in Keel's own
-//! *shadow* repository in private temp (`shadow`): Keel streams the bytes
+//! *shadow* repository in a private scratch directory (`shadow`, under
+//! [`SnapshotLimits::spill_under`]): Keel streams the bytes
 //! it read into `git fast-import` there. The patch is
 //! `git diff-tree -p --binary -M --full-index` between the start and end
 //! trees, so renames and binary files apply with `git apply --binary`.
@@ -72,6 +73,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::env::HostEnv;
 use files::{FilesBaseline, capture_files, files_changes};
 use git::{Snapshot, UserRepo, find_repository, git_changes, snapshot, tracked_paths};
 use scan::Scan;
@@ -126,12 +128,18 @@ pub struct SnapshotLimits {
     pub max_file: u64,
     /// How long one snapshot (and one report) may take (default 60 s).
     pub budget: Duration,
-    /// Where a non-git baseline keeps the start contents it diffs against:
-    /// a private directory is made under this one (normally the OS temp
-    /// dir, which the caller looks up) and removed when the baseline
-    /// drops, so the baseline itself holds only paths, sizes and hashes.
-    /// `None` (the default) keeps them in memory, up to 64 MiB per baseline.
+    /// The scratch directory a baseline makes its private directories in
+    /// (normally the OS temp dir, which the host looks up), each removed
+    /// when the baseline drops: a git baseline's shadow repository, and a
+    /// non-git baseline's start contents it diffs against, so that
+    /// baseline itself holds only paths, sizes and hashes. `None` (the
+    /// default): the shadow repository goes under `/tmp` and a non-git
+    /// baseline keeps the contents in memory, up to 64 MiB.
     pub spill_under: Option<PathBuf>,
+    /// The host's environment snapshot; only its `PATH` is used, to find
+    /// git ([`HostEnv::search_path`]: Keel's default `PATH` when empty, as
+    /// by default). Git gets nothing else of it.
+    pub env: HostEnv,
 }
 
 impl Default for SnapshotLimits {
@@ -140,6 +148,7 @@ impl Default for SnapshotLimits {
             max_file: 64 << 20,
             budget: Duration::from_secs(60),
             spill_under: None,
+            env: HostEnv::empty(),
         }
     }
 }
@@ -328,7 +337,11 @@ fn capture_own(root: &Path, limits: &SnapshotLimits) -> Result<Kind, ChangesErro
 /// Creates the shadow repository and takes the start snapshot into it.
 fn capture_git(root: &Path, repo: UserRepo, limits: &SnapshotLimits) -> Result<Kind, ChangesError> {
     let scan = Scan::new(root, limits)?;
-    let shadow = Shadow::create()?;
+    let scratch = match &limits.spill_under {
+        Some(dir) => dir.as_path(),
+        None => Path::new(shadow::DEFAULT_SCRATCH),
+    };
+    let shadow = Shadow::create(scratch, &limits.env)?;
     let tracked = tracked_paths(&shadow, &repo, scan.deadline());
     let start = snapshot(&shadow, &scan, &tracked, None)?;
     Ok(Kind::Git(Box::new(GitBaseline {

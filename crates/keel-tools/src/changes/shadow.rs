@@ -4,8 +4,9 @@
 //! `.git/config` can name filter drivers, an fsmonitor, a hooks directory or
 //! include files, and its hooks run on index writes. So Keel never runs git
 //! in it. Snapshots live in a *shadow* repository that Keel creates in a
-//! private (0700) temporary directory and removes on drop; git runs there
-//! with:
+//! private (0700) directory under the scratch directory its caller names
+//! ([`SnapshotLimits::spill_under`](super::SnapshotLimits::spill_under),
+//! else [`DEFAULT_SCRATCH`]) and removes on drop; git runs there with:
 //! - `GIT_DIR` set to the shadow, no work tree, and the shadow as working
 //!   directory: git never reads the workspace (Keel feeds it bytes it read
 //!   itself, see `scan`);
@@ -15,7 +16,9 @@
 //!   system, user or repository configuration is read at all;
 //! - `GIT_ATTR_NOSYSTEM=1` and `GIT_ATTR_SOURCE` set to the empty tree, so no
 //!   `.gitattributes` applies;
-//! - an environment cleared of everything else (no `GIT_*` from the parent);
+//! - an environment cleared of everything else (no `GIT_*` from the parent),
+//!   but for the `PATH` git is found on, which is the host's snapshot's
+//!   ([`HostEnv::search_path`]), never read from this process;
 //! - stdout and stderr written to private files (no pipe can fill and stall
 //!   git), and a deadline after which the process is killed;
 //! - inside Keel's sandbox whenever this machine can enforce it
@@ -35,7 +38,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{ChangesError, Deadline, io_err};
+use crate::env::HostEnv;
 use crate::sandbox::{Confinement, SYSTEM_READABLE, confine_helper};
+
+/// Where the shadow repository goes when the caller names no scratch
+/// directory (a library reads no environment, so not `$TMPDIR`).
+pub(super) const DEFAULT_SCRATCH: &str = "/tmp";
 
 /// The id of git's empty tree (SHA-1), which every repository has.
 pub(super) const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e0bf8e1df3b3f6b9b7f5";
@@ -69,6 +77,8 @@ pub(super) struct Shadow {
     dir: PathBuf,
     git_dir: PathBuf,
     next: AtomicU64,
+    /// The `PATH` git is found on (the host's).
+    search_path: std::ffi::OsString,
     /// The sandbox every git command runs in, when it can be enforced.
     confinement: Option<Confinement>,
 }
@@ -81,16 +91,18 @@ pub(super) struct Output {
 }
 
 impl Shadow {
-    /// Creates the private directory and an empty repository in it.
-    pub(super) fn create() -> Result<Shadow, ChangesError> {
-        let dir = std::env::temp_dir().join(format!("keel-git-{}", uuid::Uuid::now_v7()));
+    /// Creates the private directory under `scratch` and an empty
+    /// repository in it; git is found on the `PATH` of `env`.
+    pub(super) fn create(scratch: &Path, env: &HostEnv) -> Result<Shadow, ChangesError> {
+        let dir = scratch.join(format!("keel-git-{}", uuid::Uuid::now_v7()));
+        let search_path = env.search_path().to_owned();
         let shown = dir.display().to_string();
         let context = || format!("creating {shown}");
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
             .map_err(|e| io_err(context(), e))?;
-        let confinement = match confine_helper(&git_location(), &dir) {
+        let confinement = match confine_helper(&git_location(&search_path), &dir) {
             Ok(confinement) => Some(confinement),
             Err(err) => {
                 tracing::debug!(%err, "Keel's own git runs unconfined: the sandbox is unavailable");
@@ -101,6 +113,7 @@ impl Shadow {
             git_dir: dir.join("repo"),
             dir,
             next: AtomicU64::new(0),
+            search_path,
             confinement,
         };
         for sub in ["repo", "repo/objects", "repo/refs", "repo/refs/heads", "io"] {
@@ -134,11 +147,10 @@ impl Shadow {
     /// `git <args>` set up as the module docs say; stdin is null.
     fn command<S: AsRef<OsStr>>(&self, args: &[S], env: &[(&str, &OsStr)]) -> Command {
         let mut command = Command::new("git");
-        command.current_dir(self.dir.join("io")).env_clear();
-        if let Some(path) = std::env::var_os("PATH") {
-            command.env("PATH", path);
-        }
         command
+            .current_dir(self.dir.join("io"))
+            .env_clear()
+            .env("PATH", &self.search_path)
             .env("HOME", &self.dir)
             .env("GIT_DIR", &self.git_dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
@@ -226,13 +238,11 @@ impl Shadow {
     }
 }
 
-/// Where the `git` on `PATH` lives, when that is not a system location the
-/// sandbox reads anyway (a git in `~/.local/bin`, say): its directory.
-fn git_location() -> Vec<PathBuf> {
-    let Some(path) = std::env::var_os("PATH") else {
-        return Vec::new();
-    };
-    let found = std::env::split_paths(&path)
+/// Where the `git` on `search_path` lives, when that is not a system
+/// location the sandbox reads anyway (a git in `~/.local/bin`, say): its
+/// directory.
+fn git_location(search_path: &OsStr) -> Vec<PathBuf> {
+    let found = std::env::split_paths(search_path)
         .map(|dir| dir.join("git"))
         .find(|candidate| candidate.is_file())
         .and_then(|git| std::fs::canonicalize(git).ok());
@@ -357,7 +367,9 @@ mod tests {
             probe_dir.path(),
         )
         .is_ok();
-        let shadow = Shadow::create().unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let shadow = Shadow::create(scratch.path(), &HostEnv::empty()).unwrap();
+        assert!(shadow.dir.starts_with(scratch.path()));
         assert_eq!(shadow.is_confined(), available);
         let workspace = tempfile::tempdir().unwrap();
         let file = workspace.path().join("a.txt");
@@ -376,8 +388,26 @@ mod tests {
         let _ = shadow.run(&["ls-remote", url.as_str()], &[], None, &deadline());
         assert_eq!(listener.accept().is_ok(), !available, "the network");
         // Control: the same git, unconfined, reads the workspace.
-        let mut open = Shadow::create().unwrap();
+        let mut open = Shadow::create(scratch.path(), &HostEnv::empty()).unwrap();
         open.confinement = None;
         assert!(reads(&open, &file));
+    }
+
+    #[test]
+    fn git_is_found_on_the_snapshots_path_not_the_process_path() {
+        let scratch = tempfile::tempdir().unwrap();
+        let version = |env: &HostEnv| {
+            let shadow = Shadow::create(scratch.path(), env).unwrap();
+            shadow.run(&["--version"], &[], None, &deadline()).is_ok()
+        };
+        // This process's PATH finds git (the other tests need it); a
+        // snapshot whose PATH holds no git does not.
+        let nowhere = scratch.path().join("no-git-here");
+        std::fs::create_dir(&nowhere).unwrap();
+        assert!(!version(&HostEnv::new([("PATH", &nowhere)])));
+        assert!(version(&HostEnv::new([(
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin"
+        )])));
     }
 }

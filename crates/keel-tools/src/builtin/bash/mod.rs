@@ -1,7 +1,9 @@
 //! The `bash` tool: runs a shell command in the workspace.
 //!
 //! The command runs as `shell -c command` in the workspace root, with an
-//! allowlisted environment ([`crate::env`]) and no stdin. A sandboxed
+//! allowlisted environment ([`crate::env`]) taken from the host's snapshot
+//! in the sandbox settings (`SandboxConfig::host_env`, never the process
+//! environment), and no stdin. A sandboxed
 //! command is started by the namespaces the sandbox holds for the run
 //! ([`crate::sandbox::spawn`]), in PID, mount and IPC namespaces of its own:
 //! when its shell exits, every process it left behind dies with its PID
@@ -39,7 +41,7 @@ use tokio_util::sync::CancellationToken;
 use super::output::{Collected, Collector, Limits};
 use super::parse_arguments;
 use super::process::{Confined, Exit, GroupKiller, Pipes, Process, Reader};
-use crate::env::child_env;
+use crate::env::{HostEnv, child_env};
 use crate::sandbox::{CallSpec, HolderPool, SANDBOX_TMPDIR, Sandbox};
 use crate::shell;
 use receipt::{Recorder, Sink};
@@ -177,15 +179,14 @@ impl Tool for BashTool {
         (intent, analysis.reasons)
     }
 
-    fn approval_binding(&self, arguments: &Value, workspace: &Workspace) -> Option<Value> {
+    fn approval_binding(
+        &self,
+        arguments: &Value,
+        workspace: &Workspace,
+        env: &HostEnv,
+    ) -> Option<Value> {
         let command = arguments.get("command").and_then(Value::as_str)?;
-        let home = crate::binding::child_home();
-        crate::binding::command(
-            workspace,
-            command,
-            Some(Path::new(TMPDIR_STAND_IN)),
-            home.as_deref(),
-        )
+        crate::binding::command(workspace, command, Some(Path::new(TMPDIR_STAND_IN)), env)
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
@@ -282,7 +283,7 @@ impl BashTool {
             .arg(command)
             .current_dir(root)
             .env_clear()
-            .envs(child_env(listed))
+            .envs(child_env(&sandbox.config.host_env, listed))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -318,7 +319,7 @@ fn spawn_confined(
     };
     let (stdout, stdout_write) = io::pipe().map_err(failed)?;
     let (stderr, stderr_write) = io::pipe().map_err(failed)?;
-    let mut env: Vec<(OsString, OsString)> = child_env(listed)
+    let mut env: Vec<(OsString, OsString)> = child_env(&sandbox.config.host_env, listed)
         .into_iter()
         .filter(|(name, _)| name != "TMPDIR")
         .map(|(name, value)| (name.into(), value.into()))

@@ -262,6 +262,41 @@ async fn child_environment_is_allowlisted() {
     }
 }
 
+/// The same context with `host_env` as the host's environment snapshot.
+fn with_host_env(context: &ToolContext, host_env: HostEnv) -> ToolContext {
+    let mut context = context.clone();
+    let mut config = (*context.sandbox.config).clone();
+    config.host_env = host_env;
+    context.sandbox.config = std::sync::Arc::new(config);
+    context
+}
+
+#[tokio::test]
+async fn the_child_environment_comes_from_the_hosts_snapshot_only() {
+    let (_dir, context) = setup();
+    let snapshot = HostEnv::new([
+        ("PATH", "/usr/bin:/bin"),
+        ("HOME", "/keel-snapshot-home"),
+        ("KEEL_SNAPSHOT_SECRET", "not-allowed"),
+    ]);
+    let show = json!({"command": "echo \"${HOME-unset}|$PATH|${KEEL_SNAPSHOT_SECRET-unset}\""});
+    for context in [context.clone(), unsandboxed(&context)] {
+        let given = with_host_env(&context, snapshot.clone());
+        let output = bash(&given, show.clone()).await.unwrap();
+        assert_eq!(
+            text_of(&output.content),
+            "/keel-snapshot-home|/usr/bin:/bin|unset"
+        );
+        // Empty: only Keel's fixed defaults, whatever this process holds.
+        let empty = with_host_env(&context, HostEnv::empty());
+        let output = bash(&empty, show.clone()).await.unwrap();
+        assert_eq!(
+            text_of(&output.content),
+            format!("unset|{}|unset", crate::env::DEFAULT_PATH)
+        );
+    }
+}
+
 #[tokio::test]
 async fn sandboxed_survivors_die_with_the_command() {
     let (dir, context) = setup();
