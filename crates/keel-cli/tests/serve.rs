@@ -598,6 +598,11 @@ fn refused_requests_start_nothing_and_the_token_is_never_written() {
             "an access_token in the URL",
         );
         assert_status(
+            attempt(&place, address, &format!("/?%74oken={TOKEN}"), &[]).await,
+            400,
+            "a percent-encoded token key in the URL",
+        );
+        assert_status(
             attempt(
                 &place,
                 address,
@@ -1083,12 +1088,23 @@ fn named_tokens_are_tenants_with_their_quotas() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("keel_tenant_runs_started_total{tenant=\"default\"} 1"),
-        "{metrics}"
+        !metrics.contains("tenant=\"default\""),
+        "a named token sees only its own tenant's counts: {metrics}"
     );
     assert!(
         !metrics.contains(ci_token) && !metrics.contains(TOKEN),
         "{metrics}"
+    );
+    let (status, everyone) = get(
+        address,
+        "/metrics",
+        &[("Authorization", &format!("Bearer {TOKEN}"))],
+    );
+    assert_eq!(status, 200, "{everyone}");
+    assert!(
+        everyone.contains("keel_tenant_runs_started_total{tenant=\"default\"} 1")
+            && everyone.contains("keel_tenant_runs_refused_total{tenant=\"ci\"} 1"),
+        "the default token sees every tenant: {everyone}"
     );
 }
 

@@ -230,10 +230,16 @@ async fn health() -> &'static str {
 }
 
 async fn metrics(State(state): State<AppState>, headers: HeaderMap, uri: Uri) -> Response {
-    if let Err(refused) = admit(&state.config, &headers, &uri) {
-        return refused.into_response();
+    let tenant = match admit(&state.config, &headers, &uri) {
+        Ok(tenant) => tenant,
+        Err(refused) => return refused.into_response(),
+    };
+    let mut metrics = state.broker.metrics();
+    // A named token sees its own tenant's counts, not the others' names.
+    if tenant.name != Tenant::LOCAL && tenant.name != Tenant::DEFAULT {
+        metrics.tenants.retain(|name, _| *name == tenant.name);
     }
-    let text = crate::metrics::render(&state.broker.metrics());
+    let text = crate::metrics::render(&metrics);
     ([(header::CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], text).into_response()
 }
 
@@ -406,11 +412,39 @@ fn too_large(error: &axum::Error) -> bool {
 /// Whether the query names a token parameter.
 fn token_in_query(uri: &Uri) -> bool {
     uri.query().is_some_and(|query| {
-        query.split('&').any(|pair| {
-            let key = pair.split('=').next().unwrap_or_default();
-            key.eq_ignore_ascii_case("token") || key.eq_ignore_ascii_case("access_token")
+        query.split(['&', ';']).any(|pair| {
+            // Keys are compared decoded: `%74oken` is `token` to whatever
+            // reads the URL after Keel.
+            let key = percent_decoded(pair.split('=').next().unwrap_or_default());
+            key.eq_ignore_ascii_case(b"token") || key.eq_ignore_ascii_case(b"access_token")
         })
     })
+}
+
+/// `text` with `%XX` escapes (and `+`) decoded; a malformed escape stays
+/// as it is.
+fn percent_decoded(text: &str) -> Vec<u8> {
+    let bytes = text.as_bytes();
+    let mut decoded = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while let Some(&byte) = bytes.get(index) {
+        let escaped = (byte == b'%')
+            .then(|| bytes.get(index + 1..index + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(value) => {
+                decoded.push(value);
+                index += 3;
+            }
+            None => {
+                decoded.push(if byte == b'+' { b' ' } else { byte });
+                index += 1;
+            }
+        }
+    }
+    decoded
 }
 
 /// One WebSocket client: its messages in, answers and notifications out,
