@@ -110,7 +110,7 @@ impl FileState {
     fn content<'a>(&'a self, spill: Option<&Spill>) -> Result<Option<Cow<'a, [u8]>>, ChangesError> {
         Ok(match (&self.content, spill) {
             (Kept::Memory(bytes), _) => Some(Cow::Borrowed(bytes.as_slice())),
-            (Kept::Spilled(id), Some(spill)) => Some(Cow::Owned(spill.load(id)?)),
+            (Kept::Spilled(id), Some(spill)) => Some(Cow::Owned(spill.load(id, self.len)?)),
             (Kept::Spilled(_), None) | (Kept::Not, _) => None,
         })
     }

@@ -65,11 +65,27 @@ impl Spill {
         }
     }
 
-    /// Reads back the content `id` names, checking its digest.
-    pub(super) fn load(&self, id: &ContentId) -> Result<Vec<u8>, ChangesError> {
-        let path = self.path(id);
-        let bytes =
-            std::fs::read(&path).map_err(|e| io_err(format!("reading {}", path.display()), e))?;
+    /// Reads back the content `id` names (`len` bytes when stored),
+    /// checking its digest. Read through Keel's one reader of files it may
+    /// not trust (`untrusted::read`): beneath the directory, never through
+    /// a link out of it, a regular file only, never blocking, and at most
+    /// `len` bytes — whatever may have replaced the file since.
+    pub(super) fn load(&self, id: &ContentId, len: usize) -> Result<Vec<u8>, ChangesError> {
+        let name = hex(id);
+        let path = self.dir.join(&name);
+        let origin = crate::untrusted::Origin::Beneath {
+            root: &self.dir,
+            rel: Path::new(&name),
+        };
+        let cap = crate::untrusted::Limit::Refuse(len as u64);
+        let bytes = crate::untrusted::read(origin, cap)
+            .map_err(|e| {
+                io_err(
+                    format!("reading {}", path.display()),
+                    std::io::Error::other(e),
+                )
+            })?
+            .bytes;
         if Sha256::digest(&bytes).as_slice() != id.as_slice() {
             let e = std::io::Error::new(
                 std::io::ErrorKind::InvalidData,
@@ -100,4 +116,38 @@ pub(super) fn same_content(id: &ContentId, bytes: &[u8]) -> bool {
 
 fn hex(id: &ContentId) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored content replaced by a link out of the directory is refused,
+    /// even to a file holding the very same bytes; so is one that grew.
+    #[test]
+    fn a_replaced_content_is_refused_not_followed() {
+        let parent = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let spill = Spill::create(parent.path()).unwrap();
+        let bytes = b"start content\n";
+        let id = spill.store(bytes).unwrap();
+        assert_eq!(spill.load(&id, bytes.len()).unwrap(), bytes);
+
+        let elsewhere = outside.path().join("same");
+        std::fs::write(&elsewhere, bytes).unwrap();
+        let stored = spill.path(&id);
+        std::fs::remove_file(&stored).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &stored).unwrap();
+        assert!(
+            spill.load(&id, bytes.len()).is_err(),
+            "a link out was followed"
+        );
+
+        std::fs::remove_file(&stored).unwrap();
+        std::fs::write(&stored, [bytes.as_slice(), b"more"].concat()).unwrap();
+        assert!(
+            spill.load(&id, bytes.len()).is_err(),
+            "a grown file was read"
+        );
+    }
 }
