@@ -4,7 +4,7 @@
 //! `outside.txt` beside it, so outside access is real. Cases:
 //! - `standard`: the model reads, writes, runs a shell command, tries the
 //!   network and reads outside; the demo host approves what stays inside the
-//!   workspace and denies the rest, so every row of SPEC §7 shows.
+//!   workspace and denies the rest, so every row of the permission matrix shows.
 //! - `cancel`: the host cancels the run while a permission request is
 //!   pending; the kernel denies it and records that.
 //! - `host-disconnect`: the host drops the event stream at the first

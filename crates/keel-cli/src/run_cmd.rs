@@ -74,7 +74,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     drive(run, &store, &args.output, &received).await
 }
 
-/// `keel resume [SESSION]`: continues the run a crash interrupted (SPEC §8)
+/// `keel resume [SESSION]`: continues the run a crash interrupted (docs/recovery.md)
 /// under the mode the flags and configuration give now; with stream-json
 /// input, standard input drives it and the runs after it (`stream_input`).
 pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {

@@ -2,13 +2,13 @@
 //!
 //! `keel doctor` and help texts describe the modes from these probes rather
 //! than from prose, so the description cannot drift from [`MatrixPolicy`]:
-//! each mode is asked about one representative call per row of SPEC §7.
+//! each mode is asked about one representative call per row of the permission matrix.
 
 use keel_kernel::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
 use keel_tools::sandbox::SandboxLevel;
 
-/// One row of SPEC §7's matrix: a name and a representative call.
+/// One row of the permission matrix: a name and a representative call.
 #[derive(Debug, Clone, Copy)]
 pub struct MatrixRow {
     /// How the row reads in a sentence (`writes inside the workspace`).
@@ -21,7 +21,7 @@ pub struct MatrixRow {
     pub scope: IntentScope,
 }
 
-/// The rows of SPEC §7, in its order.
+/// The rows of the permission matrix (docs/security.md, "Modes").
 pub const ROWS: [MatrixRow; 7] = [
     MatrixRow {
         name: "reads inside the workspace",

@@ -4,7 +4,7 @@
 //! comes from here, so a test (or a future replay) has one seam to reason
 //! about.
 //!
-//! Tool-call ids are unique within a session (SPEC §8: the effect journal,
+//! Tool-call ids are unique within a session (docs/recovery.md: the effect journal,
 //! the receipts and the ToolResults are matched to calls by them). A
 //! provider's id is kept when the session has not used it; a missing one
 //! (an OpenAI-compatible server that sends none) and one the session

@@ -1,4 +1,4 @@
-//! The effect journal (SPEC §8): the records a run writes before a side
+//! The effect journal (docs/recovery.md): the records a run writes before a side
 //! effect, and the pure recovery decision a resumed run takes from them.
 //!
 //! Before a batch runs, [`Overlay`] turns each side-effecting call into an

@@ -281,7 +281,7 @@ impl AgentKernel {
         Ok(self.start(spec, lease).await)
     }
 
-    /// Continues the run a crash interrupted in `session_id` (SPEC §8),
+    /// Continues the run a crash interrupted in `session_id` (docs/recovery.md),
     /// under `mode` — which the host gives again; a resumed run never
     /// inherits the interrupted run's mode. Calls the crash left without a
     /// result are recovered from the effect journal: never-started and
@@ -561,7 +561,7 @@ impl AgentKernelBuilder {
         self
     }
 
-    /// The permission policy (default: [`MatrixPolicy`], SPEC §7).
+    /// The permission policy (default: [`MatrixPolicy`], the permission matrix).
     pub fn policy(mut self, policy: Arc<dyn PermissionPolicy>) -> Self {
         self.policy = Some(policy);
         self

@@ -1,7 +1,7 @@
 //! The permission seam: mode × Operation Intent → allow, deny or ask.
 //!
 //! The host fixes the mode for the run; the policy only maps. [`MatrixPolicy`]
-//! is SPEC §7's matrix. An allowed call also gets the OS sandbox level its
+//! is the permission matrix (docs/security.md). An allowed call also gets the OS sandbox level its
 //! processes run at, so that what the policy allows the operating system
 //! enforces: shell in `plan` runs read-only, in `auto` workspace-write, and
 //! only `full` runs unsandboxed. Nothing is ever allowed that the matrix
@@ -44,7 +44,7 @@ pub trait PermissionPolicy: Send + Sync {
     }
 }
 
-/// SPEC §7's permission matrix.
+/// The permission matrix (docs/security.md, "Modes").
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MatrixPolicy;
 

@@ -1,4 +1,4 @@
-//! Continues a run that a crash interrupted (SPEC §8, `AgentKernel::resume`).
+//! Continues a run that a crash interrupted (`AgentKernel::resume`; docs/recovery.md).
 //!
 //! The resumed run first records its `run_start` and, in the same group, one
 //! `effect_recovered` entry per call the crash left without a result — what

@@ -123,7 +123,7 @@ impl ToolRunner<'_> {
                         .map(|decision| (new_id(), EntryPayload::PermissionDecision { decision })),
                 );
                 // The effect journal rides in the decisions' group: one
-                // durable append for the batch (SPEC §8).
+                // durable append for the batch.
                 if let Verdict::Run(prepared, _, _, _, key) = &mut verdict {
                     let effect = overlay.record(call, prepared.tool.as_ref(), &prepared.arguments);
                     if let Some(effect) = effect {

@@ -1,4 +1,4 @@
-//! The turn loop of SPEC §3: stream, persist, run tools, inject, repeat.
+//! The turn loop (docs/contract.md, "A run"): stream, persist, run tools, inject, repeat.
 //!
 //! One call of [`run`] drives a run from `run_started` to an [`Outcome`]; the
 //! supervisor in `run.rs` turns the outcome into the terminal event. The loop
@@ -234,7 +234,7 @@ impl<'a> TurnLoop<'a> {
         self.continue_run().await
     }
 
-    /// Continues an interrupted run (SPEC §8): completes the batch the crash
+    /// Continues an interrupted run (docs/recovery.md): completes the batch the crash
     /// cut short, then goes on as the run would have.
     async fn resume(&mut self) -> Result<AssistantMessage, Stop> {
         if let Some(moved) = &self.workspace_moved {

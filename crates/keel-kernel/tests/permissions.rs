@@ -1,4 +1,4 @@
-//! SPEC §7 through `AgentKernel`: every (mode × intent) cell of the matrix,
+//! The permission matrix (docs/security.md) through `AgentKernel`: every (mode × intent) cell of the matrix,
 //! the sandbox level an allowed call runs at, host decisions bound to the
 //! exact call, recorded decisions, and runs that must never come back in
 //! `full` unless the host says so again.
@@ -117,7 +117,7 @@ async fn every_cell_of_the_matrix() {
     let rw = "allow:workspace_write";
     let full = "allow:unsandboxed";
     let full_m = "allow:unsandboxed+metadata";
-    // Rows of SPEC §7; columns plan, ask, auto, full.
+    // Rows of the matrix in docs/security.md; columns plan, ask, auto, full.
     let rows: &[((IntentKind, IntentScope), [&str; 4])] = &[
         ((Read, Inside), ["allow:read_only", rw, rw, full]),
         ((Write, Inside), ["deny", "ask", rw, full]),

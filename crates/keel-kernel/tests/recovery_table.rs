@@ -1,4 +1,4 @@
-//! The recovery decision table of SPEC §8 (`keel_kernel::journal`), as a
+//! The recovery decision table of docs/recovery.md (`keel_kernel::journal`), as a
 //! property: for every tool class and every on-disk state of its target,
 //! the decision is the one specified — an effect whose outcome cannot be
 //! known is never run again, and a file tool is run again only on a target

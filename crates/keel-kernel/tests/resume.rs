@@ -1,4 +1,4 @@
-//! SPEC §8 through `AgentKernel`: a run whose process dies mid-batch (here:
+//! Crash recovery (docs/recovery.md) through `AgentKernel`: a run whose process dies mid-batch (here:
 //! its runtime is torn down while a tool runs) leaves an effect journal from
 //! which `AgentKernel::resume` continues without doing an applied effect
 //! twice and without silently redoing one whose outcome is unknown.

@@ -1,7 +1,7 @@
 //! Long runs on the wire: what a checkpoint records beyond its summary, how
 //! full a run's model context is, and which project instructions it loaded.
 //!
-//! A checkpoint (SPEC §1) stands in for a covered prefix of the active
+//! A checkpoint stands in for a covered prefix of the active
 //! branch. Its summary is written by a model, so it can be wrong; its
 //! [`CheckpointEvidence`] is not: the kernel gathers it mechanically from the
 //! covered entries themselves (every file read or modified, every command

@@ -1,4 +1,4 @@
-//! The effect journal's vocabulary (SPEC §8): what a session records before
+//! The effect journal's vocabulary (docs/recovery.md): what a session records before
 //! a side effect starts, and what recovery decided about it after a crash.
 //!
 //! An [`EffectStarted`] record is acknowledged before its tool runs, so a

@@ -109,7 +109,7 @@ pub enum EntryPayload {
         /// The label; empty removes it.
         label: String,
     },
-    /// A run began here (SPEC §8): until its `run_end`, the run is in flight,
+    /// A run began here (docs/recovery.md): until its `run_end`, the run is in flight,
     /// so a branch whose last `run_start` has no `run_end` was interrupted.
     RunStart {
         /// The run's id.

@@ -84,10 +84,10 @@ pub enum ToolErrorCode {
     SandboxUnavailable,
     /// An I/O error.
     Io,
-    /// A crash cut the call short and its outcome cannot be known (SPEC §8).
+    /// A crash cut the call short and its outcome cannot be known (docs/recovery.md).
     Interrupted,
     /// After a crash, the call's target held neither its pre- nor its
-    /// post-image, so it was not run again (SPEC §8).
+    /// post-image, so it was not run again (docs/recovery.md).
     EffectConflict,
     /// Any other tool failure.
     ToolError,

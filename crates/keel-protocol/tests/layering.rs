@@ -1,4 +1,4 @@
-//! Keel's crates point down only (SPEC §2): a crate may depend on a crate
+//! Keel's crates point down only (docs/architecture.md): a crate may depend on a crate
 //! of strictly lower rank, never on one beside or above it, and that holds
 //! for dev-dependencies too (a test that needs a higher crate belongs in
 //! that crate).
@@ -15,7 +15,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-/// Each keel crate's rank, lowest first: SPEC §2's picture as numbers.
+/// Each keel crate's rank, lowest first: docs/architecture.md's picture as numbers.
 const RANKS: &[(&str, u32)] = &[
     // The vocabulary: no keel dependency at all.
     ("keel-protocol", 0),
@@ -47,7 +47,7 @@ fn rank(name: &str) -> Option<u32> {
 
 fn unknown(name: &str) -> String {
     format!(
-        "`{name}` is not in the rank table: add it to RANKS in {} at the rank SPEC §2 gives it",
+        "`{name}` is not in the rank table: add it to RANKS in {} at the rank docs/architecture.md gives it (and draw it there)",
         file!()
     )
 }
@@ -126,7 +126,7 @@ fn crate_dependencies_point_down_only() {
     let found = violations(&packages);
     assert!(
         found.is_empty(),
-        "dependency edges that break SPEC §2's layering:\n  {}",
+        "dependency edges that break the layering of docs/architecture.md:\n  {}",
         found.join("\n  ")
     );
 }

@@ -112,7 +112,7 @@ pub struct SandboxConfig {
     pub limits: ResourceLimits,
 }
 
-/// System locations that every sandboxed command may read (SPEC §7).
+/// System locations that every sandboxed command may read (docs/security.md).
 pub const SYSTEM_READABLE: &[&str] = &[
     "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt",
 ];

@@ -10,7 +10,7 @@
 //! entry's parent is already stored (or earlier in the same group); only the
 //! first entry of a session may be a root; nothing stored is ever changed.
 //!
-//! Ownership (SPEC §11): a session has one writer. Writing it for a while
+//! Ownership: a session has one writer. Writing it for a while
 //! (a run, a compaction) takes its [`WriterLease`] through
 //! [`SessionStore::open_writer`]; a second lease while one lives is
 //! [`SessionError::SessionBusy`], and dropping the lease closes the session
@@ -76,7 +76,7 @@ pub trait SessionStore: Send + Sync {
     /// are [`SessionError::AmbiguousSession`].
     fn resolve_id<'a>(&'a self, wanted: &'a str) -> StoreFuture<'a, String>;
 
-    /// Takes the session's writer lease (SPEC §11): the session is open for
+    /// Takes the session's writer lease: the session is open for
     /// writing for as long as the returned [`WriterLease`] lives, and a
     /// second `open_writer` of it is refused with
     /// [`SessionError::SessionBusy`] until the lease is dropped (another
@@ -104,7 +104,7 @@ pub trait SessionStore: Send + Sync {
     fn open_sessions(&self) -> usize;
 
     /// The session's private journal directory (where `bash` keeps its
-    /// per-call receipts, SPEC §8), or `None` when this store keeps none.
+    /// per-call receipts, docs/recovery.md), or `None` when this store keeps none.
     /// It need not exist yet: its user creates it (mode 0700) on first use.
     fn journal_dir(&self, _session_id: &str) -> Option<PathBuf> {
         None
@@ -239,7 +239,7 @@ pub fn path_from_root<K: Copy>(
 }
 
 /// The right to write one session, held for as long as this value lives
-/// (SPEC §11: "`open_writer` → a lease"). Dropping it releases the session:
+/// (what [`SessionStore::open_writer`] returns). Dropping it releases the session:
 /// the store closes it (for the JSONL store: stops its writer thread and
 /// unlocks its file), and the session may be opened for writing again.
 #[must_use = "dropping a writer lease closes the session for writing"]

@@ -1,5 +1,5 @@
 //! Per-call receipts of `bash` commands, in a session's private journal
-//! directory (SPEC §8): what lets a resumed run tell a command that
+//! directory (docs/recovery.md): what lets a resumed run tell a command that
 //! finished before a crash from one the crash cut short.
 //!
 //! Keel's own process writes them — it spawns and reaps the command — never

@@ -76,7 +76,7 @@ pub trait Tool: Send + Sync {
     }
 
     /// How a call cut short by a crash may be recovered (the effect
-    /// journal, SPEC §8). The default, `undeclared`, means never run again.
+    /// journal, docs/recovery.md). The default, `undeclared`, means never run again.
     fn idempotency(&self) -> Idempotency {
         Idempotency::Undeclared
     }
@@ -116,7 +116,7 @@ pub struct ToolContext {
     /// The kernel's store of full outputs: a cut result is saved here, and
     /// `read` resolves `keel-output:` references here and nowhere else.
     pub outputs: OutputStore,
-    /// Where this call's command receipts go (SPEC §8): the session's
+    /// Where this call's command receipts go (docs/recovery.md): the session's
     /// journal and the call's key, the id of its `effect_started` entry;
     /// `None`: none are kept.
     pub receipts: Option<CallReceipt>,

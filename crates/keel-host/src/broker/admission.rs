@@ -1,6 +1,6 @@
 //! Admission control: which run may start now, which waits, which is refused.
 //!
-//! A host that serves many clients (SPEC §11) gives each Agent Run a slot
+//! A host that serves many clients gives each Agent Run a slot
 //! before the run starts: [`Admission::admit`] hands out a [`Permit`] at once
 //! when one of `max_active` slots is free, queues the caller in a bounded
 //! queue otherwise, and refuses at once (with an estimate of when to retry)

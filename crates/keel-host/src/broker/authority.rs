@@ -14,7 +14,7 @@
 //! - With `workspaces` set, a run's workspace (canonical) lies beneath one
 //!   of them, else `not_allowed`.
 //! - Without `widen`, a permission request whose approval would widen the
-//!   run past the sandbox (SPEC §7: an outside, metadata or unknown scope,
+//!   run past the sandbox (docs/security.md, "Modes": an outside, metadata or unknown scope,
 //!   or the network) is denied by the broker as soon as it is emitted; the
 //!   client sees `permission_requested` then `permission_resolved`
 //!   (denied), and a later approval finds nothing pending.
@@ -106,7 +106,7 @@ pub(crate) fn of(config: &super::BrokerConfig, tenant: &str) -> Authority {
         .unwrap_or_else(Authority::named_default)
 }
 
-/// Whether approving `intent` would widen a run past its sandbox (SPEC §7:
+/// Whether approving `intent` would widen a run past its sandbox (the matrix:
 /// only an approval of an outside or network intent widens a command).
 fn widens(intent: &OperationIntent) -> bool {
     intent.kind == IntentKind::Network || !matches!(intent.scope, IntentScope::Workspace)
