@@ -54,8 +54,8 @@ use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, Weak, mpsc};
 
 use super::namespaces::Launch;
-use super::view::{Step, View};
 use super::reexec::{self, HandOver};
+use super::view::{Step, View};
 use super::zygote;
 use super::{Sandbox, SandboxConfig, SandboxError, SandboxLevel, passing, sys};
 

@@ -51,8 +51,8 @@ use seccompiler::BpfProgram;
 
 use std::ffi::CStr;
 
-use super::sys;
 use super::plan::{PlanError, Reader, Writer};
+use super::sys;
 use super::view::{Beneath, Fresh, Grant, Step, View, c_path};
 
 /// Where the new root's tmpfs is mounted in the child's mount namespace
@@ -852,10 +852,7 @@ mod plan_tests {
         }
         let mut long = plan.clone();
         long.push(0);
-        assert_eq!(
-            Launch::from_plan(&long).unwrap_err(),
-            PlanError::Trailing
-        );
+        assert_eq!(Launch::from_plan(&long).unwrap_err(), PlanError::Trailing);
     }
 
     #[test]

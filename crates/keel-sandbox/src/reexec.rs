@@ -191,9 +191,12 @@ pub(crate) fn hand_over(ours: &UnixStream, launch: &Launch) -> Result<(), HandOv
             READY => Ok(()),
             errno => Err(HandOver::Refused(io::Error::from_raw_os_error(errno))),
         },
-        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => Err(HandOver::Broken(
-            io::Error::new(io::ErrorKind::UnexpectedEof, "the holder exited without an answer"),
-        )),
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => {
+            Err(HandOver::Broken(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the holder exited without an answer",
+            )))
+        }
         Err(error) => Err(HandOver::Broken(error)),
     }
 }

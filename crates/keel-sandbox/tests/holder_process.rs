@@ -110,8 +110,7 @@ fn a_holder_is_a_fresh_image_with_no_copy_of_its_starters_memory_or_environment(
             continue; // gone meanwhile (a call ending)
         };
         assert_eq!(
-            cmdline,
-            b"keel-sandbox-holder\0--keel-sandbox-holder-v1\0",
+            cmdline, b"keel-sandbox-holder\0--keel-sandbox-holder-v1\0",
             "process {pid} of the holder shows another command line"
         );
         let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();

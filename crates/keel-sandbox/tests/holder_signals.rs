@@ -64,7 +64,11 @@ fn signals_to_the_hosts_process_group_leave_running_calls_alone() {
         let mut status = std::fs::File::from(call.status().as_fd().try_clone_to_owned().unwrap());
         let mut record = Vec::new();
         status.read_to_end(&mut record).unwrap();
-        assert_eq!(record.len(), END_LEN, "the call was killed by signal {signal}");
+        assert_eq!(
+            record.len(),
+            END_LEN,
+            "the call was killed by signal {signal}"
+        );
         assert!(
             matches!(read_end(&record), CallEnd::Exited(status) if status.success()),
             "signal {signal}"
