@@ -7,8 +7,8 @@
 //! - [`thousand_runs_settle_within_a_gibibyte`]: 1,000 concurrent scripted
 //!   runs, each in its own workspace (write, read, and in one run of ten a
 //!   sandboxed `bash` call) all settle with the right files, and the server
-//!   with its holders stays under 1 GiB (at 1,000 runs it does not
-//!   today: the holders are forks of the server; docs/benchmarks.md);
+//!   with its sandbox holders stays under 1 GiB (`.ci/run` runs it with
+//!   1,000 runs against a release build; docs/benchmarks.md);
 //! - [`parked_runs_cost_under_a_mebibyte_each`]: 1,000 runs waiting on a
 //!   permission request cost < 1 MiB each beyond an empty server; denied
 //!   or cancelled, they all settle;

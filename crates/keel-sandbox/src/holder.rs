@@ -48,12 +48,13 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex, Weak, mpsc};
 
 use super::namespaces::Launch;
+use super::reexec::{self, HandOver};
 use super::view::{Step, View};
 use super::zygote;
 use super::{Sandbox, SandboxConfig, SandboxError, SandboxLevel, passing, sys};
@@ -479,7 +480,7 @@ fn holder_for(
                     "no plan for a new namespace holder".into(),
                 ));
             };
-            let holder = Arc::new(Holder::start(Launch::new(parts)?)?);
+            let holder = Arc::new(Holder::start(&Launch::new(parts)?)?);
             holders.push(Entry {
                 config: Arc::downgrade(&sandbox.config),
                 level: sandbox.level,
@@ -531,34 +532,55 @@ struct Holder {
 }
 
 impl Holder {
-    /// Starts the holder's relay from a thread of its own, which lives as
-    /// long as the holder: the relay's parent-death signal follows the
-    /// thread that spawned it. Returns once the view is built.
-    fn start(launch: Launch) -> Result<Self, SandboxError> {
+    /// Starts the holder — `Keel` re-executed in its holder mode
+    /// ([`reexec`]) — from a thread of its own, which lives as long as the
+    /// holder (the relay's parent-death signal follows the thread that
+    /// spawned it), hands it `launch`'s plan and returns once its view is
+    /// built.
+    fn start(launch: &Launch) -> Result<Self, SandboxError> {
         let (ours, theirs) = UnixStream::pair()
             .map_err(|error| SandboxError::Io(format!("creating the holder's socket: {error}")))?;
-        let (started_send, started) = mpsc::sync_channel::<io::Result<u32>>(1);
+        let (started_send, started) = mpsc::sync_channel::<Result<u32, HandOver>>(1);
         let (stop, stopped) = mpsc::channel::<()>();
         let keeper = std::thread::Builder::new()
             .name("keel-sandbox-holder".into())
-            .spawn(move || keep(launch, theirs, &started_send, &stopped))
+            .spawn(move || keep(theirs, &started_send, &stopped))
             .map_err(|error| SandboxError::Io(format!("starting the holder's thread: {error}")))?;
-        let outcome = started.recv().unwrap_or_else(|_| {
-            Err(io::Error::other(
+        let spawned = started.recv().unwrap_or_else(|_| {
+            Err(HandOver::Broken(io::Error::other(
                 "the holder's thread ended before it started",
-            ))
+            )))
         });
-        let holder = Self {
+        let mut holder = Self {
             socket: Some(Mutex::new(ours)),
             stop: Some(stop),
             keeper: Some(keeper),
-            relay_pid: *outcome.as_ref().unwrap_or(&0),
+            relay_pid: *spawned.as_ref().unwrap_or(&0),
         };
+        let outcome = spawned.and_then(|_| match &holder.socket {
+            Some(socket) => reexec::hand_over(
+                &socket
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+                launch,
+            ),
+            None => Err(HandOver::Broken(io::Error::from_raw_os_error(libc::EPIPE))),
+        });
         match outcome {
-            Ok(_) => Ok(holder),
-            Err(error) => Err(SandboxError::Unavailable {
-                reason: format!("setting up the sandbox's namespaces failed: {error}"),
-            }),
+            Ok(()) => Ok(holder),
+            Err(failure) => {
+                // Stops (and reaps) whatever did start.
+                drop(holder.socket.take());
+                drop(holder);
+                Err(match failure {
+                    HandOver::Refused(error) => SandboxError::Unavailable {
+                        reason: format!("setting up the sandbox's namespaces failed: {error}"),
+                    },
+                    HandOver::Broken(error) => SandboxError::Io(format!(
+                        "the sandbox's namespace holder did not start: {error}"
+                    )),
+                })
+            }
         }
     }
 
@@ -604,37 +626,19 @@ impl Drop for Holder {
     }
 }
 
-/// The keeper thread: spawns the relay, reports, and when told to stop
-/// (after the holder's socket was closed, so the holder exits and its relay
-/// follows) reaps it — killing it if it has not ended within
+/// The keeper thread: spawns the holder (its relay), reports, and when
+/// told to stop (after the holder's socket was closed, so the holder exits
+/// and its relay follows) reaps it — killing it if it has not ended within
 /// [`STOP_GRACE`].
 fn keep(
-    launch: Launch,
     theirs: UnixStream,
-    started: &mpsc::SyncSender<io::Result<u32>>,
+    started: &mpsc::SyncSender<Result<u32, HandOver>>,
     stopped: &mpsc::Receiver<()>,
 ) {
-    let socket = theirs.as_raw_fd();
-    let mut command = std::process::Command::new("keel-sandbox-holder");
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: the closure runs in the forked child before exec. It only
-    // reads `launch` (prepared here) and makes system calls through `sys`
-    // and `passing` (see `namespaces` and `zygote`); it allocates nothing
-    // on the heap and takes no locks.
-    #[allow(unsafe_code)]
-    unsafe {
-        command.pre_exec(move || launch.hold_in_child(socket));
-    }
-    let spawned = command.spawn();
-    drop(command);
-    drop(theirs);
-    let mut relay = match spawned {
+    let mut relay = match reexec::spawn(theirs) {
         Ok(relay) => relay,
-        Err(error) => {
-            let _ = started.send(Err(error));
+        Err(failure) => {
+            let _ = started.send(Err(failure));
             return;
         }
     };

@@ -37,9 +37,12 @@
 //!   the kernel process: Landlock binds only the calling thread and its
 //!   future children.
 //! - Everything that allocates or opens files on the host happens in the
-//!   parent ([`confine`], [`spawn`]); the children (and a holder, a fork of
-//!   the kernel process) make only system calls on data prepared there,
-//!   which is safe after `fork`.
+//!   parent ([`confine`], [`spawn`]); the children make only system calls
+//!   on data prepared there, which is safe after `fork`. A holder is not a
+//!   fork of the kernel process: it is the executable re-executed in a
+//!   holder mode (`reexec`), which starts with an empty environment and
+//!   none of the kernel process's memory, and builds its namespaces from a
+//!   plan the kernel process hands it (`plan`).
 //! - Fail closed: a level other than [`SandboxLevel::Unsandboxed`] that
 //!   cannot be enforced makes [`confine`] fail, and nothing runs. Only the
 //!   host can choose to run without Keel's sandbox, with
@@ -56,7 +59,9 @@ pub mod limits;
 mod metadata;
 mod namespaces;
 mod passing;
+mod plan;
 pub mod probe;
+mod reexec;
 mod seccomp;
 mod sys;
 mod view;

@@ -22,8 +22,10 @@
 //!    capabilities, enforces Landlock and seccomp, and returns to `std`,
 //!    which execs the shell.
 //!
-//! A namespace holder ([`Launch::hold_in_child`]) is the same chain without
-//! a command of its own: its init builds the view once and then serves the
+//! A namespace holder ([`Launch::hold_as_relay`]) is the same chain without
+//! a command of its own, started not as a fork of the kernel process but
+//! as the executable re-executed in its holder mode ([`super::reexec`]),
+//! its `Launch` read from a plan ([`Launch::to_plan`]): its init builds the view once and then serves the
 //! run's calls ([`super::zygote`]), each of which mounts
 //! [`Launch::fresh_mounts`] and runs the command's restrictions in two
 //! halves ([`Launch::command_session`] before its request,
@@ -49,8 +51,9 @@ use seccompiler::BpfProgram;
 
 use std::ffi::CStr;
 
+use super::plan::{PlanError, Reader, Writer};
 use super::sys;
-use super::view::{Beneath, Step, View, c_path};
+use super::view::{Beneath, Fresh, Grant, Step, View, c_path};
 
 /// Where the new root's tmpfs is mounted in the child's mount namespace
 /// (covering the host's `/tmp` there only; nothing is written on the host).
@@ -60,6 +63,10 @@ const OLD_ROOT: &CStr = c"/.keel-old-root";
 /// [`OLD_ROOT`] under [`STAGING`], before the pivot.
 const STAGED_OLD_ROOT: &CStr = c"/tmp/.keel-old-root";
 use super::{SandboxError, limits::ResourceLimits};
+
+/// What a holder's init writes on its socket once its view is built (any
+/// other word is the errno that stopped the set-up).
+pub(crate) const READY: i32 = 0;
 
 /// The hostname inside the sandbox.
 const HOSTNAME: &[u8] = b"keel-sandbox";
@@ -79,8 +86,10 @@ pub(crate) struct Launch {
     user_limits: Vec<(CString, Vec<u8>)>,
     workspace: CString,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlimit)>,
-    /// The Landlock ruleset and the access bits for the view's own mounts.
-    landlock: OwnedFd,
+    /// The Landlock ruleset of a per-call command (a holder's calls bring
+    /// their own: it has none) and the access bits for the view's own
+    /// mounts.
+    landlock: Option<OwnedFd>,
     landlock_extra: Vec<(CString, u64)>,
     filter: BpfProgram,
 }
@@ -139,7 +148,7 @@ impl Launch {
             pid_max,
             workspace: parts.workspace,
             rlimits: parts.limits.rlimits(),
-            landlock: parts.landlock,
+            landlock: Some(parts.landlock),
             landlock_extra: parts.landlock_extra,
             filter: parts.filter,
         })
@@ -151,11 +160,12 @@ impl Launch {
         self.relay(|relay, status| self.init(relay, status))
     }
 
-    /// Runs in the forked child (the relay) of a namespace holder: its init
-    /// builds the view once and then serves calls on `socket` until the
-    /// kernel process closes its end ([`super::zygote`]). Returns only with
-    /// the error that stopped the set-up.
-    pub(crate) fn hold_in_child(&self, socket: RawFd) -> io::Result<()> {
+    /// Runs in a re-executed holder process ([`super::reexec`]), which
+    /// becomes the relay of a namespace holder: its init builds the view
+    /// once, writes [`READY`] on `socket` and then serves calls on it until
+    /// the kernel process closes its end ([`super::zygote`]). Returns only
+    /// with the error that stopped the set-up, in whichever process had it.
+    pub(crate) fn hold_as_relay(&self, socket: RawFd) -> io::Result<()> {
         self.relay(|relay, status| self.hold(relay, status, socket))
     }
 
@@ -189,10 +199,13 @@ impl Launch {
         }
         sys::close(relay);
         self.build_view()?;
+        let Some(ruleset) = self.landlock.as_ref().map(AsRawFd::as_raw_fd) else {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        };
         let command = sys::fork()?;
         if command == 0 {
             sys::close(status);
-            return self.command(self.landlock.as_raw_fd());
+            return self.command(ruleset);
         }
         // Only the status pipe stays open: the spawner's pipes must see end
         // of file as soon as the command and its children are gone.
@@ -214,8 +227,7 @@ impl Launch {
         self.build_view()?;
         let mut buffers = super::zygote::Buffers::map()?;
         // The relay's status pipe closes with the rest; the relay then
-        // waits for this process. Closing the spawner's error pipe tells it
-        // the view is built.
+        // waits for this process.
         sys::close(status);
         // Standard descriptors point at /dev/null, so descriptors received
         // later never land on 0, 1 or 2.
@@ -232,6 +244,8 @@ impl Launch {
                 sys::close(null);
             }
         }
+        // The kernel process waits for this word before its first request.
+        super::passing::write_all(socket, &READY.to_ne_bytes())?;
         super::zygote::serve(self, socket, &mut buffers)
     }
 
@@ -412,7 +426,8 @@ fn run_step(step: &Step) -> io::Result<()> {
             Some(c"proc"),
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             // Only processes the reader may ptrace are visible: not the
-            // init, whose memory and argv are a copy of the kernel process's.
+            // init (for a per-call command a fork of the kernel process,
+            // its memory a copy of the kernel process's).
             Some(c"hidepid=ptraceable"),
         ),
         Step::Devpts(target) => sys::mount(
@@ -423,5 +438,464 @@ fn run_step(step: &Step) -> io::Result<()> {
             Some(c"newinstance,ptmxmode=0666,mode=620"),
         ),
         Step::ReadOnly(target) => sys::mount_read_only(target, false),
+    }
+}
+
+/// Tags of [`Step`] in a plan.
+mod tag {
+    pub(super) const DIR: u8 = 1;
+    pub(super) const FILE: u8 = 2;
+    pub(super) const SYMLINK: u8 = 3;
+    pub(super) const BIND: u8 = 4;
+    pub(super) const TMPFS: u8 = 5;
+    pub(super) const PROC: u8 = 6;
+    pub(super) const DEVPTS: u8 = 7;
+    pub(super) const READ_ONLY: u8 = 8;
+    pub(super) const MAKE: u8 = 1;
+    pub(super) const MOVE: u8 = 2;
+}
+
+impl Launch {
+    /// The plan a re-executed holder builds its namespaces from
+    /// ([`super::plan`]): everything but the Landlock ruleset, which a
+    /// holder's calls bring with each request. `None` when it is larger
+    /// than a plan may be.
+    pub(crate) fn to_plan(&self) -> Option<Vec<u8>> {
+        let mut plan = Writer::new();
+        plan.i32(self.parent);
+        plan.i32(self.flags);
+        plan.bytes(&self.uid_map);
+        plan.bytes(&self.gid_map);
+        write_view(&mut plan, &self.view);
+        plan.bool(self.pid_max.is_some());
+        if let Some((path, value)) = &self.pid_max {
+            plan.c_string(path);
+            plan.bytes(value);
+        }
+        plan.len(self.user_limits.len());
+        for (path, value) in &self.user_limits {
+            plan.c_string(path);
+            plan.bytes(value);
+        }
+        plan.c_string(&self.workspace);
+        plan.len(self.rlimits.len());
+        for (resource, limit) in &self.rlimits {
+            plan.u32(*resource);
+            plan.u64(limit.rlim_cur);
+            plan.u64(limit.rlim_max);
+        }
+        plan.len(self.landlock_extra.len());
+        for (path, access) in &self.landlock_extra {
+            plan.c_string(path);
+            plan.u64(*access);
+        }
+        plan.len(self.filter.len());
+        for instruction in &self.filter {
+            plan.u32(u32::from(instruction.code));
+            plan.u8(instruction.jt);
+            plan.u8(instruction.jf);
+            plan.u32(instruction.k);
+        }
+        plan.finish()
+    }
+
+    /// Reads a plan [`Launch::to_plan`] wrote; refuses anything else.
+    pub(crate) fn from_plan(bytes: &[u8]) -> Result<Self, PlanError> {
+        let mut plan = Reader::new(bytes)?;
+        let parent = plan.i32()?;
+        let flags = plan.i32()?;
+        // Only namespace flags: a plan never asks for anything else.
+        if flags & !(NAMESPACES | libc::CLONE_NEWNET) != 0 || flags & NAMESPACES != NAMESPACES {
+            return Err(PlanError::Invalid);
+        }
+        let uid_map = plan.bytes()?;
+        let gid_map = plan.bytes()?;
+        let view = read_view(&mut plan)?;
+        let pid_max = if plan.bool()? {
+            Some((plan.c_string()?, plan.bytes()?))
+        } else {
+            None
+        };
+        let count = plan.count(8)?;
+        let user_limits = (0..count)
+            .map(|_| Ok((plan.c_string()?, plan.bytes()?)))
+            .collect::<Result<_, PlanError>>()?;
+        let workspace = plan.c_string()?;
+        let count = plan.count(20)?;
+        let rlimits = (0..count)
+            .map(|_| {
+                let resource = plan.u32()?;
+                let limit = libc::rlimit {
+                    rlim_cur: plan.u64()?,
+                    rlim_max: plan.u64()?,
+                };
+                Ok((resource, limit))
+            })
+            .collect::<Result<_, PlanError>>()?;
+        let count = plan.count(12)?;
+        let landlock_extra = (0..count)
+            .map(|_| Ok((plan.c_string()?, plan.u64()?)))
+            .collect::<Result<_, PlanError>>()?;
+        let count = plan.count(10)?;
+        let filter = (0..count)
+            .map(|_| {
+                let code = u16::try_from(plan.u32()?).map_err(|_| PlanError::Invalid)?;
+                Ok(seccompiler::sock_filter {
+                    code,
+                    jt: plan.u8()?,
+                    jf: plan.u8()?,
+                    k: plan.u32()?,
+                })
+            })
+            .collect::<Result<BpfProgram, PlanError>>()?;
+        // A holder always confines its calls with seccomp.
+        if filter.is_empty() {
+            return Err(PlanError::Invalid);
+        }
+        plan.finish()?;
+        Ok(Self {
+            parent,
+            flags,
+            uid_map,
+            gid_map,
+            view,
+            pid_max,
+            user_limits,
+            workspace,
+            rlimits,
+            landlock: None,
+            landlock_extra,
+            filter,
+        })
+    }
+}
+
+fn write_view(plan: &mut Writer, view: &View) {
+    plan.len(view.steps.len());
+    for step in &view.steps {
+        write_step(plan, step);
+    }
+    plan.len(view.per_call.len());
+    for fresh in &view.per_call {
+        plan.c_string(&fresh.target);
+        write_step(plan, &fresh.mount);
+        plan.len(fresh.beneath.len());
+        for beneath in &fresh.beneath {
+            match beneath {
+                Beneath::Make(step) => {
+                    plan.u8(tag::MAKE);
+                    write_step(plan, step);
+                }
+                Beneath::Move { from, to } => {
+                    plan.u8(tag::MOVE);
+                    plan.c_string(from);
+                    plan.c_string(to);
+                }
+            }
+        }
+    }
+    plan.len(view.landlock.len());
+    for (path, grant) in &view.landlock {
+        plan.c_string(path);
+        plan.u8(match grant {
+            Grant::List => 0,
+            Grant::Read => 1,
+            Grant::Devices => 2,
+            Grant::All => 3,
+        });
+    }
+}
+
+fn read_view(plan: &mut Reader<'_>) -> Result<View, PlanError> {
+    let count = plan.count(5)?;
+    let steps = (0..count)
+        .map(|_| read_step(plan))
+        .collect::<Result<_, _>>()?;
+    let count = plan.count(13)?;
+    let per_call = (0..count)
+        .map(|_| {
+            let target = plan.c_string()?;
+            let mount = read_step(plan)?;
+            let count = plan.count(5)?;
+            let beneath = (0..count)
+                .map(|_| match plan.u8()? {
+                    tag::MAKE => Ok(Beneath::Make(read_step(plan)?)),
+                    tag::MOVE => Ok(Beneath::Move {
+                        from: plan.c_string()?,
+                        to: plan.c_string()?,
+                    }),
+                    _ => Err(PlanError::Invalid),
+                })
+                .collect::<Result<_, _>>()?;
+            Ok(Fresh {
+                target,
+                mount,
+                beneath,
+            })
+        })
+        .collect::<Result<_, PlanError>>()?;
+    let count = plan.count(5)?;
+    let landlock = (0..count)
+        .map(|_| {
+            let path = plan.c_string()?;
+            let grant = match plan.u8()? {
+                0 => Grant::List,
+                1 => Grant::Read,
+                2 => Grant::Devices,
+                3 => Grant::All,
+                _ => return Err(PlanError::Invalid),
+            };
+            Ok((path, grant))
+        })
+        .collect::<Result<_, PlanError>>()?;
+    Ok(View {
+        steps,
+        per_call,
+        landlock,
+    })
+}
+
+fn write_step(plan: &mut Writer, step: &Step) {
+    match step {
+        Step::Dir(path) => {
+            plan.u8(tag::DIR);
+            plan.c_string(path);
+        }
+        Step::File(path) => {
+            plan.u8(tag::FILE);
+            plan.c_string(path);
+        }
+        Step::Symlink { target, link } => {
+            plan.u8(tag::SYMLINK);
+            plan.c_string(target);
+            plan.c_string(link);
+        }
+        Step::Bind {
+            source,
+            target,
+            read_only,
+        } => {
+            plan.u8(tag::BIND);
+            plan.c_string(source);
+            plan.c_string(target);
+            plan.bool(*read_only);
+        }
+        Step::Tmpfs { target, options } => {
+            plan.u8(tag::TMPFS);
+            plan.c_string(target);
+            plan.c_string(options);
+        }
+        Step::Proc(path) => {
+            plan.u8(tag::PROC);
+            plan.c_string(path);
+        }
+        Step::Devpts(path) => {
+            plan.u8(tag::DEVPTS);
+            plan.c_string(path);
+        }
+        Step::ReadOnly(path) => {
+            plan.u8(tag::READ_ONLY);
+            plan.c_string(path);
+        }
+    }
+}
+
+fn read_step(plan: &mut Reader<'_>) -> Result<Step, PlanError> {
+    Ok(match plan.u8()? {
+        tag::DIR => Step::Dir(plan.c_string()?),
+        tag::FILE => Step::File(plan.c_string()?),
+        tag::SYMLINK => Step::Symlink {
+            target: plan.c_string()?,
+            link: plan.c_string()?,
+        },
+        tag::BIND => Step::Bind {
+            source: plan.c_string()?,
+            target: plan.c_string()?,
+            read_only: plan.bool()?,
+        },
+        tag::TMPFS => Step::Tmpfs {
+            target: plan.c_string()?,
+            options: plan.c_string()?,
+        },
+        tag::PROC => Step::Proc(plan.c_string()?),
+        tag::DEVPTS => Step::Devpts(plan.c_string()?),
+        tag::READ_ONLY => Step::ReadOnly(plan.c_string()?),
+        _ => return Err(PlanError::Invalid),
+    })
+}
+
+#[cfg(test)]
+mod plan_tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn c(text: &str) -> CString {
+        CString::new(text).unwrap()
+    }
+
+    /// A launch with one of everything a plan carries.
+    fn launch() -> Launch {
+        let bind = Step::Bind {
+            source: c("/.keel-old-root/usr"),
+            target: c("/usr"),
+            read_only: true,
+        };
+        Launch {
+            parent: 4242,
+            flags: NAMESPACES | libc::CLONE_NEWNET,
+            uid_map: b"1000 1000 1\n".to_vec(),
+            gid_map: b"1000 1000 1\n".to_vec(),
+            view: View {
+                steps: vec![
+                    Step::Dir(c("/usr")),
+                    Step::File(c("/etc/hosts")),
+                    Step::Symlink {
+                        target: c("usr/bin"),
+                        link: c("/bin"),
+                    },
+                    bind.clone(),
+                    Step::Tmpfs {
+                        target: c("/tmp"),
+                        options: c("size=64m,mode=1777"),
+                    },
+                    Step::Proc(c("/proc")),
+                    Step::Devpts(c("/dev/pts")),
+                    Step::ReadOnly(c("/")),
+                ],
+                per_call: vec![Fresh {
+                    target: c("/tmp"),
+                    mount: Step::Tmpfs {
+                        target: c("/tmp"),
+                        options: c("size=64m"),
+                    },
+                    beneath: vec![
+                        Beneath::Make(Step::Dir(c("/tmp/x"))),
+                        Beneath::Move {
+                            from: c("x"),
+                            to: c("/tmp/x"),
+                        },
+                    ],
+                }],
+                landlock: vec![
+                    (c("/"), Grant::List),
+                    (c("/usr"), Grant::Read),
+                    (c("/dev"), Grant::Devices),
+                    (c("/tmp"), Grant::All),
+                ],
+            },
+            pid_max: Some((c("/proc/sys/kernel/pid_max"), b"512".to_vec())),
+            user_limits: vec![(c("/proc/sys/user/max_inotify_watches"), b"8192".to_vec())],
+            workspace: c("/work/space"),
+            rlimits: vec![(
+                libc::RLIMIT_NOFILE,
+                libc::rlimit {
+                    rlim_cur: 1024,
+                    rlim_max: 4096,
+                },
+            )],
+            landlock: None,
+            landlock_extra: vec![(c("/tmp"), 0x1fff)],
+            filter: vec![
+                seccompiler::sock_filter {
+                    code: 0x20,
+                    jt: 0,
+                    jf: 0,
+                    k: 4,
+                },
+                seccompiler::sock_filter {
+                    code: 0x06,
+                    jt: 1,
+                    jf: 2,
+                    k: 0x7fff_0000,
+                },
+            ],
+        }
+    }
+
+    /// Every field the holder reads, compared.
+    fn same(left: &Launch, right: &Launch) -> bool {
+        left.parent == right.parent
+            && left.flags == right.flags
+            && left.uid_map == right.uid_map
+            && left.gid_map == right.gid_map
+            && left.view == right.view
+            && left.pid_max == right.pid_max
+            && left.user_limits == right.user_limits
+            && left.workspace == right.workspace
+            && left.rlimits.len() == right.rlimits.len()
+            && left.rlimits.iter().zip(&right.rlimits).all(|(a, b)| {
+                a.0 == b.0 && a.1.rlim_cur == b.1.rlim_cur && a.1.rlim_max == b.1.rlim_max
+            })
+            && left.landlock_extra == right.landlock_extra
+            && left.filter == right.filter
+    }
+
+    #[test]
+    fn a_plan_comes_back_whole() {
+        let launch = launch();
+        let plan = launch.to_plan().unwrap();
+        let read = Launch::from_plan(&plan).unwrap();
+        assert!(same(&launch, &read), "{read:?}");
+        assert!(read.landlock.is_none());
+    }
+
+    #[test]
+    fn every_cut_of_a_plan_is_refused() {
+        let plan = launch().to_plan().unwrap();
+        for length in 0..plan.len() {
+            assert!(
+                Launch::from_plan(&plan[..length]).is_err(),
+                "a plan cut at {length} of {} bytes was read",
+                plan.len()
+            );
+        }
+        let mut long = plan.clone();
+        long.push(0);
+        assert_eq!(Launch::from_plan(&long).unwrap_err(), PlanError::Trailing);
+    }
+
+    #[test]
+    fn a_plan_with_a_flipped_byte_never_reads_as_another() {
+        let launch = launch();
+        let plan = launch.to_plan().unwrap();
+        for index in 0..plan.len() {
+            let mut flipped = plan.clone();
+            flipped[index] ^= 0xff;
+            // Refused, or (a flipped value byte) read as a different plan:
+            // never read as the original.
+            if let Ok(read) = Launch::from_plan(&flipped) {
+                assert!(!same(&launch, &read), "flipping byte {index} went unseen");
+            }
+        }
+    }
+
+    #[test]
+    fn foreign_flags_and_an_empty_filter_are_refused() {
+        let mut hostile = launch();
+        hostile.flags |= libc::CLONE_NEWCGROUP;
+        let plan = hostile.to_plan().unwrap();
+        assert_eq!(Launch::from_plan(&plan).unwrap_err(), PlanError::Invalid);
+        let mut hostile = launch();
+        hostile.flags = libc::CLONE_NEWNS;
+        let plan = hostile.to_plan().unwrap();
+        assert_eq!(Launch::from_plan(&plan).unwrap_err(), PlanError::Invalid);
+        let mut hostile = launch();
+        hostile.filter.clear();
+        let plan = hostile.to_plan().unwrap();
+        assert_eq!(Launch::from_plan(&plan).unwrap_err(), PlanError::Invalid);
+    }
+
+    #[test]
+    fn hostile_counts_reserve_nothing() {
+        // A plan whose first list claims four billion steps.
+        let mut plan = Writer::new();
+        plan.i32(1);
+        plan.i32(NAMESPACES);
+        plan.bytes(b"");
+        plan.bytes(b"");
+        plan.u32(u32::MAX);
+        let plan = plan.finish().unwrap();
+        assert_eq!(Launch::from_plan(&plan).unwrap_err(), PlanError::Short);
     }
 }

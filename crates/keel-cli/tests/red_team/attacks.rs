@@ -297,7 +297,8 @@ pub const ATTACKS: &[Attack] = &[
         r#"{"command": "cat /proc/self/root{base}/other-project/secret.txt"}"#,
         NoLeak(OTHER_SECRET),
     ),
-    // The kernel process.
+    // The process above the command: its call's init (in a holder, Keel
+    // re-executed; a per-call command's init is a fork of Keel itself).
     attack(
         "bash: ptrace the parent",
         "bash",
