@@ -179,3 +179,37 @@ fn doctor_reports_an_unenforceable_sandbox() {
     assert!(stdout.contains("NOT enforceable"), "{stdout}");
     assert!(stdout.contains("--sandbox external"), "{stdout}");
 }
+
+/// The dynamic loader the test binary was loaded by, from its mappings.
+fn dynamic_loader() -> std::path::PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains("/ld-linux"))
+        .map(std::path::PathBuf::from)
+        .expect("a dynamically linked test binary has a loader mapped")
+}
+
+/// Started as `ld.so keel`, `/proc/self/exe` is the loader, so no
+/// namespace holder can start: doctor must say the sandbox is not
+/// enforceable (it probes the holder path `bash` uses, not only a per-call
+/// confinement), rather than "enforced" while every `bash` call fails.
+#[test]
+fn doctor_probes_the_namespace_holder_that_bash_uses() {
+    let home = tempfile::tempdir().unwrap();
+    let output = Command::new(dynamic_loader())
+        .arg(assert_cmd::cargo::cargo_bin!("keel"))
+        .arg("doctor")
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .env_remove("KEEL_LOG")
+        .current_dir(home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("namespace holder"), "{stdout}");
+    assert!(stdout.contains("NOT enforceable"), "{stdout}");
+}

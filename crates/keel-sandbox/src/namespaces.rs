@@ -367,7 +367,8 @@ pub(crate) fn wait_for_all(command: libc::pid_t) -> libc::c_int {
 /// end as the command ended.
 fn relay_until_exit(init: libc::pid_t, status: RawFd) -> ! {
     keep_only(status);
-    // A core dump of this copy of the kernel process would help nobody.
+    // A core dump of the relay (for a per-call command, a copy of the
+    // kernel process) would help nobody.
     let _ = sys::set_rlimit(
         libc::RLIMIT_CORE,
         &libc::rlimit {

@@ -2,8 +2,8 @@
 //! re-executed holder over its socket ([`super::reexec`]).
 //!
 //! The form is private to one binary — the holder is the same executable
-//! as the process that planned it — so it has no version: a magic word, a
-//! length, then fields in a fixed order, integers little-endian, byte
+//! as the process that planned it — so it has no version: a magic word,
+//! then fields in a fixed order, integers little-endian, byte
 //! strings as a `u32` length and the bytes, lists as a `u32` count and the
 //! items. [`Reader`] refuses anything out of step (a short read, a count
 //! beyond what the remaining bytes could hold, a byte string with a NUL,
@@ -14,8 +14,11 @@ use std::ffi::CString;
 
 /// First word of every plan.
 pub(crate) const MAGIC: u32 = 0x4b50_4c31;
-/// The largest plan accepted (a view of many thousand mounts is far less).
-pub(crate) const MAX_PLAN: usize = 16 << 20;
+/// The largest plan accepted. A default view's plan is under 3 KiB; one
+/// with thousands of masked paths is still far under this, and a hostile
+/// plan of empty items cannot make the decoder hold more than about ten
+/// times this much.
+pub(crate) const MAX_PLAN: usize = 1 << 20;
 
 /// Why a plan could not be read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

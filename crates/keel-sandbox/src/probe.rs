@@ -157,17 +157,59 @@ pub fn max_user_namespaces() -> Option<u64> {
         .ok()
 }
 
-/// Runs `/bin/sh -c true` confined at `level` in `workspace`: proves the
-/// sandbox can actually be applied here, not only that its parts exist.
+/// Runs `/bin/sh -c true` confined at `level` in `workspace`, once on its
+/// own ([`confine`]) and once through a namespace holder (the `bash` tool's
+/// path, [`super::HolderPool`]): proves the sandbox can actually be applied
+/// here, not only that its parts exist.
 pub fn try_level(sandbox: &Sandbox, workspace: &Path) -> Result<(), String> {
     let confinement = confine(sandbox, workspace).map_err(|error| error.to_string())?;
     let mut command = Command::new("/bin/sh");
     command.args(["-c", "true"]).current_dir(workspace);
     confinement.apply(&mut command);
     match command.status() {
-        Ok(status) if status.success() => Ok(()),
-        Ok(status) => Err(format!("a confined `/bin/sh -c true` exited with {status}")),
-        Err(error) => Err(format!("a confined command could not start: {error}")),
+        Ok(status) if status.success() => {}
+        Ok(status) => return Err(format!("a confined `/bin/sh -c true` exited with {status}")),
+        Err(error) => return Err(format!("a confined command could not start: {error}")),
+    }
+    try_holder(sandbox, workspace)
+}
+
+/// Runs `/bin/sh -c true` through a namespace holder of a pool of its own.
+fn try_holder(sandbox: &Sandbox, workspace: &Path) -> Result<(), String> {
+    use std::io::Read;
+    let pool = super::HolderPool::new();
+    let _run = pool.hold();
+    let pipes = std::io::pipe().and_then(|out| Ok((out, std::io::pipe()?)));
+    let ((_out, out_write), (_err, err_write)) =
+        pipes.map_err(|error| format!("creating pipes for a probe: {error}"))?;
+    let spec = super::CallSpec {
+        program: "/bin/sh".into(),
+        args: ["sh", "-c", "true"].map(std::ffi::OsString::from).to_vec(),
+        env: Vec::new(),
+        stdout: out_write.into(),
+        stderr: err_write.into(),
+    };
+    let call = pool
+        .spawn(sandbox, workspace, spec)
+        .map_err(|error| format!("the namespace holder `bash` runs commands in: {error}"))?;
+    let mut record = Vec::new();
+    let status = call
+        .status()
+        .try_clone_to_owned()
+        .map(std::fs::File::from)
+        .and_then(|mut status| status.read_to_end(&mut record));
+    status.map_err(|error| format!("reading a probe's end through a holder: {error}"))?;
+    match super::read_end(&record) {
+        super::CallEnd::Exited(status) if status.success() => Ok(()),
+        super::CallEnd::Exited(status) => Err(format!(
+            "`/bin/sh -c true` through a namespace holder exited with {status}"
+        )),
+        super::CallEnd::NotStarted(error) => Err(format!(
+            "`/bin/sh -c true` could not start through a namespace holder: {error}"
+        )),
+        super::CallEnd::Killed => {
+            Err("`/bin/sh -c true` through a namespace holder was killed".into())
+        }
     }
 }
 

@@ -32,9 +32,11 @@
 use std::ffi::{CStr, c_char, c_int};
 use std::io::{self, Read};
 use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -106,6 +108,9 @@ fn hold() -> ! {
     if secure != 0 {
         sys::exit(126);
     }
+    // Whatever Keel's own parent left open without close-on-exec goes
+    // before anything is read or built: only the socket stays.
+    sys::close_range(1, u32::MAX);
     let error = match receive(SOCKET) {
         Ok(launch) => match launch.hold_as_relay(SOCKET) {
             // Only an error comes back; the holder's processes exit
@@ -156,6 +161,14 @@ pub(crate) fn spawn(theirs: UnixStream) -> Result<Child, HandOver> {
              (its start-up hook needs Linux with glibc)",
         )));
     }
+    if !*EXECUTABLE_CARRIES_HOOK.get_or_init(executable_carries_hook) {
+        return Err(HandOver::Refused(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "this process's executable (/proc/self/exe) is not the file that carries the \
+             sandbox holder's start-up hook: Keel was started through the dynamic loader, \
+             or the sandbox is linked into a library of another program",
+        )));
+    }
     Command::new("/proc/self/exe")
         .arg0(NAME)
         .arg(MARKER)
@@ -167,6 +180,47 @@ pub(crate) fn spawn(theirs: UnixStream) -> Result<Child, HandOver> {
         .process_group(0)
         .spawn()
         .map_err(HandOver::Refused)
+}
+
+/// Whether `/proc/self/exe` is the file the hook was loaded from: it is
+/// not when Keel was started as `ld.so keel` (the executable is then the
+/// loader) or when this crate is linked into a shared library, and
+/// re-executing `/proc/self/exe` would start another program. Checked
+/// once per process.
+static EXECUTABLE_CARRIES_HOOK: OnceLock<bool> = OnceLock::new();
+
+/// See [`EXECUTABLE_CARRIES_HOOK`]: the device and inode of the mapping
+/// that holds [`enter`], against those of `/proc/self/exe`.
+fn executable_carries_hook() -> bool {
+    let Ok(executable) = std::fs::metadata("/proc/self/exe") else {
+        return false;
+    };
+    let hook = enter as *const () as usize;
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return false;
+    };
+    maps.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(device), Some(inode)) =
+            (fields.next(), fields.nth(2), fields.next())
+        else {
+            return false;
+        };
+        let hex = |text: &str| u64::from_str_radix(text, 16).ok();
+        let Some((start, end)) = range.split_once('-') else {
+            return false;
+        };
+        let Some((major, minor)) = device.split_once(':') else {
+            return false;
+        };
+        let (Some(start), Some(end)) = (hex(start), hex(end)) else {
+            return false;
+        };
+        (start..end).contains(&(hook as u64))
+            && inode.parse::<u64>().ok() == Some(executable.ino())
+            && hex(major) == Some(u64::from(libc::major(executable.dev())))
+            && hex(minor) == Some(u64::from(libc::minor(executable.dev())))
+    })
 }
 
 /// Hands `launch`'s plan to a just-spawned holder over `ours` and waits

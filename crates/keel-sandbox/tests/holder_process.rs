@@ -40,12 +40,15 @@ fn descendants(root: u32) -> Vec<u32> {
     found
 }
 
-/// Whether `needle` is anywhere in the readable, private memory of `pid`.
-fn memory_holds(pid: u32, needle: &[u8]) -> bool {
+/// Whether `needle` is anywhere in the readable memory of `pid`, and how
+/// many bytes were searched (so a process whose memory could not be read
+/// is not taken for one without the needle).
+fn memory_holds(pid: u32, needle: &[u8]) -> (bool, usize) {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
-        return false;
+        return (false, 0);
     };
     let mut memory = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    let mut searched = 0;
     for line in maps.lines() {
         let mut fields = line.split_whitespace();
         let (Some(range), Some(permissions)) = (fields.next(), fields.next()) else {
@@ -61,11 +64,12 @@ fn memory_holds(pid: u32, needle: &[u8]) -> bool {
         if memory.seek(SeekFrom::Start(start)).is_err() || memory.read_exact(&mut bytes).is_err() {
             continue;
         }
+        searched += bytes.len();
         if bytes.windows(needle.len()).any(|window| window == needle) {
-            return true;
+            return (true, searched);
         }
     }
-    false
+    (false, searched)
 }
 
 #[test]
@@ -118,11 +122,75 @@ fn a_holder_is_a_fresh_image_with_no_copy_of_its_starters_memory_or_environment(
             environ.is_empty(),
             "process {pid} of the holder has an environment"
         );
+        let (holds, searched) = memory_holds(pid, &secret);
         assert!(
-            !memory_holds(pid, &secret),
+            !holds,
             "process {pid} of the holder holds a copy of the starter's memory"
         );
+        if std::fs::metadata(format!("/proc/{pid}")).is_ok() {
+            assert!(
+                searched > 0,
+                "the memory of process {pid} could not be read"
+            );
+        }
     }
     // The secret is findable where it is: the check can see it.
-    assert!(memory_holds(std::process::id(), &kept));
+    assert!(memory_holds(std::process::id(), &kept).0);
+}
+
+/// The dynamic loader this process was loaded by, from its own mappings.
+fn dynamic_loader() -> PathBuf {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| path.contains("/ld-linux"))
+        .map(PathBuf::from)
+        .expect("a dynamically linked test binary has a loader mapped")
+}
+
+#[test]
+fn started_through_the_dynamic_loader_a_holder_is_refused_not_another_program_run() {
+    const INNER: &str = "KEEL_TEST_THROUGH_THE_LOADER";
+    let sandbox = Sandbox {
+        level: SandboxLevel::WorkspaceWrite,
+        config: Arc::new(SandboxConfig::default()),
+        metadata_writable: false,
+    };
+    if std::env::var_os(INNER).is_some() {
+        // Here `/proc/self/exe` is the loader, not this test binary.
+        let workspace = tempfile::tempdir().unwrap();
+        let pool = HolderPool::new();
+        let (_out, out_write) = std::io::pipe().unwrap();
+        let (_err, err_write) = std::io::pipe().unwrap();
+        let spec = CallSpec {
+            program: PathBuf::from("/bin/sh"),
+            args: ["sh", "-c", "true"].map(OsString::from).to_vec(),
+            env: Vec::new(),
+            stdout: OwnedFd::from(out_write),
+            stderr: OwnedFd::from(err_write),
+        };
+        let error = pool.spawn(&sandbox, workspace.path(), spec).unwrap_err();
+        match error {
+            keel_sandbox::SandboxError::Unavailable { reason } => {
+                assert!(reason.contains("dynamic loader"), "{reason}");
+            }
+            other => panic!("not refused as unavailable: {other:?}"),
+        }
+        return;
+    }
+    let status = std::process::Command::new(dynamic_loader())
+        .arg(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "started_through_the_dynamic_loader_a_holder_is_refused_not_another_program_run",
+            "--test-threads",
+            "1",
+        ])
+        .env(INNER, "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "the inner test failed: {status}");
 }
