@@ -28,6 +28,7 @@ mod signals;
 mod startup;
 mod stream_input;
 mod style;
+mod swebench_cmd;
 mod tty;
 mod view;
 
@@ -95,6 +96,7 @@ fn main() -> ExitCode {
             Command::Schema(args) => startup::print_schema(args),
             Command::Rpc(args) => serve_cmd::rpc(*args).await,
             Command::Serve(args) => serve_cmd::serve(*args).await,
+            Command::Swebench(command) => swebench_cmd::run(command).await,
             Command::Doctor { json } => doctor::run(json),
             Command::Completion { shell } => install::completion(shell),
             Command::Man => install::man(),
@@ -132,6 +134,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Schema(_) => "schema",
         Command::Rpc(_) => "rpc",
         Command::Serve(_) => "serve",
+        Command::Swebench(_) => "swebench",
         Command::Doctor { .. } => "doctor",
         Command::Completion { .. } => "completion",
         Command::Man => "man",

@@ -1,0 +1,239 @@
+//! `keel swebench run` as a process, in environment `local`, with the
+//! scripted provider, on fixture instances in the official schema built
+//! from the vendored `inflection` 0.5.1 source (tests/swebench_fixture).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+mod swebench_fixture;
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use swebench_fixture as fixture;
+
+/// Runs `keel ARGS` to its end with HOME and XDG under `home`.
+fn keel(args: &[&str], home: &Path) -> (i32, String, String) {
+    let child = common::spawn_keel(args, home, &[]);
+    let output = child.wait_with_output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn lines(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+fn manifest(output: &Path, id: &str) -> Value {
+    serde_json::from_slice(&std::fs::read(output.join(id).join("manifest.json")).unwrap()).unwrap()
+}
+
+fn sha256(path: &Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(std::fs::read(path).unwrap());
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[test]
+fn one_instance_fixed_one_not_predictions_official_and_a_rerun_redoes_nothing() {
+    let home = tempfile::tempdir().unwrap();
+    let mirrors = home.path().join("mirrors");
+    let built = fixture::build(
+        &mirrors,
+        &[
+            ("jpvanhala__inflection-1", &fixture::DASHERIZE),
+            ("jpvanhala__inflection-2", &fixture::ORDINAL),
+        ],
+    );
+    let dataset = home.path().join("verified.jsonl");
+    fixture::dataset(&dataset, &built);
+    // One script for both: its edit fixes the dasherize bug, and fails
+    // (nothing to replace) where that bug is not.
+    let script = home.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"by_history": true, "turns": [
+            {"content": [fixture::fixing_edit()]},
+            {"content": [{"type": "text", "text": "Done."}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let output = home.path().join("out");
+    let args = [
+        "swebench",
+        "run",
+        "--dataset",
+        dataset.to_str().unwrap(),
+        "--environment",
+        "local",
+        "--repo-mirrors",
+        mirrors.to_str().unwrap(),
+        "--output",
+        output.to_str().unwrap(),
+        "--script",
+        script.to_str().unwrap(),
+        "--max-turns",
+        "10",
+    ];
+    let (code, stdout, stderr) = keel(&args, home.path());
+    assert_eq!(code, 0, "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("2 of 2 complete"), "{stdout}");
+
+    let predictions = lines(&output.join("predictions.jsonl"));
+    assert_eq!(predictions.len(), 2);
+    for (line, built) in predictions.iter().zip(&built) {
+        assert_eq!(line["instance_id"], built.instance["instance_id"]);
+        assert_eq!(line["model_name_or_path"], "keel");
+        assert_eq!(line.as_object().unwrap().len(), 3, "{line}");
+    }
+
+    // Instance 1: fixed.
+    let fixed = manifest(&output, "jpvanhala__inflection-1");
+    assert_eq!(fixed["stage"], "complete", "{fixed:#}");
+    assert_eq!(fixed["status"], "success", "{fixed:#}");
+    assert_eq!(fixed["keel_version"], env!("CARGO_PKG_VERSION"));
+    assert_eq!(fixed["provider"], "scripted");
+    assert_eq!(fixed["budget"]["max_turns"], 10);
+    assert_eq!(fixed["totals"]["runs"], 1);
+    assert_eq!(fixed["runs"][0]["kind"], "start");
+    assert_eq!(fixed["runs"][0]["state"], "settled");
+    let session = Path::new(fixed["session"]["path"].as_str().unwrap());
+    assert!(session.starts_with(output.join("sessions").canonicalize().unwrap()));
+    assert!(session.is_file());
+    // Every artifact's checksum is the file's.
+    let artifacts = fixed["artifacts"].as_array().unwrap();
+    assert_eq!(artifacts.len(), 3, "{artifacts:?}");
+    let root = output.canonicalize().unwrap();
+    for artifact in artifacts {
+        let path = root.join(artifact["path"].as_str().unwrap());
+        assert_eq!(artifact["sha256"], sha256(&path), "{}", path.display());
+    }
+    let events = lines(&output.join("jpvanhala__inflection-1/events.jsonl"));
+    assert_eq!(events[0]["type"], "run_started");
+    assert_eq!(events.last().unwrap()["type"], "run_settled");
+    let patch =
+        std::fs::read_to_string(output.join("jpvanhala__inflection-1/workspace.patch")).unwrap();
+    assert_eq!(predictions[0]["model_patch"], patch);
+    assert!(
+        patch.contains("-    return word.replace('_', ' ')"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("+    return word.replace('_', '-')"),
+        "{patch}"
+    );
+    // The checkout holds base_commit's history only: not the fix after it.
+    let workspace = output.join("jpvanhala__inflection-1/workspace");
+    let future = std::process::Command::new("git")
+        .args(["cat-file", "-e", &built[0].fix_commit])
+        .current_dir(&workspace)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .status()
+        .unwrap();
+    assert!(!future.success(), "the fix commit is in the checkout");
+
+    // Instance 2: the edit found nothing to fix.
+    let unfixed = manifest(&output, "jpvanhala__inflection-2");
+    assert_eq!(unfixed["status"], "no_patch", "{unfixed:#}");
+    assert_eq!(unfixed["stage"], "complete");
+    assert_eq!(predictions[1]["model_patch"], "");
+
+    // The patch applies at base_commit with `git apply`, makes FAIL_TO_PASS
+    // pass and keeps PASS_TO_PASS passing; without it FAIL_TO_PASS fails.
+    if let Some(python) = fixture::python3() {
+        let check = home.path().join("check");
+        std::fs::create_dir_all(&check).unwrap();
+        let f2p = fixture::ids(&built[0].instance["FAIL_TO_PASS"]);
+        let p2p = fixture::ids(&built[0].instance["PASS_TO_PASS"]);
+        let test_patch = built[0].instance["test_patch"].as_str().unwrap();
+        let bare = check.join("without");
+        fixture::checkout(&mirrors, &built[0].base_commit, &bare);
+        fixture::apply(&bare, test_patch);
+        assert!(
+            !fixture::tests_pass(&python, &bare, &f2p),
+            "FAIL_TO_PASS passes unfixed"
+        );
+        let patched = check.join("with");
+        fixture::checkout(&mirrors, &built[0].base_commit, &patched);
+        fixture::apply(&patched, &patch);
+        fixture::apply(&patched, test_patch);
+        assert!(fixture::tests_pass(&python, &patched, &f2p), "FAIL_TO_PASS");
+        assert!(fixture::tests_pass(&python, &patched, &p2p), "PASS_TO_PASS");
+    }
+
+    // The same command again: everything is complete, nothing is redone.
+    let before: Vec<Vec<u8>> = ["jpvanhala__inflection-1", "jpvanhala__inflection-2"]
+        .iter()
+        .map(|id| std::fs::read(output.join(id).join("manifest.json")).unwrap())
+        .collect();
+    let (code, stdout, stderr) = keel(&args, home.path());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("2 skipped"), "{stdout}");
+    assert!(stderr.contains("complete before, skipped"), "{stderr}");
+    let after: Vec<Vec<u8>> = ["jpvanhala__inflection-1", "jpvanhala__inflection-2"]
+        .iter()
+        .map(|id| std::fs::read(output.join(id).join("manifest.json")).unwrap())
+        .collect();
+    assert_eq!(before, after);
+    assert_eq!(lines(&output.join("predictions.jsonl")), predictions);
+}
+
+#[test]
+fn a_missing_mirror_is_environment_preparation_failed_and_still_predicted() {
+    let home = tempfile::tempdir().unwrap();
+    let mirrors = home.path().join("mirrors");
+    let built = fixture::build(
+        &mirrors,
+        &[("jpvanhala__inflection-1", &fixture::DASHERIZE)],
+    );
+    let mut instance = built[0].instance.clone();
+    instance["repo"] = json!("nobody/nothing");
+    instance["instance_id"] = json!("nobody__nothing-1");
+    let dataset = home.path().join("d.json");
+    std::fs::write(&dataset, json!([instance]).to_string()).unwrap();
+    let script = home.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [{"content": [{"type": "text", "text": "Done."}]}]}).to_string(),
+    )
+    .unwrap();
+    let output = home.path().join("out");
+    let (code, stdout, stderr) = keel(
+        &[
+            "swebench",
+            "run",
+            "--dataset",
+            dataset.to_str().unwrap(),
+            "--environment",
+            "local",
+            "--repo-mirrors",
+            mirrors.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--script",
+            script.to_str().unwrap(),
+        ],
+        home.path(),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let failed = manifest(&output, "nobody__nothing-1");
+    assert_eq!(failed["status"], "environment_preparation_failed");
+    assert_eq!(failed["stage"], "complete");
+    assert!(
+        failed["diagnostic"]
+            .as_str()
+            .unwrap()
+            .contains("no repository")
+    );
+    assert!(failed.get("session").is_none(), "no run was started");
+    let predictions = lines(&output.join("predictions.jsonl"));
+    assert_eq!(predictions.len(), 1);
+    assert_eq!(predictions[0]["model_patch"], "");
+}
