@@ -237,3 +237,117 @@ fn a_missing_mirror_is_environment_preparation_failed_and_still_predicted() {
     assert_eq!(predictions.len(), 1);
     assert_eq!(predictions[0]["model_patch"], "");
 }
+
+/// One SSE `data:` line for a Chat Completions chunk.
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let body = json!({"id": "c1", "object": "chat.completion.chunk", "model": "local-model",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+    format!("data: {body}\n\n")
+}
+
+fn read_call(id: &str, path: &str) -> keel_provider::testing::Reply {
+    let arguments = json!({"path": path}).to_string();
+    let mut sse = chunk(
+        json!({"role": "assistant", "content": null,
+        "tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": "read", "arguments": arguments}}]}),
+        None,
+    );
+    sse += &chunk(json!({}), Some("tool_calls"));
+    sse += "data: [DONE]\n\n";
+    keel_provider::testing::Reply::sse(&sse)
+}
+
+fn answer(text: &str) -> keel_provider::testing::Reply {
+    let mut sse = chunk(json!({"role": "assistant", "content": text}), None);
+    sse += &chunk(json!({}), Some("stop"));
+    sse += "data: [DONE]\n\n";
+    keel_provider::testing::Reply::sse(&sse)
+}
+
+#[test]
+fn the_gold_patch_and_test_patch_never_reach_the_model() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let server = runtime
+        .block_on(keel_provider::testing::TestServer::start(vec![
+            read_call("call_a", "inflection/__init__.py"),
+            answer("Nothing to change."),
+            read_call("call_b", "test_fixture.py"),
+            answer("Nothing to change."),
+        ]))
+        .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mirrors = home.path().join("mirrors");
+    let mut built = fixture::build(
+        &mirrors,
+        &[
+            ("jpvanhala__inflection-1", &fixture::DASHERIZE),
+            ("jpvanhala__inflection-2", &fixture::ORDINAL),
+        ],
+    );
+    for (n, built) in built.iter_mut().enumerate() {
+        let instance = &mut built.instance;
+        let patch = instance["patch"].as_str().unwrap().to_owned();
+        let test_patch = instance["test_patch"].as_str().unwrap().to_owned();
+        instance["patch"] = json!(format!("{patch}+# GOLD-PATCH-MARKER-{n}\n"));
+        instance["test_patch"] = json!(format!("{test_patch}+# TEST-PATCH-MARKER-{n}\n"));
+        instance["hints_text"] = json!(format!("HINTS-MARKER-{n}"));
+    }
+    let dataset = home.path().join("verified.json");
+    let all: Vec<Value> = built.iter().map(|built| built.instance.clone()).collect();
+    std::fs::write(&dataset, Value::Array(all).to_string()).unwrap();
+    let config = home.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[providers.local]\napi = \"openai-chat\"\n\n[providers.local.models.local-model]\n",
+    )
+    .unwrap();
+    let output = home.path().join("out");
+    let url = server.url();
+    let (code, stdout, stderr) = keel(
+        &[
+            "swebench",
+            "run",
+            "--dataset",
+            dataset.to_str().unwrap(),
+            "--environment",
+            "local",
+            "--repo-mirrors",
+            mirrors.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--provider",
+            "local",
+            "--base-url",
+            &url,
+            "--model",
+            "local-model",
+        ],
+        home.path(),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let requests = server.requests();
+    assert_eq!(requests.len(), 4, "two turns per instance");
+    for (index, request) in requests.iter().enumerate() {
+        let body = request.body.clone();
+        for marker in ["GOLD-PATCH-MARKER", "TEST-PATCH-MARKER"] {
+            assert!(!body.contains(marker), "request {index} carries {marker}");
+        }
+        // The check can fail: what the model may see does reach it.
+        let n = index / 2;
+        assert!(
+            body.contains(&format!("HINTS-MARKER-{n}")),
+            "request {index}"
+        );
+        let problem = built[n].instance["problem_statement"].as_str().unwrap();
+        let problem = serde_json::to_string(problem).unwrap();
+        assert!(body.contains(problem.trim_matches('"')), "request {index}");
+    }
+    let predictions = lines(&output.join("predictions.jsonl"));
+    assert_eq!(predictions.len(), 2);
+    assert_eq!(predictions[0]["model_name_or_path"], "keel-local-model");
+    for id in ["jpvanhala__inflection-1", "jpvanhala__inflection-2"] {
+        assert_eq!(manifest(&output, id)["status"], "no_patch");
+    }
+}
