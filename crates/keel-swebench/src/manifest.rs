@@ -252,6 +252,10 @@ pub struct Manifest {
     pub base_commit: String,
     /// The workspace.
     pub workspace: String,
+    /// When the workspace was made (ms since the epoch): only a session
+    /// created after it can be this instance's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prepared_at_ms: Option<u64>,
     /// The budget.
     pub budget: Budget,
     /// What the runs used.

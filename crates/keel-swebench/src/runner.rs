@@ -411,6 +411,7 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
         environment: context.options.environment.name().to_owned(),
         base_commit: instance.base_commit.clone(),
         workspace: workspace.display().to_string(),
+        prepared_at_ms: None,
         budget: context.options.budget.clone(),
         totals: Totals::default(),
         session: None,
@@ -429,6 +430,7 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
     );
     if manifest.stage <= Stage::EnvironmentPreparation {
         manifest.stage = Stage::EnvironmentPreparation;
+        manifest.prepared_at_ms = Some(keel_protocol::now_ms());
         manifest.write(&dir)?;
         if let Err(problem) = prepare(context, instance, &workspace).await {
             manifest.status = Status::EnvironmentPreparationFailed;
@@ -575,13 +577,20 @@ async fn agent(
     let workspace = std::fs::canonicalize(workspace).map_err(|error| io(workspace, &error))?;
     let session = match &manifest.session {
         Some(session) => Some(session.id.clone()),
-        // A crash between the start and its record: the workspace's session.
+        // A crash between the start and its record: the session of this
+        // workspace created since it was made (not one of an earlier
+        // `--redo`'d attempt in the same directory).
         None => sessions::sessions_of(context.store.as_ref(), Some(&workspace))
             .await
             .ok()
             .and_then(|(found, _)| {
                 found
                     .into_iter()
+                    .filter(|info| {
+                        manifest
+                            .prepared_at_ms
+                            .is_some_and(|prepared| info.created >= prepared)
+                    })
                     .max_by_key(|info| info.last_activity)
                     .map(|info| info.id)
             }),
