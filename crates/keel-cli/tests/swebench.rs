@@ -168,6 +168,40 @@ fn one_instance_fixed_one_not_predictions_official_and_a_rerun_redoes_nothing() 
         assert!(fixture::tests_pass(&python, &patched, &p2p), "PASS_TO_PASS");
     }
 
+    // `keel swebench status` sums the directory up.
+    let (code, stdout, stderr) = keel(
+        &["swebench", "status", output.to_str().unwrap(), "--json"],
+        home.path(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let status: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(status["instances"], 2, "{status}");
+    assert_eq!(status["complete"], 2);
+    assert_eq!(status["predictions"], 2);
+    assert_eq!(status["by_status"], json!({"success": 1, "no_patch": 1}));
+    assert_eq!(status["unfinished"], json!([]));
+    // `keel swebench eval` prints the official harness command.
+    let (code, stdout, stderr) = keel(
+        &[
+            "swebench",
+            "eval",
+            output.to_str().unwrap(),
+            "--run-id",
+            "r1",
+        ],
+        home.path(),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let root = output.canonicalize().unwrap();
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "python3 -m swebench.harness.run_evaluation --dataset_name {} --predictions_path {} --max_workers 4 --run_id r1",
+            dataset.canonicalize().unwrap().display(),
+            root.join("predictions.jsonl").display()
+        )
+    );
+
     // The same command again: everything is complete, nothing is redone.
     let before: Vec<Vec<u8>> = ["jpvanhala__inflection-1", "jpvanhala__inflection-2"]
         .iter()
