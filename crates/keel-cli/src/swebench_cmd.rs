@@ -64,7 +64,9 @@ pub enum EnvironmentArg {
     /// A checkout on this machine (--repo-mirrors or --repo), sandboxed
     /// like any `auto` run.
     Local,
-    /// The instance's SWE-bench image (not built yet).
+    /// The instance's SWE-bench image (`swebench/sweb.eval.x86_64.…` or the
+    /// dataset's `image`), one container per instance with no network;
+    /// needs a Docker engine and the images (never pulled).
     Docker,
 }
 
@@ -95,6 +97,10 @@ pub struct RunArgs {
     /// With `local`: the repository of every selected instance.
     #[arg(long, value_name = "PATH", conflicts_with = "repo_mirrors")]
     pub repo: Option<PathBuf>,
+    /// With `docker`: the Docker client (needs a Docker engine holding the
+    /// instances' images; nothing is pulled).
+    #[arg(long, value_name = "PATH", default_value = "docker")]
+    pub docker: PathBuf,
     /// Instances run at once.
     #[arg(short = 'w', long = "workers", default_value_t = 1, value_name = "N")]
     pub workers: usize,
@@ -166,12 +172,23 @@ fn error(error: keel_swebench::SwebenchError) -> StartupError {
 }
 
 async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
-    if args.environment == EnvironmentArg::Docker {
-        return Err(StartupError::new(
-            "not_built",
-            "--environment docker is not built yet: use --environment local",
-        ));
-    }
+    let environment = match args.environment {
+        EnvironmentArg::Local => Environment::Local {
+            mirrors: args.repo_mirrors.clone(),
+            repo: args.repo.clone(),
+        },
+        EnvironmentArg::Docker => {
+            if args.repo_mirrors.is_some() || args.repo.is_some() {
+                return Err(StartupError::new(
+                    "usage",
+                    "--repo-mirrors and --repo apply to --environment local; docker copies the image's /testbed",
+                ));
+            }
+            Environment::Docker {
+                client: args.docker.clone(),
+            }
+        }
+    };
     let mut selection = Selection::default();
     selection.ids = args.instances.clone();
     selection.filter = args.filter.clone();
@@ -190,10 +207,6 @@ async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
     broker.script = args.script.clone();
     broker.sandbox_read = args.sandbox_read.clone();
     broker.host = host;
-    let environment = Environment::Local {
-        mirrors: args.repo_mirrors.clone(),
-        repo: args.repo.clone(),
-    };
     let mut options = RunOptions::new(args.dataset, args.output.clone(), environment, broker);
     options.selection = selection;
     options.workers = args.workers.max(1);

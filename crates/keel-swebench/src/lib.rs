@@ -27,6 +27,7 @@
 //! the harness hand-off).
 
 pub mod dataset;
+pub mod docker;
 pub mod git;
 pub mod manifest;
 pub mod prompt;

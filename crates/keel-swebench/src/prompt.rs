@@ -23,6 +23,10 @@ pub fn prompt(repo: &str, problem_statement: &str, hints_text: &str) -> String {
     prompt
 }
 
+/// Added to the prompt in the `docker` environment.
+pub const CONTAINER: &str = "\nShell commands run inside the instance's container, in /testbed, \
+     the repository root: refer to files by paths relative to it.\n";
+
 /// The prompt of a run that continues an instance whose earlier run ended
 /// (cancelled, or its end was not recorded) in the same session.
 pub const CONTINUE: &str = "Continue resolving the issue from where you stopped. \

@@ -45,11 +45,13 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::dataset::{self, Instance, Selection};
+use crate::docker::{self, Docker};
 use crate::manifest::{
     self, Budget, EVENTS, Manifest, PATCH, RunRecord, SESSIONS, SessionRef, Stage, Status, Totals,
     WORKSPACE,
 };
 use crate::{SwebenchError, git, prompt};
+use keel_tools::builtin::{ContainerExec, Executor};
 
 /// Where instances run.
 #[derive(Debug, Clone, PartialEq)]
@@ -62,6 +64,12 @@ pub enum Environment {
         /// One repository for every instance.
         repo: Option<PathBuf>,
     },
+    /// The instance's SWE-bench image, one container per instance with no
+    /// network ([`crate::docker`]); needs a Docker engine and the images.
+    Docker {
+        /// The Docker client.
+        client: PathBuf,
+    },
 }
 
 impl Environment {
@@ -69,6 +77,7 @@ impl Environment {
     pub fn name(&self) -> &'static str {
         match self {
             Self::Local { .. } => "local",
+            Self::Docker { .. } => "docker",
         }
     }
 
@@ -85,6 +94,7 @@ impl Environment {
             Self::Local { .. } => {
                 Err("no repository: give --repo-mirrors DIR or --repo PATH".into())
             }
+            Self::Docker { .. } => Err("the docker environment copies the image's /testbed".into()),
         }
     }
 }
@@ -445,7 +455,20 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
         if context.stop.is_cancelled() {
             return interrupted(context, &dir, manifest);
         }
-        match agent(context, instance, &dir, &workspace, &mut manifest).await? {
+        let container = match container_for(context, instance, &workspace).await {
+            Ok(container) => container,
+            Err(problem) => {
+                manifest.status = Status::EnvironmentPreparationFailed;
+                manifest.diagnostic = Some(problem);
+                manifest::write_atomic(&dir.join(PATCH), b"")?;
+                return complete(context, &dir, manifest).await;
+            }
+        };
+        let ended = agent(context, instance, &dir, &workspace, &mut manifest).await;
+        if let Some(container) = container {
+            container.remove(context).await;
+        }
+        match ended? {
             Some(status) => manifest.status = status,
             None => return interrupted(context, &dir, manifest),
         }
@@ -480,11 +503,36 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
     complete(context, &dir, manifest).await
 }
 
-/// The workspace, afresh: a checkout at `base_commit`.
+/// The workspace, afresh: a checkout at `base_commit` (`local`), or the
+/// image's `/testbed`, which must be one (`docker`).
 async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Result<(), String> {
     if workspace.exists() {
         std::fs::remove_dir_all(workspace)
             .map_err(|error| format!("{}: {error}", workspace.display()))?;
+    }
+    if let Environment::Docker { client } = &context.options.environment {
+        let docker = Docker::new(client);
+        let image = docker::image_name(instance);
+        let base = instance.base_commit.clone();
+        let target = workspace.to_path_buf();
+        return tokio::task::spawn_blocking(move || {
+            if !docker.image_present(&image) {
+                return Err(format!(
+                    "image {image} is not present; keel never pulls (`docker pull {image}` first)"
+                ));
+            }
+            docker.copy_testbed(&image, &target)?;
+            let head = git::head(&target).map_err(|error| error.to_string())?;
+            if !head.eq_ignore_ascii_case(&base) {
+                return Err(format!("{image}'s /testbed is at {head}, not {base}"));
+            }
+            if !git::is_clean(&target).map_err(|error| error.to_string())? {
+                return Err(format!("{image}'s /testbed has changes"));
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|error| error.to_string())?;
     }
     let source = context.options.environment.source(instance)?;
     let base = instance.base_commit.clone();
@@ -493,6 +541,61 @@ async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Re
         .await
         .map_err(|error| error.to_string())?
         .map_err(|error| error.to_string())
+}
+
+/// An instance's running container (`docker`), and the workspace whose
+/// `bash` runs in it.
+struct Container {
+    docker: Docker,
+    id: String,
+    workspace: PathBuf,
+}
+
+impl Container {
+    async fn remove(self, context: &Context) {
+        context
+            .options
+            .broker
+            .host
+            .executors
+            .remove(&self.workspace);
+        let Container { docker, id, .. } = self;
+        let _ = tokio::task::spawn_blocking(move || docker.remove(&id)).await;
+    }
+}
+
+/// With `docker`, the instance's container, started, its `bash` routed
+/// into it (before the workspace's first run builds its kernel).
+async fn container_for(
+    context: &Context,
+    instance: &Instance,
+    workspace: &Path,
+) -> Result<Option<Container>, String> {
+    let Environment::Docker { client } = &context.options.environment else {
+        return Ok(None);
+    };
+    let workspace = std::fs::canonicalize(workspace)
+        .map_err(|error| format!("{}: {error}", workspace.display()))?;
+    let docker = Docker::new(client);
+    let image = docker::image_name(instance);
+    let name = docker::container_name(&instance.instance_id);
+    let starter = docker.clone();
+    let mount = workspace.clone();
+    let id = tokio::task::spawn_blocking(move || starter.start(&image, &name, &mount))
+        .await
+        .map_err(|error| error.to_string())??;
+    let exec = ContainerExec::new(client, id.clone(), docker::TESTBED);
+    context
+        .options
+        .broker
+        .host
+        .executors
+        .set(workspace.clone(), Executor::Container(exec));
+    Ok(Some(Container {
+        docker,
+        id,
+        workspace,
+    }))
 }
 
 /// Stage `complete`: totals and checksums, the manifest, the predictions.
@@ -787,11 +890,14 @@ async fn start(
         ..RunStartParams::default()
     };
     let Some(session) = session else {
-        let text = prompt::prompt(
+        let mut text = prompt::prompt(
             &instance.repo,
             &instance.problem_statement,
             &instance.hints_text,
         );
+        if let Environment::Docker { .. } = options.environment {
+            text.push_str(prompt::CONTAINER);
+        }
         let started = call(context, "run/start", &run_start(text, None)).await?;
         return Ok((started, "start"));
     };
