@@ -412,3 +412,65 @@ fn redo_starts_complete_instances_afresh() {
     assert_ne!(second["session"]["id"], first["session"]["id"]);
     assert_eq!(batch.predictions().len(), 1);
 }
+
+#[test]
+fn progress_is_a_bar_on_a_terminal_and_plain_lines_when_piped() {
+    let batch = batch(1);
+    let id = &batch.ids()[0];
+    let script = batch.script(json!({"turns": [
+        turn(json!([fixture::fixing_edit()])),
+        turn(text("Done."))
+    ]}));
+    // Piped: one line per step.
+    let (code, _, stderr) = batch.run(&batch.args(&script, &[]));
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "keel swebench: {id}: started [done 0/1, running 1"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!(
+            "keel swebench: {id}: success [done 1/1, running 0, failed 0"
+        )),
+        "{stderr}"
+    );
+    // On a terminal (util-linux `script`): the bar, no plain lines.
+    assert!(
+        std::process::Command::new("script")
+            .arg("--version")
+            .output()
+            .is_ok(),
+        "util-linux `script` is needed to give keel a terminal"
+    );
+    let mut args = batch.args(&script, &["--redo"]);
+    args.insert(
+        0,
+        assert_cmd::cargo::cargo_bin!("keel").display().to_string(),
+    );
+    let line = args
+        .iter()
+        .map(|arg| format!("'{}'", arg.replace('\'', "'\\''")))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let output = std::process::Command::new("script")
+        .args(["-q", "-e", "-c", &line, "/dev/null"])
+        .current_dir(batch.home.path())
+        .env("HOME", batch.home.path())
+        .env("XDG_DATA_HOME", batch.home.path().join("data"))
+        .env("XDG_CONFIG_HOME", batch.home.path().join("config"))
+        .env("TERM", "xterm-256color")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains("1/1 running 0, failed 0, tokens 0, $0.00"),
+        "{shown}"
+    );
+    assert!(shown.contains(&format!("{id}: success")), "{shown}");
+    assert!(!shown.contains("keel swebench: "), "{shown}");
+}
