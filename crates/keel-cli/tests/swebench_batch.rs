@@ -141,6 +141,20 @@ fn budgets_end_runs_as_budget_exhausted_or_timed_out_with_their_patch_so_far() {
         "{patch}"
     );
 
+    // --max-cost-usd: the kernel stops the run once its cost passes it.
+    let script = batch.script(json!({"turns": [
+        {"content": [fixture::fixing_edit()], "usage": {"input_tokens": 10, "cost_usd": 0.5}},
+        turn(text("Done."))
+    ]}));
+    let (code, stdout, stderr) =
+        batch.run(&batch.args(&script, &["--max-cost-usd", "0.1", "--redo"]));
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    let manifest = batch.manifest(id).unwrap();
+    assert_eq!(manifest["status"], "budget_exhausted", "{manifest:#}");
+    assert_eq!(manifest["runs"][0]["error"], "budget_exceeded");
+    assert_eq!(manifest["totals"]["cost_usd"], 0.5);
+    assert!(stdout.contains("cost $0.5000"), "{stdout}");
+
     // --max-tokens: the evaluator cancels the run once the usage passes it.
     let script = batch.script(json!({"turns": [
         {"content": [fixture::fixing_edit()], "usage": {"input_tokens": 800, "output_tokens": 300}},
