@@ -296,6 +296,9 @@ fn a_batch_killed_midway_resumes_with_every_instance_exactly_once_and_nothing_re
         // of unknown outcome to the model as interrupted and never runs it
         // again (docs/recovery.md), and the script does not retry it.
         let cut_short = interrupted.contains_key(id) && !written.contains(id);
+        if cut_short && !patch.contains("CHANGES.txt") {
+            eprintln!("{id}: its write was cut short by the kill and reported interrupted");
+        }
         assert!(
             patch.contains("+    return word.replace('_', '-')")
                 && (cut_short || patch.contains("CHANGES.txt")),

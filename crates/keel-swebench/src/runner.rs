@@ -268,7 +268,10 @@ pub async fn run(
     let store = Arc::new(sessions::open_store(Some(&output.join(SESSIONS)))?);
     let mut config = options.broker.clone();
     config.session_dir = Some(output.join(SESSIONS));
-    // One client that reads every event of every run it starts.
+    // One client that reads every event of every run it starts. No stall
+    // watchdog, as for `keel run`: a project's quiet test suite may run
+    // longer than it, and --timeout-sec bounds a run when asked.
+    config.stall_timeout = None;
     config.max_runs = config.max_runs.max(options.workers.max(1));
     config.notification_buffer = 1 << 16;
     config.ring_events = 1 << 16;
