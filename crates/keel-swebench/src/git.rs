@@ -2,13 +2,15 @@
 //! at `base_commit`, and reading the prediction from it.
 //!
 //! Every command runs hermetically — an empty environment but `PATH`, no
-//! system or global configuration, no system attributes — and with the
-//! repository's own hooks, filters and fsmonitor off: `core.hooksPath`
-//! `/dev/null`, `core.fsmonitor` off, attributes read from the empty tree
-//! (`--attr-source`) and `core.attributesFile` `/dev/null`, so no clean,
-//! smudge, textconv or external diff driver the repository (or an agent
-//! writing into it) names can run; `diff` is given `--no-ext-diff
-//! --no-textconv` as well.
+//! system or global configuration, no system attributes — and with hooks,
+//! filters and fsmonitor off: `core.hooksPath` `/dev/null`, `core.fsmonitor`
+//! off, attributes read from the empty tree (`--attr-source`) and
+//! `core.attributesFile` `/dev/null`; `diff` is given `--no-ext-diff
+//! --no-textconv` as well. The patch is read through a private repository
+//! that borrows the workspace's objects, so the workspace's own
+//! configuration (where an agent, or the repository, could define clean,
+//! smudge, textconv or diff drivers, hooks or an fsmonitor), its hooks and
+//! its `info/attributes` are never read at all.
 //!
 //! The checkout fetches only `base_commit` and its history from the mirror,
 //! so the commits after it (the fix among them) are not in the workspace.
@@ -188,10 +190,31 @@ pub fn patch(
         path: std::env::temp_dir().display().to_string(),
         message: error.to_string(),
     })?;
+    // A private repository whose objects are the workspace's (alternates):
+    // the workspace's own configuration (where filter, textconv and diff
+    // drivers, hooks and fsmonitor are defined), its hooks and its
+    // `info/attributes` are never read.
+    let private = scratch.path().join("git");
+    let mut init = git(scratch.path());
+    init.args(["init", "-q", "--bare", "--template="])
+        .arg(&private);
+    run(init, "init")?;
+    let objects = objects_of(workspace)?;
+    let alternates = private.join("objects/info/alternates");
+    std::fs::create_dir_all(private.join("objects/info"))
+        .and_then(|()| std::fs::write(&alternates, format!("{}\n", objects.display())))
+        .map_err(|error| SwebenchError::Io {
+            path: alternates.display().to_string(),
+            message: error.to_string(),
+        })?;
     let index: PathBuf = scratch.path().join("index");
     let with_index = |args: &[&str]| {
         let mut command = git(workspace);
-        command.env("GIT_INDEX_FILE", &index).args(args);
+        command
+            .env("GIT_DIR", &private)
+            .env("GIT_WORK_TREE", workspace)
+            .env("GIT_INDEX_FILE", &index)
+            .args(args);
         command
     };
     run(with_index(&["read-tree", base_commit]), "read-tree")?;
@@ -238,6 +261,24 @@ pub fn patch(
     String::from_utf8(diff).map_err(|_| SwebenchError::Git {
         what: "diff".to_owned(),
         message: "the patch is not UTF-8 text".to_owned(),
+    })
+}
+
+/// The workspace repository's object directory, absolute.
+fn objects_of(workspace: &Path) -> Result<PathBuf, SwebenchError> {
+    let dot_git = workspace.join(".git");
+    let common = if dot_git.is_dir() {
+        dot_git
+    } else {
+        // A `.git` file (a linked worktree): ask git where its repository is.
+        let mut command = git(workspace);
+        command.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+        PathBuf::from(String::from_utf8_lossy(&run(command, "rev-parse")?).trim())
+    };
+    let objects = common.join("objects");
+    std::fs::canonicalize(&objects).map_err(|error| SwebenchError::Io {
+        path: objects.display().to_string(),
+        message: error.to_string(),
     })
 }
 
