@@ -153,14 +153,6 @@ pub fn head(workspace: &Path) -> Result<String, SwebenchError> {
         .to_owned())
 }
 
-/// Whether the working tree matches `HEAD` (no changes, no untracked
-/// files that are not ignored).
-pub fn is_clean(workspace: &Path) -> Result<bool, SwebenchError> {
-    let mut command = git(workspace);
-    command.args(["status", "--porcelain", "--untracked-files=normal"]);
-    Ok(run(command, "status")?.is_empty())
-}
-
 /// Whether `path` (relative to the workspace) lies under a test directory
 /// (`test`, `tests`, `testing`, any case) — dropped from the patch with
 /// `--exclude-tests` when the agent added it.

@@ -529,7 +529,9 @@ async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Re
             if !head.eq_ignore_ascii_case(&base) {
                 return Err(format!("{image}'s /testbed is at {head}, not {base}"));
             }
-            if !git::is_clean(&target).map_err(|error| error.to_string())? {
+            // Clean: nothing differs from HEAD, read as the patch is.
+            let changes = git::patch(&target, &head, false).map_err(|error| error.to_string())?;
+            if !changes.is_empty() {
                 return Err(format!("{image}'s /testbed has changes"));
             }
             Ok(())
