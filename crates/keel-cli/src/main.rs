@@ -65,9 +65,12 @@ fn main() -> ExitCode {
     if let Some(format) = output_format(&cli.command) {
         startup::set_plain_errors(format == args::OutputFormat::Text);
     }
-    // stdout carries only protocol messages (rpc) or the address (serve):
-    // startup errors are a plain line on stderr.
-    if matches!(cli.command, Command::Rpc(_) | Command::Serve(_)) {
+    // stdout carries only protocol messages (rpc), the address (serve) or
+    // a batch's summary (swebench): startup errors are a plain line on stderr.
+    if matches!(
+        cli.command,
+        Command::Rpc(_) | Command::Serve(_) | Command::Swebench(_)
+    ) {
         startup::set_plain_errors(true);
     }
     if let Err(error) = init_tracing(cli.log_file.as_deref()) {

@@ -385,3 +385,65 @@ fn the_gold_patch_and_test_patch_never_reach_the_model() {
         assert_eq!(manifest(&output, id)["status"], "no_patch");
     }
 }
+
+#[test]
+fn wrong_flags_and_datasets_are_plain_startup_errors() {
+    let home = tempfile::tempdir().unwrap();
+    let mirrors = home.path().join("mirrors");
+    let built = fixture::build(
+        &mirrors,
+        &[("jpvanhala__inflection-1", &fixture::DASHERIZE)],
+    );
+    let dataset = home.path().join("d.jsonl");
+    fixture::dataset(&dataset, &built);
+    let output = home.path().join("out");
+    let run = |more: &[&str]| {
+        let mut args = vec![
+            "swebench",
+            "run",
+            "--dataset",
+            dataset.to_str().unwrap(),
+            "--output",
+            output.to_str().unwrap(),
+        ];
+        args.extend_from_slice(more);
+        keel(&args, home.path())
+    };
+    let (code, stdout, stderr) = run(&["--environment", "local"]);
+    assert_eq!(code, 2, "{stdout}");
+    assert!(
+        stderr.contains("needs --repo-mirrors DIR or --repo PATH"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["--environment", "docker", "--repo-mirrors", "x"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("apply to --environment local"), "{stderr}");
+    let (code, _, stderr) = run(&[
+        "--environment",
+        "local",
+        "--repo",
+        "x",
+        "--instance",
+        "nope",
+    ]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("no instance `nope` in the dataset"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["--environment", "local", "--repo", "x", "--slice", "3"]);
+    assert_eq!(code, 2);
+    assert!(stderr.contains("is not a slice A:B"), "{stderr}");
+    std::fs::write(
+        &dataset,
+        "{\"instance_id\": \"../x\", \"repo\": \"a/b\", \"base_commit\": \"c\"}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&["--environment", "local", "--repo", "x"]);
+    assert_eq!(code, 2);
+    assert!(
+        stderr.contains("not usable as a directory name"),
+        "{stderr}"
+    );
+    assert!(!output.join("predictions.jsonl").exists());
+}
