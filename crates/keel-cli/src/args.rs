@@ -68,6 +68,11 @@ pub enum Command {
     /// to finish, then are cancelled (sessions intact); exits 0.
     #[command(after_help = crate::help::SERVE_EXAMPLES)]
     Serve(Box<ServeArgs>),
+    /// Run SWE-bench instances and write the official predictions file
+    /// (resumable, concurrent); summarise an output directory; print the
+    /// official harness command for it.
+    #[command(subcommand)]
+    Swebench(crate::swebench_cmd::SwebenchCommand),
     /// Report what the OS sandbox can enforce on this machine.
     Doctor {
         /// One JSON object instead of text.

@@ -28,6 +28,7 @@ mod signals;
 mod startup;
 mod stream_input;
 mod style;
+mod swebench_cmd;
 mod tty;
 mod view;
 
@@ -64,9 +65,12 @@ fn main() -> ExitCode {
     if let Some(format) = output_format(&cli.command) {
         startup::set_plain_errors(format == args::OutputFormat::Text);
     }
-    // stdout carries only protocol messages (rpc) or the address (serve):
-    // startup errors are a plain line on stderr.
-    if matches!(cli.command, Command::Rpc(_) | Command::Serve(_)) {
+    // stdout carries only protocol messages (rpc), the address (serve) or
+    // a batch's summary (swebench): startup errors are a plain line on stderr.
+    if matches!(
+        cli.command,
+        Command::Rpc(_) | Command::Serve(_) | Command::Swebench(_)
+    ) {
         startup::set_plain_errors(true);
     }
     if let Err(error) = init_tracing(cli.log_file.as_deref()) {
@@ -95,6 +99,7 @@ fn main() -> ExitCode {
             Command::Schema(args) => startup::print_schema(args),
             Command::Rpc(args) => serve_cmd::rpc(*args).await,
             Command::Serve(args) => serve_cmd::serve(*args).await,
+            Command::Swebench(command) => swebench_cmd::run(command).await,
             Command::Doctor { json } => doctor::run(json),
             Command::Completion { shell } => install::completion(shell),
             Command::Man => install::man(),
@@ -132,6 +137,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Schema(_) => "schema",
         Command::Rpc(_) => "rpc",
         Command::Serve(_) => "serve",
+        Command::Swebench(_) => "swebench",
         Command::Doctor { .. } => "doctor",
         Command::Completion { .. } => "completion",
         Command::Man => "man",

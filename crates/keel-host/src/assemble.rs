@@ -12,7 +12,7 @@ use keel_provider::config::{Config, ModelInfo};
 use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
 use keel_session::SessionStore;
-use keel_tools::builtin::{BashOptions, all_tools, default_tools};
+use keel_tools::builtin::{BashOptions, Executor, all_tools, default_tools};
 use keel_tools::env::HostEnv;
 use keel_tools::outputs::OutputStore;
 use keel_tools::sandbox::SandboxConfig;
@@ -168,6 +168,8 @@ pub struct HostConfig {
     /// Whether full tool outputs outlive the kernel's runs (the host
     /// reads or removes them itself); default false.
     pub keep_outputs: bool,
+    /// Where `bash` runs its commands (default: on this machine).
+    pub bash_executor: Executor,
 }
 
 impl HostConfig {
@@ -187,6 +189,7 @@ impl HostConfig {
             environment: true,
             retry: None,
             keep_outputs: false,
+            bash_executor: Executor::Host,
         }
     }
 
@@ -226,7 +229,13 @@ impl HostConfig {
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)
-            .tools(tools_by_name(self.tools.as_deref())?)
+            .tools(tools_with(
+                self.tools.as_deref(),
+                BashOptions {
+                    executor: self.bash_executor.clone(),
+                    ..BashOptions::default()
+                },
+            )?)
             // A run's start snapshot keeps its contents on disk, not in memory.
             .snapshot_spill_dir(std::env::temp_dir());
         if let Some(model) = model {
@@ -274,6 +283,54 @@ pub struct HostOptions {
     pub sandbox_env: Vec<String>,
     /// Keep full tool outputs after the runs end (`--keep-outputs`).
     pub keep_outputs: bool,
+    /// Where `bash` runs, by workspace: a host that gives each workspace a
+    /// container of its own (the SWE-bench evaluator) names it here before
+    /// its first run there; other workspaces run on this machine.
+    pub executors: Executors,
+}
+
+/// Where `bash` runs, by workspace root (canonical), shared by the clones
+/// of a host's options: an entry set before a workspace's kernel is built
+/// applies to that kernel.
+#[derive(Clone, Default)]
+pub struct Executors(Arc<std::sync::Mutex<std::collections::HashMap<PathBuf, Executor>>>);
+
+impl Executors {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<PathBuf, Executor>> {
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `workspace`'s commands through `executor`.
+    pub fn set(&self, workspace: impl Into<PathBuf>, executor: Executor) {
+        self.lock().insert(workspace.into(), executor);
+    }
+
+    /// Forgets `workspace`'s executor.
+    pub fn remove(&self, workspace: &std::path::Path) {
+        self.lock().remove(workspace);
+    }
+
+    /// `workspace`'s executor ([`Executor::Host`] when none was set).
+    pub fn of(&self, workspace: &std::path::Path) -> Executor {
+        self.lock().get(workspace).cloned().unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Executors {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter
+            .debug_tuple("Executors")
+            .field(&*self.lock())
+            .finish()
+    }
+}
+
+impl PartialEq for Executors {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 impl HostOptions {
@@ -288,16 +345,28 @@ impl HostOptions {
         }
         config.sandbox.env.extend(self.sandbox_env.iter().cloned());
         config.keep_outputs = self.keep_outputs;
+        if let Some(workspace) = &config.workspace {
+            let canonical = std::fs::canonicalize(workspace).unwrap_or_else(|_| workspace.clone());
+            config.bash_executor = self.executors.of(&canonical);
+        }
         config
     }
 }
 
 /// The built-in tools named, in the order given (`None`: the default four).
 pub fn tools_by_name(names: Option<&[String]>) -> Result<Vec<Arc<dyn Tool>>, HostError> {
+    tools_with(names, BashOptions::default())
+}
+
+/// [`tools_by_name`] with `bash` built from `options`.
+fn tools_with(
+    names: Option<&[String]>,
+    options: BashOptions,
+) -> Result<Vec<Arc<dyn Tool>>, HostError> {
     let Some(names) = names else {
-        return Ok(default_tools(BashOptions::default()));
+        return Ok(default_tools(options));
     };
-    let available = all_tools(BashOptions::default());
+    let available = all_tools(options);
     names
         .iter()
         .map(|name| {

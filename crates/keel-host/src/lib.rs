@@ -29,8 +29,8 @@ pub mod sessions;
 pub mod settings;
 
 pub use assemble::{
-    HostConfig, HostOptions, ProviderChoice, host_sandbox, keel_config_dir, tools_by_name,
-    user_config_path,
+    Executors, HostConfig, HostOptions, ProviderChoice, host_sandbox, keel_config_dir,
+    tools_by_name, user_config_path,
 };
 pub use error::HostError;
 pub use settings::{Choices, RunSetup, Settings, Sources};

@@ -34,6 +34,8 @@ const RANKS: &[(&str, u32)] = &[
     ("keel-host", 4),
     // Transports over the broker (the host protocol, authentication).
     ("keel-server", 5),
+    // The SWE-bench evaluator: a host over the broker.
+    ("keel-swebench", 5),
     // The `keel` binary.
     ("keel-cli", 6),
 ];

@@ -74,7 +74,82 @@ pub struct BashOptions {
     pub flood_rate: u64,
     /// Consecutive flooded seconds after which the command is killed.
     pub flood_seconds: u32,
+    /// Where commands run: on this machine (the default), or in a
+    /// container through its client's `exec`.
+    pub executor: Executor,
 }
+
+/// Where the `bash` tool runs its commands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Executor {
+    /// On this machine: `shell -c command` in the workspace root, in the OS
+    /// sandbox when the call's level asks for it and it is enforced.
+    #[default]
+    Host,
+    /// In a running container (e.g. a SWE-bench instance's), whose workdir
+    /// is the workspace bind-mounted: the container is the isolation, so the
+    /// OS sandbox is not applied; the command runs through a strict argv
+    /// ([`ContainerExec::argv`]), never a host shell.
+    Container(ContainerExec),
+}
+
+/// A container's `exec`: `CLIENT exec --workdir WORKDIR CONTAINER SHELL -lc
+/// COMMAND`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ContainerExec {
+    /// The container client (`docker`), by path or found on `PATH`.
+    pub client: PathBuf,
+    /// The container's id or name.
+    pub container: String,
+    /// The working directory inside it (where the workspace is mounted).
+    pub workdir: String,
+    /// The shell inside it.
+    pub shell: String,
+}
+
+impl ContainerExec {
+    /// `client exec` into `container` at `workdir`, with `/bin/bash`.
+    pub fn new(
+        client: impl Into<PathBuf>,
+        container: impl Into<String>,
+        workdir: impl Into<String>,
+    ) -> Self {
+        Self {
+            client: client.into(),
+            container: container.into(),
+            workdir: workdir.into(),
+            shell: "/bin/bash".to_owned(),
+        }
+    }
+
+    /// The argv that runs `command`: each part one argument, nothing read
+    /// by a shell on this machine. The client's standard input is not
+    /// attached (no `-i`), and no terminal is allocated.
+    pub fn argv(&self, command: &str) -> Vec<OsString> {
+        vec![
+            self.client.clone().into_os_string(),
+            "exec".into(),
+            "--workdir".into(),
+            self.workdir.clone().into(),
+            self.container.clone().into(),
+            self.shell.clone().into(),
+            "-lc".into(),
+            command.into(),
+        ]
+    }
+}
+
+/// Variables of the host's snapshot a container client needs to reach its
+/// engine, passed to it besides the allowlist.
+const CONTAINER_CLIENT_ENV: &[&str] = &[
+    "DOCKER_HOST",
+    "DOCKER_CONTEXT",
+    "DOCKER_CONFIG",
+    "DOCKER_CERT_PATH",
+    "DOCKER_TLS_VERIFY",
+];
 
 impl Default for BashOptions {
     fn default() -> Self {
@@ -87,6 +162,7 @@ impl Default for BashOptions {
             progress_limit: 4 << 20,
             flood_rate: 8 << 20,
             flood_seconds: 3,
+            executor: Executor::Host,
         }
     }
 }
@@ -271,6 +347,9 @@ impl BashTool {
                 format!("Failed to start shell `{}`: {error}", shell.display()),
             )
         };
+        if let Executor::Container(exec) = &self.options.executor {
+            return spawn_in_container(exec, command, sandbox, listed);
+        }
         if let Err(error) = std::fs::metadata(shell) {
             return Err(start_failed(&error));
         }
@@ -297,6 +376,45 @@ impl BashTool {
         let group = GroupKiller::of(&child);
         Ok((Process::Plain { child, group }, pipes))
     }
+}
+
+/// Starts `command` in the container through the client's `exec` (its
+/// argv: [`ContainerExec::argv`]), as a plain child in its own process
+/// group with the allowlisted environment and the client's variables.
+fn spawn_in_container(
+    exec: &ContainerExec,
+    command: &str,
+    sandbox: &Sandbox,
+    listed: &[String],
+) -> Result<(Process, Pipes), ToolError> {
+    let argv = exec.argv(command);
+    let mut listed = listed.to_vec();
+    listed.extend(CONTAINER_CLIENT_ENV.iter().map(|name| (*name).to_owned()));
+    let mut spawner = Command::new(&argv[0]);
+    spawner
+        .args(&argv[1..])
+        .env_clear()
+        .envs(child_env(&sandbox.config.host_env, &listed))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut child = spawner.spawn().map_err(|error| {
+        ToolError::new(
+            ToolErrorCode::Io,
+            format!(
+                "Failed to start the container client `{}`: {error}",
+                exec.client.display()
+            ),
+        )
+    })?;
+    let pipes = Pipes {
+        stdout: child.stdout.take().map(|out| Box::new(out) as Reader),
+        stderr: child.stderr.take().map(|err| Box::new(err) as Reader),
+    };
+    let group = GroupKiller::of(&child);
+    Ok((Process::Plain { child, group }, pipes))
 }
 
 /// Starts `shell -c command` in the namespaces `holders` (the kernel's

@@ -482,3 +482,31 @@ async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_key() {
     );
     drop(dir);
 }
+
+#[tokio::test]
+async fn a_container_executor_runs_the_command_through_a_strict_exec_argv() {
+    let (dir, context) = setup();
+    // A stand-in client that prints its argv, one argument per line.
+    let client = dir.path().join("stand-in-docker");
+    std::fs::write(
+        &client,
+        "#!/bin/sh\nfor arg in \"$@\"; do printf '<%s>\\n' \"$arg\"; done\n",
+    )
+    .unwrap();
+    let mut permissions = std::fs::metadata(&client).unwrap().permissions();
+    std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+    std::fs::set_permissions(&client, permissions).unwrap();
+    let tool = BashTool::new(BashOptions {
+        executor: Executor::Container(ContainerExec::new(&client, "ctr-1", "/testbed")),
+        ..BashOptions::default()
+    });
+    let command = "cd sub && echo \"$HOME\" ; rm -rf /";
+    let output = tool
+        .execute(json!({ "command": command }), context)
+        .await
+        .unwrap();
+    let text = text_of(&output.content);
+    let expected =
+        format!("<exec>\n<--workdir>\n</testbed>\n<ctr-1>\n</bin/bash>\n<-lc>\n<{command}>");
+    assert_eq!(text, expected);
+}

@@ -1,0 +1,296 @@
+//! Git, run by the evaluator (never by the model): checking a workspace out
+//! at `base_commit`, and reading the prediction from it.
+//!
+//! Every command runs hermetically — an empty environment but `PATH`, no
+//! system or global configuration, no system attributes — and with hooks,
+//! filters and fsmonitor off: `core.hooksPath` `/dev/null`, `core.fsmonitor`
+//! off, attributes read from the empty tree (`--attr-source`) and
+//! `core.attributesFile` `/dev/null`; `diff` is given `--no-ext-diff
+//! --no-textconv` as well. The patch is read through a private repository
+//! that borrows the workspace's objects, so the workspace's own
+//! configuration (where an agent, or the repository, could define clean,
+//! smudge, textconv or diff drivers, hooks or an fsmonitor), its hooks and
+//! its `info/attributes` are never read at all.
+//!
+//! The checkout fetches only `base_commit` and its history from the mirror,
+//! so the commits after it (the fix among them) are not in the workspace.
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use crate::SwebenchError;
+
+/// Git's empty tree: attributes are read from it, so there are none.
+pub const EMPTY_TREE: &str = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+
+/// A git command in `dir`, hermetic, with hooks, filters and fsmonitor off.
+pub fn git(dir: &Path) -> Command {
+    let mut command = Command::new("git");
+    command.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        command.env("PATH", path);
+    }
+    command
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_ATTR_NOSYSTEM", "1")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("HOME", "/nonexistent")
+        .env("LC_ALL", "C")
+        .arg("--no-pager")
+        .arg(format!("--attr-source={EMPTY_TREE}"))
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+            "-c",
+            "core.untrackedCache=false",
+            "-c",
+            "core.attributesFile=/dev/null",
+            "-c",
+            "core.autocrlf=false",
+            "-c",
+            "core.safecrlf=false",
+            "-c",
+            "core.symlinks=true",
+            "-c",
+            "diff.noprefix=false",
+            "-c",
+            "diff.mnemonicPrefix=false",
+            "-c",
+            "diff.relative=false",
+            "-c",
+            "color.ui=false",
+            "-c",
+            "safe.directory=*",
+        ])
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    command
+}
+
+/// Runs `command`; its stdout when it succeeds.
+fn run(mut command: Command, what: &str) -> Result<Vec<u8>, SwebenchError> {
+    let output: Output = command.output().map_err(|error| SwebenchError::Git {
+        what: what.to_owned(),
+        message: format!("git could not start: {error}"),
+    })?;
+    if output.status.success() {
+        return Ok(output.stdout);
+    }
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    Err(SwebenchError::Git {
+        what: what.to_owned(),
+        message: stderr.trim().chars().take(2000).collect(),
+    })
+}
+
+/// Whether `commit` looks like a full object id (40 or 64 hex digits).
+pub fn is_full_id(commit: &str) -> bool {
+    matches!(commit.len(), 40 | 64) && commit.bytes().all(|byte| byte.is_ascii_hexdigit())
+}
+
+/// Makes `workspace` (absent or empty) a checkout of `source` (a local
+/// repository, bare or not) at `base_commit`, holding only `base_commit`'s
+/// history, detached, clean.
+pub fn checkout(source: &Path, base_commit: &str, workspace: &Path) -> Result<(), SwebenchError> {
+    if !is_full_id(base_commit) {
+        return Err(SwebenchError::Git {
+            what: "checkout".to_owned(),
+            message: format!("base_commit `{base_commit}` is not a full commit id"),
+        });
+    }
+    if !source.is_dir() {
+        return Err(SwebenchError::Git {
+            what: "checkout".to_owned(),
+            message: format!("no repository at {}", source.display()),
+        });
+    }
+    std::fs::create_dir_all(workspace).map_err(|error| SwebenchError::Io {
+        path: workspace.display().to_string(),
+        message: error.to_string(),
+    })?;
+    let mut init = git(workspace);
+    init.args([
+        "-c",
+        "init.defaultBranch=keel-base",
+        "init",
+        "-q",
+        "--template=",
+    ]);
+    run(init, "init")?;
+    let mut fetch = git(workspace);
+    fetch
+        .args(["fetch", "-q", "--no-tags", "--no-write-fetch-head"])
+        // Upload-pack of a local repository, allowed to send one commit by id.
+        .arg("--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack")
+        .arg("--")
+        .arg(source)
+        .arg(base_commit);
+    run(fetch, "fetch")?;
+    let mut checkout = git(workspace);
+    checkout.args(["checkout", "-q", "--detach", base_commit]);
+    run(checkout, "checkout")?;
+    let head = head(workspace)?;
+    if !head.eq_ignore_ascii_case(base_commit) {
+        return Err(SwebenchError::Git {
+            what: "checkout".to_owned(),
+            message: format!("HEAD is {head}, not {base_commit}"),
+        });
+    }
+    Ok(())
+}
+
+/// The commit `HEAD` names.
+pub fn head(workspace: &Path) -> Result<String, SwebenchError> {
+    let mut command = git(workspace);
+    command.args(["rev-parse", "--verify", "HEAD^{commit}"]);
+    Ok(String::from_utf8_lossy(&run(command, "rev-parse")?)
+        .trim()
+        .to_owned())
+}
+
+/// Whether `path` (relative to the workspace) lies under a test directory
+/// (`test`, `tests`, `testing`, any case) — dropped from the patch with
+/// `--exclude-tests` when the agent added it.
+pub fn under_tests(path: &str) -> bool {
+    let components: Vec<&str> = path.split('/').collect();
+    components[..components.len().saturating_sub(1)]
+        .iter()
+        .any(|component| {
+            matches!(
+                component.to_ascii_lowercase().as_str(),
+                "test" | "tests" | "testing"
+            )
+        })
+}
+
+/// The prediction: `git diff --binary` of the working tree (tracked and
+/// untracked files, `.gitignore` honoured) against `base_commit` itself,
+/// through a private index (the workspace's own is not touched). With
+/// `exclude_tests`, files the agent added under test directories are left
+/// out.
+pub fn patch(
+    workspace: &Path,
+    base_commit: &str,
+    exclude_tests: bool,
+) -> Result<String, SwebenchError> {
+    let scratch = tempfile::tempdir().map_err(|error| SwebenchError::Io {
+        path: std::env::temp_dir().display().to_string(),
+        message: error.to_string(),
+    })?;
+    // A private repository whose objects are the workspace's (alternates):
+    // the workspace's own configuration (where filter, textconv and diff
+    // drivers, hooks and fsmonitor are defined), its hooks and its
+    // `info/attributes` are never read.
+    let private = scratch.path().join("git");
+    let mut init = git(scratch.path());
+    init.args(["init", "-q", "--bare", "--template="])
+        .arg(&private);
+    run(init, "init")?;
+    let objects = objects_of(workspace)?;
+    let alternates = private.join("objects/info/alternates");
+    std::fs::create_dir_all(private.join("objects/info"))
+        .and_then(|()| std::fs::write(&alternates, format!("{}\n", objects.display())))
+        .map_err(|error| SwebenchError::Io {
+            path: alternates.display().to_string(),
+            message: error.to_string(),
+        })?;
+    let index: PathBuf = scratch.path().join("index");
+    let with_index = |args: &[&str]| {
+        let mut command = git(workspace);
+        command
+            .env("GIT_DIR", &private)
+            .env("GIT_WORK_TREE", workspace)
+            .env("GIT_INDEX_FILE", &index)
+            .args(args);
+        command
+    };
+    run(with_index(&["read-tree", base_commit]), "read-tree")?;
+    run(with_index(&["add", "-A", "--", "."]), "add")?;
+    if exclude_tests {
+        let added = run(
+            with_index(&[
+                "diff",
+                "--cached",
+                "--name-only",
+                "--no-renames",
+                "--diff-filter=A",
+                "-z",
+                base_commit,
+            ]),
+            "diff --name-only",
+        )?;
+        let dropped: Vec<&[u8]> = added
+            .split(|byte| *byte == 0)
+            .filter(|path| !path.is_empty())
+            .filter(|path| under_tests(&String::from_utf8_lossy(path)))
+            .collect();
+        if !dropped.is_empty() {
+            let mut remove = with_index(&["rm", "-q", "--cached", "--"]);
+            for path in dropped {
+                remove.arg(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
+            }
+            run(remove, "rm --cached")?;
+        }
+    }
+    let diff = run(
+        with_index(&[
+            "diff",
+            "--cached",
+            "--binary",
+            "--no-ext-diff",
+            "--no-textconv",
+            "--no-color",
+            "--full-index",
+            base_commit,
+        ]),
+        "diff",
+    )?;
+    String::from_utf8(diff).map_err(|_| SwebenchError::Git {
+        what: "diff".to_owned(),
+        message: "the patch is not UTF-8 text".to_owned(),
+    })
+}
+
+/// The workspace repository's object directory, absolute.
+fn objects_of(workspace: &Path) -> Result<PathBuf, SwebenchError> {
+    let dot_git = workspace.join(".git");
+    let common = if dot_git.is_dir() {
+        dot_git
+    } else {
+        // A `.git` file (a linked worktree): ask git where its repository is.
+        let mut command = git(workspace);
+        command.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+        PathBuf::from(String::from_utf8_lossy(&run(command, "rev-parse")?).trim())
+    };
+    let objects = common.join("objects");
+    std::fs::canonicalize(&objects).map_err(|error| SwebenchError::Io {
+        path: objects.display().to_string(),
+        message: error.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_directories() {
+        assert!(under_tests("tests/test_x.py"));
+        assert!(under_tests("pkg/Testing/data.txt"));
+        assert!(!under_tests("test_x.py"));
+        assert!(!under_tests("pkg/testsuite.py"));
+        assert!(!under_tests("src/x.py"));
+    }
+
+    #[test]
+    fn full_ids() {
+        assert!(is_full_id(&"a".repeat(40)));
+        assert!(!is_full_id("abc123"));
+        assert!(!is_full_id(&"g".repeat(40)));
+    }
+}
