@@ -4,9 +4,13 @@
 //! `KEEL_BUILD_*` variables the binary reads with `env!`.
 //!
 //! It runs again when `HEAD`, the branch it names or the index move, so a
-//! new commit is picked up. While the tree is clean it also watches the
-//! workspace's sources, so the first edit after a commit marks the build
-//! dirty; while dirty, only a commit (or a checkout) can change that.
+//! new commit (or a checkout, or `git add`) is picked up. It does not watch
+//! the working tree: an edit made after it last ran shows as `-dirty` only
+//! once git's index changes (a `git add`, or a `git status` that refreshes
+//! it), so a build
+//! never reruns it, and relinks `keel`, merely because a test wrote a file
+//! under `crates/`. A release is built from a clean checkout
+//! (`scripts/release.sh`), where this does not arise.
 
 #[path = "build/info.rs"]
 mod info;
@@ -23,19 +27,9 @@ fn main() {
     let git = OsStr::new("git");
 
     let commit = info::commit(git, dir, "build.rs");
-    if let Some(commit) = &commit {
+    if commit.is_some() {
         for path in info::watched_git_files(git, dir) {
             println!("cargo::rerun-if-changed={path}");
-        }
-        if !commit.dirty
-            && let Some(root) = dir.ancestors().nth(2)
-        {
-            for source in ["crates", "Cargo.toml", "Cargo.lock"] {
-                let path = root.join(source);
-                if path.exists() {
-                    println!("cargo::rerun-if-changed={}", path.display());
-                }
-            }
         }
     }
 
