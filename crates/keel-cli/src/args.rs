@@ -9,7 +9,7 @@ use keel_protocol::PermissionMode;
 #[derive(Debug, Parser)]
 #[command(
     name = "keel",
-    version,
+    version = crate::version::VERSION_LINE,
     about,
     long_about = crate::help::LONG_ABOUT,
     after_help = crate::help::AFTER_HELP,
@@ -34,8 +34,10 @@ pub enum Command {
     /// Run the agent on a prompt in a workspace.
     #[command(after_help = crate::help::RUN_EXAMPLES)]
     Run(Box<RunArgs>),
-    /// Continue the run a crash interrupted: `keel resume SESSION` (or
-    /// `--session ID`, or `--continue` for this workspace's latest session).
+    /// Continue a run that a crash interrupted.
+    ///
+    /// `keel resume SESSION` (or `--session ID`, or `--continue` for this
+    /// workspace's latest session).
     /// Takes the same flags as `run`; the mode is given again, never
     /// inherited. Calls the crash cut short are recovered from the effect
     /// journal: nothing known applied runs twice, nothing unknown is redone.
@@ -55,14 +57,17 @@ pub enum Command {
     Session(SessionCommand),
     /// Print the JSON Schemas of the wire format.
     Schema(SchemaArgs),
-    /// Serve Keel's host protocol (JSON-RPC 2.0) on standard input and
-    /// output: one JSON object per line each way, logs on stderr only.
+    /// Serve Keel's host protocol (JSON-RPC 2.0) on standard input and output.
+    ///
+    /// One JSON object per line each way, logs on stderr only.
     /// Closing stdin cancels the runs this client started, answers nothing
     /// more, and exits 0 once they have settled.
     #[command(after_help = crate::help::RPC_EXAMPLES)]
     Rpc(Box<RpcArgs>),
-    /// Serve Keel's host protocol over WebSocket (`ws://ADDR:PORT/`), with
-    /// `GET /health` and `GET /metrics`. Loopback by default; any other
+    /// Serve Keel's host protocol over WebSocket.
+    ///
+    /// At `ws://ADDR:PORT/`, with `GET /health` and `GET /metrics`.
+    /// Loopback by default; any other
     /// address needs a token, sent by clients as `Authorization: Bearer`.
     /// SIGTERM or SIGINT: no new runs, running ones get --drain-timeout
     /// to finish, then are cancelled (sessions intact); exits 0.
@@ -80,15 +85,40 @@ pub enum Command {
         json: bool,
     },
     // --- install helpers (cli-view) ---
-    /// Print a shell completion script (e.g. `keel completion bash >
-    /// ~/.local/share/bash-completion/completions/keel`).
+    /// Print a shell completion script.
+    ///
+    /// E.g. `keel completion bash >
+    /// ~/.local/share/bash-completion/completions/keel`.
     Completion {
         /// The shell.
         #[arg(value_enum)]
         shell: ShellArg,
     },
-    /// Print keel's man page (roff; `keel man | man -l -`).
-    Man,
+    /// Print or install the manual pages.
+    ///
+    /// Prints keel's own page, or one command's (`keel man run | man -l
+    /// -`), as roff; `--dir DIR` writes every page into DIR instead.
+    Man(ManArgs),
+    /// Print the version, the commit it was built from and the build date.
+    Version {
+        /// One JSON object: also the session format versions read and
+        /// written, the JSON-RPC protocol version and the build's features.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `keel man`.
+#[derive(Debug, Args)]
+pub struct ManArgs {
+    /// The command whose page to print, e.g. `run` or `session list`
+    /// (default: keel's own page).
+    #[arg(value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Write one page per command (keel.1, keel-run.1, keel-session-list.1,
+    /// …) into DIR instead of printing one.
+    #[arg(long, value_name = "DIR", conflicts_with = "command")]
+    pub dir: Option<PathBuf>,
 }
 
 /// Where sessions are stored.
@@ -101,8 +131,10 @@ pub struct StoreArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum SessionCommand {
-    /// List the sessions of this workspace (the current directory or
-    /// --workspace), newest activity first; --all lists every one.
+    /// List the sessions of this workspace.
+    ///
+    /// The current directory's, or --workspace's, newest activity first;
+    /// --all lists every one.
     List {
         #[command(flatten)]
         store: StoreArgs,
@@ -136,17 +168,19 @@ pub enum SessionCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Write a new session from the intact records of a damaged one
-    /// (every complete record before the damage, and later groups that
-    /// still connect); the damaged file is left as it is.
+    /// Write a new session from the intact records of a damaged one.
+    ///
+    /// Every complete record before the damage, and later groups that
+    /// still connect; the damaged file is left as it is.
     Salvage {
         /// The session id (or a unique prefix).
         id: String,
         #[command(flatten)]
         store: StoreArgs,
     },
-    /// Summarise the oldest part of a session's context into a checkpoint,
-    /// with the session's own provider and model (or the ones given).
+    /// Summarise the oldest part of a session's context into a checkpoint.
+    ///
+    /// With the session's own provider and model (or the ones given).
     Compact(Box<CompactArgs>),
     /// Write the whole session as one JSON document.
     Export {

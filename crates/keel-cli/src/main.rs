@@ -30,6 +30,7 @@ mod stream_input;
 mod style;
 mod swebench_cmd;
 mod tty;
+mod version;
 mod view;
 
 use std::ffi::OsString;
@@ -49,6 +50,17 @@ fn main() -> ExitCode {
             let args: Vec<OsString> = std::env::args_os().collect();
             if asks_for_text(&args) {
                 startup::set_plain_errors(true);
+            }
+            // `keel --version --json`: clap answers `--version` before it
+            // reads what follows, so the one flag that may follow is read here.
+            if error.kind() == clap::error::ErrorKind::DisplayVersion
+                && args.len() == 3
+                && args[2] == "--json"
+            {
+                return match version::run(true) {
+                    Ok(code) => code,
+                    Err(error) => error.report(),
+                };
             }
             if error.kind() == clap::error::ErrorKind::InvalidUtf8 {
                 return startup::argument_not_utf8(&args, |args| {
@@ -102,7 +114,8 @@ fn main() -> ExitCode {
             Command::Swebench(command) => swebench_cmd::run(command).await,
             Command::Doctor { json } => doctor::run(json),
             Command::Completion { shell } => install::completion(shell),
-            Command::Man => install::man(),
+            Command::Man(args) => install::man(args),
+            Command::Version { json } => version::run(json),
         }
     });
     // Dropping the runtime ends the runs' tasks (which removes their kept
@@ -140,7 +153,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Swebench(_) => "swebench",
         Command::Doctor { .. } => "doctor",
         Command::Completion { .. } => "completion",
-        Command::Man => "man",
+        Command::Man(_) => "man",
+        Command::Version { .. } => "version",
     }
 }
 

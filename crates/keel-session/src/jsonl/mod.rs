@@ -54,6 +54,12 @@ use crate::{
 pub use self::read::{SessionReader, Snapshot};
 pub use self::salvage::{LostSpan, SalvageReport};
 
+/// The session format version this build writes (the header's `version`).
+pub const FORMAT_VERSION: u32 = format::VERSION;
+/// The oldest session format version this build reads; every version from
+/// it to [`FORMAT_VERSION`] is read, any other is refused untouched.
+pub const OLDEST_FORMAT_VERSION: u32 = format::OLDEST_VERSION;
+
 /// Sessions as JSONL files in one directory.
 #[derive(Debug)]
 pub struct JsonlStore {
