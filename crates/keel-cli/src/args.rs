@@ -73,8 +73,10 @@ pub enum Command {
     /// to finish, then are cancelled (sessions intact); exits 0.
     #[command(after_help = crate::help::SERVE_EXAMPLES)]
     Serve(Box<ServeArgs>),
-    /// Run SWE-bench instances and write the official predictions file
-    /// (resumable, concurrent); summarise an output directory; print the
+    /// Run SWE-bench instances and hand their predictions to the harness.
+    ///
+    /// `run` writes the official predictions file (resumable, concurrent),
+    /// `status` summarises an output directory and `eval` prints the
     /// official harness command for it.
     #[command(subcommand)]
     Swebench(crate::swebench_cmd::SwebenchCommand),

@@ -19,13 +19,16 @@ use crate::startup::StartupError;
 
 #[derive(Debug, Subcommand)]
 pub enum SwebenchCommand {
-    /// Run the agent on SWE-bench instances and write the official
-    /// predictions file (`OUTPUT/predictions.jsonl`) with per-instance
-    /// artifacts. Run it again with the same --output to resume: complete
-    /// instances are skipped, interrupted ones continue from their sessions.
+    /// Run the agent on SWE-bench instances and write their predictions.
+    ///
+    /// Writes the official predictions file (`OUTPUT/predictions.jsonl`)
+    /// with per-instance artifacts. Run it again with the same --output to
+    /// resume: complete instances are skipped, interrupted ones continue
+    /// from their sessions.
     Run(Box<RunArgs>),
-    /// Summarise an output directory: instances by stage and status,
-    /// tokens and cost, the predictions file.
+    /// Summarise a SWE-bench output directory.
+    ///
+    /// Instances by stage and status, tokens and cost, the predictions file.
     Status {
         /// The output directory.
         output: PathBuf,
@@ -33,9 +36,10 @@ pub enum SwebenchCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Print the official harness command for an output directory's
-    /// predictions (`python -m swebench.harness.run_evaluation …`); with
-    /// --run, execute it.
+    /// Print (or run) the official harness command for the predictions.
+    ///
+    /// The command is `python -m swebench.harness.run_evaluation …` for
+    /// the output directory's predictions; with --run, it is executed.
     Eval {
         /// The output directory.
         output: PathBuf,
