@@ -71,6 +71,15 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
     let image = "swebench/sweb.eval.x86_64.jpvanhala_1776_inflection-1";
     std::fs::write(bin.join("images"), format!("{image}\n")).unwrap();
     fixture::checkout(&mirrors, &built[0].base_commit, &bin.join("testbed"));
+    // The image's repository reaches the fix (as images built before
+    // Sept 2025 do): the clone's remote branches, a tag, the reflog.
+    let fix = built[0].fix_commit.clone();
+    fixture::git(&bin.join("testbed"), &["tag", "v-fix", &fix]);
+    fixture::git(&bin.join("testbed"), &["checkout", "-q", "--detach", &fix]);
+    fixture::git(
+        &bin.join("testbed"),
+        &["checkout", "-q", "--detach", &built[0].base_commit],
+    );
     let command = "sed -i \"s/return word.replace('_', ' ')/return word.replace('_', '-')/\" inflection/__init__.py";
     let script = home.path().join("script.json");
     std::fs::write(
@@ -121,6 +130,18 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
         patch.contains("+    return word.replace('_', '-')"),
         "{patch}"
     );
+    // The fix is not in the workspace's repository.
+    let workspace_dir = output.join("jpvanhala__inflection-1/workspace");
+    let reachable = std::process::Command::new("git")
+        .args(["cat-file", "-e", &format!("{fix}^{{commit}}")])
+        .current_dir(&workspace_dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!reachable.success(), "the fix {fix} is in the workspace");
+    let log = fixture::git(&workspace_dir, &["log", "--all", "--reflog", "--format=%H"]);
+    assert!(!log.contains(&fix), "{log}");
+    assert!(log.contains(&built[0].base_commit), "{log}");
     let missing = manifest("jpvanhala__inflection-2");
     assert_eq!(missing["status"], "environment_preparation_failed");
     assert!(

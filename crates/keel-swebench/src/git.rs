@@ -113,6 +113,23 @@ pub fn checkout(source: &Path, base_commit: &str, workspace: &Path) -> Result<()
         path: workspace.display().to_string(),
         message: error.to_string(),
     })?;
+    init_with(source, base_commit, workspace)?;
+    let mut checkout = git(workspace);
+    checkout.args(["checkout", "-q", "--detach", base_commit]);
+    run(checkout, "checkout")?;
+    let head = head(workspace)?;
+    if !head.eq_ignore_ascii_case(base_commit) {
+        return Err(SwebenchError::Git {
+            what: "checkout".to_owned(),
+            message: format!("HEAD is {head}, not {base_commit}"),
+        });
+    }
+    Ok(())
+}
+
+/// A fresh repository in `workspace` holding only `base_commit` and its
+/// history, fetched from `source`.
+fn init_with(source: &Path, base_commit: &str, workspace: &Path) -> Result<(), SwebenchError> {
     let mut init = git(workspace);
     init.args([
         "-c",
@@ -130,18 +147,43 @@ pub fn checkout(source: &Path, base_commit: &str, workspace: &Path) -> Result<()
         .arg("--")
         .arg(source)
         .arg(base_commit);
-    run(fetch, "fetch")?;
-    let mut checkout = git(workspace);
-    checkout.args(["checkout", "-q", "--detach", base_commit]);
-    run(checkout, "checkout")?;
-    let head = head(workspace)?;
-    if !head.eq_ignore_ascii_case(base_commit) {
+    run(fetch, "fetch").map(drop)
+}
+
+/// Replaces the repository of `workspace` (a copied checkout, its `.git` a
+/// directory) by a fresh one holding only `base_commit` and its history,
+/// `HEAD` detached at it; the files are not touched. The old repository's
+/// other commits (tags, branches, reflogs: the fix among them) are gone.
+pub fn rebuild(workspace: &Path, base_commit: &str, aside: &Path) -> Result<(), SwebenchError> {
+    if !is_full_id(base_commit) {
         return Err(SwebenchError::Git {
-            what: "checkout".to_owned(),
-            message: format!("HEAD is {head}, not {base_commit}"),
+            what: "rebuild".to_owned(),
+            message: format!("base_commit `{base_commit}` is not a full commit id"),
         });
     }
-    Ok(())
+    let dot_git = workspace.join(".git");
+    let is_dir = std::fs::symlink_metadata(&dot_git).is_ok_and(|meta| meta.is_dir());
+    if !is_dir {
+        return Err(SwebenchError::Git {
+            what: "rebuild".to_owned(),
+            message: format!("{} is not a repository directory", dot_git.display()),
+        });
+    }
+    let io = |path: &Path, error: std::io::Error| SwebenchError::Io {
+        path: path.display().to_string(),
+        message: error.to_string(),
+    };
+    if std::fs::symlink_metadata(aside).is_ok() {
+        std::fs::remove_dir_all(aside).map_err(|error| io(aside, error))?;
+    }
+    std::fs::rename(&dot_git, aside).map_err(|error| io(&dot_git, error))?;
+    let rebuilt = init_with(aside, base_commit, workspace).and_then(|()| {
+        let mut reset = git(workspace);
+        reset.args(["reset", "-q", "--mixed", base_commit]);
+        run(reset, "reset").map(drop)
+    });
+    let removed = std::fs::remove_dir_all(aside).map_err(|error| io(aside, error));
+    rebuilt.and(removed)
 }
 
 /// The commit `HEAD` names.

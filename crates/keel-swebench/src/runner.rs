@@ -525,14 +525,17 @@ async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Re
                 ));
             }
             docker.copy_testbed(&image, &target)?;
-            let head = git::head(&target).map_err(|error| error.to_string())?;
-            if !head.eq_ignore_ascii_case(&base) {
-                return Err(format!("{image}'s /testbed is at {head}, not {base}"));
-            }
-            // Clean: nothing differs from HEAD, read as the patch is.
-            let changes = git::patch(&target, &head, false).map_err(|error| error.to_string())?;
+            // The image's repository may hold commits after base_commit
+            // (the fix, through tags, branches or reflogs): it is replaced
+            // by one holding base_commit's history only, as a local
+            // checkout is. Its configuration is read by upload-pack alone.
+            let aside = target.with_file_name("testbed-git");
+            git::rebuild(&target, &base, &aside)
+                .map_err(|error| format!("{image}'s /testbed: {error}"))?;
+            // Clean: nothing differs from base_commit, read as the patch is.
+            let changes = git::patch(&target, &base, false).map_err(|error| error.to_string())?;
             if !changes.is_empty() {
-                return Err(format!("{image}'s /testbed has changes"));
+                return Err(format!("{image}'s /testbed differs from {base}"));
             }
             Ok(())
         })
