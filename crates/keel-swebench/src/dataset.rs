@@ -185,7 +185,11 @@ pub fn load(path: &Path) -> Result<Vec<Instance>, SwebenchError> {
 }
 
 /// Names in the output directory that are not instances' directories.
-pub const RESERVED: [&str; 3] = [crate::manifest::PREDICTIONS, crate::manifest::SESSIONS, "config.json"];
+pub const RESERVED: [&str; 3] = [
+    crate::manifest::PREDICTIONS,
+    crate::manifest::SESSIONS,
+    "config.json",
+];
 
 /// Whether `id` can name an instance's directory: 1 to 200 of
 /// `A-Z a-z 0-9 . _ -`, not starting with a dot, and none of the output
@@ -346,7 +350,9 @@ mod tests {
 
     #[test]
     fn repos_are_owner_and_name() {
-        for bad in ["..", "../x", "a/..", "./b", "a", "a/b/c", "a/", "/b", "a/b c", ""] {
+        for bad in [
+            "..", "../x", "a/..", "./b", "a", "a/b/c", "a/", "/b", "a/b c", "",
+        ] {
             assert!(check_repo(bad).is_err(), "{bad}");
         }
         assert!(check_repo("django/django").is_ok());

@@ -259,9 +259,11 @@ pub fn rebuild(
 pub fn head(workspace: &Path, timeout: Duration) -> Result<String, SwebenchError> {
     let mut command = git(workspace);
     command.args(["rev-parse", "--verify", "HEAD^{commit}"]);
-    Ok(String::from_utf8_lossy(&run(command, "rev-parse", timeout)?)
-        .trim()
-        .to_owned())
+    Ok(
+        String::from_utf8_lossy(&run(command, "rev-parse", timeout)?)
+            .trim()
+            .to_owned(),
+    )
 }
 
 /// Whether `path` (relative to the workspace) lies under a test directory
@@ -334,7 +336,11 @@ pub fn patch(
             .args(args);
         command
     };
-    run(with_index(&["read-tree", base_commit]), "read-tree", timeout)?;
+    run(
+        with_index(&["read-tree", base_commit]),
+        "read-tree",
+        timeout,
+    )?;
     let nested = nested_repositories(workspace)?;
     let mut add = with_index(&["add", "-A", "--", "."]);
     for directory in &nested {

@@ -108,7 +108,9 @@ fn the_patch_runs_no_hook_filter_textconv_external_diff_or_fsmonitor() {
     std::fs::create_dir_all(workspace.join("tests")).unwrap();
     std::fs::write(workspace.join("tests/test_new.py"), "def test(): pass\n").unwrap();
 
-    let patch = keel_swebench::git::patch(&workspace, &base, false, T).unwrap().patch;
+    let patch = keel_swebench::git::patch(&workspace, &base, false, T)
+        .unwrap()
+        .patch;
     assert!(
         !marker.exists(),
         "git ran a planted program: {}",
@@ -137,7 +139,9 @@ fn the_patch_runs_no_hook_filter_textconv_external_diff_or_fsmonitor() {
     assert_eq!(std::fs::read(check.join("b.bin")).unwrap(), [0u8, 9, 9, 3]);
 
     // --exclude-tests leaves the added test file out, and only it.
-    let without = keel_swebench::git::patch(&workspace, &base, true, T).unwrap().patch;
+    let without = keel_swebench::git::patch(&workspace, &base, true, T)
+        .unwrap()
+        .patch;
     assert!(!without.contains("tests/test_new.py"), "{without}");
     assert!(without.contains("+++ b/new.py"), "{without}");
     assert!(!marker.exists(), "git ran a planted program");
@@ -171,14 +175,22 @@ fn nested_repositories_are_left_out_and_their_configuration_never_read() {
     std::fs::write(&config, text).unwrap();
     // A linked-worktree style `.git` file deeper down is a nested one too.
     std::fs::create_dir_all(workspace.join("pkg/vendored")).unwrap();
-    std::fs::write(workspace.join("pkg/vendored/.git"), "gitdir: ../../sub/.git\n").unwrap();
+    std::fs::write(
+        workspace.join("pkg/vendored/.git"),
+        "gitdir: ../../sub/.git\n",
+    )
+    .unwrap();
     std::fs::write(workspace.join("pkg/vendored/v.py"), "v = 1\n").unwrap();
 
     let prediction = keel_swebench::git::patch(&workspace, &base, false, T).unwrap();
     assert_eq!(prediction.nested, vec!["pkg/vendored", "sub"]);
     assert!(prediction.patch.contains("+x = 3"), "{}", prediction.patch);
     assert!(!prediction.patch.contains("sub"), "{}", prediction.patch);
-    assert!(!prediction.patch.contains("vendored"), "{}", prediction.patch);
+    assert!(
+        !prediction.patch.contains("vendored"),
+        "{}",
+        prediction.patch
+    );
 }
 
 #[test]
