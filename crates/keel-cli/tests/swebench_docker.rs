@@ -17,6 +17,7 @@ use swebench_fixture as fixture;
 const STAND_IN: &str = r#"#!/bin/bash
 here="$(cd "$(dirname "$0")" && pwd)"
 (IFS=$'\x1f'; printf '%s\n' "$*") >> "$here/argv.log"
+printf '%s key=%s host=%s\n' "$1" "${KEEL_TEST_CANARY_API_KEY-absent}" "${DOCKER_HOST-absent}" >> "$here/env.log"
 case "$1" in
   image)
     image="${@: -1}"
@@ -111,7 +112,11 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
             script.to_str().unwrap(),
         ],
         home.path(),
-        &[("PATH", &path)],
+        &[
+            ("PATH", &path),
+            ("KEEL_TEST_CANARY_API_KEY", "sk-canary"),
+            ("DOCKER_HOST", "unix:///run/canary.sock"),
+        ],
     );
     let run = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -152,6 +157,17 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
         "{missing:#}"
     );
 
+    // The client saw the engine's address but no other variable of keel's
+    // environment (an API key among them) — the container-side `exec` is
+    // keel-tools' executor, with its own allowlist.
+    let env_log = std::fs::read_to_string(bin.join("env.log")).unwrap();
+    for line in env_log.lines().filter(|line| !line.starts_with("exec ")) {
+        assert!(
+            line.ends_with(" key=absent host=unix:///run/canary.sock"),
+            "{env_log}"
+        );
+    }
+    assert!(env_log.lines().any(|line| line.starts_with("create ")));
     let calls = calls(&bin);
     let workspace = output
         .canonicalize()

@@ -18,6 +18,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use keel_tools::builtin::CONTAINER_CLIENT_ENV;
+
 use crate::dataset::Instance;
 
 /// Where the repository is inside an instance's image.
@@ -68,9 +70,23 @@ impl Docker {
         }
     }
 
-    /// Runs `client ARGS`; its trimmed stdout, or why it failed.
+    /// Runs `client ARGS` with an environment of `PATH`, `HOME`,
+    /// `XDG_RUNTIME_DIR` and the `DOCKER_*` variables that reach the engine
+    /// only; its trimmed stdout, or why it failed.
     fn run(&self, args: &[&str]) -> Result<String, String> {
-        let output = Command::new(&self.client)
+        let mut command = Command::new(&self.client);
+        // Only what a client needs to reach its engine: never the API keys
+        // and whatever else the evaluator's environment holds.
+        command.env_clear();
+        for name in ["PATH", "HOME", "XDG_RUNTIME_DIR"]
+            .iter()
+            .chain(CONTAINER_CLIENT_ENV)
+        {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        let output = command
             .args(args)
             .stdin(Stdio::null())
             .output()
