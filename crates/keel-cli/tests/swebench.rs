@@ -272,6 +272,47 @@ fn a_missing_mirror_is_environment_preparation_failed_and_still_predicted() {
     assert_eq!(predictions[0]["model_patch"], "");
 }
 
+#[test]
+fn relative_repo_mirrors_and_repo_paths_work_as_the_docs_show() {
+    let home = tempfile::tempdir().unwrap();
+    let built = fixture::build(
+        &home.path().join("mirrors"),
+        &[("jpvanhala__inflection-1", &fixture::DASHERIZE)],
+    );
+    fixture::dataset(&home.path().join("d.jsonl"), &built);
+    std::fs::write(
+        home.path().join("script.json"),
+        json!({"turns": [{"content": [{"type": "text", "text": "Done."}]}]}).to_string(),
+    )
+    .unwrap();
+    // keel runs in `home`: every path below is relative to it.
+    for (flag, source, output) in [
+        ("--repo-mirrors", "mirrors", "out"),
+        ("--repo", "mirrors/jpvanhala__inflection", "out2"),
+    ] {
+        let (code, stdout, stderr) = keel(
+            &[
+                "swebench",
+                "run",
+                "--dataset",
+                "d.jsonl",
+                "--environment",
+                "local",
+                flag,
+                source,
+                "-o",
+                output,
+                "--script",
+                "script.json",
+            ],
+            home.path(),
+        );
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        let done = manifest(&home.path().join(output), "jpvanhala__inflection-1");
+        assert_eq!(done["status"], "no_patch", "{flag}: {done:#}");
+    }
+}
+
 /// One SSE `data:` line for a Chat Completions chunk.
 fn chunk(delta: Value, finish: Option<&str>) -> String {
     let body = json!({"id": "c1", "object": "chat.completion.chunk", "model": "local-model",
