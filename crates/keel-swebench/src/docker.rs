@@ -8,7 +8,8 @@
 //! 2. The image's `/testbed` is copied out (`docker create`, `docker cp`,
 //!    `docker rm`) into the instance's workspace on this machine, which must
 //!    then be a clean checkout at `base_commit`.
-//! 3. For the agent: `docker run -d --pull never --network none -v
+//! 3. For the agent: `docker run -d --pull never --network none
+//!    --security-opt no-new-privileges --pids-limit 4096 -v
 //!    WORKSPACE:/testbed -w /testbed IMAGE sleep infinity`. File tools act
 //!    on the workspace through Keel's rooted workspace layer; `bash` runs
 //!    as `docker exec --workdir /testbed CONTAINER /bin/bash -lc COMMAND`
@@ -21,6 +22,10 @@ use std::process::{Command, Stdio};
 use keel_tools::builtin::CONTAINER_CLIENT_ENV;
 
 use crate::dataset::Instance;
+
+/// Most processes at once in an instance's container (a fork bomb stops
+/// there).
+pub const PIDS_LIMIT: &str = "4096";
 
 /// Where the repository is inside an instance's image.
 pub const TESTBED: &str = "/testbed";
@@ -142,6 +147,10 @@ impl Docker {
             "never",
             "--network",
             "none",
+            "--security-opt",
+            "no-new-privileges",
+            "--pids-limit",
+            PIDS_LIMIT,
             "--name",
             name,
             "-v",
