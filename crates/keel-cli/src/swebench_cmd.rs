@@ -171,15 +171,25 @@ pub async fn run(command: SwebenchCommand) -> Result<ExitCode, StartupError> {
     }
 }
 
+/// `path` made absolute against the current directory.
+fn absolute(path: Option<&std::path::Path>) -> Result<Option<PathBuf>, StartupError> {
+    path.map(|path| {
+        std::path::absolute(path)
+            .map_err(|error| StartupError::new("usage", format!("{}: {error}", path.display())))
+    })
+    .transpose()
+}
+
 fn error(error: keel_swebench::SwebenchError) -> StartupError {
     StartupError::new(error.code().to_owned(), error.to_string())
 }
 
 async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
     let environment = match args.environment {
+        // Absolute: git runs in each instance's workspace, not here.
         EnvironmentArg::Local => Environment::Local {
-            mirrors: args.repo_mirrors.clone(),
-            repo: args.repo.clone(),
+            mirrors: absolute(args.repo_mirrors.as_deref())?,
+            repo: absolute(args.repo.as_deref())?,
         },
         EnvironmentArg::Docker => {
             if args.repo_mirrors.is_some() || args.repo.is_some() {

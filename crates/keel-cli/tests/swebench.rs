@@ -272,6 +272,127 @@ fn a_missing_mirror_is_environment_preparation_failed_and_still_predicted() {
     assert_eq!(predictions[0]["model_patch"], "");
 }
 
+#[test]
+fn relative_repo_mirrors_and_repo_paths_work_as_the_docs_show() {
+    let home = tempfile::tempdir().unwrap();
+    let built = fixture::build(
+        &home.path().join("mirrors"),
+        &[("jpvanhala__inflection-1", &fixture::DASHERIZE)],
+    );
+    fixture::dataset(&home.path().join("d.jsonl"), &built);
+    std::fs::write(
+        home.path().join("script.json"),
+        json!({"turns": [{"content": [{"type": "text", "text": "Done."}]}]}).to_string(),
+    )
+    .unwrap();
+    // keel runs in `home`: every path below is relative to it.
+    for (flag, source, output) in [
+        ("--repo-mirrors", "mirrors", "out"),
+        ("--repo", "mirrors/jpvanhala__inflection", "out2"),
+    ] {
+        let (code, stdout, stderr) = keel(
+            &[
+                "swebench",
+                "run",
+                "--dataset",
+                "d.jsonl",
+                "--environment",
+                "local",
+                flag,
+                source,
+                "-o",
+                output,
+                "--script",
+                "script.json",
+            ],
+            home.path(),
+        );
+        assert_eq!(code, 0, "{stdout}\n{stderr}");
+        let done = manifest(&home.path().join(output), "jpvanhala__inflection-1");
+        assert_eq!(done["status"], "no_patch", "{flag}: {done:#}");
+    }
+}
+
+#[test]
+fn a_nested_repository_the_agent_planted_ends_the_instance_instead_of_hanging_it() {
+    let home = tempfile::tempdir().unwrap();
+    let mirrors = home.path().join("mirrors");
+    let built = fixture::build(
+        &mirrors,
+        &[("jpvanhala__inflection-1", &fixture::DASHERIZE)],
+    );
+    let dataset = home.path().join("d.jsonl");
+    fixture::dataset(&dataset, &built);
+    // The agent fixes the bug, then plants a nested repository whose
+    // configuration includes a FIFO: git reading it waits for a writer.
+    let plant = "set -e\ngit init -q sub\necho s > sub/s\n\
+        git -C sub -c user.name=a -c user.email=a@b add -A\n\
+        git -C sub -c user.name=a -c user.email=a@b commit -qm s\n\
+        mkfifo fifo\nprintf '[include]\\n\\tpath = ../../fifo\\n' >> sub/.git/config\n";
+    let script = home.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"turns": [
+            {"content": [fixture::fixing_edit()]},
+            {"content": [{"type": "tool_call", "name": "write",
+                "arguments": {"path": "plant.sh", "content": plant}}]},
+            {"content": [{"type": "tool_call", "name": "bash",
+                "arguments": {"command": "bash plant.sh && echo planted"}}]},
+            {"content": [{"type": "text", "text": "Done."}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let output = home.path().join("out");
+    let mut child = common::spawn_keel(
+        &[
+            "swebench",
+            "run",
+            "--dataset",
+            dataset.to_str().unwrap(),
+            "--environment",
+            "local",
+            "--repo-mirrors",
+            mirrors.to_str().unwrap(),
+            "-o",
+            output.to_str().unwrap(),
+            "--script",
+            script.to_str().unwrap(),
+        ],
+        home.path(),
+        &[],
+    );
+    // Bounded: a hang is killed here and fails the test.
+    let ended = common::wait_until(std::time::Duration::from_secs(300), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !ended {
+        let _ = child.kill();
+    }
+    let run = child.wait_with_output().unwrap();
+    assert!(ended, "keel swebench run hung on the planted repository");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(0), "{stderr}");
+    let events =
+        std::fs::read_to_string(output.join("jpvanhala__inflection-1/events.jsonl")).unwrap();
+    assert!(events.contains("planted"), "the plant ran: {events}");
+    let done = manifest(&output, "jpvanhala__inflection-1");
+    assert_eq!(done["status"], "success", "{done:#}");
+    let diagnostic = done["diagnostic"].as_str().unwrap();
+    assert!(
+        diagnostic.contains("left out of the patch") && diagnostic.contains("sub"),
+        "{diagnostic}"
+    );
+    let patch =
+        std::fs::read_to_string(output.join("jpvanhala__inflection-1/workspace.patch")).unwrap();
+    assert!(
+        patch.contains("+    return word.replace('_', '-')"),
+        "{patch}"
+    );
+    assert!(!patch.contains("+++ b/sub/"), "{patch}");
+    assert!(patch.contains("+++ b/plant.sh"), "{patch}");
+}
+
 /// One SSE `data:` line for a Chat Completions chunk.
 fn chunk(delta: Value, finish: Option<&str>) -> String {
     let body = json!({"id": "c1", "object": "chat.completion.chunk", "model": "local-model",

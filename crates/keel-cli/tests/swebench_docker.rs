@@ -17,6 +17,7 @@ use swebench_fixture as fixture;
 const STAND_IN: &str = r#"#!/bin/bash
 here="$(cd "$(dirname "$0")" && pwd)"
 (IFS=$'\x1f'; printf '%s\n' "$*") >> "$here/argv.log"
+printf '%s key=%s host=%s\n' "$1" "${KEEL_TEST_CANARY_API_KEY-absent}" "${DOCKER_HOST-absent}" >> "$here/env.log"
 case "$1" in
   image)
     image="${@: -1}"
@@ -71,6 +72,15 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
     let image = "swebench/sweb.eval.x86_64.jpvanhala_1776_inflection-1";
     std::fs::write(bin.join("images"), format!("{image}\n")).unwrap();
     fixture::checkout(&mirrors, &built[0].base_commit, &bin.join("testbed"));
+    // The image's repository reaches the fix (as images built before
+    // Sept 2025 do): the clone's remote branches, a tag, the reflog.
+    let fix = built[0].fix_commit.clone();
+    fixture::git(&bin.join("testbed"), &["tag", "v-fix", &fix]);
+    fixture::git(&bin.join("testbed"), &["checkout", "-q", "--detach", &fix]);
+    fixture::git(
+        &bin.join("testbed"),
+        &["checkout", "-q", "--detach", &built[0].base_commit],
+    );
     let command = "sed -i \"s/return word.replace('_', ' ')/return word.replace('_', '-')/\" inflection/__init__.py";
     let script = home.path().join("script.json");
     std::fs::write(
@@ -102,7 +112,11 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
             script.to_str().unwrap(),
         ],
         home.path(),
-        &[("PATH", &path)],
+        &[
+            ("PATH", &path),
+            ("KEEL_TEST_CANARY_API_KEY", "sk-canary"),
+            ("DOCKER_HOST", "unix:///run/canary.sock"),
+        ],
     );
     let run = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -121,6 +135,18 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
         patch.contains("+    return word.replace('_', '-')"),
         "{patch}"
     );
+    // The fix is not in the workspace's repository.
+    let workspace_dir = output.join("jpvanhala__inflection-1/workspace");
+    let reachable = std::process::Command::new("git")
+        .args(["cat-file", "-e", &format!("{fix}^{{commit}}")])
+        .current_dir(&workspace_dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(!reachable.success(), "the fix {fix} is in the workspace");
+    let log = fixture::git(&workspace_dir, &["log", "--all", "--reflog", "--format=%H"]);
+    assert!(!log.contains(&fix), "{log}");
+    assert!(log.contains(&built[0].base_commit), "{log}");
     let missing = manifest("jpvanhala__inflection-2");
     assert_eq!(missing["status"], "environment_preparation_failed");
     assert!(
@@ -131,6 +157,17 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
         "{missing:#}"
     );
 
+    // The client saw the engine's address but no other variable of keel's
+    // environment (an API key among them) — the container-side `exec` is
+    // keel-tools' executor, with its own allowlist.
+    let env_log = std::fs::read_to_string(bin.join("env.log")).unwrap();
+    for line in env_log.lines().filter(|line| !line.starts_with("exec ")) {
+        assert!(
+            line.ends_with(" key=absent host=unix:///run/canary.sock"),
+            "{env_log}"
+        );
+    }
+    assert!(env_log.lines().any(|line| line.starts_with("create ")));
     let calls = calls(&bin);
     let workspace = output
         .canonicalize()
@@ -155,6 +192,10 @@ fn docker_runs_each_instance_in_its_image_without_network_or_pull() {
             "never",
             "--network",
             "none",
+            "--security-opt",
+            "no-new-privileges",
+            "--pids-limit",
+            "4096",
             "--name",
             "keel-swebench-jpvanhala__inflection-1",
             "-v",

@@ -159,31 +159,74 @@ pub fn load(path: &Path) -> Result<Vec<Instance>, SwebenchError> {
         }
         instances
     };
-    let mut seen = std::collections::HashSet::new();
+    // Ids equal but for case would share a container name and, on a
+    // case-insensitive file system, a directory.
+    let mut seen = std::collections::HashMap::new();
     for instance in &instances {
         check_id(&instance.instance_id)?;
-        if !seen.insert(instance.instance_id.as_str()) {
+        check_repo(&instance.repo).map_err(|message| SwebenchError::Dataset {
+            path: shown.clone(),
+            message: format!("instance `{}`: {message}", instance.instance_id),
+        })?;
+        let id = instance.instance_id.as_str();
+        if let Some(earlier) = seen.insert(id.to_ascii_lowercase(), id) {
+            let message = if earlier == id {
+                format!("instance `{id}` appears twice")
+            } else {
+                format!("instances `{earlier}` and `{id}` differ only in case")
+            };
             return Err(SwebenchError::Dataset {
                 path: shown,
-                message: format!("instance `{}` appears twice", instance.instance_id),
+                message,
             });
         }
     }
     Ok(instances)
 }
 
+/// Names in the output directory that are not instances' directories.
+pub const RESERVED: [&str; 3] = [
+    crate::manifest::PREDICTIONS,
+    crate::manifest::SESSIONS,
+    "config.json",
+];
+
 /// Whether `id` can name an instance's directory: 1 to 200 of
-/// `A-Z a-z 0-9 . _ -`, not starting with a dot.
+/// `A-Z a-z 0-9 . _ -`, not starting with a dot, and none of the output
+/// directory's own names ([`RESERVED`], in any case).
 pub fn check_id(id: &str) -> Result<(), SwebenchError> {
     let valid = (1..=200).contains(&id.len())
         && !id.starts_with('.')
         && id
             .bytes()
-            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'));
+            .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+        && !RESERVED
+            .iter()
+            .any(|reserved| reserved.eq_ignore_ascii_case(id));
     if valid {
         Ok(())
     } else {
         Err(SwebenchError::InvalidId(id.chars().take(200).collect()))
+    }
+}
+
+/// Whether `repo` is `owner/name`, each part as [`check_id`] allows and
+/// neither `.` nor `..` (it names a directory under `--repo-mirrors`).
+pub fn check_repo(repo: &str) -> Result<(), String> {
+    let part = |part: &str| {
+        (1..=200).contains(&part.len())
+            && part != "."
+            && part != ".."
+            && part
+                .bytes()
+                .all(|byte| byte.is_ascii_alphanumeric() || matches!(byte, b'.' | b'_' | b'-'))
+    };
+    match repo.split_once('/') {
+        Some((owner, name)) if part(owner) && part(name) => Ok(()),
+        _ => Err(format!(
+            "repo `{}` is not owner/name",
+            repo.chars().take(200).collect::<String>()
+        )),
     }
 }
 
@@ -283,10 +326,42 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let twice = write(dir.path(), "d.jsonl", &format!("{ONE}\n{ONE}\n"));
         assert!(load(&twice).unwrap_err().to_string().contains("twice"));
-        for bad in ["", "..", "../x", "a/b", ".hidden"] {
+        for bad in [
+            "",
+            "..",
+            "../x",
+            "a/b",
+            ".hidden",
+            "predictions.jsonl",
+            "Predictions.JSONL",
+            "sessions",
+            "SESSIONS",
+            "config.json",
+        ] {
             assert!(check_id(bad).is_err(), "{bad}");
         }
         assert!(check_id("django__django-11099").is_ok());
+        assert!(check_id("sessions-1").is_ok());
+        let cased = ONE.replace("a__b-1", "A__b-1");
+        let both = write(dir.path(), "c.jsonl", &format!("{ONE}\n{cased}\n"));
+        let error = load(&both).unwrap_err().to_string();
+        assert!(error.contains("differ only in case"), "{error}");
+    }
+
+    #[test]
+    fn repos_are_owner_and_name() {
+        for bad in [
+            "..", "../x", "a/..", "./b", "a", "a/b/c", "a/", "/b", "a/b c", "",
+        ] {
+            assert!(check_repo(bad).is_err(), "{bad}");
+        }
+        assert!(check_repo("django/django").is_ok());
+        assert!(check_repo("psf/requests.py-fork_2").is_ok());
+        let dir = tempfile::tempdir().unwrap();
+        let escaping = ONE.replace(r#""repo": "a/b""#, r#""repo": "..""#);
+        let file = write(dir.path(), "e.jsonl", &format!("{escaping}\n"));
+        let error = load(&file).unwrap_err().to_string();
+        assert!(error.contains("not owner/name"), "{error}");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! 2. The image's `/testbed` is copied out (`docker create`, `docker cp`,
 //!    `docker rm`) into the instance's workspace on this machine, which must
 //!    then be a clean checkout at `base_commit`.
-//! 3. For the agent: `docker run -d --pull never --network none -v
+//! 3. For the agent: `docker run -d --pull never --network none
+//!    --security-opt no-new-privileges --pids-limit 4096 -v
 //!    WORKSPACE:/testbed -w /testbed IMAGE sleep infinity`. File tools act
 //!    on the workspace through Keel's rooted workspace layer; `bash` runs
 //!    as `docker exec --workdir /testbed CONTAINER /bin/bash -lc COMMAND`
@@ -18,7 +19,13 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use keel_tools::builtin::CONTAINER_CLIENT_ENV;
+
 use crate::dataset::Instance;
+
+/// Most processes at once in an instance's container (a fork bomb stops
+/// there).
+pub const PIDS_LIMIT: &str = "4096";
 
 /// Where the repository is inside an instance's image.
 pub const TESTBED: &str = "/testbed";
@@ -68,9 +75,23 @@ impl Docker {
         }
     }
 
-    /// Runs `client ARGS`; its trimmed stdout, or why it failed.
+    /// Runs `client ARGS` with an environment of `PATH`, `HOME`,
+    /// `XDG_RUNTIME_DIR` and the `DOCKER_*` variables that reach the engine
+    /// only; its trimmed stdout, or why it failed.
     fn run(&self, args: &[&str]) -> Result<String, String> {
-        let output = Command::new(&self.client)
+        let mut command = Command::new(&self.client);
+        // Only what a client needs to reach its engine: never the API keys
+        // and whatever else the evaluator's environment holds.
+        command.env_clear();
+        for name in ["PATH", "HOME", "XDG_RUNTIME_DIR"]
+            .iter()
+            .chain(CONTAINER_CLIENT_ENV)
+        {
+            if let Some(value) = std::env::var_os(name) {
+                command.env(name, value);
+            }
+        }
+        let output = command
             .args(args)
             .stdin(Stdio::null())
             .output()
@@ -126,6 +147,10 @@ impl Docker {
             "never",
             "--network",
             "none",
+            "--security-opt",
+            "no-new-privileges",
+            "--pids-limit",
+            PIDS_LIMIT,
             "--name",
             name,
             "-v",

@@ -16,8 +16,14 @@
 //! so the commits after it (the fix among them) are not in the workspace.
 
 use std::ffi::OsStr;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 
 use crate::SwebenchError;
 
@@ -72,20 +78,68 @@ pub fn git(dir: &Path) -> Command {
     command
 }
 
-/// Runs `command`; its stdout when it succeeds.
-fn run(mut command: Command, what: &str) -> Result<Vec<u8>, SwebenchError> {
-    let output: Output = command.output().map_err(|error| SwebenchError::Git {
+/// How long an evaluator git command may take by default before it is
+/// killed.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Runs `command` in a process group of its own, killed (the whole group)
+/// when it has not finished within `timeout`; its stdout when it succeeds.
+fn run(mut command: Command, what: &str, timeout: Duration) -> Result<Vec<u8>, SwebenchError> {
+    let failed = |message: String| SwebenchError::Git {
         what: what.to_owned(),
-        message: format!("git could not start: {error}"),
-    })?;
-    if output.status.success() {
-        return Ok(output.stdout);
+        message,
+    };
+    command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = command
+        .spawn()
+        .map_err(|error| failed(format!("git could not start: {error}")))?;
+    let mut stdout = child.stdout.take();
+    let mut stderr = child.stderr.take();
+    let out = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(pipe) = stdout.as_mut() {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    });
+    let err = std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        if let Some(pipe) = stderr.as_mut() {
+            let _ = pipe.read_to_end(&mut bytes);
+        }
+        bytes
+    });
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break Some(status),
+            Ok(None) if Instant::now() >= deadline => break None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            Err(error) => return Err(failed(format!("git could not be waited for: {error}"))),
+        }
+    };
+    let Some(status) = status else {
+        // The whole group: whatever git started (a pager, a helper) too.
+        if let Ok(pid) = i32::try_from(child.id()) {
+            let _ = killpg(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(failed(format!(
+            "`git {what}` did not finish within {} s and was killed",
+            timeout.as_secs()
+        )));
+    };
+    let stdout = out.join().unwrap_or_default();
+    let stderr = err.join().unwrap_or_default();
+    if status.success() {
+        return Ok(stdout);
     }
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    Err(SwebenchError::Git {
-        what: what.to_owned(),
-        message: stderr.trim().chars().take(2000).collect(),
-    })
+    let stderr = String::from_utf8_lossy(&stderr);
+    Err(failed(stderr.trim().chars().take(2000).collect()))
 }
 
 /// Whether `commit` looks like a full object id (40 or 64 hex digits).
@@ -96,7 +150,12 @@ pub fn is_full_id(commit: &str) -> bool {
 /// Makes `workspace` (absent or empty) a checkout of `source` (a local
 /// repository, bare or not) at `base_commit`, holding only `base_commit`'s
 /// history, detached, clean.
-pub fn checkout(source: &Path, base_commit: &str, workspace: &Path) -> Result<(), SwebenchError> {
+pub fn checkout(
+    source: &Path,
+    base_commit: &str,
+    workspace: &Path,
+    timeout: Duration,
+) -> Result<(), SwebenchError> {
     if !is_full_id(base_commit) {
         return Err(SwebenchError::Git {
             what: "checkout".to_owned(),
@@ -113,28 +172,11 @@ pub fn checkout(source: &Path, base_commit: &str, workspace: &Path) -> Result<()
         path: workspace.display().to_string(),
         message: error.to_string(),
     })?;
-    let mut init = git(workspace);
-    init.args([
-        "-c",
-        "init.defaultBranch=keel-base",
-        "init",
-        "-q",
-        "--template=",
-    ]);
-    run(init, "init")?;
-    let mut fetch = git(workspace);
-    fetch
-        .args(["fetch", "-q", "--no-tags", "--no-write-fetch-head"])
-        // Upload-pack of a local repository, allowed to send one commit by id.
-        .arg("--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack")
-        .arg("--")
-        .arg(source)
-        .arg(base_commit);
-    run(fetch, "fetch")?;
+    init_with(source, base_commit, workspace, timeout)?;
     let mut checkout = git(workspace);
     checkout.args(["checkout", "-q", "--detach", base_commit]);
-    run(checkout, "checkout")?;
-    let head = head(workspace)?;
+    run(checkout, "checkout", timeout)?;
+    let head = head(workspace, timeout)?;
     if !head.eq_ignore_ascii_case(base_commit) {
         return Err(SwebenchError::Git {
             what: "checkout".to_owned(),
@@ -144,13 +186,84 @@ pub fn checkout(source: &Path, base_commit: &str, workspace: &Path) -> Result<()
     Ok(())
 }
 
+/// A fresh repository in `workspace` holding only `base_commit` and its
+/// history, fetched from `source`.
+fn init_with(
+    source: &Path,
+    base_commit: &str,
+    workspace: &Path,
+    timeout: Duration,
+) -> Result<(), SwebenchError> {
+    let mut init = git(workspace);
+    init.args([
+        "-c",
+        "init.defaultBranch=keel-base",
+        "init",
+        "-q",
+        "--template=",
+    ]);
+    run(init, "init", timeout)?;
+    let mut fetch = git(workspace);
+    fetch
+        .args(["fetch", "-q", "--no-tags", "--no-write-fetch-head"])
+        // Upload-pack of a local repository, allowed to send one commit by id.
+        .arg("--upload-pack=git -c uploadpack.allowAnySHA1InWant=true upload-pack")
+        .arg("--")
+        .arg(source)
+        .arg(base_commit);
+    run(fetch, "fetch", timeout).map(drop)
+}
+
+/// Replaces the repository of `workspace` (a copied checkout, its `.git` a
+/// directory) by a fresh one holding only `base_commit` and its history,
+/// `HEAD` detached at it; the files are not touched. The old repository's
+/// other commits (tags, branches, reflogs: the fix among them) are gone.
+pub fn rebuild(
+    workspace: &Path,
+    base_commit: &str,
+    aside: &Path,
+    timeout: Duration,
+) -> Result<(), SwebenchError> {
+    if !is_full_id(base_commit) {
+        return Err(SwebenchError::Git {
+            what: "rebuild".to_owned(),
+            message: format!("base_commit `{base_commit}` is not a full commit id"),
+        });
+    }
+    let dot_git = workspace.join(".git");
+    let is_dir = std::fs::symlink_metadata(&dot_git).is_ok_and(|meta| meta.is_dir());
+    if !is_dir {
+        return Err(SwebenchError::Git {
+            what: "rebuild".to_owned(),
+            message: format!("{} is not a repository directory", dot_git.display()),
+        });
+    }
+    let io = |path: &Path, error: std::io::Error| SwebenchError::Io {
+        path: path.display().to_string(),
+        message: error.to_string(),
+    };
+    if std::fs::symlink_metadata(aside).is_ok() {
+        std::fs::remove_dir_all(aside).map_err(|error| io(aside, error))?;
+    }
+    std::fs::rename(&dot_git, aside).map_err(|error| io(&dot_git, error))?;
+    let rebuilt = init_with(aside, base_commit, workspace, timeout).and_then(|()| {
+        let mut reset = git(workspace);
+        reset.args(["reset", "-q", "--mixed", base_commit]);
+        run(reset, "reset", timeout).map(drop)
+    });
+    let removed = std::fs::remove_dir_all(aside).map_err(|error| io(aside, error));
+    rebuilt.and(removed)
+}
+
 /// The commit `HEAD` names.
-pub fn head(workspace: &Path) -> Result<String, SwebenchError> {
+pub fn head(workspace: &Path, timeout: Duration) -> Result<String, SwebenchError> {
     let mut command = git(workspace);
     command.args(["rev-parse", "--verify", "HEAD^{commit}"]);
-    Ok(String::from_utf8_lossy(&run(command, "rev-parse")?)
-        .trim()
-        .to_owned())
+    Ok(
+        String::from_utf8_lossy(&run(command, "rev-parse", timeout)?)
+            .trim()
+            .to_owned(),
+    )
 }
 
 /// Whether `path` (relative to the workspace) lies under a test directory
@@ -168,16 +281,30 @@ pub fn under_tests(path: &str) -> bool {
         })
 }
 
+/// A prediction read from a workspace.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Prediction {
+    /// The patch against `base_commit` (empty: no change).
+    pub patch: String,
+    /// Directories left out because they hold a repository of their own (a
+    /// `.git` entry), relative to the workspace.
+    pub nested: Vec<String>,
+}
+
 /// The prediction: `git diff --binary` of the working tree (tracked and
 /// untracked files, `.gitignore` honoured) against `base_commit` itself,
 /// through a private index (the workspace's own is not touched). With
 /// `exclude_tests`, files the agent added under test directories are left
-/// out.
+/// out. Directories holding a repository of their own are left out (git
+/// would read that repository's configuration); every git command is
+/// killed after `timeout`.
 pub fn patch(
     workspace: &Path,
     base_commit: &str,
     exclude_tests: bool,
-) -> Result<String, SwebenchError> {
+    timeout: Duration,
+) -> Result<Prediction, SwebenchError> {
     let scratch = tempfile::tempdir().map_err(|error| SwebenchError::Io {
         path: std::env::temp_dir().display().to_string(),
         message: error.to_string(),
@@ -190,7 +317,7 @@ pub fn patch(
     let mut init = git(scratch.path());
     init.args(["init", "-q", "--bare", "--template="])
         .arg(&private);
-    run(init, "init")?;
+    run(init, "init", timeout)?;
     let objects = objects_of(workspace)?;
     let alternates = private.join("objects/info/alternates");
     std::fs::create_dir_all(private.join("objects/info"))
@@ -209,8 +336,17 @@ pub fn patch(
             .args(args);
         command
     };
-    run(with_index(&["read-tree", base_commit]), "read-tree")?;
-    run(with_index(&["add", "-A", "--", "."]), "add")?;
+    run(
+        with_index(&["read-tree", base_commit]),
+        "read-tree",
+        timeout,
+    )?;
+    let nested = nested_repositories(workspace)?;
+    let mut add = with_index(&["add", "-A", "--", "."]);
+    for directory in &nested {
+        add.arg(format!(":(top,literal,exclude){directory}"));
+    }
+    run(add, "add", timeout)?;
     if exclude_tests {
         let added = run(
             with_index(&[
@@ -223,6 +359,7 @@ pub fn patch(
                 base_commit,
             ]),
             "diff --name-only",
+            timeout,
         )?;
         let dropped: Vec<&[u8]> = added
             .split(|byte| *byte == 0)
@@ -234,7 +371,7 @@ pub fn patch(
             for path in dropped {
                 remove.arg(<OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(path));
             }
-            run(remove, "rm --cached")?;
+            run(remove, "rm --cached", timeout)?;
         }
     }
     let diff = run(
@@ -249,25 +386,61 @@ pub fn patch(
             base_commit,
         ]),
         "diff",
+        timeout,
     )?;
-    String::from_utf8(diff).map_err(|_| SwebenchError::Git {
+    let patch = String::from_utf8(diff).map_err(|_| SwebenchError::Git {
         what: "diff".to_owned(),
         message: "the patch is not UTF-8 text".to_owned(),
-    })
+    })?;
+    Ok(Prediction { patch, nested })
+}
+
+/// The directories below `workspace` (never the workspace itself) that hold
+/// a `.git` entry of any kind, relative and `/`-separated; links are not
+/// followed and such directories are not entered.
+fn nested_repositories(workspace: &Path) -> Result<Vec<String>, SwebenchError> {
+    let mut found = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(relative) = pending.pop() {
+        let directory = workspace.join(&relative);
+        let entries = std::fs::read_dir(&directory).map_err(|error| SwebenchError::Io {
+            path: directory.display().to_string(),
+            message: error.to_string(),
+        })?;
+        let mut children = Vec::new();
+        let mut holds_git = false;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if name == ".git" {
+                holds_git = true;
+                continue;
+            }
+            if entry.file_type().is_ok_and(|kind| kind.is_dir()) {
+                children.push(relative.join(name));
+            }
+        }
+        if holds_git && !relative.as_os_str().is_empty() {
+            found.push(relative.to_string_lossy().into_owned());
+            continue;
+        }
+        pending.extend(children);
+    }
+    found.sort();
+    Ok(found)
 }
 
 /// The workspace repository's object directory, absolute.
 fn objects_of(workspace: &Path) -> Result<PathBuf, SwebenchError> {
+    // Only a real directory: a `.git` file or link would have git (or this
+    // evaluator) follow it wherever the agent pointed it.
     let dot_git = workspace.join(".git");
-    let common = if dot_git.is_dir() {
-        dot_git
-    } else {
-        // A `.git` file (a linked worktree): ask git where its repository is.
-        let mut command = git(workspace);
-        command.args(["rev-parse", "--path-format=absolute", "--git-common-dir"]);
-        PathBuf::from(String::from_utf8_lossy(&run(command, "rev-parse")?).trim())
-    };
-    let objects = common.join("objects");
+    if !std::fs::symlink_metadata(&dot_git).is_ok_and(|meta| meta.is_dir()) {
+        return Err(SwebenchError::Git {
+            what: "objects".to_owned(),
+            message: format!("{} is not a repository directory", dot_git.display()),
+        });
+    }
+    let objects = dot_git.join("objects");
     std::fs::canonicalize(&objects).map_err(|error| SwebenchError::Io {
         path: objects.display().to_string(),
         message: error.to_string(),
@@ -276,6 +449,8 @@ fn objects_of(workspace: &Path) -> Result<PathBuf, SwebenchError> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
+
     use super::*;
 
     #[test]
@@ -285,6 +460,17 @@ mod tests {
         assert!(!under_tests("test_x.py"));
         assert!(!under_tests("pkg/testsuite.py"));
         assert!(!under_tests("src/x.py"));
+    }
+
+    #[test]
+    fn a_command_past_its_deadline_is_killed_with_its_group() {
+        let mut command = Command::new("sh");
+        command.args(["-c", "sleep 30 & sleep 30; exit 0"]);
+        let error = run(command, "wait", Duration::from_millis(200)).unwrap_err();
+        assert!(
+            error.to_string().contains("`git wait` did not finish"),
+            "{error}"
+        );
     }
 
     #[test]

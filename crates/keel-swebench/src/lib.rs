@@ -52,7 +52,9 @@ pub enum SwebenchError {
         message: String,
     },
     /// An instance id cannot name a directory.
-    #[error("instance id `{0}` is not usable as a directory name (A-Z a-z 0-9 . _ -)")]
+    #[error(
+        "instance id `{0}` is not usable as a directory name (1 to 200 of A-Z a-z 0-9 . _ -, no leading dot, not predictions.jsonl, sessions or config.json)"
+    )]
     InvalidId(String),
     /// The selection flags are wrong.
     #[error("{0}")]

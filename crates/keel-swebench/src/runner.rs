@@ -126,6 +126,9 @@ pub struct RunOptions {
     pub mode: PermissionMode,
     /// The runs' tools (`None`: the default ones).
     pub tools: Option<Vec<String>>,
+    /// How long each of the evaluator's git commands may take before it
+    /// is killed (the instance then fails, naming the command).
+    pub git_timeout: Duration,
     /// How the broker builds kernels (provider, model, script, sandbox);
     /// its session directory is set to `OUTPUT/sessions`.
     pub broker: BrokerConfig,
@@ -151,6 +154,7 @@ impl RunOptions {
             exclude_tests: false,
             mode: PermissionMode::Auto,
             tools: None,
+            git_timeout: git::DEFAULT_TIMEOUT,
             broker,
         }
     }
@@ -482,7 +486,8 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
     let base = instance.base_commit.clone();
     let exclude = context.options.exclude_tests;
     let from = workspace.clone();
-    let patch = tokio::task::spawn_blocking(move || git::patch(&from, &base, exclude))
+    let timeout = context.options.git_timeout;
+    let patch = tokio::task::spawn_blocking(move || git::patch(&from, &base, exclude, timeout))
         .await
         .unwrap_or_else(|error| {
             Err(SwebenchError::Git {
@@ -491,8 +496,19 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
             })
         });
     match patch {
-        Ok(patch) => {
+        Ok(prediction) => {
+            let patch = prediction.patch;
             manifest::write_atomic(&dir.join(PATCH), patch.as_bytes())?;
+            if !prediction.nested.is_empty() {
+                let note = format!(
+                    "left out of the patch, holding a repository of their own: {}",
+                    prediction.nested.join(", ")
+                );
+                manifest.diagnostic = Some(match manifest.diagnostic.take() {
+                    Some(earlier) => format!("{earlier}; {note}"),
+                    None => note,
+                });
+            }
             if manifest.status == Status::Success && patch.trim().is_empty() {
                 manifest.status = Status::NoPatch;
             }
@@ -518,6 +534,7 @@ async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Re
         let image = docker::image_name(instance);
         let base = instance.base_commit.clone();
         let target = workspace.to_path_buf();
+        let timeout = context.options.git_timeout;
         return tokio::task::spawn_blocking(move || {
             if !docker.image_present(&image) {
                 return Err(format!(
@@ -525,14 +542,18 @@ async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Re
                 ));
             }
             docker.copy_testbed(&image, &target)?;
-            let head = git::head(&target).map_err(|error| error.to_string())?;
-            if !head.eq_ignore_ascii_case(&base) {
-                return Err(format!("{image}'s /testbed is at {head}, not {base}"));
-            }
-            // Clean: nothing differs from HEAD, read as the patch is.
-            let changes = git::patch(&target, &head, false).map_err(|error| error.to_string())?;
-            if !changes.is_empty() {
-                return Err(format!("{image}'s /testbed has changes"));
+            // The image's repository may hold commits after base_commit
+            // (the fix, through tags, branches or reflogs): it is replaced
+            // by one holding base_commit's history only, as a local
+            // checkout is. Its configuration is read by upload-pack alone.
+            let aside = target.with_file_name("testbed-git");
+            git::rebuild(&target, &base, &aside, timeout)
+                .map_err(|error| format!("{image}'s /testbed: {error}"))?;
+            // Clean: nothing differs from base_commit, read as the patch is.
+            let changes =
+                git::patch(&target, &base, false, timeout).map_err(|error| error.to_string())?;
+            if !changes.patch.is_empty() || !changes.nested.is_empty() {
+                return Err(format!("{image}'s /testbed differs from {base}"));
             }
             Ok(())
         })
@@ -542,7 +563,8 @@ async fn prepare(context: &Context, instance: &Instance, workspace: &Path) -> Re
     let source = context.options.environment.source(instance)?;
     let base = instance.base_commit.clone();
     let target = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || git::checkout(&source, &base, &target))
+    let timeout = context.options.git_timeout;
+    tokio::task::spawn_blocking(move || git::checkout(&source, &base, &target, timeout))
         .await
         .map_err(|error| error.to_string())?
         .map_err(|error| error.to_string())

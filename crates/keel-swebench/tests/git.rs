@@ -6,6 +6,11 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
+
+/// The evaluator's deadline on each git command in these tests: a hang
+/// ends as an error, so no test waits unbounded.
+const T: Duration = Duration::from_secs(60);
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let output = Command::new("git")
@@ -48,7 +53,7 @@ fn the_patch_runs_no_hook_filter_textconv_external_diff_or_fsmonitor() {
     std::fs::create_dir_all(&mirror).unwrap();
     let (base, later) = repository(&mirror);
     let workspace = scratch.path().join("workspace");
-    keel_swebench::git::checkout(&mirror, &base, &workspace).unwrap();
+    keel_swebench::git::checkout(&mirror, &base, &workspace, T).unwrap();
     // Only base_commit's history is in the checkout.
     let later_there = Command::new("git")
         .args(["cat-file", "-e", &later])
@@ -103,7 +108,9 @@ fn the_patch_runs_no_hook_filter_textconv_external_diff_or_fsmonitor() {
     std::fs::create_dir_all(workspace.join("tests")).unwrap();
     std::fs::write(workspace.join("tests/test_new.py"), "def test(): pass\n").unwrap();
 
-    let patch = keel_swebench::git::patch(&workspace, &base, false).unwrap();
+    let patch = keel_swebench::git::patch(&workspace, &base, false, T)
+        .unwrap()
+        .patch;
     assert!(
         !marker.exists(),
         "git ran a planted program: {}",
@@ -119,7 +126,7 @@ fn the_patch_runs_no_hook_filter_textconv_external_diff_or_fsmonitor() {
     assert!(patch.contains(".gitattributes"), "{patch}");
     // It applies at base_commit.
     let check = scratch.path().join("check");
-    keel_swebench::git::checkout(&mirror, &base, &check).unwrap();
+    keel_swebench::git::checkout(&mirror, &base, &check, T).unwrap();
     std::fs::write(scratch.path().join("p.patch"), &patch).unwrap();
     git(
         &check,
@@ -132,10 +139,78 @@ fn the_patch_runs_no_hook_filter_textconv_external_diff_or_fsmonitor() {
     assert_eq!(std::fs::read(check.join("b.bin")).unwrap(), [0u8, 9, 9, 3]);
 
     // --exclude-tests leaves the added test file out, and only it.
-    let without = keel_swebench::git::patch(&workspace, &base, true).unwrap();
+    let without = keel_swebench::git::patch(&workspace, &base, true, T)
+        .unwrap()
+        .patch;
     assert!(!without.contains("tests/test_new.py"), "{without}");
     assert!(without.contains("+++ b/new.py"), "{without}");
     assert!(!marker.exists(), "git ran a planted program");
     // The workspace's own index is untouched.
     assert!(git(&workspace, &["diff", "--cached", "--name-only"]).is_empty());
+}
+
+#[test]
+fn nested_repositories_are_left_out_and_their_configuration_never_read() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mirror = scratch.path().join("mirror");
+    std::fs::create_dir_all(&mirror).unwrap();
+    let (base, _) = repository(&mirror);
+    let workspace = scratch.path().join("workspace");
+    keel_swebench::git::checkout(&mirror, &base, &workspace, T).unwrap();
+    std::fs::write(workspace.join("a.py"), "x = 3\n").unwrap();
+    // A nested repository whose configuration includes a FIFO: git reading
+    // it would wait forever for a writer.
+    let sub = workspace.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    git(&sub, &["init", "-q"]);
+    std::fs::write(sub.join("s.txt"), "s\n").unwrap();
+    git(&sub, &["add", "-A"]);
+    git(&sub, &["commit", "-q", "-m", "s"]);
+    let fifo = workspace.join("fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success());
+    let config = sub.join(".git/config");
+    let mut text = std::fs::read_to_string(&config).unwrap();
+    text.push_str("[include]\n\tpath = ../../fifo\n");
+    std::fs::write(&config, text).unwrap();
+    // A linked-worktree style `.git` file deeper down is a nested one too.
+    std::fs::create_dir_all(workspace.join("pkg/vendored")).unwrap();
+    std::fs::write(
+        workspace.join("pkg/vendored/.git"),
+        "gitdir: ../../sub/.git\n",
+    )
+    .unwrap();
+    std::fs::write(workspace.join("pkg/vendored/v.py"), "v = 1\n").unwrap();
+
+    let prediction = keel_swebench::git::patch(&workspace, &base, false, T).unwrap();
+    assert_eq!(prediction.nested, vec!["pkg/vendored", "sub"]);
+    assert!(prediction.patch.contains("+x = 3"), "{}", prediction.patch);
+    assert!(!prediction.patch.contains("sub"), "{}", prediction.patch);
+    assert!(
+        !prediction.patch.contains("vendored"),
+        "{}",
+        prediction.patch
+    );
+}
+
+#[test]
+fn a_workspace_whose_git_is_not_a_directory_is_refused_without_discovery() {
+    let scratch = tempfile::tempdir().unwrap();
+    let mirror = scratch.path().join("mirror");
+    std::fs::create_dir_all(&mirror).unwrap();
+    let (base, _) = repository(&mirror);
+    let workspace = scratch.path().join("workspace");
+    keel_swebench::git::checkout(&mirror, &base, &workspace, T).unwrap();
+    // The agent swaps the repository for a `.git` file pointing elsewhere.
+    std::fs::rename(workspace.join(".git"), scratch.path().join("moved")).unwrap();
+    std::fs::write(
+        workspace.join(".git"),
+        format!("gitdir: {}\n", scratch.path().join("moved").display()),
+    )
+    .unwrap();
+    let error = keel_swebench::git::patch(&workspace, &base, false, T).unwrap_err();
+    assert!(
+        error.to_string().contains("not a repository directory"),
+        "{error}"
+    );
 }

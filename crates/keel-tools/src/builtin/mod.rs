@@ -29,7 +29,7 @@ use keel_protocol::{IntentKind, IntentScope, OperationIntent, ToolErrorCode};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-pub use bash::{BashOptions, BashTool, ContainerExec, Executor};
+pub use bash::{BashOptions, BashTool, CONTAINER_CLIENT_ENV, ContainerExec, Executor};
 pub use edit::EditTool;
 pub use find::FindTool;
 pub use grep::GrepTool;

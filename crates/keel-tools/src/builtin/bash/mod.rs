@@ -143,7 +143,7 @@ impl ContainerExec {
 
 /// Variables of the host's snapshot a container client needs to reach its
 /// engine, passed to it besides the allowlist.
-const CONTAINER_CLIENT_ENV: &[&str] = &[
+pub const CONTAINER_CLIENT_ENV: &[&str] = &[
     "DOCKER_HOST",
     "DOCKER_CONTEXT",
     "DOCKER_CONFIG",
