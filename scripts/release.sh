@@ -99,4 +99,6 @@ tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
 rm -rf "$stage"
 
 echo "release: $dist/$name.tar.gz ($(du -k "$dist/$name.tar.gz" | cut -f1) KiB), binary $(du -k "$binary" | cut -f1) KiB"
-echo "$binary" >&3
+# An absolute path: callers use it from other directories (a test runs
+# in its crate's directory).
+realpath "$binary" >&3
