@@ -986,15 +986,25 @@ fn io(path: &Path, error: &std::io::Error) -> SwebenchError {
 /// The events file, opened to append; a line a crash cut short is ended
 /// first, so the next event starts a line of its own.
 fn open_events(path: &Path) -> Result<std::fs::File, SwebenchError> {
+    use std::os::unix::fs::FileExt;
     let mut file = std::fs::OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .open(path)
         .map_err(|error| io(path, &error))?;
-    let torn = std::fs::read(path)
-        .map(|bytes| bytes.last().is_some_and(|last| *last != b'\n'))
-        .unwrap_or(false);
-    if torn {
+    // Only the last byte tells: the file is not read again whole. A
+    // file that cannot be read counts as ended, as before.
+    let mut last = [b'\n'];
+    if let Some(offset) = file
+        .metadata()
+        .ok()
+        .and_then(|meta| meta.len().checked_sub(1))
+        && file.read_exact_at(&mut last, offset).is_err()
+    {
+        last = [b'\n'];
+    }
+    if last[0] != b'\n' {
         file.write_all(b"\n").map_err(|error| io(path, &error))?;
     }
     Ok(file)
