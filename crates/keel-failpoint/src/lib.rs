@@ -13,6 +13,10 @@
 //! Nth time it is reached (the first when `N` is absent); every other point,
 //! and every point when the variable is unset, does nothing.
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 /// After an assistant message is acknowledged, before its tools run.
 pub const AFTER_MESSAGE_END: &str = "after_message_end";
 /// After a batch's `effect_started` records are acknowledged, before any

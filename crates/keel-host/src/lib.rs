@@ -17,6 +17,10 @@
 //!   and is fixed per run by the kernel; this crate only describes what the
 //!   kernel's policy does ([`modes`]).
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 pub mod answers;
 mod assemble;
 pub mod broker;

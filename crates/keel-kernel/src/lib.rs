@@ -49,6 +49,10 @@
 //! its own at the layer it needs, called from the turn loop or the tool
 //! pipeline through a small seam — not another branch inside them.
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 mod accumulator;
 mod checkpoint;
 mod compaction;

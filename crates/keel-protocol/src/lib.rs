@@ -10,6 +10,10 @@
 //! tagged with a `type` (or `role`) field, and the JSON Schemas generated from
 //! these types are checked into `schema/` (see [`schema::all`]).
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 pub mod context;
 pub mod control;
 pub mod effect;

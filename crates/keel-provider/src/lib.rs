@@ -23,6 +23,10 @@
 //! - `test-util`: `testing` (a local server that speaks like a provider)
 //!   and, with `http`, `conformance` (the checks every HTTP adapter passes).
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 #[cfg(feature = "http")]
 pub mod anthropic;
 pub mod base_url;

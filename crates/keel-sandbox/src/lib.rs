@@ -49,6 +49,10 @@
 //!   [`SandboxMode::External`] or by granting `full`.
 //! - A child's environment holds only allowlisted variables ([`env`]).
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod capabilities;

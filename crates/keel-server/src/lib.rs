@@ -29,6 +29,10 @@
 //! - This crate reads no environment variable and no current directory;
 //!   the host (keel-cli) passes them in.
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 pub mod auth;
 pub mod config;
 mod dispatch;

@@ -21,6 +21,10 @@
 //! store and by hosts that draw a branch, so a broken or cyclic link is
 //! handled the same way everywhere.
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 #[cfg(feature = "test-util")]
 pub mod conformance;
 pub mod jsonl;

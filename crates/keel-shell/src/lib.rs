@@ -42,6 +42,10 @@
 //!   needs the analysis never builds Landlock or seccomp. [`paths`] holds
 //!   the path helpers the rooted workspace shares with it.
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 mod ast;
 mod check;
 mod commands;

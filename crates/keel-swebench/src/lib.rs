@@ -26,6 +26,10 @@
 //! written atomically), [`runner`] (the batch), [`status`] (summaries and
 //! the harness hand-off).
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 pub mod dataset;
 pub mod docker;
 pub mod git;

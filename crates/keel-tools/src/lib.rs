@@ -21,6 +21,10 @@
 //! crate holds no `unsafe` code: whatever a child process needs between fork
 //! and exec is done by [`sandbox::Confinement::apply`].
 
+// Every `pub` item is part of the public API (tests/public_api.rs in
+// keel-cli checks what that API promises).
+#![warn(unreachable_pub)]
+
 mod beneath;
 pub mod binding;
 pub mod builtin;

@@ -117,7 +117,7 @@ pub(super) struct Collected {
 
 impl Collected {
     /// Host-facing details of a result.
-    pub fn details(&self, exit_code: Option<i32>) -> Value {
+    pub(crate) fn details(&self, exit_code: Option<i32>) -> Value {
         let mut details = json!({"exit_code": exit_code, "truncated": self.truncated});
         if let Some(path) = &self.full_output_path {
             details["full_output_path"] = json!(path.display().to_string());
@@ -131,7 +131,7 @@ impl Collected {
 
 impl Collector {
     /// An empty collector streaming progress to `progress`.
-    pub fn new(
+    pub(crate) fn new(
         progress: ProgressSink,
         limits: Limits,
         outputs: crate::outputs::OutputStore,
@@ -159,7 +159,7 @@ impl Collector {
     }
 
     /// Adds one chunk from `stream`.
-    pub async fn push(&mut self, stream: Stream, bytes: &[u8]) {
+    pub(crate) async fn push(&mut self, stream: Stream, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
         }
@@ -182,7 +182,7 @@ impl Collector {
 
     /// Whether the output has been a flood: above the flood rate for
     /// `flood_windows` consecutive windows.
-    pub fn flooded(&self) -> bool {
+    pub(crate) fn flooded(&self) -> bool {
         self.rate.flooded_windows >= self.limits.flood_windows
     }
 
@@ -235,7 +235,7 @@ impl Collector {
     }
 
     /// The final output: the tail, with a note naming the full log if cut.
-    pub async fn finish(mut self) -> Collected {
+    pub(crate) async fn finish(mut self) -> Collected {
         let text = String::from_utf8_lossy(&self.memory).into_owned();
         let tail = truncate_tail(&text, MAX_LINES, MAX_BYTES);
         let truncated = tail.truncated || !matches!(self.log, Log::None);
