@@ -128,7 +128,7 @@ fn workspace() -> Fixture {
 
 /// Plays `script` in `directory` with read + edit and returns every event.
 async fn play(script: Script, directory: &Fixture, store: Store) -> Vec<RunEvent> {
-    let tools: [Arc<dyn Tool>; 2] = [Arc::new(ReadTool), Arc::new(EditTool)];
+    let tools: [Arc<dyn Tool>; 2] = [Arc::new(ReadTool::default()), Arc::new(EditTool::default())];
     let store: Arc<dyn SessionStore> = match store {
         Store::Memory => Arc::new(MemoryStore::new()),
         Store::Jsonl => {

@@ -127,10 +127,8 @@ async fn prompt(
                 );
             }
             Some(b'a') => {
-                let always = PermissionAnswer {
-                    resolution: PermissionResolution::Approved,
-                    scope: PermissionScope::Always,
-                };
+                let always =
+                    PermissionAnswer::new(PermissionResolution::Approved, PermissionScope::Always);
                 break (always, "yes, always for this session");
             }
             // n, Enter, Escape, Ctrl-D and end of input deny; other keys are ignored.

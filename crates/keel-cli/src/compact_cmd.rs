@@ -52,20 +52,18 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
     let workspace = workspace
         .map(std::path::PathBuf::from)
         .filter(|path| path.is_dir());
-    let settings = Settings::load(&Sources {
-        config_file: args.config,
-        profile: None,
-        overrides: Vec::new(),
-        workspace: None,
-    })?;
+    let mut sources = Sources::default();
+    sources.config_file = args.config;
+    let settings = Settings::load(&sources)?;
     let mut config = settings
-        .resolve(Choices {
-            provider: Some(provider),
-            model: args.model.or(model),
-            base_url: args.base_url,
-            script: args.script,
-            workspace: workspace.clone(),
-            ..Choices::default()
+        .resolve({
+            let mut choices = Choices::default();
+            choices.provider = Some(provider);
+            choices.model = args.model.or(model);
+            choices.base_url = args.base_url;
+            choices.script = args.script;
+            choices.workspace = workspace.clone();
+            choices
         })?
         .config;
     config.workspace = workspace;
@@ -84,13 +82,16 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
                     report.tokens_after
                 ));
             } else {
-                print_json(&HostLine::Compaction(CompactionLine {
-                    session_id: id.clone(),
-                    checkpoint_id: report.checkpoint_id,
-                    covered_entries: report.covered_entries as u64,
-                    tokens_before: report.tokens_before,
-                    tokens_after: report.tokens_after,
-                    path: sessions::session_file(&store, &id)?.display().to_string(),
+                print_json(&HostLine::Compaction({
+                    let mut compaction_line = CompactionLine::default();
+                    compaction_line.session_id = id.clone();
+                    compaction_line.checkpoint_id = report.checkpoint_id;
+                    compaction_line.covered_entries = report.covered_entries as u64;
+                    compaction_line.tokens_before = report.tokens_before;
+                    compaction_line.tokens_after = report.tokens_after;
+                    compaction_line.path =
+                        sessions::session_file(&store, &id)?.display().to_string();
+                    compaction_line
                 }));
             }
             Ok(ExitCode::SUCCESS)
@@ -99,10 +100,10 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             if terminal {
                 say(format!("session {id}: {} ({})", error.message, error.code));
             } else {
-                print_json(&HostLine::CompactionFailed(CompactionFailedLine {
-                    session_id: id.clone(),
+                print_json(&HostLine::CompactionFailed(CompactionFailedLine::new(
+                    id.clone(),
                     error,
-                }));
+                )));
             }
             Ok(ExitCode::from(1))
         }

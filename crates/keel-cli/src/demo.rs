@@ -201,14 +201,12 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
 }
 
 fn build_kernel(case: &Case, root: &std::path::Path) -> Result<AgentKernel, StartupError> {
-    let retry = RetryPolicy {
-        max_attempts: 4,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_secs(1),
-        // Demos are deterministic: their delays are exact.
-        jitter_percent: 0,
-        ..RetryPolicy::default()
-    };
+    let mut retry = RetryPolicy::default();
+    retry.max_attempts = 4;
+    retry.base_delay = Duration::from_millis(10);
+    retry.max_delay = Duration::from_secs(1);
+    // Demos are deterministic: their delays are exact.
+    retry.jitter_percent = 0;
     demo_kernel(case.script, root, Arc::new(MemoryStore::new()), Some(retry))
 }
 

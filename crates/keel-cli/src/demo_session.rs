@@ -136,26 +136,26 @@ async fn invalid_entry(
         .map(|info| info.id.clone())
         .unwrap_or_default();
     let before = store.entries(&session).await.map_err(session_error)?.len();
-    let orphan = Entry {
-        id: "orphan".into(),
-        parent_id: Some("no-such-entry".into()),
-        timestamp: 0,
-        payload: EntryPayload::Message {
+    let orphan = Entry::new(
+        "orphan",
+        Some("no-such-entry".into()),
+        0,
+        EntryPayload::Message {
             message: Message::User(UserMessage::text("I have no parent")),
         },
-    };
+    );
     // Held as a live run holds it: the file is locked for as long.
     let lease = store.open_writer(&session).await.map_err(session_error)?;
     let refused = store.append(&session, vec![orphan]).await;
     let second_writer = JsonlStore::new(store.dir()).map_err(session_error)?;
-    let intruder = Entry {
-        id: "intruder".into(),
-        parent_id: store.leaf(&session).await.map_err(session_error)?,
-        timestamp: 0,
-        payload: EntryPayload::Message {
+    let intruder = Entry::new(
+        "intruder",
+        store.leaf(&session).await.map_err(session_error)?,
+        0,
+        EntryPayload::Message {
             message: Message::User(UserMessage::text("a second writer")),
         },
-    };
+    );
     let locked = second_writer.append(&session, vec![intruder]).await;
     drop(lease);
     let after = store.entries(&session).await.map_err(session_error)?.len();

@@ -42,10 +42,10 @@ pub fn run(json_output: bool) -> Result<ExitCode, StartupError> {
         .prefix("keel-doctor-")
         .tempdir()
         .map_err(|error| StartupError::new("workspace", error.to_string()))?;
-    let sandbox = |level| Sandbox {
-        level,
-        config: std::sync::Arc::new(keel_host::host_sandbox()),
-        metadata_writable: false,
+    let sandbox = |level| {
+        Sandbox::new(level)
+            .with_config(std::sync::Arc::new(keel_host::host_sandbox()))
+            .with_metadata_writable(false)
     };
     let live: Vec<(&str, Result<(), String>)> = LEVELS
         .iter()

@@ -16,12 +16,11 @@ use crate::output::say;
 use crate::startup::StartupError;
 
 pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
-    let settings = Settings::load(&Sources {
-        config_file: args.config,
-        profile: args.profile,
-        overrides: args.overrides,
-        workspace: None,
-    })?;
+    let mut sources = Sources::default();
+    sources.config_file = args.config;
+    sources.profile = args.profile;
+    sources.overrides = args.overrides;
+    let settings = Settings::load(&sources)?;
     let config = settings.catalog;
     let terminal = std::io::stdout().is_terminal();
     for (name, provider) in &config.providers {

@@ -142,19 +142,21 @@ impl Output {
             .as_ref()
             .map(|message| message.text())
             .unwrap_or_default();
-        let changes = changes.map(|changes| WorkspaceChangesLine {
-            changed_paths: changes.changed_paths.clone(),
-            patch: changes.patch.clone(),
-            git_code: changes.git_code.clone(),
+        let changes = changes.map(|changes| {
+            let mut workspace_changes_line = WorkspaceChangesLine::default();
+            workspace_changes_line.changed_paths = changes.changed_paths.clone();
+            workspace_changes_line.patch = changes.patch.clone();
+            workspace_changes_line.git_code = changes.git_code.clone();
+            workspace_changes_line
         });
         let totals = state.totals.clone();
         match &mut state.form {
             Form::StreamJson => {
-                print_json(&HostLine::Result(Box::new(ResultLine {
-                    result: result.clone(),
-                    totals,
-                    workspace_changes: None,
-                    session: None,
+                print_json(&HostLine::Result(Box::new({
+                    let mut result_line = ResultLine::new(result.clone(), totals);
+                    result_line.workspace_changes = None;
+                    result_line.session = None;
+                    result_line
                 })));
                 if let Some(changes) = changes {
                     print_json(&HostLine::WorkspaceChanges(changes));
@@ -163,11 +165,11 @@ impl Output {
                     print_json(&HostLine::Session(session));
                 }
             }
-            Form::Json => print_json(&HostLine::Result(Box::new(ResultLine {
-                result: result.clone(),
-                totals,
-                workspace_changes: changes,
-                session,
+            Form::Json => print_json(&HostLine::Result(Box::new({
+                let mut result_line = ResultLine::new(result.clone(), totals);
+                result_line.workspace_changes = changes;
+                result_line.session = session;
+                result_line
             }))),
             Form::View(view) => {
                 view.finish(result, &totals);
@@ -213,9 +215,10 @@ impl State {
     fn count(&mut self, event: &RunEvent) {
         match &event.kind {
             RunEventKind::RunStarted { .. } => {
-                self.totals = RunTotals {
-                    cost_usd: Some(0.0),
-                    ..RunTotals::default()
+                self.totals = {
+                    let mut run_totals = RunTotals::default();
+                    run_totals.cost_usd = Some(0.0);
+                    run_totals
                 };
                 self.started = Instant::now();
             }

@@ -41,12 +41,14 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         }
         _ => None,
     };
-    let resume = Resume {
-        session: args.session.as_deref(),
-        fork: args.fork.as_deref(),
-        latest: args.continue_latest,
-        workspace: workspace.as_deref(),
-        workspace_given: args.workspace.is_some(),
+    let resume = {
+        let mut resume = Resume::default();
+        resume.session = args.session.as_deref();
+        resume.fork = args.fork.as_deref();
+        resume.latest = args.continue_latest;
+        resume.workspace = workspace.as_deref();
+        resume.workspace_given = args.workspace.is_some();
+        resume
     };
     let continued = sessions::continued_session(&store, resume).await?;
     if let Some(repair) = &continued.repair {
@@ -102,16 +104,15 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
         Some(given) => Some(sessions::workspace_root(Some(given))?),
         None => None,
     };
-    let continued = sessions::continued_session(
-        &store,
-        Resume {
-            session: args.session.as_deref(),
-            fork: None,
-            latest: args.continue_latest,
-            workspace: workspace.as_deref(),
-            workspace_given: args.workspace.is_some(),
-        },
-    )
+    let continued = sessions::continued_session(&store, {
+        let mut resume = Resume::default();
+        resume.session = args.session.as_deref();
+        resume.fork = None;
+        resume.latest = args.continue_latest;
+        resume.workspace = workspace.as_deref();
+        resume.workspace_given = args.workspace.is_some();
+        resume
+    })
     .await?;
     if let Some(repair) = &continued.repair {
         eprintln!("keel: {}", session_cmd::repaired(repair));
@@ -202,10 +203,7 @@ async fn drive(
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
     let path = sessions::session_file(store, &result.session_id)?;
-    let session = SessionLine {
-        id: result.session_id.clone(),
-        path: path.display().to_string(),
-    };
+    let session = SessionLine::new(result.session_id.clone(), path.display().to_string());
     host::finish(&output, &result, changes.as_ref(), Some(session))?;
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),
@@ -288,21 +286,23 @@ fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
         Some(workspace) => Some(workspace.clone()),
         None => std::env::current_dir().ok(),
     };
-    let settings = Settings::load(&Sources {
-        config_file: args.settings.config.clone(),
-        profile: args.settings.profile.clone(),
-        overrides: args.settings.overrides.clone(),
-        workspace,
-    })?;
-    Ok(settings.resolve(Choices {
-        provider: args.provider.clone(),
-        model: args.model.clone(),
-        base_url: args.base_url.clone(),
-        script: args.script.clone(),
-        mode: args.mode.map(PermissionMode::from),
-        tools: args.tools.clone(),
-        sandbox_read: args.sandbox_read.clone(),
-        workspace: args.workspace.clone(),
+    let mut sources = Sources::default();
+    sources.config_file = args.settings.config.clone();
+    sources.profile = args.settings.profile.clone();
+    sources.overrides = args.settings.overrides.clone();
+    sources.workspace = workspace;
+    let settings = Settings::load(&sources)?;
+    Ok(settings.resolve({
+        let mut choices = Choices::default();
+        choices.provider = args.provider.clone();
+        choices.model = args.model.clone();
+        choices.base_url = args.base_url.clone();
+        choices.script = args.script.clone();
+        choices.mode = args.mode.map(PermissionMode::from);
+        choices.tools = args.tools.clone();
+        choices.sandbox_read = args.sandbox_read.clone();
+        choices.workspace = args.workspace.clone();
+        choices
     })?)
 }
 
@@ -352,13 +352,14 @@ fn stream_broker(
     config.ring_bytes = 64 << 20;
     let broker = keel_host::broker::Broker::with_store(config, Arc::clone(store));
     let workspace = sessions::workspace_root(args.workspace.as_deref())?;
-    let template = keel_protocol::rpc::methods::RunStartParams {
-        workspace: workspace.display().to_string(),
-        mode: Some(mode),
-        tools: args.tools.clone(),
-        max_turns: args.max_turns,
-        max_cost_usd: args.max_budget_usd,
-        ..Default::default()
+    let template = {
+        let mut run_start_params = keel_protocol::rpc::methods::RunStartParams::default();
+        run_start_params.workspace = workspace.display().to_string();
+        run_start_params.mode = Some(mode);
+        run_start_params.tools = args.tools.clone();
+        run_start_params.max_turns = args.max_turns;
+        run_start_params.max_cost_usd = args.max_budget_usd;
+        run_start_params
     };
     broker.prepare(&template)?;
     Ok((broker, stream_input::Runs { template }))

@@ -33,12 +33,11 @@ pub async fn rpc(args: RpcArgs) -> Result<ExitCode, StartupError> {
 
 /// `keel serve`: listens until SIGTERM or SIGINT, then drains.
 pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
-    let settings = Settings::load(&Sources {
-        config_file: args.broker.settings.config.clone(),
-        profile: args.broker.settings.profile.clone(),
-        overrides: args.broker.settings.overrides.clone(),
-        workspace: None,
-    })?;
+    let mut sources = Sources::default();
+    sources.config_file = args.broker.settings.config.clone();
+    sources.profile = args.broker.settings.profile.clone();
+    sources.overrides = args.broker.settings.overrides.clone();
+    let settings = Settings::load(&sources)?;
     let mut flags = ServeFlags::default();
     flags.listen = args.listen.clone();
     flags.token_file = args.token_file.clone();

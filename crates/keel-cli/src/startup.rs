@@ -53,10 +53,7 @@ impl StartupError {
             let first = first.strip_prefix("error: ").unwrap_or(first);
             eprintln!("keel: {} [{}]", crate::escape::visible(first), self.code);
         } else {
-            let line = HostLine::StartupError(StartupErrorLine {
-                code: self.code,
-                message: self.message,
-            });
+            let line = HostLine::StartupError(StartupErrorLine::new(self.code, self.message));
             match serde_json::to_string(&line) {
                 Ok(line) => say(line),
                 Err(error) => eprintln!("keel: {error}"),

@@ -89,16 +89,18 @@ impl Runs {
 
     fn resume(&self, session: String) -> Value {
         let template = &self.template;
-        let params = SessionResumeParams {
-            session_id: session,
-            workspace: Some(template.workspace.clone()),
-            provider: template.provider.clone(),
-            model: template.model.clone(),
-            mode: template.mode,
-            tools: template.tools.clone(),
-            max_turns: template.max_turns,
-            max_cost_usd: template.max_cost_usd,
-            subscribe: Some(true),
+        let params = {
+            let mut session_resume_params = SessionResumeParams::default();
+            session_resume_params.session_id = session;
+            session_resume_params.workspace = Some(template.workspace.clone());
+            session_resume_params.provider = template.provider.clone();
+            session_resume_params.model = template.model.clone();
+            session_resume_params.mode = template.mode;
+            session_resume_params.tools = template.tools.clone();
+            session_resume_params.max_turns = template.max_turns;
+            session_resume_params.max_cost_usd = template.max_cost_usd;
+            session_resume_params.subscribe = Some(true);
+            session_resume_params
         };
         serde_json::to_value(params).unwrap_or(Value::Null)
     }
@@ -227,10 +229,7 @@ impl Driver<'_> {
                 }
             };
             let path = sessions::session_file(self.store, &result.session_id)?;
-            let line = SessionLine {
-                id: result.session_id.clone(),
-                path: path.display().to_string(),
-            };
+            let line = SessionLine::new(result.session_id.clone(), path.display().to_string());
             host::finish(&self.output, &result, changes.as_ref(), Some(line))?;
             last = Some(result);
             if *self.signalled.borrow() {

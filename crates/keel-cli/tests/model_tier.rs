@@ -51,12 +51,15 @@ fn provider(url: &str) -> OpenAiChat {
 }
 
 fn request(prompt: &str, max_output_tokens: Option<u32>) -> ModelRequest {
-    ModelRequest {
-        model: "smollm2".into(),
-        system_prompt: "You are a helpful assistant.".into(),
-        messages: vec![Message::User(UserMessage::text(prompt)).into()],
-        tools: Vec::new(),
-        max_output_tokens,
+    {
+        let mut model_request = ModelRequest::new(
+            "smollm2",
+            "You are a helpful assistant.",
+            vec![Message::User(UserMessage::text(prompt)).into()],
+        );
+        model_request.tools = Vec::new();
+        model_request.max_output_tokens = max_output_tokens;
+        model_request
     }
 }
 

@@ -39,10 +39,7 @@ pub fn answer_line(line: Option<&str>, request_id: &str) -> PermissionAnswer {
         Some("always") => PermissionScope::Always,
         _ => PermissionScope::Once,
     };
-    PermissionAnswer {
-        resolution: resolution(id_matches && is_approval(decision)),
-        scope,
-    }
+    PermissionAnswer::new(resolution(id_matches && is_approval(decision)), scope)
 }
 
 /// Whether a word is an approval: the words [`HostDecision::Approve`]

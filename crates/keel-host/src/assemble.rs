@@ -125,9 +125,11 @@ pub fn user_config_path() -> Option<PathBuf> {
 pub fn host_sandbox() -> SandboxConfig {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let cargo_home = std::env::var_os("CARGO_HOME").map(PathBuf::from);
-    SandboxConfig {
-        host_env: HostEnv::new(std::env::vars_os()),
-        ..SandboxConfig::with_toolchains(home.as_deref(), cargo_home.as_deref())
+    {
+        let mut sandbox_config =
+            SandboxConfig::with_toolchains(home.as_deref(), cargo_home.as_deref());
+        sandbox_config.host_env = HostEnv::new(std::env::vars_os());
+        sandbox_config
     }
 }
 
@@ -143,6 +145,7 @@ pub fn keel_config_dir() -> Option<PathBuf> {
 
 /// Everything a host resolved from its arguments and configuration.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct HostConfig {
     /// The model provider.
     pub provider: ProviderChoice,
@@ -179,9 +182,10 @@ impl HostConfig {
             provider,
             workspace: None,
             tools: None,
-            sandbox: SandboxConfig {
-                protected: keel_config_dir().into_iter().collect(),
-                ..host_sandbox()
+            sandbox: {
+                let mut sandbox_config = host_sandbox();
+                sandbox_config.protected = keel_config_dir().into_iter().collect();
+                sandbox_config
             },
             system_prompt: None,
             append_system_prompt: None,
@@ -229,13 +233,11 @@ impl HostConfig {
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)
-            .tools(tools_with(
-                self.tools.as_deref(),
-                BashOptions {
-                    executor: self.bash_executor.clone(),
-                    ..BashOptions::default()
-                },
-            )?)
+            .tools(tools_with(self.tools.as_deref(), {
+                let mut bash_options = BashOptions::default();
+                bash_options.executor = self.bash_executor.clone();
+                bash_options
+            })?)
             // A run's start snapshot keeps its contents on disk, not in memory.
             .snapshot_spill_dir(std::env::temp_dir());
         if let Some(model) = model {

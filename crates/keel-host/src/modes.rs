@@ -10,6 +10,7 @@ use keel_tools::sandbox::SandboxLevel;
 
 /// One row of the permission matrix: a name and a representative call.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct MatrixRow {
     /// How the row reads in a sentence (`writes inside the workspace`).
     pub name: &'static str,
@@ -96,7 +97,7 @@ pub fn describe(mode: PermissionMode, sandbox_enforced: bool) -> String {
     let mut allowed = Vec::new();
     let mut asks = Vec::new();
     let mut denied = Vec::new();
-    for (row, decision) in decisions(&MatrixPolicy, mode) {
+    for (row, decision) in decisions(&MatrixPolicy::default(), mode) {
         match decision {
             PolicyDecision::Allow(level) => {
                 allowed.push(allowed_text(row, level, sandbox_enforced))

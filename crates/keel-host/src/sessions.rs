@@ -81,6 +81,7 @@ pub fn resolve_entry<'a>(
 
 /// The session a run continues, and what opening it repaired.
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Continued {
     /// The session to continue (`None`: start a new one).
     pub session_id: Option<String>,
@@ -91,6 +92,7 @@ pub struct Continued {
 
 /// Which session a run continues, as a host was asked.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct Resume<'a> {
     /// A session id (or unique prefix or suffix).
     pub session: Option<&'a str>,

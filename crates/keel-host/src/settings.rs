@@ -46,6 +46,7 @@ const TABLE_KEYS: [&str; 3] = ["profiles", "providers", "server"];
 /// The values one layer sets; `None` leaves the layer below in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Defaults {
     /// The provider's name (`scripted`, or one of the configuration).
     pub provider: Option<String>,
@@ -104,6 +105,7 @@ fn tool_names<'de, D: serde::Deserializer<'de>>(
 
 /// Something the user should know about the configuration; the run goes on.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Warning {
     /// A stable snake_case code (`project_widening`, `project_key_ignored`,
     /// `model_not_in_catalog`).
@@ -114,6 +116,7 @@ pub struct Warning {
 
 /// Where the layers come from.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Sources {
     /// The user's file (`None`: the default path, which may be absent).
     pub config_file: Option<PathBuf>,
@@ -129,6 +132,7 @@ pub struct Sources {
 
 /// The resolved defaults and the provider catalog.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Settings {
     /// The defaults after every layer.
     pub defaults: Defaults,
@@ -142,6 +146,7 @@ pub struct Settings {
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct Choices {
     /// The provider by name.
     pub provider: Option<String>,
@@ -165,6 +170,7 @@ pub struct Choices {
 /// What a host needs to start runs: the kernel's configuration, the mode
 /// of its runs, and the warnings to show its user.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct RunSetup {
     /// The kernel's configuration.
     pub config: HostConfig,

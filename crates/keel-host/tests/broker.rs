@@ -263,32 +263,35 @@ async fn resume_continues_an_interrupted_session() {
     let fixture = fixture(json!({ "turns": [text_turn("resumed")] }), |_| {});
     let store = JsonlStore::new(fixture.sessions()).unwrap();
     let session = store
-        .create(NewSession {
-            workspace: Some(
+        .create({
+            let mut new_session = NewSession::default();
+            new_session.workspace = Some(
                 std::fs::canonicalize(&fixture.workspace)
                     .unwrap()
                     .display()
                     .to_string(),
-            ),
-            ..NewSession::default()
+            );
+            new_session
         })
         .await
         .unwrap();
-    let call = AssistantMessage {
-        content: vec![ContentBlock::ToolCall(ToolCall {
-            id: "call_1".into(),
-            name: "write".into(),
-            arguments: json!({ "path": "r.txt", "content": "recovered" }),
-            wire_id: None,
-        })],
-        stop_reason: StopReason::ToolUse,
-        ..AssistantMessage::default()
+    let call = {
+        let mut assistant_message = AssistantMessage::default();
+        assistant_message.content = vec![ContentBlock::ToolCall(ToolCall::new(
+            "call_1",
+            "write",
+            json!({ "path": "r.txt", "content": "recovered" }),
+        ))];
+        assistant_message.stop_reason = StopReason::ToolUse;
+        assistant_message
     };
-    let entry = |id: &str, parent: Option<&str>, message: Message| Entry {
-        id: id.into(),
-        parent_id: parent.map(str::to_owned),
-        timestamp: 0,
-        payload: EntryPayload::Message { message },
+    let entry = |id: &str, parent: Option<&str>, message: Message| {
+        Entry::new(
+            id,
+            parent.map(str::to_owned),
+            0,
+            EntryPayload::Message { message },
+        )
     };
     store
         .append(

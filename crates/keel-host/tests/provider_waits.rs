@@ -78,16 +78,15 @@ async fn run(
     .unwrap();
     let workspace = dir.path().join("work");
     std::fs::create_dir(&workspace).unwrap();
-    let settings = Settings::load(&Sources {
-        config_file: Some(config),
-        overrides: overrides.iter().map(|text| (*text).to_owned()).collect(),
-        ..Sources::default()
-    })
-    .unwrap();
+    let mut sources = Sources::default();
+    sources.config_file = Some(config);
+    sources.overrides = overrides.iter().map(|text| (*text).to_owned()).collect();
+    let settings = Settings::load(&sources).unwrap();
     let setup = settings
-        .resolve(Choices {
-            workspace: Some(workspace),
-            ..Choices::default()
+        .resolve({
+            let mut choices = Choices::default();
+            choices.workspace = Some(workspace);
+            choices
         })
         .unwrap();
     let kernel = setup.config.kernel(Arc::new(MemoryStore::new())).unwrap();

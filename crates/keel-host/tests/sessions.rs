@@ -10,9 +10,10 @@ use keel_host::sessions::{self, Resume};
 use keel_session::{JsonlStore, NewSession, SessionStore};
 
 async fn create(store: &JsonlStore, workspace: Option<&Path>) -> String {
-    let new = NewSession {
-        workspace: workspace.map(|path| path.display().to_string()),
-        ..NewSession::default()
+    let new = {
+        let mut new_session = NewSession::default();
+        new_session.workspace = workspace.map(|path| path.display().to_string());
+        new_session
     };
     store.create(new).await.unwrap()
 }
@@ -43,16 +44,18 @@ async fn sessions_resume_in_their_own_workspace_unless_the_host_names_one() {
     assert_eq!(others, 2);
 
     fn resume<'a>(session: Option<&'a str>, workspace: &'a Path, given: bool) -> Resume<'a> {
-        Resume {
-            session,
-            workspace: Some(workspace),
-            workspace_given: given,
-            ..Resume::default()
+        {
+            let mut resume = Resume::default();
+            resume.session = session;
+            resume.workspace = Some(workspace);
+            resume.workspace_given = given;
+            resume
         }
     }
-    let latest = Resume {
-        latest: true,
-        ..resume(None, &b, false)
+    let latest = {
+        let mut resume = resume(None, &b, false);
+        resume.latest = true;
+        resume
     };
     let continued = sessions::continued_session(&store, latest).await.unwrap();
     assert_eq!(continued.session_id.as_deref(), Some(of_b.as_str()));
@@ -78,9 +81,10 @@ async fn sessions_resume_in_their_own_workspace_unless_the_host_names_one() {
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).unwrap();
     let empty = sessions::workspace_root(Some(&empty)).unwrap();
-    let nothing = Resume {
-        latest: true,
-        ..resume(None, &empty, false)
+    let nothing = {
+        let mut resume = resume(None, &empty, false);
+        resume.latest = true;
+        resume
     };
     let error = sessions::continued_session(&store, nothing)
         .await

@@ -59,11 +59,13 @@ impl Fixture {
     }
 
     fn sources(&self, profile: Option<&str>, overrides: &[&str]) -> Sources {
-        Sources {
-            config_file: Some(self.dir.path().join("config.toml")),
-            profile: profile.map(str::to_owned),
-            overrides: overrides.iter().map(|o| (*o).to_owned()).collect(),
-            workspace: Some(self.workspace()),
+        {
+            let mut sources = Sources::default();
+            sources.config_file = Some(self.dir.path().join("config.toml"));
+            sources.profile = profile.map(str::to_owned);
+            sources.overrides = overrides.iter().map(|o| (*o).to_owned()).collect();
+            sources.workspace = Some(self.workspace());
+            sources
         }
     }
 
@@ -148,11 +150,9 @@ fn unknown_keys_and_relative_paths_in_the_user_file_are_errors() {
         Some(vec![home.join("src/lib")])
     );
     // A missing --config file is an error; a missing default file is not.
-    let missing = Settings::load(&Sources {
-        config_file: Some(PathBuf::from("/nonexistent/keel/config.toml")),
-        ..Sources::default()
-    })
-    .unwrap_err();
+    let mut sources = Sources::default();
+    sources.config_file = Some(PathBuf::from("/nonexistent/keel/config.toml"));
+    let missing = Settings::load(&sources).unwrap_err();
     assert_eq!(missing.code(), "config_unreadable");
 }
 
@@ -272,12 +272,13 @@ fn choices_override_settings_and_the_model_goes_with_its_provider() {
 
     // Another provider does not inherit the configured provider's model.
     let other = settings
-        .resolve(Choices {
-            provider: Some("deepseek".into()),
-            mode: Some(PermissionMode::Plan),
-            tools: Some(vec!["read".into()]),
-            sandbox_read: vec![PathBuf::from("/extra")],
-            ..Choices::default()
+        .resolve({
+            let mut choices = Choices::default();
+            choices.provider = Some("deepseek".into());
+            choices.mode = Some(PermissionMode::Plan);
+            choices.tools = Some(vec!["read".into()]);
+            choices.sandbox_read = vec![PathBuf::from("/extra")];
+            choices
         })
         .unwrap();
     assert_eq!(configured(&other.config.provider), ("deepseek", None));
@@ -290,9 +291,10 @@ fn choices_override_settings_and_the_model_goes_with_its_provider() {
 
     // A script implies the scripted provider.
     let scripted = settings
-        .resolve(Choices {
-            script: Some(PathBuf::from("s.json")),
-            ..Choices::default()
+        .resolve({
+            let mut choices = Choices::default();
+            choices.script = Some(PathBuf::from("s.json"));
+            choices
         })
         .unwrap();
     assert!(matches!(
@@ -312,9 +314,10 @@ fn choices_override_settings_and_the_model_goes_with_its_provider() {
     assert!(cloud.warnings.is_empty());
 
     let unknown = settings
-        .resolve(Choices {
-            model: Some("qwen3-coder-30b".into()),
-            ..Choices::default()
+        .resolve({
+            let mut choices = Choices::default();
+            choices.model = Some("qwen3-coder-30b".into());
+            choices
         })
         .unwrap();
     assert_eq!(codes(&unknown.warnings), ["model_not_in_catalog"]);
@@ -331,9 +334,10 @@ fn choices_override_settings_and_the_model_goes_with_its_provider() {
     let error = none.resolve(Choices::default()).unwrap_err();
     assert_eq!(error.code(), "no_provider");
     assert_eq!(
-        none.resolve(Choices {
-            script: Some("s.json".into()),
-            ..Choices::default()
+        none.resolve({
+            let mut choices = Choices::default();
+            choices.script = Some("s.json".into());
+            choices
         })
         .unwrap()
         .mode,
@@ -445,9 +449,10 @@ fn a_user_file_whose_directory_cannot_be_resolved_is_refused() {
     // The user's configuration directory, by a link outside the workspace.
     let config = fixture.dir.path().join("cfg");
     std::os::unix::fs::symlink(ws.join("L/M"), &config).unwrap();
-    let sources = Sources {
-        config_file: Some(config.join("config.toml")),
-        ..fixture.sources(None, &[])
+    let sources = {
+        let mut sources = fixture.sources(None, &[]);
+        sources.config_file = Some(config.join("config.toml"));
+        sources
     };
     let error = Settings::load(&sources).unwrap_err();
     assert_eq!(error.code(), "config_refused", "{error}");

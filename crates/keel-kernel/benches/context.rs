@@ -62,36 +62,40 @@ fn payload(n: usize) -> EntryPayload {
         0 => Message::User(UserMessage::text(format!(
             "step {n}: check the counter in counter.txt and bump it"
         ))),
-        1 => Message::Assistant(AssistantMessage {
-            content: vec![
+        1 => Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![
                 ContentBlock::Text {
                     text: format!("Reading the file for step {n}."),
                 },
-                ContentBlock::ToolCall(ToolCall {
-                    id: format!("call_{n}"),
-                    name: "read".into(),
-                    arguments: serde_json::json!({"path": "counter.txt"}),
-                    wire_id: None,
-                }),
-            ],
-            stop_reason: StopReason::ToolUse,
-            ..AssistantMessage::default()
+                ContentBlock::ToolCall(ToolCall::new(
+                    format!("call_{n}"),
+                    "read",
+                    serde_json::json!({"path": "counter.txt"}),
+                )),
+            ];
+            assistant_message.stop_reason = StopReason::ToolUse;
+            assistant_message
         }),
-        2 => Message::ToolResult(ToolResultMessage {
-            call_id: format!("call_{}", n - 1),
-            tool_name: "read".into(),
-            status: ToolStatus::Success,
-            content: vec![UserContent::Text {
-                text: format!("     1\tvalue {n}\n").repeat(80),
-            }],
-            error: None,
-            details: None,
+        2 => Message::ToolResult({
+            let mut tool_result_message = ToolResultMessage::new(
+                format!("call_{}", n - 1),
+                "read",
+                ToolStatus::Success,
+                vec![UserContent::Text {
+                    text: format!("     1\tvalue {n}\n").repeat(80),
+                }],
+            );
+            tool_result_message.error = None;
+            tool_result_message.details = None;
+            tool_result_message
         }),
-        _ => Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::Text {
+        _ => Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![ContentBlock::Text {
                 text: format!("The counter is at {n}; next step."),
-            }],
-            ..AssistantMessage::default()
+            }];
+            assistant_message
         }),
     };
     EntryPayload::Message { message }
@@ -104,11 +108,13 @@ fn session(entries: usize) -> (AgentKernel, String, tempfile::TempDir) {
     let id = RUNTIME.block_on(async {
         let id = store.create(NewSession::default()).await.unwrap();
         let list: Vec<Entry> = (0..entries)
-            .map(|n| Entry {
-                id: format!("e{n}"),
-                parent_id: n.checked_sub(1).map(|p| format!("e{p}")),
-                timestamp: 0,
-                payload: payload(n),
+            .map(|n| {
+                Entry::new(
+                    format!("e{n}"),
+                    n.checked_sub(1).map(|p| format!("e{p}")),
+                    0,
+                    payload(n),
+                )
             })
             .collect();
         store.append(&id, list).await.unwrap();

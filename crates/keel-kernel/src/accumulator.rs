@@ -145,21 +145,16 @@ impl Accumulator {
                     id,
                     name,
                     arguments,
-                } => ContentBlock::ToolCall(ToolCall {
-                    id,
-                    name,
-                    arguments: decode_arguments(arguments),
-                    wire_id: None,
-                }),
+                } => ContentBlock::ToolCall(ToolCall::new(id, name, decode_arguments(arguments))),
             })
             .collect();
-        AssistantMessage {
-            content,
-            stop_reason,
-            usage: self.usage,
-            model: self.model.take(),
-            provider: self.provider.take(),
-        }
+        let mut message = AssistantMessage::default();
+        message.content = content;
+        message.stop_reason = stop_reason;
+        message.usage = self.usage;
+        message.model = self.model.take();
+        message.provider = self.provider.take();
+        message
     }
 }
 

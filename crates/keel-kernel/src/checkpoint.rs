@@ -31,6 +31,7 @@ use crate::context::BranchEntry;
 /// When and how much to compact. The defaults are Pi's for large windows;
 /// [`CompactionSettings::budget`] scales them down for small ones.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CompactionSettings {
     /// Compact automatically near the window (overflow and manual
     /// compaction work either way).
@@ -179,14 +180,14 @@ pub(crate) fn evidence(covered: &[BranchEntry]) -> CheckpointEvidence {
         if let Some(result) = result
             && result.status == ToolStatus::Error
         {
-            evidence.tool_errors.push(ToolErrorEvidence {
-                call_id: call.id.clone(),
-                tool_name: call.name.clone(),
-                code: result
+            evidence.tool_errors.push(ToolErrorEvidence::new(
+                call.id.clone(),
+                call.name.clone(),
+                result
                     .error
                     .as_ref()
                     .map_or(keel_protocol::ToolErrorCode::ToolError, |error| error.code),
-            });
+            ));
         }
         match call.name.as_str() {
             "read" if status == ToolStatus::Success => {
@@ -195,18 +196,16 @@ pub(crate) fn evidence(covered: &[BranchEntry]) -> CheckpointEvidence {
             "write" | "edit" if status == ToolStatus::Success => {
                 push_once(&mut evidence.files_modified, path(call));
             }
-            "bash" => evidence.commands.push(CommandEvidence {
-                call_id: call.id.clone(),
-                command: call
-                    .arguments
+            "bash" => evidence.commands.push(CommandEvidence::new(
+                call.id.clone(),
+                call.arguments
                     .get("command")
                     .and_then(|command| command.as_str())
                     .unwrap_or_default()
                     .to_owned(),
                 status,
-                exit_code: result
-                    .and_then(|result| result.details.as_ref()?.get("exit_code")?.as_i64()),
-            }),
+                result.and_then(|result| result.details.as_ref()?.get("exit_code")?.as_i64()),
+            )),
             _ => {}
         }
     }

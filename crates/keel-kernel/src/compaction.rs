@@ -213,11 +213,7 @@ impl ContextBudget {
     /// How full the context is, for `turn_end`.
     pub(crate) async fn usage(&mut self, writer: &SessionWriter) -> ContextUsage {
         let estimate = self.estimate(writer).await;
-        ContextUsage {
-            estimated_tokens: estimate.tokens,
-            window: self.window(),
-            reported_input_tokens: self.reported_input,
-        }
+        ContextUsage::new(estimate.tokens, self.window(), self.reported_input)
     }
 
     /// Compacts when the next request would pass the window minus the
@@ -464,17 +460,20 @@ impl ContextBudget {
                  it would replace"
             ))));
         }
-        let metrics = CheckpointMetrics {
-            trigger,
-            tokens_before,
-            tokens_after: after,
-            window,
-            provider: seams.frame.provider.clone(),
-            model: seams.frame.model.clone(),
-            covered_entries: plan.covered.len(),
-            kept_entries: plan.kept,
-            summary_requests: requests,
-            summary_usage: usage,
+        let metrics = {
+            let mut checkpoint_metrics = CheckpointMetrics::new(
+                trigger,
+                seams.frame.provider.clone(),
+                seams.frame.model.clone(),
+            );
+            checkpoint_metrics.tokens_before = tokens_before;
+            checkpoint_metrics.tokens_after = after;
+            checkpoint_metrics.window = window;
+            checkpoint_metrics.covered_entries = plan.covered.len();
+            checkpoint_metrics.kept_entries = plan.kept;
+            checkpoint_metrics.summary_requests = requests;
+            checkpoint_metrics.summary_usage = usage;
+            checkpoint_metrics
         };
         let payload = EntryPayload::Checkpoint {
             summary,

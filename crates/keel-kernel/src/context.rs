@@ -119,12 +119,14 @@ impl BranchEntry {
                 }),
             })
             .collect();
-        Some(Cow::Owned(Message::Assistant(AssistantMessage {
-            content,
-            stop_reason: adapted.stop_reason,
-            usage: adapted.usage,
-            model: adapted.model.clone(),
-            provider: adapted.provider.clone(),
+        Some(Cow::Owned(Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = content;
+            assistant_message.stop_reason = adapted.stop_reason;
+            assistant_message.usage = adapted.usage;
+            assistant_message.model = adapted.model.clone();
+            assistant_message.provider = adapted.provider.clone();
+            assistant_message
         })))
     }
 
@@ -250,17 +252,13 @@ mod tests {
     use super::*;
 
     fn entry(id: &str, payload: EntryPayload) -> Entry {
-        Entry {
-            id: id.into(),
-            parent_id: None,
-            timestamp: 0,
-            payload,
-        }
+        Entry::new(id, None, 0, payload)
     }
 
     fn thought(model: &str) -> Message {
-        Message::Assistant(AssistantMessage {
-            content: vec![
+        Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![
                 ContentBlock::Thinking {
                     thinking: "hmm".into(),
                     signature: Some("sig".into()),
@@ -270,10 +268,10 @@ mod tests {
                     thinking: " ".into(),
                     signature: None,
                 },
-            ],
-            model: Some(model.into()),
-            provider: Some("p".into()),
-            ..AssistantMessage::default()
+            ];
+            assistant_message.model = Some(model.into());
+            assistant_message.provider = Some("p".into());
+            assistant_message
         })
     }
 

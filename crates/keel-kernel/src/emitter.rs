@@ -67,13 +67,13 @@ impl Emitter {
             }
             _ => {}
         }
-        let event = RunEvent {
-            seq: inner.next_seq,
-            run_id: self.run_id.clone(),
-            session_id: self.session_id.clone(),
-            timestamp: now_ms(),
+        let event = RunEvent::new(
+            inner.next_seq,
+            self.run_id.clone(),
+            self.session_id.clone(),
+            now_ms(),
             kind,
-        };
+        );
         let Some(sender) = &inner.sender else {
             return;
         };

@@ -17,7 +17,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use keel_protocol::{AssistantMessage, Message, ProviderEvent, TimestampMs, ToolResultMessage};
+use keel_protocol::{AssistantMessage, Message, ProviderEvent, TimestampMs};
 
 /// A time-ordered unique id (UUID v7).
 pub(crate) fn new_id() -> String {
@@ -142,9 +142,10 @@ pub(crate) fn for_wire(messages: Vec<Arc<Message>>) -> Vec<Arc<Message>> {
                 Arc::new(Message::Assistant(sent))
             }
             Message::ToolResult(result) => match wire.get(&result.call_id) {
-                Some(wire_id) => Arc::new(Message::ToolResult(ToolResultMessage {
-                    call_id: wire_id.clone(),
-                    ..result.clone()
+                Some(wire_id) => Arc::new(Message::ToolResult({
+                    let mut tool_result_message = result.clone();
+                    tool_result_message.call_id = wire_id.clone();
+                    tool_result_message
                 })),
                 None => message,
             },
@@ -185,12 +186,13 @@ mod tests {
         assert!(missing.starts_with("call_") && !missing.is_empty());
         let twice = given(ids.assign(start("a")));
         assert!(twice != "a" && twice != repeated && twice != missing);
-        let mut message = AssistantMessage {
-            content: [&fresh_id, &repeated, &missing, &twice]
+        let mut message = {
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = [&fresh_id, &repeated, &missing, &twice]
                 .iter()
                 .map(|id| ContentBlock::ToolCall(ToolCall::new(*id, "bash", serde_json::json!({}))))
-                .collect(),
-            ..AssistantMessage::default()
+                .collect();
+            assistant_message
         };
         ids.attach(&mut message);
         let wire: Vec<Option<&str>> = message
@@ -206,18 +208,17 @@ mod tests {
     fn requests_carry_the_provider_ids_in_calls_and_results() {
         let mut call = ToolCall::new("call_unique", "bash", serde_json::json!({}));
         call.wire_id = Some("call_0".into());
-        let assistant = Arc::new(Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::ToolCall(call)],
-            ..AssistantMessage::default()
+        let assistant = Arc::new(Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![ContentBlock::ToolCall(call)];
+            assistant_message
         }));
-        let result = Arc::new(Message::ToolResult(ToolResultMessage {
-            call_id: "call_unique".into(),
-            tool_name: "bash".into(),
-            status: ToolStatus::Success,
-            content: Vec::new(),
-            error: None,
-            details: None,
-        }));
+        let result = Arc::new(Message::ToolResult(keel_protocol::ToolResultMessage::new(
+            "call_unique",
+            "bash",
+            ToolStatus::Success,
+            Vec::new(),
+        )));
         let untouched = Arc::new(Message::User(keel_protocol::UserMessage::text("hi")));
         let sent = for_wire(vec![untouched.clone(), assistant, result]);
         assert!(Arc::ptr_eq(&sent[0], &untouched));

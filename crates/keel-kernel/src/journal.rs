@@ -105,26 +105,30 @@ impl<'a> Overlay<'a> {
         let mut evidence = Vec::new();
         for file in planned {
             let before = self.state(&file.abs);
-            evidence.push(FileEvidence {
-                path: self.workspace.display(&file.abs),
-                before_sha256: match &before {
+            evidence.push({
+                let mut file_evidence = FileEvidence::new(self.workspace.display(&file.abs));
+                file_evidence.before_sha256 = match &before {
                     PathState::File(bytes) => Some(content_sha256(bytes)),
                     _ => None,
-                },
-                after_sha256: file.after.as_deref().map(content_sha256),
-                before_kind: Some(before.kind()),
+                };
+                file_evidence.after_sha256 = file.after.as_deref().map(content_sha256);
+                file_evidence.before_kind = Some(before.kind());
+                file_evidence
             });
             // An unknown post-image is planned as "absent": a later call of
             // the batch on this file then records a pre-image that cannot
             // match, so recovery reports it as a conflict, never re-runs it.
             self.planned.insert(file.abs, file.after);
         }
-        Some(EffectStarted {
-            call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            arguments_sha256: sha256_hex(arguments),
-            idempotency,
-            evidence,
+        Some({
+            let mut effect_started = EffectStarted::new(
+                call.id.clone(),
+                call.name.clone(),
+                sha256_hex(arguments),
+                idempotency,
+            );
+            effect_started.evidence = evidence;
+            effect_started
         })
     }
 }
@@ -132,6 +136,7 @@ impl<'a> Overlay<'a> {
 /// What an evidence path holds now, as recovery compares it with the
 /// journal's record.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum OnDisk {
     /// Nothing is there.
     Absent,
@@ -159,6 +164,7 @@ impl OnDisk {
 
 /// What a resumed run does about one call of the interrupted batch.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct CallRecovery {
     /// The call, as the assistant message holds it.
     pub call: ToolCall,
@@ -174,6 +180,7 @@ pub struct CallRecovery {
 
 /// How a branch ends, as far as recovery is concerned.
 #[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Interruption {
     /// A `run_start` has no `run_end` after it.
     pub run_open: bool,

@@ -35,6 +35,7 @@ pub struct AgentKernel {
 
 /// Why a kernel could not be built or a run could not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum KernelError {
     /// A required part was not given to the builder.
     #[error("the kernel needs a {0}")]
@@ -270,9 +271,10 @@ impl AgentKernel {
             None => {
                 let workspace = Some(self.inner.workspace.root().display().to_string());
                 let id = store
-                    .create(NewSession {
-                        workspace,
-                        ..NewSession::default()
+                    .create({
+                        let mut new_session = NewSession::default();
+                        new_session.workspace = workspace;
+                        new_session
                     })
                     .await?;
                 writer_lease(store, &id).await?
@@ -380,12 +382,10 @@ impl AgentKernel {
 
     async fn start(&self, spec: RunSpec, lease: WriterLease) -> AgentRun {
         let root = self.inner.workspace.root().to_path_buf();
-        let limits = keel_tools::changes::SnapshotLimits {
-            spill_under: self.inner.snapshot_spill.clone(),
-            // Git is found on the host's PATH, from its snapshot.
-            env: self.inner.sandbox.host_env.clone(),
-            ..Default::default()
-        };
+        let mut limits = keel_tools::changes::SnapshotLimits::default();
+        limits.spill_under = self.inner.snapshot_spill.clone();
+        // Git is found on the host's PATH, from its snapshot.
+        limits.env = self.inner.sandbox.host_env.clone();
         let capture = move || Baseline::capture_with(&root, limits);
         let baseline = match tokio::task::spawn_blocking(capture).await {
             Ok(Ok(baseline)) => Ok(Arc::new(baseline)),

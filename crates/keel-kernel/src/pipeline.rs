@@ -89,28 +89,34 @@ impl Frame {
     /// A turn's request: the frame, then `messages` (items 5–7, as
     /// `context::project` gives them, shared with the context branch).
     pub(crate) fn request(&self, messages: Vec<Arc<Message>>) -> ModelRequest {
-        ModelRequest {
-            model: self.model.clone(),
-            system_prompt: self.system_prompt.clone(),
-            messages: keel_provider::transform::adapt_history(
-                crate::ids::for_wire(messages),
-                &self.provider,
-                &self.model,
-            ),
-            tools: self.tools.clone(),
-            max_output_tokens: self.max_output_tokens,
+        {
+            let mut model_request = ModelRequest::new(
+                self.model.clone(),
+                self.system_prompt.clone(),
+                keel_provider::transform::adapt_history(
+                    crate::ids::for_wire(messages),
+                    &self.provider,
+                    &self.model,
+                ),
+            );
+            model_request.tools = self.tools.clone();
+            model_request.max_output_tokens = self.max_output_tokens;
+            model_request
         }
     }
 
     /// A compaction's summary request: the fixed summary prompt, no tools,
     /// one user message holding what to summarise.
     pub(crate) fn summary_request(&self, input: String, max_output_tokens: u32) -> ModelRequest {
-        ModelRequest {
-            model: self.model.clone(),
-            system_prompt: crate::checkpoint::SUMMARY_SYSTEM_PROMPT.to_owned(),
-            messages: vec![Arc::new(Message::User(UserMessage::text(input)))],
-            tools: Vec::new(),
-            max_output_tokens: Some(max_output_tokens),
+        {
+            let mut model_request = ModelRequest::new(
+                self.model.clone(),
+                crate::checkpoint::SUMMARY_SYSTEM_PROMPT.to_owned(),
+                vec![Arc::new(Message::User(UserMessage::text(input)))],
+            );
+            model_request.tools = Vec::new();
+            model_request.max_output_tokens = Some(max_output_tokens);
+            model_request
         }
     }
 }

@@ -46,6 +46,7 @@ pub trait PermissionPolicy: Send + Sync {
 
 /// The permission matrix (docs/security.md, "Modes").
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct MatrixPolicy;
 
 impl PermissionPolicy for MatrixPolicy {

@@ -34,6 +34,7 @@ pub const DEFAULT_INSTRUCTION_BYTES: usize = 32 * 1024;
 
 /// Where a kernel looks for project instructions.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Instructions {
     /// Load them at all.
     pub enabled: bool,
@@ -176,12 +177,12 @@ pub(crate) fn load(settings: &Instructions, root: &Path) -> Loaded {
             ));
         }
         loaded.text.push('\n');
-        loaded.files.push(InstructionFile {
-            path: path.display().to_string(),
+        loaded.files.push(InstructionFile::new(
+            path.display().to_string(),
             scope,
             bytes,
             truncated,
-        });
+        ));
     }
     if !loaded.files.is_empty() {
         loaded.text = format!(

@@ -225,9 +225,11 @@ fn reported(recovery: &CallRecovery, receipts: Option<&Receipts>) -> ToolResultM
     let key = recovery.effect_entry_id.as_deref();
     let receipts = receipts.zip(key);
     let outcome = match recovery.action {
-        RecoveryAction::AlreadyApplied => Ok(ToolOutput {
-            content: vec![UserContent::Text { text }],
-            details: None,
+        RecoveryAction::AlreadyApplied => Ok({
+            let mut tool_output = ToolOutput::default();
+            tool_output.content = vec![UserContent::Text { text }];
+            tool_output.details = None;
+            tool_output
         }),
         RecoveryAction::Conflict => Err(ToolError::new(ToolErrorCode::EffectConflict, text)),
         RecoveryAction::RecoveredFromReceipt => {

@@ -124,14 +124,17 @@ pub(crate) fn rule_for(
     resolution: PermissionResolution,
     binding: Option<String>,
 ) -> PermissionRule {
-    PermissionRule {
-        tool_name: call.name.clone(),
-        kind: intent.kind,
-        scope: intent.scope,
-        target_sha256: target_sha256(&call.name, arguments),
-        binding_sha256: binding,
-        resolution,
-        call_id: call.id.clone(),
+    {
+        let mut permission_rule = PermissionRule::new(
+            call.name.clone(),
+            intent.kind,
+            intent.scope,
+            target_sha256(&call.name, arguments),
+            resolution,
+            call.id.clone(),
+        );
+        permission_rule.binding_sha256 = binding;
+        permission_rule
     }
 }
 
@@ -165,12 +168,7 @@ mod tests {
     use super::*;
 
     fn call(name: &str, arguments: Value) -> ToolCall {
-        ToolCall {
-            id: "c1".into(),
-            name: name.into(),
-            arguments,
-            wire_id: None,
-        }
+        ToolCall::new("c1", name, arguments)
     }
 
     #[test]

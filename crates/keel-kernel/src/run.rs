@@ -233,16 +233,19 @@ impl AgentRun {
     }
 
     fn lost_result(&self) -> RunResult {
-        RunResult {
-            run_id: self.shared.run_id.clone(),
-            session_id: self.shared.session_id.clone(),
-            state: RunState::Failed,
-            message: None,
-            error: Some(RunError::new(
+        {
+            let mut run_result = RunResult::new(
+                self.shared.run_id.clone(),
+                self.shared.session_id.clone(),
+                RunState::Failed,
+            );
+            run_result.message = None;
+            run_result.error = Some(RunError::new(
                 ErrorSource::Kernel,
                 RunErrorCode::KernelLost,
                 "the run ended without a result",
-            )),
+            ));
+            run_result
         }
     }
 }

@@ -150,12 +150,7 @@ impl SessionWriter {
         let timestamp = now_ms();
         let entries: Vec<Entry> = payloads
             .into_iter()
-            .map(|(id, payload)| Entry {
-                id: id.clone(),
-                parent_id: parent.replace(id),
-                timestamp,
-                payload,
-            })
+            .map(|(id, payload)| Entry::new(id.clone(), parent.replace(id), timestamp, payload))
             .collect();
         self.store.append(&self.session_id, entries.clone()).await?;
         let new_calls: Vec<String> = calls_of(&entries).collect();

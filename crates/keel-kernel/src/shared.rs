@@ -29,6 +29,7 @@ use crate::emitter::Emitter;
 
 /// Why a control call was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ControlError {
     /// The event stream has already been taken; a run has one consumer.
     #[error("the run's event stream already has a consumer")]
@@ -307,12 +308,12 @@ impl RunShared {
             ),
         };
         self.emitter.emit(event);
-        let result = RunResult {
-            run_id: self.run_id.clone(),
-            session_id: self.session_id.clone(),
-            state,
-            message,
-            error,
+        let result = {
+            let mut run_result =
+                RunResult::new(self.run_id.clone(), self.session_id.clone(), state);
+            run_result.message = message;
+            run_result.error = error;
+            run_result
         };
         self.result.send_replace(Some(result));
     }

@@ -517,14 +517,14 @@ mod tests {
     use keel_protocol::{EntryPayload, UserMessage};
 
     fn entry(id: &str, text: &str) -> BranchEntry {
-        let entry = Entry {
-            id: id.into(),
-            parent_id: None,
-            timestamp: 0,
-            payload: EntryPayload::Message {
+        let entry = Entry::new(
+            id,
+            None,
+            0,
+            EntryPayload::Message {
                 message: Message::User(UserMessage::text(text)),
             },
-        };
+        );
         BranchEntry::new(entry, "p", "m")
     }
 
@@ -587,9 +587,10 @@ mod tests {
         let mut ledger = Ledger::new("", &[]);
         let entries = vec![entry("a", &"x".repeat(4_000))];
         let first = ledger.estimate("m", None, &entries, None);
-        let usage = Usage {
-            input_tokens: first.raw * 3 / 2,
-            ..Usage::default()
+        let usage = {
+            let mut usage = Usage::default();
+            usage.input_tokens = first.raw * 3 / 2;
+            usage
         };
         ledger.calibrate("m", &first, &usage);
         let second = ledger.estimate("m", None, &entries, None);

@@ -259,15 +259,18 @@ impl ToolRunner<'_> {
         source: DecisionSource,
         reason: String,
     ) -> PermissionDecision {
-        PermissionDecision {
-            call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            mode: self.mode,
-            resolution,
-            source,
-            arguments_sha256: sha256_hex(arguments),
-            intent,
-            reason,
+        {
+            let mut permission_decision = PermissionDecision::new(
+                call.id.clone(),
+                call.name.clone(),
+                self.mode,
+                resolution,
+                source,
+                intent,
+            );
+            permission_decision.arguments_sha256 = sha256_hex(arguments);
+            permission_decision.reason = reason;
+            permission_decision
         }
     }
 
@@ -551,29 +554,30 @@ impl ToolRunner<'_> {
         metadata_writable: bool,
         receipt_key: Option<String>,
     ) -> Result<ToolOutput, ToolError> {
-        let sandbox = Sandbox {
-            level,
-            config: self.parts.sandbox.clone(),
-            metadata_writable,
-        };
+        let sandbox = Sandbox::new(level)
+            .with_config(self.parts.sandbox.clone())
+            .with_metadata_writable(metadata_writable);
         let (sender, mut progress) = mpsc::unbounded_channel();
-        let context = ToolContext {
-            call_id: call.id.clone(),
-            workspace: if level == SandboxLevel::Unsandboxed {
-                Arc::new(self.parts.workspace.allowing_outside())
-            } else {
-                self.parts.workspace.clone()
-            },
-            cancel: self.shared.cancel.child_token(),
-            progress: ProgressSink::new(call.id.clone(), sender),
-            sandbox: sandbox.clone(),
-            holders: self.parts.holders.clone(),
-            outputs: self.parts.outputs.clone(),
-            receipts: self
+        let context = {
+            let mut tool_context = ToolContext::new(
+                call.id.clone(),
+                if level == SandboxLevel::Unsandboxed {
+                    Arc::new(self.parts.workspace.allowing_outside())
+                } else {
+                    self.parts.workspace.clone()
+                },
+                sandbox.clone(),
+            );
+            tool_context.cancel = self.shared.cancel.child_token();
+            tool_context.progress = ProgressSink::new(call.id.clone(), sender);
+            tool_context.holders = self.parts.holders.clone();
+            tool_context.outputs = self.parts.outputs.clone();
+            tool_context.receipts = self
                 .writer
                 .receipts()
                 .zip(receipt_key)
-                .map(|(receipts, key)| CallReceipt::new(receipts, key)),
+                .map(|(receipts, key)| CallReceipt::new(receipts, key));
+            tool_context
         };
         let execution = prepared.tool.execute(prepared.arguments, context);
         tokio::pin!(execution);
@@ -688,14 +692,17 @@ pub(crate) fn to_result(
     outcome: Result<ToolOutput, ToolError>,
 ) -> ToolResultMessage {
     match outcome {
-        Ok(output) => ToolResultMessage {
-            call_id: call.id.clone(),
-            tool_name: call.name.clone(),
-            status: ToolStatus::Success,
-            content: output.content,
-            error: None,
-            details: output.details,
-        },
+        Ok(output) => {
+            let mut tool_result_message = ToolResultMessage::new(
+                call.id.clone(),
+                call.name.clone(),
+                ToolStatus::Success,
+                output.content,
+            );
+            tool_result_message.error = None;
+            tool_result_message.details = output.details;
+            tool_result_message
+        }
         Err(error) => {
             let status = if error.code == ToolErrorCode::Cancelled {
                 ToolStatus::Cancelled
@@ -708,16 +715,12 @@ pub(crate) fn to_result(
                     text: error.message.clone(),
                 });
             }
-            ToolResultMessage {
-                call_id: call.id.clone(),
-                tool_name: call.name.clone(),
-                status,
-                content,
-                error: Some(ToolResultError {
-                    code: error.code,
-                    message: error.message,
-                }),
-                details: error.details,
+            {
+                let mut tool_result_message =
+                    ToolResultMessage::new(call.id.clone(), call.name.clone(), status, content);
+                tool_result_message.error = Some(ToolResultError::new(error.code, error.message));
+                tool_result_message.details = error.details;
+                tool_result_message
             }
         }
     }

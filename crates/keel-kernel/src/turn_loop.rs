@@ -191,10 +191,10 @@ impl<'a> TurnLoop<'a> {
             mode: spec.mode,
             max_turns: spec.max_turns,
             max_cost_usd: spec.max_cost_usd,
-            workspace_moved: spec.moved_from.clone().map(|from| WorkspaceMove {
-                from,
-                to: parts.workspace.root().display().to_string(),
-            }),
+            workspace_moved: spec
+                .moved_from
+                .clone()
+                .map(|from| WorkspaceMove::new(from, parts.workspace.root().display().to_string())),
             cost_usd: Some(0.0),
             turn: 0,
             permission_requests: AtomicU64::new(0),

@@ -50,7 +50,7 @@ impl Setup {
             .model("sim-1")
             .workspace(Workspace::new(self.dir.path()).unwrap())
             .store(self.store.clone())
-            .tool(Arc::new(ReadTool))
+            .tool(Arc::new(ReadTool::default()))
             .system_prompt("You are a test agent.")
             .project_instructions(Instructions::none())
     }
@@ -268,9 +268,10 @@ async fn a_manual_compaction_writes_a_checkpoint_with_the_hosts_focus() {
     ));
     let kernel = setup
         .builder()
-        .compaction(keel_kernel::CompactionSettings {
-            keep_recent_tokens: 50,
-            ..keel_kernel::CompactionSettings::default()
+        .compaction({
+            let mut compaction_settings = keel_kernel::CompactionSettings::default();
+            compaction_settings.keep_recent_tokens = 50;
+            compaction_settings
         })
         .build()
         .unwrap();
@@ -459,9 +460,10 @@ async fn an_empty_summary_writes_nothing_and_fails_typed() {
 async fn session_with_big_read(setup: &Setup) -> (AgentKernel, String) {
     let kernel = setup
         .builder()
-        .compaction(keel_kernel::CompactionSettings {
-            keep_recent_tokens: 50,
-            ..keel_kernel::CompactionSettings::default()
+        .compaction({
+            let mut compaction_settings = keel_kernel::CompactionSettings::default();
+            compaction_settings.keep_recent_tokens = 50;
+            compaction_settings
         })
         .build()
         .unwrap();

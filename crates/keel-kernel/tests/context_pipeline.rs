@@ -51,10 +51,11 @@ impl Setup {
             .model("recorder-1")
             .workspace(Workspace::new(self.root()).unwrap())
             .store(self.store.clone())
-            .tool(Arc::new(ReadTool))
-            .project_instructions(Instructions {
-                global_dir: Some(self.root().join("no-global-config")),
-                ..Instructions::default()
+            .tool(Arc::new(ReadTool::default()))
+            .project_instructions({
+                let mut instructions = Instructions::default();
+                instructions.global_dir = Some(self.root().join("no-global-config"));
+                instructions
             })
     }
 
@@ -145,12 +146,12 @@ fn one_checkpoint() -> Vec<keel_protocol::Entry> {
         entry("a1b", Some("r1"), assistant("It says: remember the milk.")),
         entry("u2", Some("a1b"), user("Thanks. Now count to three.")),
         entry("a2", Some("u2"), assistant("One, two, three.")),
-        keel_protocol::Entry {
-            id: "k1".into(),
-            parent_id: Some("a2".into()),
-            timestamp: 0,
-            payload: EntryPayload::checkpoint("## Goal\n- read notes.txt (first summary)", "u2"),
-        },
+        keel_protocol::Entry::new(
+            "k1",
+            Some("a2".into()),
+            0,
+            EntryPayload::checkpoint("## Goal\n- read notes.txt (first summary)", "u2"),
+        ),
     ]
 }
 
@@ -187,11 +188,11 @@ async fn after_a_second_checkpoint() {
         entry("a3", Some("u3"), assistant("Four.")),
         entry("u4", Some("a3"), user("Then?")),
         entry("a4", Some("u4"), assistant("Five.")),
-        keel_protocol::Entry {
-            id: "k2".into(),
-            parent_id: Some("a4".into()),
-            timestamp: 0,
-            payload: EntryPayload::Checkpoint {
+        keel_protocol::Entry::new(
+            "k2",
+            Some("a4".into()),
+            0,
+            EntryPayload::Checkpoint {
                 summary: "## Goal\n- count (second summary)".into(),
                 first_kept_entry_id: "u4".into(),
                 covered_entry_ids: vec![
@@ -205,7 +206,7 @@ async fn after_a_second_checkpoint() {
                 evidence: None,
                 metrics: None,
             },
-        },
+        ),
     ]);
     let id = setup.session(entries).await;
     setup
@@ -310,11 +311,12 @@ async fn with_two_agents_md_files() {
         .model("recorder-1")
         .workspace(Workspace::new(&package).unwrap())
         .store(setup.store.clone())
-        .tool(Arc::new(ReadTool))
+        .tool(Arc::new(ReadTool::default()))
         .system_prompt("You are a test agent.")
-        .project_instructions(Instructions {
-            global_dir: Some(setup.root().join("no-global-config")),
-            ..Instructions::default()
+        .project_instructions({
+            let mut instructions = Instructions::default();
+            instructions.global_dir = Some(setup.root().join("no-global-config"));
+            instructions
         })
         .build()
         .unwrap();

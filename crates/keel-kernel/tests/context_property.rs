@@ -25,7 +25,7 @@ use keel_kernel::{AgentKernel, CompactionSettings, Instructions, RetryPolicy, Ru
 use keel_protocol::{
     ContentBlock, Entry, EntryPayload, IntentKind, IntentScope, Message, OperationIntent,
     PermissionDecision, PermissionMode, PermissionResolution, ProviderError, ProviderErrorKind,
-    ProviderEvent, RunState, UserContent,
+    ProviderEvent, RunState, ToolCall, UserContent,
 };
 use keel_provider::{ModelRequest, Provider, ProviderStream};
 use keel_session::{MemoryStore, SessionStore};
@@ -103,29 +103,29 @@ impl Tree {
                 assistant.content.clear();
                 for _ in 0..calls {
                     let id = self.tag("C");
-                    assistant
-                        .content
-                        .push(ContentBlock::ToolCall(keel_protocol::ToolCall {
-                            id: id.clone(),
-                            name: "read".into(),
-                            arguments: serde_json::json!({ "path": format!("{id}.txt") }),
-                            wire_id: None,
-                        }));
+                    assistant.content.push(ContentBlock::ToolCall(ToolCall::new(
+                        id.clone(),
+                        "read",
+                        serde_json::json!({ "path": format!("{id}.txt") }),
+                    )));
                     ids.push(id);
                 }
             }
             last = self.push(Some(&last), message);
             for id in &ids {
                 let decision = EntryPayload::PermissionDecision {
-                    decision: PermissionDecision {
-                        call_id: id.clone(),
-                        tool_name: "read".into(),
-                        mode: PermissionMode::Auto,
-                        resolution: PermissionResolution::Approved,
-                        source: keel_protocol::DecisionSource::Policy,
-                        arguments_sha256: "0".repeat(64),
-                        intent: OperationIntent::new(IntentKind::Read, IntentScope::Workspace),
-                        reason: "read inside the workspace".into(),
+                    decision: {
+                        let mut permission_decision = PermissionDecision::new(
+                            id.clone(),
+                            "read",
+                            PermissionMode::Auto,
+                            PermissionResolution::Approved,
+                            keel_protocol::DecisionSource::Policy,
+                            OperationIntent::new(IntentKind::Read, IntentScope::Workspace),
+                        );
+                        permission_decision.arguments_sha256 = "0".repeat(64);
+                        permission_decision.reason = "read inside the workspace".into();
+                        permission_decision
                     },
                 };
                 last = self.push(Some(&last), decision);
@@ -213,13 +213,15 @@ async fn case(ops: Vec<(u8, u16, u8)>, leaf: u16, keep: u64) -> Result<(), TestC
         .store(store.clone())
         .system_prompt("test")
         .project_instructions(Instructions::none())
-        .retry(RetryPolicy {
-            base_delay: Duration::from_millis(1),
-            ..RetryPolicy::default()
+        .retry({
+            let mut retry_policy = RetryPolicy::default();
+            retry_policy.base_delay = Duration::from_millis(1);
+            retry_policy
         })
-        .compaction(CompactionSettings {
-            keep_recent_tokens: keep,
-            ..CompactionSettings::default()
+        .compaction({
+            let mut compaction_settings = CompactionSettings::default();
+            compaction_settings.keep_recent_tokens = keep;
+            compaction_settings
         })
         .build()
         .unwrap();
@@ -351,13 +353,11 @@ async fn case(ops: Vec<(u8, u16, u8)>, leaf: u16, keep: u64) -> Result<(), TestC
 /// The tags an entry's payload holds (texts, call ids, summaries).
 fn text_tags(entry: &Entry) -> Vec<String> {
     match &entry.payload {
-        EntryPayload::Message { message } => tags(&ModelRequest {
-            model: String::new(),
-            system_prompt: String::new(),
-            messages: vec![std::sync::Arc::new(message.clone())],
-            tools: Vec::new(),
-            max_output_tokens: None,
-        }),
+        EntryPayload::Message { message } => tags(&ModelRequest::new(
+            "",
+            "",
+            vec![std::sync::Arc::new(message.clone())],
+        )),
         _ => Vec::new(),
     }
 }

@@ -42,10 +42,12 @@ async fn global_then_root_down_claude_md_as_fallback_and_a_visible_cap() {
         .workspace(Workspace::new(&workspace).unwrap())
         .store(Arc::new(MemoryStore::new()))
         .system_prompt("base")
-        .project_instructions(Instructions {
-            enabled: true,
-            global_dir: Some(global.clone()),
-            max_bytes: cap,
+        .project_instructions({
+            let mut instructions = Instructions::default();
+            instructions.enabled = true;
+            instructions.global_dir = Some(global.clone());
+            instructions.max_bytes = cap;
+            instructions
         })
         .build()
         .unwrap();
@@ -150,10 +152,12 @@ async fn symlinks_out_of_the_workspace_are_refused_with_a_warning() {
             .provider(provider.clone())
             .workspace(Workspace::new(&workspace).unwrap())
             .store(Arc::new(MemoryStore::new()))
-            .project_instructions(Instructions {
-                enabled: true,
-                global_dir: None,
-                max_bytes: 4096,
+            .project_instructions({
+                let mut instructions = Instructions::default();
+                instructions.enabled = true;
+                instructions.global_dir = None;
+                instructions.max_bytes = 4096;
+                instructions
             })
             .build()
             .unwrap();
@@ -251,10 +255,12 @@ async fn a_global_directory_that_cannot_be_resolved_is_refused_not_followed() {
             .provider(provider.clone())
             .workspace(Workspace::new(&home).unwrap())
             .store(Arc::new(MemoryStore::new()))
-            .project_instructions(Instructions {
-                enabled: true,
-                global_dir: Some(global.clone()),
-                max_bytes: 64 * 1024,
+            .project_instructions({
+                let mut instructions = Instructions::default();
+                instructions.enabled = true;
+                instructions.global_dir = Some(global.clone());
+                instructions.max_bytes = 64 * 1024;
+                instructions
             })
             .build()
             .unwrap();

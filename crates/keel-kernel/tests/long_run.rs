@@ -85,11 +85,11 @@ fn expected_evidence(
             let result = &results[&call.id];
             let path = arguments["path"].as_str().map(str::to_owned);
             if result.status == ToolStatus::Error {
-                expected.tool_errors.push(ToolErrorEvidence {
-                    call_id: call.id.clone(),
-                    tool_name: (*name).to_owned(),
-                    code: result.error.as_ref().unwrap().code,
-                });
+                expected.tool_errors.push(ToolErrorEvidence::new(
+                    call.id.clone(),
+                    (*name).to_owned(),
+                    result.error.as_ref().unwrap().code,
+                ));
             }
             let success = result.status == ToolStatus::Success;
             match *name {
@@ -105,12 +105,12 @@ fn expected_evidence(
                         expected.files_modified.push(path);
                     }
                 }
-                "bash" => expected.commands.push(CommandEvidence {
-                    call_id: call.id.clone(),
-                    command: arguments["command"].as_str().unwrap().to_owned(),
-                    status: result.status,
-                    exit_code: result.details.as_ref().unwrap()["exit_code"].as_i64(),
-                }),
+                "bash" => expected.commands.push(CommandEvidence::new(
+                    call.id.clone(),
+                    arguments["command"].as_str().unwrap().to_owned(),
+                    result.status,
+                    result.details.as_ref().unwrap()["exit_code"].as_i64(),
+                )),
                 _ => {}
             }
         }

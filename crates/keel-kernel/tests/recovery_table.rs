@@ -123,19 +123,8 @@ proptest! {
         receipt in receipt(),
     ) {
         let (before_kind, before) = before;
-        let evidence = with_evidence.then(|| FileEvidence {
-            path: "f.txt".into(),
-            before_sha256: before.clone(),
-            after_sha256: after.clone(),
-            before_kind,
-        });
-        let effect = class.map(|idempotency| EffectStarted {
-            call_id: "c1".into(),
-            tool_name: "t".into(),
-            arguments_sha256: "x".into(),
-            idempotency,
-            evidence: evidence.clone().into_iter().collect(),
-        });
+        let evidence = with_evidence.then(|| { let mut file_evidence = FileEvidence::new("f.txt"); file_evidence.before_sha256 = before.clone(); file_evidence.after_sha256 = after.clone(); file_evidence.before_kind = before_kind; file_evidence });
+        let effect = class.map(|idempotency| { let mut effect_started = EffectStarted::new("c1", "t", "x", idempotency); effect_started.evidence = evidence.clone().into_iter().collect(); effect_started });
         let current = |path: &str| {
             assert_eq!(path, "f.txt");
             now.clone()
@@ -179,12 +168,7 @@ proptest! {
         exited in proptest::collection::vec(any::<bool>(), 6),
     ) {
         let calls: Vec<ToolCall> = (0..answered.len())
-            .map(|index| ToolCall {
-                id: format!("c{index}"),
-                name: "bash".into(),
-                arguments: json!({}),
-                wire_id: None,
-            })
+            .map(|index| ToolCall::new(format!("c{index}"), "bash", json!({})))
             .collect();
         let mut payloads = vec![
             EntryPayload::RunStart {
@@ -193,32 +177,16 @@ proptest! {
                 workspace_moved: None,
             },
             EntryPayload::Message {
-                message: Message::Assistant(AssistantMessage {
-                    content: calls.iter().cloned().map(ContentBlock::ToolCall).collect(),
-                    ..AssistantMessage::default()
-                }),
+                message: Message::Assistant({ let mut assistant_message = AssistantMessage::default(); assistant_message.content = calls.iter().cloned().map(ContentBlock::ToolCall).collect(); assistant_message }),
             },
         ];
         for (call, answered) in calls.iter().zip(&answered) {
             payloads.push(EntryPayload::EffectStarted {
-                effect: EffectStarted {
-                    call_id: call.id.clone(),
-                    tool_name: "bash".into(),
-                    arguments_sha256: "x".into(),
-                    idempotency: Idempotency::Command,
-                    evidence: Vec::new(),
-                },
+                effect: { let mut effect_started = EffectStarted::new(call.id.clone(), "bash", "x", Idempotency::Command); effect_started.evidence = Vec::new(); effect_started },
             });
             if *answered {
                 payloads.push(EntryPayload::Message {
-                    message: Message::ToolResult(ToolResultMessage {
-                        call_id: call.id.clone(),
-                        tool_name: "bash".into(),
-                        status: ToolStatus::Success,
-                        content: Vec::new(),
-                        error: None,
-                        details: None,
-                    }),
+                    message: Message::ToolResult({ let mut tool_result_message = ToolResultMessage::new(call.id.clone(), "bash", ToolStatus::Success, Vec::new()); tool_result_message.error = None; tool_result_message.details = None; tool_result_message }),
                 });
             }
         }
@@ -231,12 +199,7 @@ proptest! {
         let branch: Vec<Entry> = payloads
             .into_iter()
             .enumerate()
-            .map(|(index, payload)| Entry {
-                id: format!("e{index}"),
-                parent_id: index.checked_sub(1).map(|parent| format!("e{parent}")),
-                timestamp: 0,
-                payload,
-            })
+            .map(|(index, payload)| Entry::new(format!("e{index}"), index.checked_sub(1).map(|parent| format!("e{parent}")), 0, payload))
             .collect();
         // Each call's receipt is looked up by its `effect_started` entry's id.
         let call_of = |key: &str| -> usize {
@@ -282,34 +245,36 @@ fn interrupted_batch(calls: &[(&str, FileEvidence)]) -> Vec<Entry> {
             workspace_moved: None,
         },
         EntryPayload::Message {
-            message: Message::Assistant(AssistantMessage {
-                content: calls
+            message: Message::Assistant({
+                let mut assistant_message = AssistantMessage::default();
+                assistant_message.content = calls
                     .iter()
                     .map(|(id, _)| ContentBlock::ToolCall(ToolCall::new(*id, "write", json!({}))))
-                    .collect(),
-                ..AssistantMessage::default()
+                    .collect();
+                assistant_message
             }),
         },
     ];
     for (id, evidence) in calls {
         payloads.push(EntryPayload::EffectStarted {
-            effect: EffectStarted {
-                call_id: (*id).into(),
-                tool_name: "write".into(),
-                arguments_sha256: "x".into(),
-                idempotency: Idempotency::WriteFile,
-                evidence: vec![evidence.clone()],
+            effect: {
+                let mut effect_started =
+                    EffectStarted::new(*id, "write", "x", Idempotency::WriteFile);
+                effect_started.evidence = vec![evidence.clone()];
+                effect_started
             },
         });
     }
     payloads
         .into_iter()
         .enumerate()
-        .map(|(index, payload)| Entry {
-            id: format!("e{index}"),
-            parent_id: index.checked_sub(1).map(|parent| format!("e{parent}")),
-            timestamp: 0,
-            payload,
+        .map(|(index, payload)| {
+            Entry::new(
+                format!("e{index}"),
+                index.checked_sub(1).map(|parent| format!("e{parent}")),
+                0,
+                payload,
+            )
         })
         .collect()
 }
@@ -317,17 +282,19 @@ fn interrupted_batch(calls: &[(&str, FileEvidence)]) -> Vec<Entry> {
 #[test]
 fn two_writes_of_one_file_cut_short_are_judged_in_call_order() {
     // The second write's pre-image is the first write's post-image.
-    let first = FileEvidence {
-        path: "f.txt".into(),
-        before_sha256: None,
-        after_sha256: Some("h1".into()),
-        before_kind: Some(PathKind::Absent),
+    let first = {
+        let mut file_evidence = FileEvidence::new("f.txt");
+        file_evidence.before_sha256 = None;
+        file_evidence.after_sha256 = Some("h1".into());
+        file_evidence.before_kind = Some(PathKind::Absent);
+        file_evidence
     };
-    let second = FileEvidence {
-        path: "f.txt".into(),
-        before_sha256: Some("h1".into()),
-        after_sha256: Some("h2".into()),
-        before_kind: Some(PathKind::File),
+    let second = {
+        let mut file_evidence = FileEvidence::new("f.txt");
+        file_evidence.before_sha256 = Some("h1".into());
+        file_evidence.after_sha256 = Some("h2".into());
+        file_evidence.before_kind = Some(PathKind::File);
+        file_evidence
     };
     let branch = interrupted_batch(&[("a", first), ("b", second)]);
     let decided = |now: OnDisk| -> Vec<RecoveryAction> {

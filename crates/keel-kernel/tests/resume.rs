@@ -50,8 +50,8 @@ fn kernel(dir: &std::path::Path, store: Arc<MemoryStore>, script: Value) -> Agen
         )))
         .workspace(Workspace::new(dir).unwrap())
         .store(store)
-        .tool(Arc::new(WriteTool))
-        .tool(Arc::new(EditTool))
+        .tool(Arc::new(WriteTool::default()))
+        .tool(Arc::new(EditTool::default()))
         .tool(Arc::new(Hang))
         .tool(Arc::new(BashTool::default()))
         .build()
@@ -518,11 +518,13 @@ fn a_leftover_command_group_is_killed_only_when_its_start_time_matches() {
     let (reused, reused_exit) = sleeper();
     for (call_id, pid, offset) in [(&ids[0], ours, 0), (&ids[1], reused, 1)] {
         let start_time = process_start_time(pid).unwrap() + offset;
-        let started = Started {
-            pid: Some(pid),
-            pgid: Some(pid),
-            start_time: Some(start_time),
-            started_ms: 0,
+        let started = {
+            let mut started = Started::default();
+            started.pid = Some(pid);
+            started.pgid = Some(pid);
+            started.start_time = Some(start_time);
+            started.started_ms = 0;
+            started
         };
         receipts.write_started(call_id, &started).unwrap();
     }
@@ -772,12 +774,7 @@ fn a_session_written_before_the_new_journal_fields_still_resumes() {
             .enumerate()
             .map(|(index, payload)| {
                 let id = format!("old{index}");
-                Entry {
-                    parent_id: parent.replace(id.clone()),
-                    id,
-                    timestamp: 0,
-                    payload,
-                }
+                Entry::new(id.clone(), parent.replace(id), 0, payload)
             })
             .collect();
         store.append(&session, entries).await.unwrap();

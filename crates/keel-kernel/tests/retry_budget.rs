@@ -40,15 +40,15 @@ async fn run(script: &str, retry: RetryPolicy) -> (Vec<RunEventKind>, keel_proto
 }
 
 fn fast(budget: Duration) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts: 4,
-        base_delay: Duration::from_millis(10),
-        max_delay: Duration::from_millis(50),
-        budget,
-        max_wait: Duration::from_secs(300),
-        // Exact delays: these tests are about the budget, not the jitter.
-        jitter_percent: 0,
-    }
+    let mut policy = RetryPolicy::default();
+    policy.max_attempts = 4;
+    policy.base_delay = Duration::from_millis(10);
+    policy.max_delay = Duration::from_millis(50);
+    policy.budget = budget;
+    policy.max_wait = Duration::from_secs(300);
+    // Exact delays: these tests are about the budget, not the jitter.
+    policy.jitter_percent = 0;
+    policy
 }
 
 #[tokio::test]

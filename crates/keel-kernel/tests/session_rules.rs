@@ -92,10 +92,7 @@ async fn run(fixture: &Fixture, spec: RunSpec, answer: PermissionAnswer) -> Seen
 }
 
 fn always(resolution: PermissionResolution) -> PermissionAnswer {
-    PermissionAnswer {
-        resolution,
-        scope: PermissionScope::Always,
-    }
+    PermissionAnswer::new(resolution, PermissionScope::Always)
 }
 
 async fn recorded(
@@ -407,20 +404,21 @@ async fn a_rule_recorded_before_bindings_existed_reads_and_asks_again() {
     )
     .await;
     let (_, made_rules) = recorded(&probe.store, &made.result.session_id).await;
-    let old_rule = PermissionRule {
-        target_sha256: made_rules[0].target_sha256.clone(),
-        ..old_rule
+    let old_rule = {
+        let mut permission_rule = old_rule;
+        permission_rule.target_sha256 = made_rules[0].target_sha256.clone();
+        permission_rule
     };
     assert!(old_rule.binding_sha256.is_none());
     f.store
         .append(
             &session,
-            vec![keel_protocol::Entry {
-                id: "old-rule".into(),
-                parent_id: Some(leaf),
-                timestamp: 1,
-                payload: EntryPayload::PermissionRule { rule: old_rule },
-            }],
+            vec![keel_protocol::Entry::new(
+                "old-rule",
+                Some(leaf),
+                1,
+                EntryPayload::PermissionRule { rule: old_rule },
+            )],
         )
         .await
         .unwrap();

@@ -50,12 +50,12 @@ impl Provider for Recording {
 }
 
 fn entry(id: usize, payload: EntryPayload) -> Entry {
-    Entry {
-        id: format!("e{id}"),
-        parent_id: id.checked_sub(1).map(|parent| format!("e{parent}")),
-        timestamp: 1,
+    Entry::new(
+        format!("e{id}"),
+        id.checked_sub(1).map(|parent| format!("e{parent}")),
+        1,
         payload,
-    }
+    )
 }
 
 fn message(message: Message) -> EntryPayload {
@@ -64,18 +64,20 @@ fn message(message: Message) -> EntryPayload {
 
 /// An answer with some thinking, written by `model` of `provider`.
 fn answer(text: &str, provider: &str, model: &str) -> Message {
-    Message::Assistant(AssistantMessage {
-        content: vec![
+    Message::Assistant({
+        let mut assistant_message = AssistantMessage::default();
+        assistant_message.content = vec![
             ContentBlock::Thinking {
                 thinking: format!("thinking about {text}"),
                 signature: Some("signed".into()),
             },
             ContentBlock::Text { text: text.into() },
-        ],
-        stop_reason: StopReason::Stop,
-        usage: Usage::default(),
-        model: Some(model.into()),
-        provider: Some(provider.into()),
+        ];
+        assistant_message.stop_reason = StopReason::Stop;
+        assistant_message.usage = Usage::default();
+        assistant_message.model = Some(model.into());
+        assistant_message.provider = Some(provider.into());
+        assistant_message
     })
 }
 

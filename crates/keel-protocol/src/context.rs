@@ -42,6 +42,7 @@ impl CompactionTrigger {
 
 /// What the covered span of a checkpoint did, gathered from its entries.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct CheckpointEvidence {
     /// Paths the `read` tool read successfully, in first-read order, once each.
     #[serde(default)]
@@ -69,6 +70,7 @@ impl CheckpointEvidence {
 
 /// One command a checkpoint's span ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct CommandEvidence {
     /// The tool call.
     pub call_id: String,
@@ -81,8 +83,26 @@ pub struct CommandEvidence {
     pub exit_code: Option<i64>,
 }
 
+impl CommandEvidence {
+    /// Call `call_id` ran `command`, which ended `status` with `exit_code`.
+    pub fn new(
+        call_id: impl Into<String>,
+        command: impl Into<String>,
+        status: ToolStatus,
+        exit_code: Option<i64>,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            command: command.into(),
+            status,
+            exit_code,
+        }
+    }
+}
+
 /// One failed tool call of a checkpoint's span.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ToolErrorEvidence {
     /// The tool call.
     pub call_id: String,
@@ -92,8 +112,24 @@ pub struct ToolErrorEvidence {
     pub code: ToolErrorCode,
 }
 
+impl ToolErrorEvidence {
+    /// Call `call_id` to `tool_name` failed with `code`.
+    pub fn new(
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        code: ToolErrorCode,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            code,
+        }
+    }
+}
+
 /// Why and at what cost a checkpoint was written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct CheckpointMetrics {
     /// What started the compaction.
     pub trigger: CompactionTrigger,
@@ -119,8 +155,32 @@ pub struct CheckpointMetrics {
     pub summary_usage: Usage,
 }
 
+impl CheckpointMetrics {
+    /// A compaction started by `trigger` and summarised by `provider`'s
+    /// `model`; every count zero until set.
+    pub fn new(
+        trigger: CompactionTrigger,
+        provider: impl Into<String>,
+        model: impl Into<String>,
+    ) -> Self {
+        Self {
+            trigger,
+            tokens_before: 0,
+            tokens_after: 0,
+            window: None,
+            provider: provider.into(),
+            model: model.into(),
+            covered_entries: 0,
+            kept_entries: 0,
+            summary_requests: 0,
+            summary_usage: Usage::default(),
+        }
+    }
+}
+
 /// How full a run's model context is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ContextUsage {
     /// Estimated tokens of the next request (system prompt, tools and
     /// messages), calibrated by what the provider reported for this model.
@@ -132,6 +192,22 @@ pub struct ContextUsage {
     /// (cached input included).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reported_input_tokens: Option<u64>,
+}
+
+impl ContextUsage {
+    /// `estimated_tokens` of context in a `window` (when known), with what
+    /// the provider last reported as input.
+    pub fn new(
+        estimated_tokens: u64,
+        window: Option<u64>,
+        reported_input_tokens: Option<u64>,
+    ) -> Self {
+        Self {
+            estimated_tokens,
+            window,
+            reported_input_tokens,
+        }
+    }
 }
 
 /// Where a project instruction file was found.
@@ -147,6 +223,7 @@ pub enum InstructionScope {
 
 /// A project instruction file (`AGENTS.md`, or `CLAUDE.md`) a run loaded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct InstructionFile {
     /// The file's path.
     pub path: String,
@@ -157,4 +234,21 @@ pub struct InstructionFile {
     /// Whether it was cut to the size cap (the model sees a notice saying so).
     #[serde(default)]
     pub truncated: bool,
+}
+
+impl InstructionFile {
+    /// The instruction file at `path` in `scope`: `bytes` long, `truncated` or not.
+    pub fn new(
+        path: impl Into<String>,
+        scope: InstructionScope,
+        bytes: u64,
+        truncated: bool,
+    ) -> Self {
+        Self {
+            path: path.into(),
+            scope,
+            bytes,
+            truncated,
+        }
+    }
 }

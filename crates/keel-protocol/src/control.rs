@@ -28,6 +28,7 @@ pub enum PermissionScope {
 
 /// A host's answer to one `permission_requested` event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct PermissionAnswer {
     /// Whether the call may run.
     pub resolution: PermissionResolution,
@@ -37,6 +38,11 @@ pub struct PermissionAnswer {
 }
 
 impl PermissionAnswer {
+    /// `resolution`, for this request only or for the rest of the session (`scope`).
+    pub fn new(resolution: PermissionResolution, scope: PermissionScope) -> Self {
+        Self { resolution, scope }
+    }
+
     /// An answer for this request only.
     pub fn once(resolution: PermissionResolution) -> Self {
         Self {
@@ -55,6 +61,7 @@ impl From<PermissionResolution> for PermissionAnswer {
 /// The decision word in a host's answer, as a person or a script types it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum HostDecision {
     /// Let the call run.
     #[serde(alias = "approved", alias = "yes", alias = "y", alias = "a")]

@@ -45,6 +45,7 @@ impl Idempotency {
 /// knows it, after (`None`: the file does not exist, or the post-image is
 /// not known).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct FileEvidence {
     /// The target, relative to the workspace root where it is inside.
     pub path: String,
@@ -58,6 +59,18 @@ pub struct FileEvidence {
     /// "absent".
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub before_kind: Option<PathKind>,
+}
+
+impl FileEvidence {
+    /// The file at `path`, with nothing known of it yet.
+    pub fn new(path: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            before_sha256: None,
+            after_sha256: None,
+            before_kind: None,
+        }
+    }
 }
 
 /// What is at a path, as the effect journal records it.
@@ -93,6 +106,7 @@ impl PathKind {
 
 /// The journal record acknowledged before a side-effecting call starts.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct EffectStarted {
     /// The tool call.
     pub call_id: String,
@@ -105,6 +119,25 @@ pub struct EffectStarted {
     /// The evidence recovery compares the workspace with.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub evidence: Vec<FileEvidence>,
+}
+
+impl EffectStarted {
+    /// Call `call_id` to `tool_name` with arguments digested as
+    /// `arguments_sha256` is about to take effect; no file evidence yet.
+    pub fn new(
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        arguments_sha256: impl Into<String>,
+        idempotency: Idempotency,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            arguments_sha256: arguments_sha256.into(),
+            idempotency,
+            evidence: Vec::new(),
+        }
+    }
 }
 
 /// What recovery did about one call found without a result after a crash.
@@ -153,6 +186,7 @@ impl RecoveryAction {
 /// How a run ended, as its `run_end` entry records it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum RunEndState {
     /// The run settled.
     Settled,

@@ -145,6 +145,7 @@ impl PartialEq<&str> for RunErrorCode {
 
 /// A typed error that ended a run: a stable machine code plus a human message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunError {
     /// Stable code, e.g. `rate_limited` or `session_store`.
     pub code: RunErrorCode,

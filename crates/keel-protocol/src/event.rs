@@ -17,6 +17,7 @@ use crate::provider_event::{ProviderError, ProviderEvent};
 
 /// One event of a run, as serialised on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunEvent {
     /// Position in the run's stream, starting at 0.
     pub seq: u64,
@@ -32,6 +33,23 @@ pub struct RunEvent {
 }
 
 impl RunEvent {
+    /// Event number `seq` of run `run_id` in session `session_id`.
+    pub fn new(
+        seq: u64,
+        run_id: impl Into<String>,
+        session_id: impl Into<String>,
+        timestamp: TimestampMs,
+        kind: RunEventKind,
+    ) -> Self {
+        Self {
+            seq,
+            run_id: run_id.into(),
+            session_id: session_id.into(),
+            timestamp,
+            kind,
+        }
+    }
+
     /// The event's `type` name.
     pub fn type_name(&self) -> &'static str {
         self.kind.type_name()
@@ -80,11 +98,22 @@ impl QueuedMessage {
 
 /// Streamed output of a running tool.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ToolProgress {
     /// Which stream, e.g. `stdout` or `stderr`.
     pub stream: String,
     /// The new output (lossily decoded as UTF-8).
     pub data: String,
+}
+
+impl ToolProgress {
+    /// New output `data` on `stream`.
+    pub fn new(stream: impl Into<String>, data: impl Into<String>) -> Self {
+        Self {
+            stream: stream.into(),
+            data: data.into(),
+        }
+    }
 }
 
 /// What happened, tagged by `type`.

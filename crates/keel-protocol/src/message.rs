@@ -24,12 +24,18 @@ pub enum Message {
 
 /// Input from the user: text and images.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct UserMessage {
     /// The content blocks, in order.
     pub content: Vec<UserContent>,
 }
 
 impl UserMessage {
+    /// A user message of `content` blocks.
+    pub fn new(content: Vec<UserContent>) -> Self {
+        Self { content }
+    }
+
     /// A user message holding one text block.
     pub fn text(text: impl Into<String>) -> Self {
         Self {
@@ -64,6 +70,7 @@ pub enum UserContent {
 
 /// An image, base64-encoded.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ImageContent {
     /// MIME type, e.g. `image/png`.
     pub mime_type: String,
@@ -71,8 +78,19 @@ pub struct ImageContent {
     pub data: String,
 }
 
+impl ImageContent {
+    /// An image of type `mime_type` whose bytes are `data` in base64.
+    pub fn new(mime_type: impl Into<String>, data: impl Into<String>) -> Self {
+        Self {
+            mime_type: mime_type.into(),
+            data: data.into(),
+        }
+    }
+}
+
 /// A model response, accumulated from provider events.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct AssistantMessage {
     /// Content blocks in the order the model produced them.
     pub content: Vec<ContentBlock>,
@@ -135,6 +153,7 @@ pub enum ContentBlock {
 
 /// A model's request to run a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ToolCall {
     /// The call's id, unique within its session; the ToolResult answers it.
     /// It is the provider's id unless the provider gave none or one the
@@ -174,6 +193,7 @@ impl ToolCall {
 
 /// The authoritative outcome of one tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ToolResultMessage {
     /// The call this result answers.
     pub call_id: String,
@@ -192,6 +212,23 @@ pub struct ToolResultMessage {
 }
 
 impl ToolResultMessage {
+    /// The result of call `call_id` to `tool_name`, with no error and no details.
+    pub fn new(
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        status: ToolStatus,
+        content: Vec<UserContent>,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            status,
+            content,
+            error: None,
+            details: None,
+        }
+    }
+
     /// The concatenated text blocks.
     pub fn text(&self) -> String {
         let mut out = String::new();
@@ -220,6 +257,7 @@ pub enum StopReason {
 
 /// Token usage of one provider request.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct Usage {
     /// Input tokens not served from cache.
     #[serde(default)]

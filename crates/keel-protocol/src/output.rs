@@ -37,6 +37,7 @@ pub enum HostLine {
 
 /// The `result` line.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ResultLine {
     /// The run's result, its fields inline.
     #[serde(flatten)]
@@ -51,8 +52,21 @@ pub struct ResultLine {
     pub session: Option<SessionLine>,
 }
 
+impl ResultLine {
+    /// The run's `result` and `totals`, with no workspace changes and no session.
+    pub fn new(result: RunResult, totals: RunTotals) -> Self {
+        Self {
+            result,
+            totals,
+            workspace_changes: None,
+            session: None,
+        }
+    }
+}
+
 /// What one run took, summed over its model responses.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunTotals {
     /// Turns started.
     pub turns: u32,
@@ -73,7 +87,8 @@ pub struct RunTotals {
 }
 
 /// The `workspace_changes` line.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct WorkspaceChangesLine {
     /// Changed paths relative to the workspace, sorted; a rename lists both.
     pub changed_paths: Vec<String>,
@@ -133,6 +148,7 @@ pub enum GitCodeChangeKind {
 
 /// The `session` line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionLine {
     /// The session's id.
     pub id: String,
@@ -140,8 +156,19 @@ pub struct SessionLine {
     pub path: String,
 }
 
+impl SessionLine {
+    /// Session `id`, stored at `path`.
+    pub fn new(id: impl Into<String>, path: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            path: path.into(),
+        }
+    }
+}
+
 /// The `startup_error` line.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct StartupErrorLine {
     /// A stable snake_case code.
     pub code: String,
@@ -149,8 +176,19 @@ pub struct StartupErrorLine {
     pub message: String,
 }
 
+impl StartupErrorLine {
+    /// A start-up error `code` and its `message`.
+    pub fn new(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// The `compaction` line: the checkpoint a manual compaction wrote.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct CompactionLine {
     /// The compacted session.
     pub session_id: String,
@@ -168,11 +206,22 @@ pub struct CompactionLine {
 
 /// The `compaction_failed` line: nothing was written.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct CompactionFailedLine {
     /// The session that was to be compacted.
     pub session_id: String,
     /// Why it failed (code `compaction_failed` or the provider's).
     pub error: RunError,
+}
+
+impl CompactionFailedLine {
+    /// Compacting session `session_id` failed with `error`.
+    pub fn new(session_id: impl Into<String>, error: RunError) -> Self {
+        Self {
+            session_id: session_id.into(),
+            error,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -38,6 +38,7 @@ impl PermissionMode {
 
 /// What a tool call would do.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct OperationIntent {
     /// The kind of operation.
     pub kind: IntentKind,
@@ -122,6 +123,7 @@ pub enum DecisionSource {
 
 /// The durable record of one permission decision (a session entry payload).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct PermissionDecision {
     /// The call decided on.
     pub call_id: String,
@@ -139,6 +141,30 @@ pub struct PermissionDecision {
     pub intent: OperationIntent,
     /// Why, in words.
     pub reason: String,
+}
+
+impl PermissionDecision {
+    /// How call `call_id` to `tool_name` was resolved under `mode`, by
+    /// whom, for which intent; no argument digest and no reason yet.
+    pub fn new(
+        call_id: impl Into<String>,
+        tool_name: impl Into<String>,
+        mode: PermissionMode,
+        resolution: PermissionResolution,
+        source: DecisionSource,
+        intent: OperationIntent,
+    ) -> Self {
+        Self {
+            call_id: call_id.into(),
+            tool_name: tool_name.into(),
+            mode,
+            resolution,
+            source,
+            arguments_sha256: String::new(),
+            intent,
+            reason: String::new(),
+        }
+    }
 }
 
 /// A session rule: the host's standing answer to every later call like the
@@ -159,6 +185,7 @@ pub struct PermissionDecision {
 /// targets resolve the same; otherwise the kernel asks again. A rule
 /// recorded before bindings existed has none and matches nothing.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct PermissionRule {
     /// The tool the rule is for.
     pub tool_name: String,
@@ -178,4 +205,28 @@ pub struct PermissionRule {
     pub resolution: PermissionResolution,
     /// The call whose host answer made the rule.
     pub call_id: String,
+}
+
+impl PermissionRule {
+    /// An `always` answer to call `call_id`: `resolution` for `tool_name`'s
+    /// `kind` of operation in `scope` on the target digested as
+    /// `target_sha256`, bound to no command.
+    pub fn new(
+        tool_name: impl Into<String>,
+        kind: IntentKind,
+        scope: IntentScope,
+        target_sha256: impl Into<String>,
+        resolution: PermissionResolution,
+        call_id: impl Into<String>,
+    ) -> Self {
+        Self {
+            tool_name: tool_name.into(),
+            kind,
+            scope,
+            target_sha256: target_sha256.into(),
+            binding_sha256: None,
+            resolution,
+            call_id: call_id.into(),
+        }
+    }
 }

@@ -102,6 +102,7 @@ pub enum ProviderEvent {
 /// A classified provider failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, thiserror::Error)]
 #[error("{kind:?}: {message}")]
+#[non_exhaustive]
 pub struct ProviderError {
     /// The class of failure.
     pub kind: ProviderErrorKind,

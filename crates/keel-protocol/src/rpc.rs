@@ -45,6 +45,7 @@ pub enum RequestId {
 /// A call from a client: with an `id` it expects a response, without one it
 /// is a notification and is answered by nothing (not even an error).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct Request {
     /// Always `"2.0"`.
     pub jsonrpc: JsonRpcVersion,
@@ -60,6 +61,7 @@ pub struct Request {
 
 /// The answer to a request with an id: exactly one of `result` or `error`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct Response {
     /// Always `"2.0"`.
     pub jsonrpc: JsonRpcVersion,
@@ -102,6 +104,7 @@ impl Response {
 
 /// A message from the server that answers nothing (e.g. `run/event`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct Notification {
     /// Always `"2.0"`.
     pub jsonrpc: JsonRpcVersion,
@@ -127,6 +130,7 @@ impl Notification {
 /// `oldest_seq`, …) as the kind documents.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema, thiserror::Error)]
 #[error("{message}")]
+#[non_exhaustive]
 pub struct RpcError {
     /// The numeric JSON-RPC code ([`ErrorKind::number`]).
     pub code: i32,

@@ -29,6 +29,7 @@ impl RunState {
 
 /// The final outcome of a run; the same as its terminal event says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunResult {
     /// The run's id.
     pub run_id: String,
@@ -42,4 +43,18 @@ pub struct RunResult {
     /// The error, when failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<RunError>,
+}
+
+impl RunResult {
+    /// Run `run_id` of session `session_id` ended in `state`, with no final
+    /// message and no error yet.
+    pub fn new(run_id: impl Into<String>, session_id: impl Into<String>, state: RunState) -> Self {
+        Self {
+            run_id: run_id.into(),
+            session_id: session_id.into(),
+            state,
+            message: None,
+            error: None,
+        }
+    }
 }

@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 /// How much a sandboxed command may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SandboxLevel {
     /// Read the workspace and system locations; write only the private temp dir; no network.
     ReadOnly,
@@ -52,6 +53,7 @@ impl SandboxLevel {
 /// Who enforces the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SandboxMode {
     /// Keel, with Landlock and seccomp; fails closed where they are missing.
     #[default]

@@ -16,6 +16,7 @@ use crate::permission::{PermissionDecision, PermissionMode, PermissionRule};
 
 /// One immutable node of the session tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct Entry {
     /// Unique id within the session.
     pub id: String,
@@ -29,6 +30,21 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// An entry `id` under `parent_id` (`None`: a root), stamped `timestamp`.
+    pub fn new(
+        id: impl Into<String>,
+        parent_id: Option<String>,
+        timestamp: TimestampMs,
+        payload: EntryPayload,
+    ) -> Self {
+        Self {
+            id: id.into(),
+            parent_id,
+            timestamp,
+            payload,
+        }
+    }
+
     /// The payload's kind name.
     pub fn kind(&self) -> &'static str {
         self.payload.kind()
@@ -156,11 +172,22 @@ pub enum EntryPayload {
 
 /// A resumed run's workspace, when it is not the session's.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct WorkspaceMove {
     /// The workspace the session records.
     pub from: String,
     /// The workspace the resumed run works in.
     pub to: String,
+}
+
+impl WorkspaceMove {
+    /// The workspace moved from `from` to `to`.
+    pub fn new(from: impl Into<String>, to: impl Into<String>) -> Self {
+        Self {
+            from: from.into(),
+            to: to.into(),
+        }
+    }
 }
 
 impl EntryPayload {

@@ -9,6 +9,7 @@ use serde_json::Value;
 
 /// What the model is told about a tool.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ToolSpec {
     /// Unique tool name.
     pub name: String,
@@ -18,9 +19,21 @@ pub struct ToolSpec {
     pub parameters: Value,
 }
 
+impl ToolSpec {
+    /// The tool `name`, described to the model, taking `parameters` (a JSON Schema).
+    pub fn new(name: impl Into<String>, description: impl Into<String>, parameters: Value) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+        }
+    }
+}
+
 /// How a tool may be scheduled within a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ExecutionMode {
     /// May run concurrently with other parallel calls.
     Parallel,
@@ -42,11 +55,22 @@ pub enum ToolStatus {
 
 /// A typed tool failure.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ToolResultError {
     /// Machine-readable code.
     pub code: ToolErrorCode,
     /// Human-readable explanation, also shown to the model.
     pub message: String,
+}
+
+impl ToolResultError {
+    /// A tool error of kind `code`.
+    pub fn new(code: ToolErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
 }
 
 /// Why a tool call failed.

@@ -36,13 +36,7 @@ fn checked_in_schemas_match_the_types() {
 #[test]
 fn events_round_trip_through_json() {
     use keel_protocol::{RunEvent, RunEventKind};
-    let event = RunEvent {
-        seq: 3,
-        run_id: "r".into(),
-        session_id: "s".into(),
-        timestamp: 1,
-        kind: RunEventKind::TurnStart { turn: 2 },
-    };
+    let event = RunEvent::new(3, "r", "s", 1, RunEventKind::TurnStart { turn: 2 });
     let text = serde_json::to_string(&event).unwrap();
     assert_eq!(
         text,
@@ -70,17 +64,17 @@ fn every_method_has_checked_in_params_and_response_schemas() {
 #[test]
 fn queue_cleared_has_a_stable_wire_form() {
     use keel_protocol::{QueueKind, RunEvent, RunEventKind};
-    let event = RunEvent {
-        seq: 7,
-        run_id: "r".into(),
-        session_id: "s".into(),
-        timestamp: 1,
-        kind: RunEventKind::QueueCleared {
+    let event = RunEvent::new(
+        7,
+        "r",
+        "s",
+        1,
+        RunEventKind::QueueCleared {
             queue: Some(QueueKind::FollowUp),
             steer: 0,
             follow_up: 2,
         },
-    };
+    );
     let text = serde_json::to_string(&event).unwrap();
     assert_eq!(
         text,

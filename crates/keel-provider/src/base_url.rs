@@ -16,6 +16,7 @@
 
 /// Why a base URL cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum BaseUrlError {
     /// It is not a URL at all.
     #[error("it is not a URL ({reason}); expected e.g. `https://api.example.com/v1`")]

@@ -56,6 +56,7 @@ mod catalog;
 /// Which wire format a provider speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Api {
     /// OpenAI-compatible Chat Completions.
     OpenaiChat,
@@ -68,6 +69,7 @@ pub enum Api {
 /// One configured provider.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ProviderConfig {
     /// The wire format.
     pub api: Option<Api>,
@@ -235,6 +237,7 @@ impl ProviderConfig {
 /// What Keel knows about one model. Prices are USD per million tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ModelInfo {
     /// Tokens the model accepts in one request.
     pub context_window: Option<u64>,
@@ -285,6 +288,7 @@ impl ModelInfo {
 /// All configured providers.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Config {
     /// Providers by name.
     #[serde(default)]
@@ -293,6 +297,7 @@ pub struct Config {
 
 /// Why configuration failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read {path}: {message}")]
@@ -373,6 +378,7 @@ impl ConfigError {
 
 /// The provider chosen for a run, resolved from the configuration.
 #[derive(Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Resolved {
     /// The provider's name.
     pub name: String,
@@ -757,12 +763,14 @@ mod tests {
     #[test]
     fn cost_uses_the_price_of_each_bucket() {
         let info = Config::builtin().providers["anthropic"].models["claude-sonnet-4-5"];
-        let usage = keel_protocol::Usage {
-            input_tokens: 1_000_000,
-            output_tokens: 100_000,
-            cache_read_tokens: 1_000_000,
-            cache_write_tokens: 0,
-            cost_usd: None,
+        let usage = {
+            let mut usage = keel_protocol::Usage::default();
+            usage.input_tokens = 1_000_000;
+            usage.output_tokens = 100_000;
+            usage.cache_read_tokens = 1_000_000;
+            usage.cache_write_tokens = 0;
+            usage.cost_usd = None;
+            usage
         };
         let cost = info.cost(&usage).unwrap();
         assert!((cost - (3.0 + 1.5 + 0.3)).abs() < 1e-9, "{cost}");

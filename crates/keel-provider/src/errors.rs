@@ -54,11 +54,11 @@ pub fn classify_status(status: u16, body: &str, retry_after: Option<Duration>) -
             _ => ProviderErrorKind::InvalidRequest,
         }
     };
-    ProviderError {
-        kind,
-        message: shown,
-        retry_after_ms: retry_after.map(|delay| delay.as_millis() as u64),
-        max_retries: None,
+    {
+        let mut provider_error = ProviderError::new(kind, shown);
+        provider_error.retry_after_ms = retry_after.map(|delay| delay.as_millis() as u64);
+        provider_error.max_retries = None;
+        provider_error
     }
 }
 
@@ -96,6 +96,7 @@ pub fn is_overflow(text: &str) -> bool {
 
 /// What a context-overflow message says about sizes, when it says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct OverflowSizes {
     /// The model's context window, in the provider's tokens.
     pub limit: Option<u64>,

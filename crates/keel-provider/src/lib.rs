@@ -76,6 +76,7 @@ pub type ProviderStream = BoxStream<'static, ProviderEvent>;
 /// a request for each turn copies pointers, never the history's text.
 /// Adapters serialise straight from them.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ModelRequest {
     /// The model id.
     pub model: String,
@@ -87,6 +88,24 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
     /// The output token limit, when set.
     pub max_output_tokens: Option<u32>,
+}
+
+impl ModelRequest {
+    /// A request to `model` with `system_prompt` and `messages`, no tools
+    /// and the provider's own output limit.
+    pub fn new(
+        model: impl Into<String>,
+        system_prompt: impl Into<String>,
+        messages: Vec<Arc<Message>>,
+    ) -> Self {
+        Self {
+            model: model.into(),
+            system_prompt: system_prompt.into(),
+            messages,
+            tools: Vec::new(),
+            max_output_tokens: None,
+        }
+    }
 }
 
 /// An adapter that streams a model's response.

@@ -54,6 +54,7 @@ use crate::ProviderStream;
 
 /// How retryable provider errors are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Attempts in total, the first included (1 disables retries);
     /// `max_retries` in `config.toml` is this minus one.
@@ -181,6 +182,7 @@ pub struct Attempts {
 
 /// A retry the policy allows after a failure.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Retry {
     /// The attempt that failed (1-based).
     pub attempt: u32,
@@ -274,27 +276,29 @@ impl Attempts {
     pub fn give_up(&self, error: ProviderError) -> ProviderError {
         match self.refused {
             None => error,
-            Some(Refusal::WaitTooLong(asked)) => ProviderError {
-                kind: ProviderErrorKind::RateLimited,
-                message: format!(
+            Some(Refusal::WaitTooLong(asked)) => {
+                let mut given_up = error;
+                given_up.kind = ProviderErrorKind::RateLimited;
+                given_up.message = format!(
                     "{} (the provider asked to wait {} before retrying, longer than the \
                      longest wait allowed, {}: raise max_retry_wait_sec to wait that long)",
-                    error.message,
+                    given_up.message,
                     shown(asked),
                     shown(self.policy.max_wait)
-                ),
-                ..error
-            },
-            Some(Refusal::OverBudget(delay)) => ProviderError {
-                message: format!(
+                );
+                given_up
+            }
+            Some(Refusal::OverBudget(delay)) => {
+                let mut given_up = error;
+                given_up.message = format!(
                     "{} (not retried: a wait of {} would take the waits past the retry \
                      budget of {})",
-                    error.message,
+                    given_up.message,
                     shown(delay),
                     shown(self.policy.budget)
-                ),
-                ..error
-            },
+                );
+                given_up
+            }
         }
     }
 }
@@ -344,9 +348,10 @@ mod tests {
     #[test]
     fn a_wait_longer_than_max_wait_is_final_and_named() {
         let policy = exact();
-        let asked = |seconds: u64| ProviderError {
-            retry_after_ms: Some(seconds * 1000),
-            ..error(ProviderErrorKind::Overloaded)
+        let asked = |seconds: u64| {
+            let mut provider_error = error(ProviderErrorKind::Overloaded);
+            provider_error.retry_after_ms = Some(seconds * 1000);
+            provider_error
         };
         let mut attempts = policy.start();
         let retry = attempts.after_failure(&asked(120)).unwrap();

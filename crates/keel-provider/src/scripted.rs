@@ -24,6 +24,7 @@ use crate::{ModelRequest, Provider, ProviderStream};
 /// A script: the turns the scripted model will play, in order.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Script {
     /// The turns; each provider request consumes one.
     pub turns: Vec<ScriptTurn>,
@@ -40,6 +41,7 @@ pub struct Script {
 /// One scripted model response.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ScriptTurn {
     /// What the request for this turn must contain.
     #[serde(default)]
@@ -64,6 +66,7 @@ pub struct ScriptTurn {
 /// A scripted content block.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[non_exhaustive]
 pub enum ScriptBlock {
     /// Visible text.
     Text {
@@ -97,6 +100,7 @@ pub enum ScriptBlock {
 /// A scripted provider failure.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ScriptedError {
     /// The class of failure.
     pub kind: ProviderErrorKind,
@@ -114,6 +118,7 @@ pub struct ScriptedError {
 /// What a request must contain; every field set is checked.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Expectation {
     /// Total number of messages in the request.
     #[serde(default)]
@@ -134,6 +139,7 @@ pub struct Expectation {
 
 /// Why a script could not be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ScriptError {
     /// The file could not be read.
     #[error("cannot read script {path}: {message}")]
@@ -359,11 +365,11 @@ fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<Provid
     }
     if let Some(error) = &turn.error {
         events.push(ProviderEvent::Error {
-            error: ProviderError {
-                kind: error.kind,
-                message: error.message.clone(),
-                retry_after_ms: error.retry_after_ms,
-                max_retries: error.max_retries,
+            error: {
+                let mut provider_error = ProviderError::new(error.kind, error.message.clone());
+                provider_error.retry_after_ms = error.retry_after_ms;
+                provider_error.max_retries = error.max_retries;
+                provider_error
             },
         });
         return events;

@@ -11,6 +11,7 @@
 
 /// One dispatched event.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct SseEvent {
     /// The `event:` field (`message` when absent).
     pub event: String,

@@ -60,9 +60,10 @@ pub fn adapt_history(
                 };
                 open_calls.remove(position);
                 (id != result.call_id).then(|| {
-                    Message::ToolResult(ToolResultMessage {
-                        call_id: id,
-                        ..result.clone()
+                    Message::ToolResult({
+                        let mut tool_result_message = result.clone();
+                        tool_result_message.call_id = id;
+                        tool_result_message
                     })
                 })
             }
@@ -183,18 +184,19 @@ fn thinking_as_text(assistant: &mut AssistantMessage) {
 fn close_orphans(out: &mut Vec<Arc<Message>>, open_calls: &mut Vec<(String, String)>) {
     for (call_id, tool_name) in open_calls.drain(..) {
         let message = "No result provided: the call was interrupted before it returned".to_owned();
-        out.push(Arc::new(Message::ToolResult(ToolResultMessage {
-            call_id,
-            tool_name,
-            status: ToolStatus::Error,
-            content: vec![UserContent::Text {
-                text: message.clone(),
-            }],
-            error: Some(ToolResultError {
-                code: ToolErrorCode::ToolError,
-                message,
-            }),
-            details: None,
+        out.push(Arc::new(Message::ToolResult({
+            let mut tool_result_message = ToolResultMessage::new(
+                call_id,
+                tool_name,
+                ToolStatus::Error,
+                vec![UserContent::Text {
+                    text: message.clone(),
+                }],
+            );
+            tool_result_message.error =
+                Some(ToolResultError::new(ToolErrorCode::ToolError, message));
+            tool_result_message.details = None;
+            tool_result_message
         })));
     }
 }
@@ -276,32 +278,28 @@ mod tests {
     use serde_json::json;
 
     fn assistant(model: &str, content: Vec<ContentBlock>) -> Message {
-        Message::Assistant(AssistantMessage {
-            content,
-            stop_reason: StopReason::ToolUse,
-            usage: Usage::default(),
-            model: Some(model.into()),
-            provider: None,
+        Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = content;
+            assistant_message.stop_reason = StopReason::ToolUse;
+            assistant_message.usage = Usage::default();
+            assistant_message.model = Some(model.into());
+            assistant_message.provider = None;
+            assistant_message
         })
     }
 
     fn call(id: &str) -> ContentBlock {
-        ContentBlock::ToolCall(ToolCall {
-            id: id.into(),
-            name: "read".into(),
-            arguments: json!({}),
-            wire_id: None,
-        })
+        ContentBlock::ToolCall(ToolCall::new(id, "read", json!({})))
     }
 
     fn result(id: &str) -> Message {
-        Message::ToolResult(ToolResultMessage {
-            call_id: id.into(),
-            tool_name: "read".into(),
-            status: ToolStatus::Success,
-            content: vec![],
-            error: None,
-            details: None,
+        Message::ToolResult({
+            let mut tool_result_message =
+                ToolResultMessage::new(id, "read", ToolStatus::Success, vec![]);
+            tool_result_message.error = None;
+            tool_result_message.details = None;
+            tool_result_message
         })
     }
 

@@ -34,12 +34,15 @@ struct Outcome {
 }
 
 fn request() -> ModelRequest {
-    ModelRequest {
-        model: "m".into(),
-        system_prompt: String::new(),
-        messages: vec![Message::User(UserMessage::text("hi")).into()],
-        tools: vec![],
-        max_output_tokens: None,
+    {
+        let mut model_request = ModelRequest::new(
+            "m",
+            String::new(),
+            vec![Message::User(UserMessage::text("hi")).into()],
+        );
+        model_request.tools = vec![];
+        model_request.max_output_tokens = None;
+        model_request
     }
 }
 
@@ -50,14 +53,13 @@ fn provider(url: &str, timeouts: HttpTimeouts) -> OpenAiChat {
 
 /// Fast delays, many attempts: the error or the attempts decide.
 fn policy(max_attempts: u32) -> RetryPolicy {
-    RetryPolicy {
-        max_attempts,
-        base_delay: Duration::from_millis(50),
-        max_delay: Duration::from_millis(200),
-        // Exact delays: these tests are about the rules, not the jitter.
-        jitter_percent: 0,
-        ..RetryPolicy::default()
-    }
+    let mut policy = RetryPolicy::default();
+    policy.max_attempts = max_attempts;
+    policy.base_delay = Duration::from_millis(50);
+    policy.max_delay = Duration::from_millis(200);
+    // Exact delays: these tests are about the rules, not the jitter.
+    policy.jitter_percent = 0;
+    policy
 }
 
 /// The host's loop: send, and on a failure ask the policy what to do.
@@ -134,10 +136,11 @@ fn tick_the_clock() -> tokio::task::JoinHandle<()> {
 
 /// Progress timeouts of the virtual-time tests: 10 s between outputs.
 fn progress_timeouts() -> HttpTimeouts {
-    HttpTimeouts {
-        first_byte: Duration::from_secs(30),
-        idle: Duration::from_secs(10),
-        ..HttpTimeouts::default()
+    {
+        let mut http_timeouts = HttpTimeouts::default();
+        http_timeouts.first_byte = Duration::from_secs(30);
+        http_timeouts.idle = Duration::from_secs(10);
+        http_timeouts
     }
 }
 
@@ -269,13 +272,11 @@ async fn retry_after_as_an_http_date_and_as_120_s_is_honoured() {
     .await
     .unwrap();
     let started = Instant::now();
-    let outcome = run(
-        &provider(&server.url(), progress_timeouts()),
-        RetryPolicy {
-            jitter_percent: 0,
-            ..RetryPolicy::default()
-        },
-    )
+    let outcome = run(&provider(&server.url(), progress_timeouts()), {
+        let mut retry_policy = RetryPolicy::default();
+        retry_policy.jitter_percent = 0;
+        retry_policy
+    })
     .await;
     assert!(outcome.result.is_ok());
     let delays: Vec<Duration> = outcome
@@ -324,9 +325,10 @@ async fn a_wait_past_the_longest_allowed_fails_naming_it() {
 #[tokio::test]
 async fn a_server_that_never_answers_fails_at_the_first_byte_timeout() {
     let server = TestServer::start(vec![Reply::Silent; 3]).await.unwrap();
-    let timeouts = HttpTimeouts {
-        first_byte: Duration::from_millis(300),
-        ..HttpTimeouts::default()
+    let timeouts = {
+        let mut http_timeouts = HttpTimeouts::default();
+        http_timeouts.first_byte = Duration::from_millis(300);
+        http_timeouts
     };
     let outcome = tokio::time::timeout(
         Duration::from_secs(30),
@@ -417,9 +419,10 @@ async fn a_connection_that_never_opens_fails_at_the_connect_timeout() {
         held.push(stream);
         assert!(held.len() < 10_000, "the accept queue never filled");
     }
-    let timeouts = HttpTimeouts {
-        connect: Duration::from_secs(5),
-        ..HttpTimeouts::default()
+    let timeouts = {
+        let mut http_timeouts = HttpTimeouts::default();
+        http_timeouts.connect = Duration::from_secs(5);
+        http_timeouts
     };
     let started = Instant::now();
     let outcome = run(&provider(&format!("http://{address}"), timeouts), policy(4)).await;

@@ -70,13 +70,13 @@ fn page_tables(pid: u32) -> u64 {
 fn call(pool: &HolderPool, sandbox: &Sandbox, workspace: &Path) {
     let (mut out, out_write) = std::io::pipe().unwrap();
     let (_err, err_write) = std::io::pipe().unwrap();
-    let spec = CallSpec {
-        program: PathBuf::from("/usr/bin/true"),
-        args: vec![OsString::from("true")],
-        env: Vec::new(),
-        stdout: OwnedFd::from(out_write),
-        stderr: OwnedFd::from(err_write),
-    };
+    let spec = CallSpec::new(
+        PathBuf::from("/usr/bin/true"),
+        vec![OsString::from("true")],
+        Vec::new(),
+        OwnedFd::from(out_write),
+        OwnedFd::from(err_write),
+    );
     let call = pool.spawn(sandbox, workspace, spec).unwrap();
     let mut status = std::fs::File::from(call.status().try_clone_to_owned().unwrap());
     status.read_to_end(&mut Vec::new()).unwrap();
@@ -94,11 +94,9 @@ fn main() {
         .unwrap_or(0);
     // A kernel process of some size: the relay is forked from it.
     let resident = std::hint::black_box(vec![1u8; resident_mib << 20]);
-    let sandbox = Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable: false,
-    };
+    let sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(false);
     let workspaces: Vec<_> = (0..count).map(|_| tempfile::tempdir().unwrap()).collect();
     let pool = HolderPool::new();
     let guard = pool.hold();

@@ -39,13 +39,13 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn holder_call(pool: &HolderPool, sandbox: &Sandbox, workspace: &std::path::Path) {
     let (mut out, out_write) = std::io::pipe().unwrap();
     let (_err, err_write) = std::io::pipe().unwrap();
-    let spec = CallSpec {
-        program: PathBuf::from("/usr/bin/true"),
-        args: vec![OsString::from("true")],
-        env: Vec::new(),
-        stdout: OwnedFd::from(out_write),
-        stderr: OwnedFd::from(err_write),
-    };
+    let spec = CallSpec::new(
+        PathBuf::from("/usr/bin/true"),
+        vec![OsString::from("true")],
+        Vec::new(),
+        OwnedFd::from(out_write),
+        OwnedFd::from(err_write),
+    );
     let call = pool.spawn(sandbox, workspace, spec).unwrap();
     let mut status = std::fs::File::from(call.status().try_clone_to_owned().unwrap());
     let mut record = Vec::new();
@@ -60,11 +60,9 @@ fn main() {
         .unwrap_or(200);
     let resident = std::hint::black_box(vec![1u8; 16 << 20]);
     let workspace = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable: false,
-    };
+    let sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(false);
     let pool = HolderPool::new();
     let _holders = pool.hold();
     let load = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
@@ -95,11 +93,9 @@ fn main() {
     }
     let mut first = Vec::new();
     for _ in 0..20 {
-        let fresh = Sandbox {
-            level: SandboxLevel::WorkspaceWrite,
-            config: Arc::new(SandboxConfig::default()),
-            metadata_writable: false,
-        };
+        let fresh = Sandbox::new(SandboxLevel::WorkspaceWrite)
+            .with_config(Arc::new(SandboxConfig::default()))
+            .with_metadata_writable(false);
         let start = Instant::now();
         holder_call(&pool, &fresh, workspace.path());
         first.push(ms(start));

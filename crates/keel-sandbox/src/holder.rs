@@ -61,6 +61,7 @@ use super::{Sandbox, SandboxConfig, SandboxError, SandboxLevel, passing, sys};
 
 /// A command to start in a holder.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct CallSpec {
     /// The program to execute: a path, not searched in `PATH`.
     pub program: PathBuf,
@@ -72,6 +73,26 @@ pub struct CallSpec {
     pub stdout: OwnedFd,
     /// Where its standard error goes.
     pub stderr: OwnedFd,
+}
+
+impl CallSpec {
+    /// `program` run with `args` (its own name first) in exactly `env`,
+    /// its output written to `stdout` and `stderr`.
+    pub fn new(
+        program: PathBuf,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    ) -> Self {
+        Self {
+            program,
+            args,
+            env,
+            stdout,
+            stderr,
+        }
+    }
 }
 
 /// A started call: a pidfd of its init and the read end of its status

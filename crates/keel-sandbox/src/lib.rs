@@ -52,7 +52,6 @@
 // Every `pub` item is part of the public API (tests/public_api.rs in
 // keel-cli checks what that API promises).
 #![warn(unreachable_pub)]
-
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod capabilities;
@@ -90,6 +89,7 @@ pub const REQUIRED_LANDLOCK_ABI: i32 = 4;
 
 /// The host's sandbox settings for a kernel.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SandboxConfig {
     /// Who enforces the sandbox.
     pub mode: SandboxMode,
@@ -228,6 +228,7 @@ fn ssh_host_keys() -> Vec<PathBuf> {
 
 /// Why a sandboxed command cannot run.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SandboxError {
     /// The OS cannot enforce the level asked for; nothing ran.
     #[error(
@@ -247,6 +248,7 @@ pub enum SandboxError {
 
 /// The shared sandbox settings handed to every tool call.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Sandbox {
     /// The level this call runs at.
     pub level: SandboxLevel,
@@ -267,6 +269,20 @@ impl Sandbox {
             config: Arc::new(SandboxConfig::default()),
             metadata_writable: false,
         }
+    }
+
+    /// This sandbox with `config` as its settings.
+    #[must_use]
+    pub fn with_config(mut self, config: Arc<SandboxConfig>) -> Self {
+        self.config = config;
+        self
+    }
+
+    /// This sandbox with git's metadata writable (`true`) or read-only.
+    #[must_use]
+    pub fn with_metadata_writable(mut self, writable: bool) -> Self {
+        self.metadata_writable = writable;
+        self
     }
 
     /// Whether Keel enforces this sandbox itself (a confined level in

@@ -34,14 +34,13 @@ fn unsandboxed_and_external_confine_nothing() {
             .temp_dir()
             .is_none()
     );
-    let external = Sandbox {
-        level: SandboxLevel::ReadOnly,
-        config: Arc::new(SandboxConfig {
-            mode: SandboxMode::External,
-            ..SandboxConfig::default()
-        }),
-        metadata_writable: false,
-    };
+    let external = Sandbox::new(SandboxLevel::ReadOnly)
+        .with_config(Arc::new({
+            let mut sandbox_config = SandboxConfig::default();
+            sandbox_config.mode = SandboxMode::External;
+            sandbox_config
+        }))
+        .with_metadata_writable(false);
     let outside = tempfile::tempdir().unwrap();
     let target = outside.path().join("written");
     let (ok, temp) = run(

@@ -28,13 +28,13 @@ struct Ran {
 fn spec(script: &str) -> (CallSpec, std::io::PipeReader, std::io::PipeReader) {
     let (out_read, out_write) = std::io::pipe().unwrap();
     let (err_read, err_write) = std::io::pipe().unwrap();
-    let spec = CallSpec {
-        program: PathBuf::from("/bin/sh"),
-        args: ["sh", "-c", script].map(OsString::from).to_vec(),
-        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-        stdout: OwnedFd::from(out_write),
-        stderr: OwnedFd::from(err_write),
-    };
+    let spec = CallSpec::new(
+        PathBuf::from("/bin/sh"),
+        ["sh", "-c", script].map(OsString::from).to_vec(),
+        vec![("PATH".into(), "/usr/bin:/bin".into())],
+        OwnedFd::from(out_write),
+        OwnedFd::from(err_write),
+    );
     (spec, out_read, err_read)
 }
 
@@ -57,11 +57,9 @@ fn run(sandbox: &Sandbox, workspace: &Path, script: &str) -> Ran {
 }
 
 fn sandbox(level: SandboxLevel, config: SandboxConfig) -> Sandbox {
-    Sandbox {
-        level,
-        config: Arc::new(config),
-        metadata_writable: false,
-    }
+    Sandbox::new(level)
+        .with_config(Arc::new(config))
+        .with_metadata_writable(false)
 }
 
 fn exit_code(end: &CallEnd) -> Option<i32> {
@@ -197,16 +195,12 @@ fn a_secret_replaced_on_the_host_stays_masked() {
 fn levels_get_views_of_their_own() {
     let workspace = tempfile::tempdir().unwrap();
     let config = Arc::new(SandboxConfig::default());
-    let read_only = Sandbox {
-        level: SandboxLevel::ReadOnly,
-        config: Arc::clone(&config),
-        metadata_writable: false,
-    };
-    let write = Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config,
-        metadata_writable: false,
-    };
+    let read_only = Sandbox::new(SandboxLevel::ReadOnly)
+        .with_config(Arc::clone(&config))
+        .with_metadata_writable(false);
+    let write = Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(config)
+        .with_metadata_writable(false);
     assert_eq!(
         exit_code(&run(&write, workspace.path(), "echo x > a.txt").end),
         Some(0)

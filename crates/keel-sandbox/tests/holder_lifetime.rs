@@ -16,15 +16,15 @@ use keel_sandbox::{CallSpec, HolderPool, Sandbox, SandboxConfig, SandboxLevel};
 fn network_namespace(pool: &HolderPool, sandbox: &Sandbox, workspace: &Path) -> String {
     let (mut out, out_write) = std::io::pipe().unwrap();
     let (_err, err_write) = std::io::pipe().unwrap();
-    let spec = CallSpec {
-        program: PathBuf::from("/bin/sh"),
-        args: ["sh", "-c", "readlink /proc/self/ns/net"]
+    let spec = CallSpec::new(
+        PathBuf::from("/bin/sh"),
+        ["sh", "-c", "readlink /proc/self/ns/net"]
             .map(OsString::from)
             .to_vec(),
-        env: Vec::new(),
-        stdout: OwnedFd::from(out_write),
-        stderr: OwnedFd::from(err_write),
-    };
+        Vec::new(),
+        OwnedFd::from(out_write),
+        OwnedFd::from(err_write),
+    );
     let call = pool.spawn(sandbox, workspace, spec).unwrap();
     let mut text = String::new();
     out.read_to_string(&mut text).unwrap();
@@ -47,11 +47,9 @@ fn processes_in(namespace: &str) -> Vec<String> {
 }
 
 fn sandbox() -> Sandbox {
-    Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable: false,
-    }
+    Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(false)
 }
 
 #[test]

@@ -82,22 +82,20 @@ fn a_holder_is_a_fresh_image_with_no_copy_of_its_starters_memory_or_environment(
         .collect();
     let kept = std::hint::black_box(secret.clone());
     let workspace = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable: false,
-    };
+    let sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(false);
     let pool = HolderPool::new();
     let _run = pool.hold();
     let (mut out, out_write) = std::io::pipe().unwrap();
     let (_err, err_write) = std::io::pipe().unwrap();
-    let spec = CallSpec {
-        program: PathBuf::from("/bin/sh"),
-        args: ["sh", "-c", "echo ran"].map(OsString::from).to_vec(),
-        env: Vec::new(),
-        stdout: OwnedFd::from(out_write),
-        stderr: OwnedFd::from(err_write),
-    };
+    let spec = CallSpec::new(
+        PathBuf::from("/bin/sh"),
+        ["sh", "-c", "echo ran"].map(OsString::from).to_vec(),
+        Vec::new(),
+        OwnedFd::from(out_write),
+        OwnedFd::from(err_write),
+    );
     let call = pool.spawn(&sandbox, workspace.path(), spec).unwrap();
     let mut text = String::new();
     out.read_to_string(&mut text).unwrap();
@@ -151,24 +149,22 @@ fn dynamic_loader() -> PathBuf {
 #[test]
 fn started_through_the_dynamic_loader_a_holder_is_refused_not_another_program_run() {
     const INNER: &str = "KEEL_TEST_THROUGH_THE_LOADER";
-    let sandbox = Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable: false,
-    };
+    let sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(false);
     if std::env::var_os(INNER).is_some() {
         // Here `/proc/self/exe` is the loader, not this test binary.
         let workspace = tempfile::tempdir().unwrap();
         let pool = HolderPool::new();
         let (_out, out_write) = std::io::pipe().unwrap();
         let (_err, err_write) = std::io::pipe().unwrap();
-        let spec = CallSpec {
-            program: PathBuf::from("/bin/sh"),
-            args: ["sh", "-c", "true"].map(OsString::from).to_vec(),
-            env: Vec::new(),
-            stdout: OwnedFd::from(out_write),
-            stderr: OwnedFd::from(err_write),
-        };
+        let spec = CallSpec::new(
+            PathBuf::from("/bin/sh"),
+            ["sh", "-c", "true"].map(OsString::from).to_vec(),
+            Vec::new(),
+            OwnedFd::from(out_write),
+            OwnedFd::from(err_write),
+        );
         let error = pool.spawn(&sandbox, workspace.path(), spec).unwrap_err();
         match error {
             keel_sandbox::SandboxError::Unavailable { reason } => {

@@ -33,26 +33,24 @@ fn signals_to_the_hosts_process_group_leave_running_calls_alone() {
         assert_ne!(libc::signal(libc::SIGTERM, handler), libc::SIG_ERR);
     }
     let workspace = tempfile::tempdir().unwrap();
-    let sandbox = Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable: false,
-    };
+    let sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(false);
     let pool = HolderPool::new();
     let _run = pool.hold();
     for signal in [libc::SIGINT, libc::SIGTERM] {
         let (mut out, out_write) = std::io::pipe().unwrap();
         let (_err, err_write) = std::io::pipe().unwrap();
-        let spec = CallSpec {
-            program: PathBuf::from("/bin/sh"),
+        let spec = CallSpec::new(
+            PathBuf::from("/bin/sh"),
             // Says it started, then outlives the signal.
-            args: ["sh", "-c", "echo started; sleep 1; echo finished"]
+            ["sh", "-c", "echo started; sleep 1; echo finished"]
                 .map(OsString::from)
                 .to_vec(),
-            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
-            stdout: OwnedFd::from(out_write),
-            stderr: OwnedFd::from(err_write),
-        };
+            vec![("PATH".into(), "/usr/bin:/bin".into())],
+            OwnedFd::from(out_write),
+            OwnedFd::from(err_write),
+        );
         let call = pool.spawn(&sandbox, workspace.path(), spec).unwrap();
         let mut started = [0u8; 8];
         out.read_exact(&mut started).unwrap();

@@ -31,22 +31,20 @@ fn calls_run_where_clone3_is_refused() {
         let program: BpfProgram = filter.try_into().unwrap();
         seccompiler::apply_filter(&program).unwrap();
         let workspace = tempfile::tempdir().unwrap();
-        let sandbox = Sandbox {
-            level: SandboxLevel::WorkspaceWrite,
-            config: Arc::new(SandboxConfig::default()),
-            metadata_writable: false,
-        };
+        let sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite)
+            .with_config(Arc::new(SandboxConfig::default()))
+            .with_metadata_writable(false);
         let mut outputs = Vec::new();
         for _ in 0..2 {
             let (mut out, out_write) = std::io::pipe().unwrap();
             let (_err, err_write) = std::io::pipe().unwrap();
-            let spec = CallSpec {
-                program: PathBuf::from("/bin/sh"),
-                args: ["sh", "-c", "echo $$"].map(OsString::from).to_vec(),
-                env: Vec::new(),
-                stdout: OwnedFd::from(out_write),
-                stderr: OwnedFd::from(err_write),
-            };
+            let spec = CallSpec::new(
+                PathBuf::from("/bin/sh"),
+                ["sh", "-c", "echo $$"].map(OsString::from).to_vec(),
+                Vec::new(),
+                OwnedFd::from(out_write),
+                OwnedFd::from(err_write),
+            );
             let call = POOL.spawn(&sandbox, workspace.path(), spec).unwrap();
             let mut text = String::new();
             out.read_to_string(&mut text).unwrap();

@@ -14,11 +14,9 @@ use keel_sandbox::{Sandbox, SandboxConfig, SandboxLevel, confine};
 
 /// A sandbox at `level`; `metadata_writable` as an approved call has it.
 fn sandbox(level: SandboxLevel, metadata_writable: bool) -> Sandbox {
-    Sandbox {
-        level,
-        config: Arc::new(SandboxConfig::default()),
-        metadata_writable,
-    }
+    Sandbox::new(level)
+        .with_config(Arc::new(SandboxConfig::default()))
+        .with_metadata_writable(metadata_writable)
 }
 
 /// Runs `script` confined in `workspace`; whether it succeeded, and what it printed.
@@ -198,14 +196,13 @@ fn a_linked_work_tree_reads_its_repository_and_cannot_write_it() {
 
 /// A sandbox at workspace-write that protects Keel's configuration `dir`.
 fn protecting(dir: &Path, metadata_writable: bool) -> Sandbox {
-    Sandbox {
-        level: SandboxLevel::WorkspaceWrite,
-        config: Arc::new(SandboxConfig {
-            protected: vec![dir.to_path_buf()],
-            ..SandboxConfig::default()
-        }),
-        metadata_writable,
-    }
+    Sandbox::new(SandboxLevel::WorkspaceWrite)
+        .with_config(Arc::new({
+            let mut sandbox_config = SandboxConfig::default();
+            sandbox_config.protected = vec![dir.to_path_buf()];
+            sandbox_config
+        }))
+        .with_metadata_writable(metadata_writable)
 }
 
 /// Every way of planting Keel's user configuration from a workspace that is

@@ -213,12 +213,7 @@ impl Chain {
         let id = uuid::Uuid::now_v7().to_string();
         self.clock += self.rng.range(5, 4_000) as u64;
         self.ids.push(id.clone());
-        Entry {
-            id: id.clone(),
-            parent_id: self.parent.replace(id),
-            timestamp: self.clock,
-            payload,
-        }
+        Entry::new(id.clone(), self.parent.replace(id), self.clock, payload)
     }
 
     /// A user prompt.
@@ -248,24 +243,25 @@ impl Chain {
         let signature = self.rng.hex(96);
         let usage = self.usage();
         self.entry(EntryPayload::Message {
-            message: Message::Assistant(AssistantMessage {
-                content: vec![
+            message: Message::Assistant({
+                let mut assistant_message = AssistantMessage::default();
+                assistant_message.content = vec![
                     ContentBlock::Thinking {
                         thinking,
                         signature: Some(signature),
                     },
                     ContentBlock::Text { text },
-                    ContentBlock::ToolCall(ToolCall {
-                        id: call_id.to_owned(),
-                        name: tool.to_owned(),
+                    ContentBlock::ToolCall(ToolCall::new(
+                        call_id.to_owned(),
+                        tool.to_owned(),
                         arguments,
-                        wire_id: None,
-                    }),
-                ],
-                stop_reason: StopReason::ToolUse,
-                usage,
-                model: Some("claude-sonnet-4-5".into()),
-                provider: Some("anthropic".into()),
+                    )),
+                ];
+                assistant_message.stop_reason = StopReason::ToolUse;
+                assistant_message.usage = usage;
+                assistant_message.model = Some("claude-sonnet-4-5".into());
+                assistant_message.provider = Some("anthropic".into());
+                assistant_message
             }),
         })
     }
@@ -276,24 +272,28 @@ impl Chain {
         let text = prose(&mut self.rng, size);
         let usage = self.usage();
         self.entry(EntryPayload::Message {
-            message: Message::Assistant(AssistantMessage {
-                content: vec![ContentBlock::Text { text }],
-                stop_reason: StopReason::Stop,
-                usage,
-                model: Some("claude-sonnet-4-5".into()),
-                provider: Some("anthropic".into()),
+            message: Message::Assistant({
+                let mut assistant_message = AssistantMessage::default();
+                assistant_message.content = vec![ContentBlock::Text { text }];
+                assistant_message.stop_reason = StopReason::Stop;
+                assistant_message.usage = usage;
+                assistant_message.model = Some("claude-sonnet-4-5".into());
+                assistant_message.provider = Some("anthropic".into());
+                assistant_message
             }),
         })
     }
 
     /// Plausible token usage.
     fn usage(&mut self) -> Usage {
-        Usage {
-            input_tokens: self.rng.range(100, 4_000) as u64,
-            output_tokens: self.rng.range(20, 1_500) as u64,
-            cache_read_tokens: self.rng.range(0, 120_000) as u64,
-            cache_write_tokens: self.rng.range(0, 8_000) as u64,
-            cost_usd: None,
+        {
+            let mut usage = Usage::default();
+            usage.input_tokens = self.rng.range(100, 4_000) as u64;
+            usage.output_tokens = self.rng.range(20, 1_500) as u64;
+            usage.cache_read_tokens = self.rng.range(0, 120_000) as u64;
+            usage.cache_write_tokens = self.rng.range(0, 8_000) as u64;
+            usage.cost_usd = None;
+            usage
         }
     }
 
@@ -306,19 +306,21 @@ impl Chain {
         };
         let arguments_sha256 = self.rng.hex(64);
         self.entry(EntryPayload::PermissionDecision {
-            decision: PermissionDecision {
-                call_id: call_id.to_owned(),
-                tool_name: tool.to_owned(),
-                mode: PermissionMode::Auto,
-                resolution: PermissionResolution::Approved,
-                source: DecisionSource::Policy,
-                arguments_sha256,
-                intent: OperationIntent {
-                    kind,
-                    scope: IntentScope::Workspace,
-                    targets: vec!["crates/keel-session/src/jsonl/mod.rs".into()],
-                },
-                reason: "auto mode allows this operation inside the workspace".into(),
+            decision: {
+                let mut intent = OperationIntent::new(kind, IntentScope::Workspace);
+                intent.targets = vec!["crates/keel-session/src/jsonl/mod.rs".into()];
+                let mut permission_decision = PermissionDecision::new(
+                    call_id,
+                    tool,
+                    PermissionMode::Auto,
+                    PermissionResolution::Approved,
+                    DecisionSource::Policy,
+                    intent,
+                );
+                permission_decision.arguments_sha256 = arguments_sha256;
+                permission_decision.reason =
+                    "auto mode allows this operation inside the workspace".into();
+                permission_decision
             },
         })
     }
@@ -328,13 +330,16 @@ impl Chain {
         let text = output_text(&mut self.rng, bytes);
         let duration = self.rng.range(3, 9_000);
         self.entry(EntryPayload::Message {
-            message: Message::ToolResult(ToolResultMessage {
-                call_id: call_id.to_owned(),
-                tool_name: tool.to_owned(),
-                status: ToolStatus::Success,
-                content: vec![UserContent::Text { text }],
-                error: None,
-                details: Some(json!({ "exit_code": 0, "duration_ms": duration })),
+            message: Message::ToolResult({
+                let mut tool_result_message = ToolResultMessage::new(
+                    call_id,
+                    tool,
+                    ToolStatus::Success,
+                    vec![UserContent::Text { text }],
+                );
+                tool_result_message.details =
+                    Some(json!({ "exit_code": 0, "duration_ms": duration }));
+                tool_result_message
             }),
         })
     }
@@ -476,12 +481,14 @@ fn ms(duration: Duration) -> f64 {
 fn small_entry(chain: &mut Chain) -> Entry {
     let text = prose(&mut chain.rng, 110);
     chain.entry(EntryPayload::Message {
-        message: Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::Text { text }],
-            stop_reason: StopReason::Stop,
-            usage: Usage::default(),
-            model: None,
-            provider: None,
+        message: Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![ContentBlock::Text { text }];
+            assistant_message.stop_reason = StopReason::Stop;
+            assistant_message.usage = Usage::default();
+            assistant_message.model = None;
+            assistant_message.provider = None;
+            assistant_message
         }),
     })
 }

@@ -37,14 +37,14 @@ pub async fn run_all(factory: Factory<'_>) {
 
 /// A user-message entry `id` under `parent`.
 pub fn entry(id: &str, parent: Option<&str>) -> Entry {
-    Entry {
-        id: id.into(),
-        parent_id: parent.map(Into::into),
-        timestamp: 1,
-        payload: EntryPayload::Message {
+    Entry::new(
+        id,
+        parent.map(Into::into),
+        1,
+        EntryPayload::Message {
             message: Message::User(UserMessage::text(format!("message {id}"))),
         },
-    }
+    )
 }
 
 fn ids(entries: &[Entry]) -> Vec<&str> {
@@ -250,12 +250,12 @@ async fn listing_shows_every_session_newest_first(store: Arc<dyn SessionStore>) 
 
 async fn context_branch_starts_at_the_latest_checkpoint(store: Arc<dyn SessionStore>) {
     let s = store.create(NewSession::default()).await.unwrap();
-    let checkpoint = Entry {
-        id: "k".into(),
-        parent_id: Some("c".into()),
-        timestamp: 1,
-        payload: EntryPayload::checkpoint("a and b happened", "c"),
-    };
+    let checkpoint = Entry::new(
+        "k",
+        Some("c".into()),
+        1,
+        EntryPayload::checkpoint("a and b happened", "c"),
+    );
     store
         .append(
             &s,
@@ -416,12 +416,12 @@ async fn a_second_writer_is_refused(store: Arc<dyn SessionStore>) {
 
 async fn reads_never_open_for_writing(store: Arc<dyn SessionStore>) {
     let s = store.create(NewSession::default()).await.unwrap();
-    let checkpoint = Entry {
-        id: "k".into(),
-        parent_id: Some("a".into()),
-        timestamp: 1,
-        payload: EntryPayload::checkpoint("a happened", "a"),
-    };
+    let checkpoint = Entry::new(
+        "k",
+        Some("a".into()),
+        1,
+        EntryPayload::checkpoint("a happened", "a"),
+    );
     store
         .append(
             &s,

@@ -292,6 +292,7 @@ impl std::fmt::Debug for WriterLease {
 
 /// A damaged tail found when a session file was opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct TornTail {
     /// Where the last complete group ends (the file is cut here).
     pub offset: u64,
@@ -305,6 +306,7 @@ pub struct TornTail {
 
 /// A torn tail that a store cut off when it opened a session for writing.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Repair {
     /// The session that was repaired.
     pub session_id: String,
@@ -315,6 +317,7 @@ pub struct Repair {
 
 /// What a new session starts with.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct NewSession {
     /// The id to use; a fresh one is generated when `None`.
     pub id: Option<String>,
@@ -326,6 +329,7 @@ pub struct NewSession {
 
 /// A summary of one session, for listings.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SessionInfo {
     /// The session id.
     pub id: String,
@@ -354,6 +358,7 @@ pub struct SessionInfo {
 
 /// Why a store operation failed. Nothing already stored is changed by a failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SessionError {
     /// No session has this id.
     #[error("session `{0}` not found")]

@@ -295,14 +295,14 @@ mod tests {
     use keel_protocol::UserMessage;
 
     fn entry(id: &str, parent: Option<&str>) -> Entry {
-        Entry {
-            id: id.into(),
-            parent_id: parent.map(Into::into),
-            timestamp: 0,
-            payload: EntryPayload::Message {
+        Entry::new(
+            id,
+            parent.map(Into::into),
+            0,
+            EntryPayload::Message {
                 message: Message::User(UserMessage::text(id)),
             },
-        }
+        )
     }
 
     #[tokio::test]

@@ -189,9 +189,10 @@ fn create_child() {
         return;
     };
     let store = JsonlStore::new(dir).unwrap();
-    let new = NewSession {
-        id: Some("full".into()),
-        ..NewSession::default()
+    let new = {
+        let mut new_session = NewSession::default();
+        new_session.id = Some("full".into());
+        new_session
     };
     match runtime().block_on(store.create(new)) {
         Ok(id) => println!("created {id}"),
@@ -224,9 +225,10 @@ fn the_workspace_is_listed_and_forks_keep_it() {
     let runtime = runtime();
     let id = runtime.block_on(async {
         let store = JsonlStore::new(dir.path()).unwrap();
-        let new = NewSession {
-            workspace: Some("/work/project".into()),
-            ..NewSession::default()
+        let new = {
+            let mut new_session = NewSession::default();
+            new_session.workspace = Some("/work/project".into());
+            new_session
         };
         let id = store.create(new).await.unwrap();
         store.append(&id, vec![entry("a", None)]).await.unwrap();
@@ -268,9 +270,10 @@ fn the_workspace_is_listed_and_forks_keep_it() {
     );
     let memory = keel_session::MemoryStore::new();
     let forked = runtime.block_on(async {
-        let new = NewSession {
-            workspace: Some("/w".into()),
-            ..NewSession::default()
+        let new = {
+            let mut new_session = NewSession::default();
+            new_session.workspace = Some("/w".into());
+            new_session
         };
         let id = memory.create(new).await.unwrap();
         memory.append(&id, vec![entry("a", None)]).await.unwrap();

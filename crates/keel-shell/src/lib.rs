@@ -85,6 +85,7 @@ pub const MAX_DEPTH: usize = 24;
 
 /// What a shell command would do, as far as its syntax tells.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ShellAnalysis {
     /// Shell, Network, or Unknown (only these three).
     pub kind: IntentKind,

@@ -905,16 +905,17 @@ async fn start(
 ) -> Result<(RunStartResponse, &'static str), RpcError> {
     let options = &context.options;
     let workspace = workspace.display().to_string();
-    let run_start = |prompt: String, session_id: Option<String>| RunStartParams {
-        prompt,
-        workspace: workspace.clone(),
-        session_id,
-        mode: Some(options.mode),
-        tools: options.tools.clone(),
-        max_turns: options.budget.max_turns,
-        max_cost_usd: options.budget.max_cost_usd,
-        subscribe: Some(true),
-        ..RunStartParams::default()
+    let run_start = |prompt: String, session_id: Option<String>| {
+        let mut run_start_params = RunStartParams::default();
+        run_start_params.prompt = prompt;
+        run_start_params.workspace = workspace.clone();
+        run_start_params.session_id = session_id;
+        run_start_params.mode = Some(options.mode);
+        run_start_params.tools = options.tools.clone();
+        run_start_params.max_turns = options.budget.max_turns;
+        run_start_params.max_cost_usd = options.budget.max_cost_usd;
+        run_start_params.subscribe = Some(true);
+        run_start_params
     };
     let Some(session) = session else {
         let mut text = prompt::prompt(
@@ -928,16 +929,18 @@ async fn start(
         let started = call(context, "run/start", &run_start(text, None)).await?;
         return Ok((started, "start"));
     };
-    let resume = SessionResumeParams {
-        session_id: session.clone(),
-        workspace: Some(workspace.clone()),
-        provider: None,
-        model: None,
-        mode: Some(options.mode),
-        tools: options.tools.clone(),
-        max_turns: options.budget.max_turns,
-        max_cost_usd: options.budget.max_cost_usd,
-        subscribe: Some(true),
+    let resume = {
+        let mut session_resume_params = SessionResumeParams::default();
+        session_resume_params.session_id = session.clone();
+        session_resume_params.workspace = Some(workspace.clone());
+        session_resume_params.provider = None;
+        session_resume_params.model = None;
+        session_resume_params.mode = Some(options.mode);
+        session_resume_params.tools = options.tools.clone();
+        session_resume_params.max_turns = options.budget.max_turns;
+        session_resume_params.max_cost_usd = options.budget.max_cost_usd;
+        session_resume_params.subscribe = Some(true);
+        session_resume_params
     };
     match call(context, "session/resume", &resume).await {
         Ok(started) => Ok((started, "resume")),

@@ -31,7 +31,7 @@ async fn main() {
     generate_find_tree(&find_tree);
 
     let grep = measure(
-        &GrepTool,
+        &GrepTool::default(),
         &grep_tree,
         json!({"pattern": "needle_in_haystack", "literal": true, "limit": 1000}),
     )
@@ -42,14 +42,14 @@ async fn main() {
         &grep.1,
     );
     let regex = measure(
-        &GrepTool,
+        &GrepTool::default(),
         &grep_tree,
         json!({"pattern": "needle_[a-z]+_haystack", "limit": 1000}),
     )
     .await;
     report("grep, same tree, regex", &regex.0, &regex.1);
     let find = measure(
-        &FindTool,
+        &FindTool::default(),
         &find_tree,
         json!({"pattern": "*_7.rs", "limit": 100000}),
     )
@@ -114,15 +114,18 @@ async fn measure(tool: &dyn Tool, root: &Path, arguments: Value) -> (Vec<Duratio
     let mut times = Vec::new();
     let mut details = Value::Null;
     for run in 0..8 {
-        let context = ToolContext {
-            call_id: "bench".into(),
-            workspace: workspace.clone(),
-            cancel: CancellationToken::new(),
-            progress: ProgressSink::discard(),
-            sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-            receipts: None,
-            holders: keel_tools::sandbox::HolderPool::default(),
-            outputs: keel_tools::outputs::OutputStore::default(),
+        let context = {
+            let mut tool_context = ToolContext::new(
+                "bench",
+                workspace.clone(),
+                keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+            );
+            tool_context.cancel = CancellationToken::new();
+            tool_context.progress = ProgressSink::discard();
+            tool_context.receipts = None;
+            tool_context.holders = keel_tools::sandbox::HolderPool::default();
+            tool_context.outputs = keel_tools::outputs::OutputStore::default();
+            tool_context
         };
         let started = Instant::now();
         let output = tool.execute(arguments.clone(), context).await.unwrap();

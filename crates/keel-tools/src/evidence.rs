@@ -16,6 +16,7 @@ use crate::workspace::Workspace;
 
 /// One file a call will change.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct PlannedFile {
     /// The target, as [`Workspace::resolve`] returned it.
     pub abs: PathBuf,

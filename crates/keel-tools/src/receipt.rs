@@ -69,7 +69,8 @@ const GONE_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_RECEIPT_BYTES: u64 = 64 * 1024;
 
 /// What a command's `.started` receipt records.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Started {
     /// The shell's process id, when Keel spawned it directly (`None` for a
     /// sandboxed call: its PID namespace dies with Keel's holder).
@@ -87,6 +88,7 @@ pub struct Started {
 
 /// What a command's `.exit` receipt records: the ToolResult it would give.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ExitReceipt {
     /// How it ended, in words (`exited`, `timed_out`, `cancelled`, …).
     pub ending: String,
@@ -276,6 +278,7 @@ pub enum Leftover {
 /// One call's receipts: the session's journal and the call's key (the id
 /// of its `effect_started` entry). What the kernel hands the `bash` tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct CallReceipt {
     /// The session's journal.
     pub receipts: Receipts,

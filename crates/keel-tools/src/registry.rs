@@ -24,6 +24,7 @@ struct RegisteredTool {
 
 /// A call whose tool exists and whose arguments passed validation.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct PreparedCall {
     /// The tool to run.
     pub tool: Arc<dyn Tool>,
@@ -33,6 +34,7 @@ pub struct PreparedCall {
 
 /// Why a tool could not be registered.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RegistryError {
     /// Another tool already has this name.
     #[error("a tool named `{0}` is already registered")]
@@ -86,10 +88,12 @@ impl ToolRegistry {
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools
             .iter()
-            .map(|registered| ToolSpec {
-                name: registered.tool.name().to_owned(),
-                description: registered.tool.description().to_owned(),
-                parameters: registered.tool.parameters(),
+            .map(|registered| {
+                ToolSpec::new(
+                    registered.tool.name().to_owned(),
+                    registered.tool.description().to_owned(),
+                    registered.tool.parameters(),
+                )
             })
             .collect()
     }

@@ -51,6 +51,7 @@ where
 
 /// The outputs of a batch.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct BatchOutcome<T> {
     /// Outputs in call order.
     pub results: Vec<T>,

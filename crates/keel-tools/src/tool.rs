@@ -100,6 +100,7 @@ pub trait Tool: Send + Sync {
 
 /// Everything a running tool may use.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ToolContext {
     /// The call being executed.
     pub call_id: String,
@@ -120,6 +121,24 @@ pub struct ToolContext {
     /// journal and the call's key, the id of its `effect_started` entry;
     /// `None`: none are kept.
     pub receipts: Option<CallReceipt>,
+}
+
+impl ToolContext {
+    /// The context of call `call_id` in `workspace` under `sandbox`: never
+    /// cancelled, output discarded, holders and output store of its own,
+    /// no receipts.
+    pub fn new(call_id: impl Into<String>, workspace: Arc<Workspace>, sandbox: Sandbox) -> Self {
+        Self {
+            call_id: call_id.into(),
+            workspace,
+            cancel: CancellationToken::new(),
+            progress: ProgressSink::discard(),
+            sandbox,
+            holders: HolderPool::default(),
+            outputs: OutputStore::default(),
+            receipts: None,
+        }
+    }
 }
 
 /// Sends streamed tool output to the kernel; dropping output is harmless.
@@ -152,10 +171,7 @@ impl ProgressSink {
     /// Reports new output on `stream`.
     pub fn send(&self, stream: &str, data: String) {
         if let Some(sender) = &self.sender {
-            let progress = ToolProgress {
-                stream: stream.to_owned(),
-                data,
-            };
+            let progress = ToolProgress::new(stream.to_owned(), data);
             // The receiver is gone only when the run is over; output is then moot.
             let _ = sender.send((self.call_id.clone(), progress));
         }
@@ -164,6 +180,7 @@ impl ProgressSink {
 
 /// A successful tool outcome.
 #[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
 pub struct ToolOutput {
     /// What the model sees.
     pub content: Vec<UserContent>,
@@ -190,6 +207,7 @@ impl ToolOutput {
 /// A typed tool failure, shown to the model as an error ToolResult.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{message}")]
+#[non_exhaustive]
 pub struct ToolError {
     /// Machine-readable code.
     pub code: ToolErrorCode,

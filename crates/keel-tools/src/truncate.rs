@@ -19,6 +19,7 @@ pub const MAX_BYTES: usize = 50 * 1024;
 
 /// The part of a text that fits the limits, and what was left out.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Truncated {
     /// The kept text.
     pub content: String,

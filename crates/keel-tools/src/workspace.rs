@@ -59,6 +59,7 @@ impl Eq for Workspace {}
 
 /// Why a path could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WorkspaceError {
     /// The file or directory does not exist.
     #[error("`{path}` does not exist")]

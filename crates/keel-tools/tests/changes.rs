@@ -412,10 +412,12 @@ fn plain_directory_lists_binary_and_oversized_changes() {
 
 #[test]
 fn no_changes_give_an_empty_result() {
-    let empty = WorkspaceChanges {
-        changed_paths: Vec::new(),
-        patch: String::new(),
-        git_code: Vec::new(),
+    let empty = {
+        let mut workspace_changes = WorkspaceChanges::default();
+        workspace_changes.changed_paths = Vec::new();
+        workspace_changes.patch = String::new();
+        workspace_changes.git_code = Vec::new();
+        workspace_changes
     };
 
     let plain = tempfile::tempdir().unwrap();
@@ -495,9 +497,10 @@ fn a_snapshot_over_its_budget_fails_clearly() {
         for i in 0..50 {
             write(ws.path(), &format!("f{i}.txt"), b"x\n");
         }
-        let limits = SnapshotLimits {
-            budget: std::time::Duration::from_nanos(1),
-            ..SnapshotLimits::default()
+        let limits = {
+            let mut snapshot_limits = SnapshotLimits::default();
+            snapshot_limits.budget = std::time::Duration::from_nanos(1);
+            snapshot_limits
         };
         let error = Baseline::capture_with(ws.path(), limits).unwrap_err();
         assert!(matches!(error, ChangesError::TimedOut { .. }), "{error}");
@@ -520,9 +523,10 @@ fn fifos_are_skipped_and_small_caps_hold() {
             .success()
     );
     write(root, "big.txt", &[b'x'; 100]);
-    let limits = SnapshotLimits {
-        max_file: 10,
-        ..SnapshotLimits::default()
+    let limits = {
+        let mut snapshot_limits = SnapshotLimits::default();
+        snapshot_limits.max_file = 10;
+        snapshot_limits
     };
     let baseline = Baseline::capture_with(root, limits).unwrap();
     write(root, "big.txt", &[b'y'; 101]);
@@ -576,9 +580,10 @@ fn a_spilled_baseline_holds_little_memory_and_cleans_up() {
     let root = ws.path();
     eight_mib_workspace(root);
     let temp = tempfile::tempdir().unwrap();
-    let limits = SnapshotLimits {
-        spill_under: Some(temp.path().to_path_buf()),
-        ..SnapshotLimits::default()
+    let limits = {
+        let mut snapshot_limits = SnapshotLimits::default();
+        snapshot_limits.spill_under = Some(temp.path().to_path_buf());
+        snapshot_limits
     };
     let spilled = Baseline::capture_with(root, limits).unwrap();
     let in_memory = Baseline::capture(root).unwrap();

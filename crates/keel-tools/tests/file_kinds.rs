@@ -16,15 +16,18 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 fn context(workspace: Workspace) -> ToolContext {
-    ToolContext {
-        call_id: "c".into(),
-        workspace: Arc::new(workspace),
-        cancel: CancellationToken::new(),
-        progress: ProgressSink::discard(),
-        sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-        receipts: None,
-        holders: keel_tools::sandbox::HolderPool::default(),
-        outputs: keel_tools::outputs::OutputStore::default(),
+    {
+        let mut tool_context = ToolContext::new(
+            "c",
+            Arc::new(workspace),
+            keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+        );
+        tool_context.cancel = CancellationToken::new();
+        tool_context.progress = ProgressSink::discard();
+        tool_context.receipts = None;
+        tool_context.holders = keel_tools::sandbox::HolderPool::default();
+        tool_context.outputs = keel_tools::outputs::OutputStore::default();
+        tool_context
     }
 }
 
@@ -55,9 +58,13 @@ async fn reading_a_fifo_fails_at_once() {
     let dir = tempfile::tempdir().unwrap();
     mkfifo(&dir.path().join("pipe"));
     let workspace = Workspace::new(dir.path()).unwrap();
-    let error = quick(&ReadTool, workspace.clone(), json!({"path": "pipe"}))
-        .await
-        .unwrap_err();
+    let error = quick(
+        &ReadTool::default(),
+        workspace.clone(),
+        json!({"path": "pipe"}),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(error.code, ToolErrorCode::ToolError);
     assert!(
         error
@@ -69,7 +76,7 @@ async fn reading_a_fifo_fails_at_once() {
 
     let edits = json!([{"old_text": "a", "new_text": "b"}]);
     let error = quick(
-        &EditTool,
+        &EditTool::default(),
         workspace,
         json!({"path": "pipe", "edits": edits}),
     )
@@ -103,7 +110,7 @@ async fn a_fed_fifo_is_refused_without_loading_what_it_is_fed() {
         })
     };
     let workspace = Workspace::new(dir.path()).unwrap();
-    let error = quick(&ReadTool, workspace, json!({"path": "pipe"}))
+    let error = quick(&ReadTool::default(), workspace, json!({"path": "pipe"}))
         .await
         .unwrap_err();
     assert!(error.message.contains("named pipe"), "{}", error.message);
@@ -136,9 +143,13 @@ async fn a_device_is_refused_even_where_outside_access_was_allowed() {
     let dir = tempfile::tempdir().unwrap();
     let workspace = Workspace::new(dir.path()).unwrap().allowing_outside();
     for device in ["/dev/zero", "/dev/urandom"] {
-        let error = quick(&ReadTool, workspace.clone(), json!({"path": device}))
-            .await
-            .unwrap_err();
+        let error = quick(
+            &ReadTool::default(),
+            workspace.clone(),
+            json!({"path": device}),
+        )
+        .await
+        .unwrap_err();
         assert!(
             error.message.contains("a device, not a regular file"),
             "{}",
@@ -153,12 +164,16 @@ async fn grep_skips_a_fifo_in_the_tree() {
     std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
     mkfifo(&dir.path().join("pipe"));
     let workspace = Workspace::new(dir.path()).unwrap();
-    let output = quick(&GrepTool, workspace.clone(), json!({"pattern": "needle"}))
-        .await
-        .unwrap();
+    let output = quick(
+        &GrepTool::default(),
+        workspace.clone(),
+        json!({"pattern": "needle"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(output.details.unwrap()["matches"], 1);
     let output = quick(
-        &GrepTool,
+        &GrepTool::default(),
         workspace,
         json!({"pattern": "needle", "path": "pipe"}),
     )

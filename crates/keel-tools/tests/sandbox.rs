@@ -30,19 +30,20 @@ fn setup() -> Setup {
 }
 
 async fn bash(root: &Path, level: SandboxLevel, command: &str) -> Result<ToolOutput, ToolError> {
-    let context = ToolContext {
-        call_id: "c".into(),
-        workspace: Arc::new(Workspace::new(root).unwrap()),
-        cancel: CancellationToken::new(),
-        progress: ProgressSink::discard(),
-        sandbox: Sandbox {
-            level,
-            config: Arc::new(SandboxConfig::default()),
-            metadata_writable: false,
-        },
-        receipts: None,
-        holders: keel_tools::sandbox::HolderPool::default(),
-        outputs: keel_tools::outputs::OutputStore::default(),
+    let context = {
+        let mut tool_context = ToolContext::new(
+            "c",
+            Arc::new(Workspace::new(root).unwrap()),
+            Sandbox::new(level)
+                .with_config(Arc::new(SandboxConfig::default()))
+                .with_metadata_writable(false),
+        );
+        tool_context.cancel = CancellationToken::new();
+        tool_context.progress = ProgressSink::discard();
+        tool_context.receipts = None;
+        tool_context.holders = keel_tools::sandbox::HolderPool::default();
+        tool_context.outputs = keel_tools::outputs::OutputStore::default();
+        tool_context
     };
     BashTool::new(BashOptions::default())
         .execute(json!({ "command": command, "timeout": 20 }), context)

@@ -20,12 +20,7 @@ fn registry() -> ToolRegistry {
 /// with `invalid_arguments`.
 fn check(tool: &str, valid: &[Value], invalid: &[Value]) {
     let registry = registry();
-    let call = |arguments: &Value| ToolCall {
-        id: "c".into(),
-        name: tool.into(),
-        arguments: arguments.clone(),
-        wire_id: None,
-    };
+    let call = |arguments: &Value| ToolCall::new("c", tool, arguments.clone());
     for arguments in valid {
         if let Err(error) = registry.prepare(&call(arguments)) {
             panic!("{tool} {arguments} was refused: {}", error.message);

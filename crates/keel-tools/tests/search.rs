@@ -42,15 +42,18 @@ static OUTPUTS: std::sync::LazyLock<keel_tools::outputs::OutputStore> =
     std::sync::LazyLock::new(keel_tools::outputs::OutputStore::default);
 
 async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutput, ToolError> {
-    let context = ToolContext {
-        call_id: "c".into(),
-        workspace: Arc::new(Workspace::new(root).unwrap()),
-        cancel: CancellationToken::new(),
-        progress: ProgressSink::discard(),
-        sandbox: keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-        receipts: None,
-        holders: keel_tools::sandbox::HolderPool::default(),
-        outputs: OUTPUTS.clone(),
+    let context = {
+        let mut tool_context = ToolContext::new(
+            "c",
+            Arc::new(Workspace::new(root).unwrap()),
+            keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+        );
+        tool_context.cancel = CancellationToken::new();
+        tool_context.progress = ProgressSink::discard();
+        tool_context.receipts = None;
+        tool_context.holders = keel_tools::sandbox::HolderPool::default();
+        tool_context.outputs = OUTPUTS.clone();
+        tool_context
     };
     tool.execute(arguments, context).await
 }
@@ -69,7 +72,7 @@ fn text(output: &ToolOutput) -> String {
 #[tokio::test]
 async fn grep_respects_ignore_rules_and_skips_binary_files() {
     let dir = project();
-    let output = call(&GrepTool, dir.path(), json!({"pattern": "TODO"}))
+    let output = call(&GrepTool::default(), dir.path(), json!({"pattern": "TODO"}))
         .await
         .unwrap();
     let shown = text(&output);
@@ -89,7 +92,7 @@ async fn grep_respects_ignore_rules_and_skips_binary_files() {
 async fn grep_options_literal_case_glob_and_context() {
     let dir = project();
     let literal = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "a.b(", "literal": true}),
     )
@@ -97,7 +100,7 @@ async fn grep_options_literal_case_glob_and_context() {
     .unwrap();
     assert_eq!(text(&literal), "notes/regex.txt:1: literal a.b( here");
     let case = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "HELLO", "ignore_case": true, "glob": "*.md"}),
     )
@@ -105,7 +108,7 @@ async fn grep_options_literal_case_glob_and_context() {
     .unwrap();
     assert_eq!(text(&case), "README.md:2: Hello world");
     let context = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "a \\+ b", "context": 1, "path": "src"}),
     )
@@ -115,7 +118,7 @@ async fn grep_options_literal_case_glob_and_context() {
         text(&context),
         "src/lib.rs-1- pub fn add(a: i32, b: i32) -> i32 {\nsrc/lib.rs:2:     a + b\nsrc/lib.rs-3- }"
     );
-    let none = call(&GrepTool, dir.path(), json!({"pattern": "zzz"}))
+    let none = call(&GrepTool::default(), dir.path(), json!({"pattern": "zzz"}))
         .await
         .unwrap();
     assert!(text(&none).starts_with("No matches"));
@@ -132,7 +135,7 @@ async fn grep_limits_cuts_long_lines_and_refuses_bad_patterns() {
     )
     .unwrap();
     let limited = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "match", "limit": 5}),
     )
@@ -147,7 +150,7 @@ async fn grep_limits_cuts_long_lines_and_refuses_bad_patterns() {
     );
     assert!(text(&limited).contains("Match limit of 5 reached"));
     let long = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "match x", "path": "long.txt"}),
     )
@@ -163,7 +166,9 @@ async fn grep_limits_cuts_long_lines_and_refuses_bad_patterns() {
         json!({"pattern": "("}),
         json!({"pattern": "x", "glob": "[z"}),
     ] {
-        let error = call(&GrepTool, dir.path(), bad).await.unwrap_err();
+        let error = call(&GrepTool::default(), dir.path(), bad)
+            .await
+            .unwrap_err();
         assert_eq!(
             error.code,
             ToolErrorCode::InvalidArguments,
@@ -172,7 +177,7 @@ async fn grep_limits_cuts_long_lines_and_refuses_bad_patterns() {
         );
     }
     let outside = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "x", "path": "../.."}),
     )
@@ -187,7 +192,7 @@ async fn a_cut_result_keeps_its_full_output_for_read() {
     let lines: String = (0..5000).map(|i| format!("needle {i}\n")).collect();
     std::fs::write(dir.path().join("big.txt"), lines).unwrap();
     let output = call(
-        &GrepTool,
+        &GrepTool::default(),
         dir.path(),
         json!({"pattern": "needle", "limit": 10000}),
     )
@@ -202,7 +207,7 @@ async fn a_cut_result_keeps_its_full_output_for_read() {
         "the note names the saved output"
     );
     let full = call(
-        &ReadTool,
+        &ReadTool::default(),
         dir.path(),
         json!({"path": reference, "offset": 4999, "limit": 2}),
     )
@@ -214,7 +219,7 @@ async fn a_cut_result_keeps_its_full_output_for_read() {
         text(&full)
     );
     let hostile = call(
-        &ReadTool,
+        &ReadTool::default(),
         dir.path(),
         json!({"path": "keel-output:../../etc/passwd"}),
     )
@@ -226,15 +231,19 @@ async fn a_cut_result_keeps_its_full_output_for_read() {
 #[tokio::test]
 async fn find_matches_names_or_paths_and_marks_directories() {
     let dir = project();
-    let rust = call(&FindTool, dir.path(), json!({"pattern": "*.rs"}))
+    let rust = call(&FindTool::default(), dir.path(), json!({"pattern": "*.rs"}))
         .await
         .unwrap();
     assert_eq!(text(&rust), "src/lib.rs\nsrc/main.rs");
-    let by_path = call(&FindTool, dir.path(), json!({"pattern": "src/m*"}))
-        .await
-        .unwrap();
+    let by_path = call(
+        &FindTool::default(),
+        dir.path(),
+        json!({"pattern": "src/m*"}),
+    )
+    .await
+    .unwrap();
     assert_eq!(text(&by_path), "src/main.rs");
-    let dirs = call(&FindTool, dir.path(), json!({"pattern": "*"}))
+    let dirs = call(&FindTool::default(), dir.path(), json!({"pattern": "*"}))
         .await
         .unwrap();
     let listed = text(&dirs);
@@ -246,15 +255,19 @@ async fn find_matches_names_or_paths_and_marks_directories() {
         !listed.contains("target") && !listed.contains("secret.txt") && !listed.contains(".git/"),
         "{listed}"
     );
-    let limited = call(&FindTool, dir.path(), json!({"pattern": "*", "limit": 2}))
-        .await
-        .unwrap();
+    let limited = call(
+        &FindTool::default(),
+        dir.path(),
+        json!({"pattern": "*", "limit": 2}),
+    )
+    .await
+    .unwrap();
     assert!(
         text(&limited).contains("Showing 2 of"),
         "{}",
         text(&limited)
     );
-    let bad = call(&FindTool, dir.path(), json!({"pattern": "{a"}))
+    let bad = call(&FindTool::default(), dir.path(), json!({"pattern": "{a"}))
         .await
         .unwrap_err();
     assert_eq!(bad.code, ToolErrorCode::InvalidArguments);
@@ -263,23 +276,25 @@ async fn find_matches_names_or_paths_and_marks_directories() {
 #[tokio::test]
 async fn ls_sorts_marks_directories_and_shows_dotfiles() {
     let dir = project();
-    let listing = call(&LsTool, dir.path(), json!({})).await.unwrap();
+    let listing = call(&LsTool::default(), dir.path(), json!({}))
+        .await
+        .unwrap();
     assert_eq!(
         text(&listing),
         ".env\n.git/\n.gitignore\nREADME.md\nblob.bin\nnotes/\nsecret.txt\nsrc/\ntarget/"
     );
-    let limited = call(&LsTool, dir.path(), json!({"limit": 3}))
+    let limited = call(&LsTool::default(), dir.path(), json!({"limit": 3}))
         .await
         .unwrap();
     assert!(text(&limited).contains("Showing 3 of 9 entries"));
-    let file = call(&LsTool, dir.path(), json!({"path": "README.md"}))
+    let file = call(&LsTool::default(), dir.path(), json!({"path": "README.md"}))
         .await
         .unwrap_err();
     assert!(file.message.contains("not a directory"), "{}", file.message);
     std::fs::create_dir(dir.path().join("empty")).unwrap();
     assert_eq!(
         text(
-            &call(&LsTool, dir.path(), json!({"path": "empty"}))
+            &call(&LsTool::default(), dir.path(), json!({"path": "empty"}))
                 .await
                 .unwrap()
         ),
@@ -292,9 +307,13 @@ async fn read_returns_images_and_names_other_binary_types() {
     let dir = tempfile::tempdir().unwrap();
     let png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00\x1f\x15\xc4\x89".to_vec();
     std::fs::write(dir.path().join("pixel.dat"), &png).unwrap();
-    let output = call(&ReadTool, dir.path(), json!({"path": "pixel.dat"}))
-        .await
-        .unwrap();
+    let output = call(
+        &ReadTool::default(),
+        dir.path(),
+        json!({"path": "pixel.dat"}),
+    )
+    .await
+    .unwrap();
     let image = output.content.iter().find_map(|block| match block {
         UserContent::Image(image) => Some(image.clone()),
         UserContent::Text { .. } => None,
@@ -305,12 +324,16 @@ async fn read_returns_images_and_names_other_binary_types() {
     let mut huge = png.clone();
     huge.resize(4_000_000, 0);
     std::fs::write(dir.path().join("huge.png"), &huge).unwrap();
-    let too_big = call(&ReadTool, dir.path(), json!({"path": "huge.png"}))
-        .await
-        .unwrap_err();
+    let too_big = call(
+        &ReadTool::default(),
+        dir.path(),
+        json!({"path": "huge.png"}),
+    )
+    .await
+    .unwrap_err();
     assert!(too_big.message.contains("over the"), "{}", too_big.message);
     std::fs::write(dir.path().join("tool"), b"\x7fELF\x02\x01\x01\x00\x00\x00").unwrap();
-    let elf = call(&ReadTool, dir.path(), json!({"path": "tool"}))
+    let elf = call(&ReadTool::default(), dir.path(), json!({"path": "tool"}))
         .await
         .unwrap_err();
     assert_eq!(elf.code, ToolErrorCode::BinaryFile);

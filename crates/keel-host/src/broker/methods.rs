@@ -60,10 +60,7 @@ pub(crate) async fn call(
                 .run
                 .steer(params.text)
                 .map_err(|error| errors::control(&error, &record.run_id))?;
-            reply(RunQueuedResponse {
-                run_id: params.run_id,
-                queue: QueueKind::Steer,
-            })
+            reply(RunQueuedResponse::new(params.run_id, QueueKind::Steer))
         }
         "run/follow_up" => {
             let params: RunFollowUpParams = parse(params)?;
@@ -72,24 +69,23 @@ pub(crate) async fn call(
                 .run
                 .follow_up(params.text)
                 .map_err(|error| errors::control(&error, &record.run_id))?;
-            reply(RunQueuedResponse {
-                run_id: params.run_id,
-                queue: QueueKind::FollowUp,
-            })
+            reply(RunQueuedResponse::new(params.run_id, QueueKind::FollowUp))
         }
         "run/cancel" => {
             let params: RunCancelParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
             let was_active = !record.is_finished();
             record.run.cancel();
-            reply(RunCancelResponse { was_active })
+            reply({
+                let mut run_cancel_response = RunCancelResponse::default();
+                run_cancel_response.was_active = was_active;
+                run_cancel_response
+            })
         }
         "run/result" => {
             let params: RunResultParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
-            reply(RunResultResponse {
-                result: record.finished().await,
-            })
+            reply(RunResultResponse::new(record.finished().await))
         }
         "run/subscribe" => {
             let params: RunSubscribeParams = parse(params)?;
@@ -99,30 +95,33 @@ pub(crate) async fn call(
         "run/queue" => {
             let params: RunQueueParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
-            reply(RunQueueResponse {
-                queued: record.run.queued(),
+            reply({
+                let mut run_queue_response = RunQueueResponse::default();
+                run_queue_response.queued = record.run.queued();
+                run_queue_response
             })
         }
         "run/queue/clear" => {
             let params: RunQueueClearParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
-            reply(RunQueueClearResponse {
-                cleared: record.run.clear_queue(params.queue),
+            reply({
+                let mut run_queue_clear_response = RunQueueClearResponse::default();
+                run_queue_clear_response.cleared = record.run.clear_queue(params.queue);
+                run_queue_clear_response
             })
         }
         "permission/resolve" => {
             let params: PermissionResolveParams = parse(params)?;
             let record = run_of(inner, peer, &params.run_id)?;
-            let answer = PermissionAnswer {
-                resolution: params.decision.into(),
-                scope: params.scope,
-            };
+            let answer = PermissionAnswer::new(params.decision.into(), params.scope);
             record
                 .run
                 .resolve_permission(&params.request_id, answer)
                 .map_err(|error| errors::control(&error, &record.run_id))?;
-            reply(PermissionResolveResponse {
-                request_id: params.request_id,
+            reply({
+                let mut permission_resolve_response = PermissionResolveResponse::default();
+                permission_resolve_response.request_id = params.request_id;
+                permission_resolve_response
             })
         }
         "session/resume" => reply(sessions_api::resume(inner, peer, parse(params)?).await?),
@@ -155,24 +154,28 @@ fn initialize(peer: &Peer, params: InitializeParams) -> Result<InitializeRespons
         .with("protocol_version", PROTOCOL_VERSION));
     }
     peer.initialized.store(true, Ordering::Release);
-    Ok(InitializeResponse {
-        protocol_version: PROTOCOL_VERSION,
-        server_name: "keel".to_owned(),
-        server_version: env!("CARGO_PKG_VERSION").to_owned(),
-        capabilities: Capabilities {
-            methods: METHODS.iter().map(|method| (*method).to_owned()).collect(),
-            notifications: NOTIFICATIONS
+    Ok({
+        let mut initialize_response = InitializeResponse::default();
+        initialize_response.protocol_version = PROTOCOL_VERSION;
+        initialize_response.server_name = "keel".to_owned();
+        initialize_response.server_version = env!("CARGO_PKG_VERSION").to_owned();
+        initialize_response.capabilities = {
+            let mut capabilities = Capabilities::default();
+            capabilities.methods = METHODS.iter().map(|method| (*method).to_owned()).collect();
+            capabilities.notifications = NOTIFICATIONS
                 .iter()
                 .map(|name| (*name).to_owned())
-                .collect(),
-            modes: vec![
+                .collect();
+            capabilities.modes = vec![
                 PermissionMode::Plan,
                 PermissionMode::Ask,
                 PermissionMode::Auto,
                 PermissionMode::Full,
-            ],
-            permission_scopes: vec![PermissionScope::Once, PermissionScope::Always],
-        },
+            ];
+            capabilities.permission_scopes = vec![PermissionScope::Once, PermissionScope::Always];
+            capabilities
+        };
+        initialize_response
     })
 }
 
@@ -246,9 +249,11 @@ async fn run_start(
     };
     let holds: Holds = Box::new((permit, lease, claim));
     let record = hold(inner, peer, run, holds, params.subscribe.unwrap_or(true))?;
-    Ok(RunStartResponse {
-        run_id: record.run_id.clone(),
-        session_id: record.session_id.clone(),
+    Ok({
+        let mut run_start_response = RunStartResponse::default();
+        run_start_response.run_id = record.run_id.clone();
+        run_start_response.session_id = record.session_id.clone();
+        run_start_response
     })
 }
 

@@ -74,14 +74,13 @@ impl Peer {
             Ok(()) => Pushed::Sent,
             Err(mpsc::error::TrySendError::Closed(_)) => Pushed::Closed,
             Err(mpsc::error::TrySendError::Full(_)) => {
-                super::lock(&self.lagged).insert(
-                    run_id.to_owned(),
-                    EventsLaggedNotification {
-                        run_id: run_id.to_owned(),
-                        session_id: session_id.to_owned(),
-                        last_seq,
-                    },
-                );
+                super::lock(&self.lagged).insert(run_id.to_owned(), {
+                    let mut events_lagged_notification = EventsLaggedNotification::default();
+                    events_lagged_notification.run_id = run_id.to_owned();
+                    events_lagged_notification.session_id = session_id.to_owned();
+                    events_lagged_notification.last_seq = last_seq;
+                    events_lagged_notification
+                });
                 self.wake.notify_one();
                 Pushed::Lagged
             }

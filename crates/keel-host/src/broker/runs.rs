@@ -226,12 +226,14 @@ impl RunRecord {
                 }
             }
         }
-        let response = RunSubscribeResponse {
-            run_id: self.run_id.clone(),
-            session_id: self.session_id.clone(),
-            oldest_seq: stream.ring.oldest_seq(),
-            next_seq: stream.ring.next_seq(),
-            finished: stream.finished,
+        let response = {
+            let mut run_subscribe_response = RunSubscribeResponse::default();
+            run_subscribe_response.run_id = self.run_id.clone();
+            run_subscribe_response.session_id = self.session_id.clone();
+            run_subscribe_response.oldest_seq = stream.ring.oldest_seq();
+            run_subscribe_response.next_seq = stream.ring.next_seq();
+            run_subscribe_response.finished = stream.finished;
+            run_subscribe_response
         };
         if keep && !stream.finished {
             stream.subscribers.push(subscriber);
@@ -373,10 +375,10 @@ fn forget_oldest_finished(runs: &RunMap, keep: usize) {
 fn push_event(record: &RunRecord, event: RunEvent, result: Option<RunResult>, counters: &Counters) {
     let seq = event.seq;
     let terminal = event.kind.is_terminal();
-    let params = RunEventNotification {
-        run_id: record.run_id.clone(),
-        event,
-        result,
+    let params = {
+        let mut run_event_notification = RunEventNotification::new(record.run_id.clone(), event);
+        run_event_notification.result = result;
+        run_event_notification
     };
     let params = match serde_json::to_value(params) {
         Ok(params) => params,
@@ -408,17 +410,17 @@ fn lost_event(record: &RunRecord, seq: u64, result: &RunResult) -> RunEvent {
         },
         _ => RunEventKind::RunFailed { error },
     };
-    RunEvent {
+    RunEvent::new(
         seq,
-        run_id: record.run_id.clone(),
-        session_id: record.session_id.clone(),
-        timestamp: std::time::SystemTime::now()
+        record.run_id.clone(),
+        record.session_id.clone(),
+        std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| {
                 u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
             }),
         kind,
-    }
+    )
 }
 
 fn seq_of(note: &Notification) -> Option<u64> {

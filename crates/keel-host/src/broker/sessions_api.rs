@@ -69,9 +69,11 @@ pub(crate) async fn resume(
         .map_err(|error| errors::kernel(&error))?;
     let holds: Holds = Box::new((permit, lease, claim));
     let record = hold(inner, peer, run, holds, params.subscribe.unwrap_or(true))?;
-    Ok(RunStartResponse {
-        run_id: record.run_id.clone(),
-        session_id: record.session_id.clone(),
+    Ok({
+        let mut run_start_response = RunStartResponse::default();
+        run_start_response.run_id = record.run_id.clone();
+        run_start_response.session_id = record.session_id.clone();
+        run_start_response
     })
 }
 
@@ -99,24 +101,28 @@ pub(crate) async fn list(
         .iter()
         .skip(start)
         .take(limit)
-        .map(|info| SessionSummary {
-            id: info.id.clone(),
-            title: info.title.clone(),
-            entries: info.entries as u64,
-            created: info.created,
-            last_activity: info.last_activity,
-            parent_session: info.parent_session.clone(),
-            workspace: info.workspace.clone(),
-            problem: info.problem.clone(),
-            busy: busy.contains(&info.id),
+        .map(|info| {
+            let mut session_summary = SessionSummary::default();
+            session_summary.id = info.id.clone();
+            session_summary.title = info.title.clone();
+            session_summary.entries = info.entries as u64;
+            session_summary.created = info.created;
+            session_summary.last_activity = info.last_activity;
+            session_summary.parent_session = info.parent_session.clone();
+            session_summary.workspace = info.workspace.clone();
+            session_summary.problem = info.problem.clone();
+            session_summary.busy = busy.contains(&info.id);
+            session_summary
         })
         .collect();
     let next_cursor = (start + page.len() < all.len())
         .then(|| page.last().map(|last| last.id.clone()))
         .flatten();
-    Ok(SessionListResponse {
-        sessions: page,
-        next_cursor,
+    Ok({
+        let mut session_list_response = SessionListResponse::default();
+        session_list_response.sessions = page;
+        session_list_response.next_cursor = next_cursor;
+        session_list_response
     })
 }
 
@@ -132,6 +138,12 @@ pub(crate) async fn get(
     let entries = match params.view {
         SessionView::Active => store.active_branch(&id).await,
         SessionView::All => store.entries(&id).await,
+        _ => {
+            return Err(RpcError::new(
+                keel_protocol::rpc::ErrorKind::InvalidParams,
+                "this server does not know that session view",
+            ));
+        }
     }
     .map_err(|error| errors::session(&error))?;
     let leaf_id = store
@@ -148,11 +160,13 @@ pub(crate) async fn get(
     let next_cursor = (start + page.len() < total)
         .then(|| page.last().map(|last| last.id.clone()))
         .flatten();
-    Ok(SessionGetResponse {
-        session_id: id,
-        leaf_id,
-        entries: page,
-        next_cursor,
+    Ok({
+        let mut session_get_response = SessionGetResponse::default();
+        session_get_response.session_id = id;
+        session_get_response.leaf_id = leaf_id;
+        session_get_response.entries = page;
+        session_get_response.next_cursor = next_cursor;
+        session_get_response
     })
 }
 
@@ -182,18 +196,22 @@ pub(crate) async fn tree(
         .map_err(|error| errors::session(&error))?;
     let nodes = entries
         .iter()
-        .map(|entry| TreeNode {
-            id: entry.id.clone(),
-            parent_id: entry.parent_id.clone(),
-            kind: entry.kind().to_owned(),
-            timestamp: entry.timestamp,
-            active: active.contains(&entry.id),
+        .map(|entry| {
+            let mut tree_node = TreeNode::default();
+            tree_node.id = entry.id.clone();
+            tree_node.parent_id = entry.parent_id.clone();
+            tree_node.kind = entry.kind().to_owned();
+            tree_node.timestamp = entry.timestamp;
+            tree_node.active = active.contains(&entry.id);
+            tree_node
         })
         .collect();
-    Ok(SessionTreeResponse {
-        session_id: id,
-        leaf_id,
-        nodes,
+    Ok({
+        let mut session_tree_response = SessionTreeResponse::default();
+        session_tree_response.session_id = id;
+        session_tree_response.leaf_id = leaf_id;
+        session_tree_response.nodes = nodes;
+        session_tree_response
     })
 }
 
@@ -211,9 +229,11 @@ pub(crate) async fn fork(
         .fork(&id, &entry)
         .await
         .map_err(|error| errors::session(&error))?;
-    Ok(SessionForkResponse {
-        session_id: fork,
-        leaf_id: entry,
+    Ok({
+        let mut session_fork_response = SessionForkResponse::default();
+        session_fork_response.session_id = fork;
+        session_fork_response.leaf_id = entry;
+        session_fork_response
     })
 }
 
@@ -237,9 +257,11 @@ pub(crate) async fn set_leaf(
         .set_leaf(&id, &entry)
         .await
         .map_err(|error| errors::session(&error))?;
-    Ok(SessionSetLeafResponse {
-        session_id: id,
-        leaf_id: entry,
+    Ok({
+        let mut session_set_leaf_response = SessionSetLeafResponse::default();
+        session_set_leaf_response.session_id = id;
+        session_set_leaf_response.leaf_id = entry;
+        session_set_leaf_response
     })
 }
 
@@ -264,11 +286,13 @@ pub(crate) async fn compact(
         .compact(&id, params.instructions.as_deref())
         .await
         .map_err(|error| errors::kernel(&error))?;
-    Ok(SessionCompactResponse {
-        checkpoint_id: report.checkpoint_id,
-        tokens_before: report.tokens_before,
-        tokens_after: report.tokens_after,
-        covered_entries: report.covered_entries as u64,
+    Ok({
+        let mut session_compact_response = SessionCompactResponse::default();
+        session_compact_response.checkpoint_id = report.checkpoint_id;
+        session_compact_response.tokens_before = report.tokens_before;
+        session_compact_response.tokens_after = report.tokens_after;
+        session_compact_response.covered_entries = report.covered_entries as u64;
+        session_compact_response
     })
 }
 
@@ -297,24 +321,28 @@ pub(crate) fn models(
                 .as_ref()
                 .is_none_or(|wanted| wanted == *name)
         })
-        .map(|(name, provider)| ProviderModels {
-            name: name.clone(),
-            default_model: provider.default_model.clone(),
-            key_available: provider.api_key_env.as_ref().is_none_or(|variable| {
+        .map(|(name, provider)| {
+            let mut provider_models = ProviderModels::default();
+            provider_models.name = name.clone();
+            provider_models.default_model = provider.default_model.clone();
+            provider_models.key_available = provider.api_key_env.as_ref().is_none_or(|variable| {
                 std::env::var_os(variable).is_some_and(|value| !value.is_empty())
-            }),
-            models: provider
+            });
+            provider_models.models = provider
                 .models
                 .iter()
-                .map(|(id, info)| ModelSummary {
-                    id: id.clone(),
-                    context_window: info.context_window,
-                    max_output: info.max_output,
-                    input_price: info.input_price,
-                    output_price: info.output_price,
+                .map(|(id, info)| {
+                    let mut model_summary = ModelSummary::default();
+                    model_summary.id = id.clone();
+                    model_summary.context_window = info.context_window;
+                    model_summary.max_output = info.max_output;
+                    model_summary.input_price = info.input_price;
+                    model_summary.output_price = info.output_price;
+                    model_summary
                 })
-                .collect(),
-            aliases: provider.aliases.clone(),
+                .collect();
+            provider_models.aliases = provider.aliases.clone();
+            provider_models
         })
         .collect::<Vec<_>>();
     if let Some(wanted) = &params.provider
@@ -325,7 +353,11 @@ pub(crate) fn models(
             format!("no provider `{wanted}` in the configuration"),
         ));
     }
-    Ok(ModelsListResponse { providers })
+    Ok({
+        let mut models_list_response = ModelsListResponse::default();
+        models_list_response.providers = providers;
+        models_list_response
+    })
 }
 
 /// The full id of the session `wanted` names in `store`.

@@ -112,12 +112,7 @@ impl Provider for Recorder {
 }
 
 pub fn entry(id: &str, parent: Option<&str>, payload: EntryPayload) -> Entry {
-    Entry {
-        id: id.into(),
-        parent_id: parent.map(str::to_owned),
-        timestamp: 0,
-        payload,
-    }
+    Entry::new(id, parent.map(str::to_owned), 0, payload)
 }
 
 pub fn user(text: &str) -> EntryPayload {
@@ -128,41 +123,45 @@ pub fn user(text: &str) -> EntryPayload {
 
 pub fn assistant(text: &str) -> EntryPayload {
     EntryPayload::Message {
-        message: Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::Text { text: text.into() }],
-            provider: Some("recorder".into()),
-            model: Some("recorder-1".into()),
-            ..AssistantMessage::default()
+        message: Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![ContentBlock::Text { text: text.into() }];
+            assistant_message.provider = Some("recorder".into());
+            assistant_message.model = Some("recorder-1".into());
+            assistant_message
         }),
     }
 }
 
 pub fn assistant_call(id: &str, name: &str, arguments: &str) -> EntryPayload {
     EntryPayload::Message {
-        message: Message::Assistant(AssistantMessage {
-            content: vec![ContentBlock::ToolCall(ToolCall {
-                id: id.into(),
-                name: name.into(),
-                arguments: serde_json::from_str(arguments).unwrap(),
-                wire_id: None,
-            })],
-            stop_reason: StopReason::ToolUse,
-            provider: Some("recorder".into()),
-            model: Some("recorder-1".into()),
-            ..AssistantMessage::default()
+        message: Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![ContentBlock::ToolCall(ToolCall::new(
+                id,
+                name,
+                serde_json::from_str(arguments).unwrap(),
+            ))];
+            assistant_message.stop_reason = StopReason::ToolUse;
+            assistant_message.provider = Some("recorder".into());
+            assistant_message.model = Some("recorder-1".into());
+            assistant_message
         }),
     }
 }
 
 pub fn tool_result(call_id: &str, name: &str, text: &str) -> EntryPayload {
     EntryPayload::Message {
-        message: Message::ToolResult(ToolResultMessage {
-            call_id: call_id.into(),
-            tool_name: name.into(),
-            status: ToolStatus::Success,
-            content: vec![UserContent::Text { text: text.into() }],
-            error: None,
-            details: None,
+        message: Message::ToolResult({
+            let mut tool_result_message = ToolResultMessage::new(
+                call_id,
+                name,
+                ToolStatus::Success,
+                vec![UserContent::Text { text: text.into() }],
+            );
+            tool_result_message.error = None;
+            tool_result_message.details = None;
+            tool_result_message
         }),
     }
 }
@@ -301,10 +300,11 @@ impl Provider for Sim {
             &request.tools,
             &request.messages,
         );
-        let usage = Some(Usage {
-            input_tokens: tokens,
-            output_tokens: 10,
-            ..Usage::default()
+        let usage = Some({
+            let mut usage = Usage::default();
+            usage.input_tokens = tokens;
+            usage.output_tokens = 10;
+            usage
         });
         if is_summary_request(&request) {
             let label = format!("summary {}", self.summaries.lock().unwrap().len() + 1);

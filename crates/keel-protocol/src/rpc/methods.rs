@@ -65,6 +65,7 @@ pub const NOTIFICATIONS: &[&str] = &[RUN_EVENT, EVENTS_LAGGED];
 /// `initialize`: who the client is. Every field is optional.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct InitializeParams {
     /// The client's name, for logs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -79,7 +80,8 @@ pub struct InitializeParams {
 }
 
 /// `initialize`'s result: the server and what it can do.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct InitializeResponse {
     /// [`super::PROTOCOL_VERSION`].
     pub protocol_version: u32,
@@ -92,7 +94,8 @@ pub struct InitializeResponse {
 }
 
 /// What a server supports.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// The methods it answers ([`METHODS`]).
     pub methods: Vec<String>,
@@ -110,6 +113,7 @@ pub struct Capabilities {
 /// `run/start`: a prompt, run in a workspace, in a new or existing session.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunStartParams {
     /// The user's prompt.
     pub prompt: String,
@@ -149,7 +153,8 @@ pub struct RunStartParams {
 }
 
 /// `run/start`'s result (and `session/resume`'s).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunStartResponse {
     /// The run, for every later `run/*` call.
     pub run_id: String,
@@ -160,6 +165,7 @@ pub struct RunStartResponse {
 /// `run/steer`: a steering message for a run (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunSteerParams {
     /// The run.
     pub run_id: String,
@@ -170,6 +176,7 @@ pub struct RunSteerParams {
 /// `run/follow_up`: a follow-up message for a run (see the module docs).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunFollowUpParams {
     /// The run.
     pub run_id: String,
@@ -180,11 +187,22 @@ pub struct RunFollowUpParams {
 /// The result of `run/steer` and `run/follow_up`: the message is in the
 /// run's queue (a `message_queued` event follows; `run/queue` lists it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunQueuedResponse {
     /// The run.
     pub run_id: String,
     /// The queue it went to.
     pub queue: QueueKind,
+}
+
+impl RunQueuedResponse {
+    /// A message queued on run `run_id`'s `queue`.
+    pub fn new(run_id: impl Into<String>, queue: QueueKind) -> Self {
+        Self {
+            run_id: run_id.into(),
+            queue,
+        }
+    }
 }
 
 /// `run/steer`'s result.
@@ -196,13 +214,15 @@ pub type RunFollowUpResponse = RunQueuedResponse;
 /// `run/cancel`: cancels a run. Idempotent; a finished run is left as it is.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunCancelParams {
     /// The run.
     pub run_id: String,
 }
 
 /// `run/cancel`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunCancelResponse {
     /// Whether the run was still active when asked (`false`: it had
     /// already ended and nothing changed).
@@ -212,6 +232,7 @@ pub struct RunCancelResponse {
 /// `run/result`: waits for a run's end.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunResultParams {
     /// The run.
     pub run_id: String,
@@ -219,15 +240,24 @@ pub struct RunResultParams {
 
 /// `run/result`'s result: the run's terminal result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunResultResponse {
     /// The same state, message and error as the terminal event.
     pub result: RunResult,
+}
+
+impl RunResultResponse {
+    /// The run's `result`.
+    pub fn new(result: RunResult) -> Self {
+        Self { result }
+    }
 }
 
 /// `run/subscribe`: this connection receives the run's events after
 /// `after_seq`, every one exactly once, then the live tail.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunSubscribeParams {
     /// The run.
     pub run_id: String,
@@ -239,7 +269,8 @@ pub struct RunSubscribeParams {
 
 /// `run/subscribe`'s result. The replayed events follow as `run/event`
 /// notifications.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunSubscribeResponse {
     /// The run.
     pub run_id: String,
@@ -258,13 +289,15 @@ pub struct RunSubscribeResponse {
 /// `run/queue`: what a run has queued and not yet injected.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunQueueParams {
     /// The run.
     pub run_id: String,
 }
 
 /// `run/queue`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunQueueResponse {
     /// The queue, in delivery order (steering before follow-ups).
     pub queued: Vec<QueuedMessage>,
@@ -273,6 +306,7 @@ pub struct RunQueueResponse {
 /// `run/queue/clear`: takes queued messages back before they are injected.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct RunQueueClearParams {
     /// The run.
     pub run_id: String,
@@ -282,7 +316,8 @@ pub struct RunQueueClearParams {
 }
 
 /// `run/queue/clear`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunQueueClearResponse {
     /// What was removed, in delivery order.
     pub cleared: Vec<QueuedMessage>,
@@ -293,6 +328,7 @@ pub struct RunQueueClearResponse {
 /// later one gets `not_found`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PermissionResolveParams {
     /// The run.
     pub run_id: String,
@@ -305,8 +341,27 @@ pub struct PermissionResolveParams {
     pub scope: PermissionScope,
 }
 
+impl PermissionResolveParams {
+    /// The answer `decision` with `scope` to permission request
+    /// `request_id` of run `run_id`.
+    pub fn new(
+        run_id: impl Into<String>,
+        request_id: impl Into<String>,
+        decision: HostDecision,
+        scope: PermissionScope,
+    ) -> Self {
+        Self {
+            run_id: run_id.into(),
+            request_id: request_id.into(),
+            decision,
+            scope,
+        }
+    }
+}
+
 /// `permission/resolve`'s result: the answer reached the run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct PermissionResolveResponse {
     /// The request answered.
     pub request_id: String,
@@ -318,6 +373,7 @@ pub struct PermissionResolveResponse {
 /// `session/list`: the store's sessions, newest activity first.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionListParams {
     /// Only the sessions of this workspace (absolute path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -331,7 +387,8 @@ pub struct SessionListParams {
 }
 
 /// One session in a listing.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionSummary {
     /// The session id.
     pub id: String,
@@ -358,7 +415,8 @@ pub struct SessionSummary {
 }
 
 /// `session/list`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionListResponse {
     /// One page of sessions.
     pub sessions: Vec<SessionSummary>,
@@ -370,6 +428,7 @@ pub struct SessionListResponse {
 /// Which entries `session/get` returns.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum SessionView {
     /// The active branch, root to leaf.
     #[default]
@@ -381,6 +440,7 @@ pub enum SessionView {
 /// `session/get`: a session's entries, paginated.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionGetParams {
     /// The session (full id, or a unique prefix or suffix).
     pub session_id: String,
@@ -396,7 +456,8 @@ pub struct SessionGetParams {
 }
 
 /// `session/get`'s result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionGetResponse {
     /// The session's full id.
     pub session_id: String,
@@ -413,13 +474,15 @@ pub struct SessionGetResponse {
 /// `session/tree`: the shape of a session's tree.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionTreeParams {
     /// The session.
     pub session_id: String,
 }
 
 /// One entry of a session tree, without its payload.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct TreeNode {
     /// The entry's id.
     pub id: String,
@@ -435,7 +498,8 @@ pub struct TreeNode {
 }
 
 /// `session/tree`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionTreeResponse {
     /// The session's full id.
     pub session_id: String,
@@ -450,6 +514,7 @@ pub struct SessionTreeResponse {
 /// entry; the source is only read.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionForkParams {
     /// The source session.
     pub session_id: String,
@@ -458,7 +523,8 @@ pub struct SessionForkParams {
 }
 
 /// `session/fork`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionForkResponse {
     /// The new session.
     pub session_id: String,
@@ -470,6 +536,7 @@ pub struct SessionForkResponse {
 /// Refused (`session_busy`) while a run writes to the session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionSetLeafParams {
     /// The session.
     pub session_id: String,
@@ -478,7 +545,8 @@ pub struct SessionSetLeafParams {
 }
 
 /// `session/set_leaf`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionSetLeafResponse {
     /// The session's full id.
     pub session_id: String,
@@ -491,6 +559,7 @@ pub struct SessionSetLeafResponse {
 /// workspace and choices give. Refused while a run writes to the session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionCompactParams {
     /// The session.
     pub session_id: String,
@@ -509,7 +578,8 @@ pub struct SessionCompactParams {
 }
 
 /// `session/compact`'s result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct SessionCompactResponse {
     /// The checkpoint entry, now the session's leaf.
     pub checkpoint_id: String,
@@ -525,6 +595,7 @@ pub struct SessionCompactResponse {
 /// (as `keel resume`), under the mode and limits given now.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct SessionResumeParams {
     /// The session.
     pub session_id: String,
@@ -564,6 +635,7 @@ pub type SessionResumeResponse = RunStartResponse;
 /// `models/list`: the providers and models of the server's configuration.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ModelsListParams {
     /// Only this provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -571,7 +643,8 @@ pub struct ModelsListParams {
 }
 
 /// One provider of the catalog.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ProviderModels {
     /// The provider's name.
     pub name: String,
@@ -588,7 +661,8 @@ pub struct ProviderModels {
 }
 
 /// What the catalog knows about one model.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ModelSummary {
     /// The model id.
     pub id: String,
@@ -607,7 +681,8 @@ pub struct ModelSummary {
 }
 
 /// `models/list`'s result.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct ModelsListResponse {
     /// The providers, by name.
     pub providers: Vec<ProviderModels>,
@@ -620,6 +695,7 @@ pub struct ModelsListResponse {
 /// run's terminal event (`run_settled`, `run_cancelled`, `run_failed`)
 /// comes exactly once, last, with `result` set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct RunEventNotification {
     /// The run.
     pub run_id: String,
@@ -631,10 +707,22 @@ pub struct RunEventNotification {
     pub result: Option<RunResult>,
 }
 
+impl RunEventNotification {
+    /// `event` of run `run_id`, without the run's result.
+    pub fn new(run_id: impl Into<String>, event: RunEvent) -> Self {
+        Self {
+            run_id: run_id.into(),
+            event,
+            result: None,
+        }
+    }
+}
+
 /// `run/events_lagged`: this connection read too slowly and its
 /// subscription to the run ended (the server never buffers without
 /// bound). `run/subscribe` with `after_seq` = `last_seq` continues it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
 pub struct EventsLaggedNotification {
     /// The run.
     pub run_id: String,

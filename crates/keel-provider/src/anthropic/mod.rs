@@ -41,6 +41,7 @@ pub const REDACTED_THINKING_PREFIX: &str = "redacted_thinking:";
 
 /// Request options specific to the Messages API.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct AnthropicOptions {
     /// The output token limit sent when the request sets none (the API
     /// requires one). `ModelRequest::max_output_tokens` overrides it. With

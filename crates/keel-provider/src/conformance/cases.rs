@@ -368,11 +368,12 @@ pub(super) async fn a_long_history_is_sent_whole_with_its_length(adapter: &dyn W
     for n in 0..100 {
         let question = UserMessage::text(format!("question {n}: {filler}"));
         request.messages.push(Arc::new(Message::User(question)));
-        let answer = AssistantMessage {
-            content: vec![ContentBlock::Text {
+        let answer = {
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = vec![ContentBlock::Text {
                 text: format!("answer {n}"),
-            }],
-            ..AssistantMessage::default()
+            }];
+            assistant_message
         };
         request.messages.push(Arc::new(Message::Assistant(answer)));
     }

@@ -258,13 +258,16 @@ mod tests {
     }
 
     fn result(text: &str) -> Message {
-        Message::ToolResult(ToolResultMessage {
-            call_id: "c".into(),
-            tool_name: "t".into(),
-            status: ToolStatus::Success,
-            content: vec![UserContent::Text { text: text.into() }],
-            error: None,
-            details: None,
+        Message::ToolResult({
+            let mut tool_result_message = ToolResultMessage::new(
+                "c",
+                "t",
+                ToolStatus::Success,
+                vec![UserContent::Text { text: text.into() }],
+            );
+            tool_result_message.error = None;
+            tool_result_message.details = None;
+            tool_result_message
         })
     }
 

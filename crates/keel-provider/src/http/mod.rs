@@ -52,6 +52,7 @@ const PREVIEW_BYTES: usize = 200;
 /// Time limits for one streamed request: each bounds a wait for progress,
 /// none the length of a response that keeps producing output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct HttpTimeouts {
     /// To open the connection, TLS included (`connect_timeout_sec`).
     pub connect: Duration,

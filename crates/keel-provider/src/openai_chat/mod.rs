@@ -28,6 +28,7 @@ use crate::{Endpoint, ModelRequest, Provider, ProviderStream};
 
 /// How one server deviates from the common Chat Completions dialect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ChatOptions {
     /// Parse DeepSeek-style `reasoning_content` (and OpenRouter's
     /// `reasoning`) deltas into thinking blocks. Default: true.

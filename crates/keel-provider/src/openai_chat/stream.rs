@@ -571,12 +571,14 @@ impl WireUsage {
             .and_then(|details| details.cached_tokens)
             .or(self.prompt_cache_hit_tokens)
             .unwrap_or(0);
-        Usage {
-            input_tokens: prompt.saturating_sub(cached),
-            output_tokens: self.completion_tokens.unwrap_or(0),
-            cache_read_tokens: cached,
-            cache_write_tokens: 0,
-            cost_usd: None,
+        {
+            let mut usage = Usage::default();
+            usage.input_tokens = prompt.saturating_sub(cached);
+            usage.output_tokens = self.completion_tokens.unwrap_or(0);
+            usage.cache_read_tokens = cached;
+            usage.cache_write_tokens = 0;
+            usage.cost_usd = None;
+            usage
         }
     }
 }

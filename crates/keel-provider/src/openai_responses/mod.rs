@@ -36,6 +36,7 @@ pub use stream::ResponsesFormat;
 
 /// Request options specific to the Responses API.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct ResponsesOptions {
     /// Reasoning effort for reasoning models: `"low"`, `"medium"` or `"high"`.
     /// When set, the request asks for automatic reasoning summaries and for

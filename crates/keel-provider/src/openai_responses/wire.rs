@@ -38,13 +38,11 @@ pub(super) fn usage(response: &Value) -> Option<Usage> {
         .get("input_tokens_details")
         .and_then(|details| u64_field(details, "cached_tokens"))
         .unwrap_or(0);
-    Some(Usage {
-        input_tokens: input.saturating_sub(cached),
-        output_tokens: u64_field(usage, "output_tokens").unwrap_or(0),
-        cache_read_tokens: cached,
-        cache_write_tokens: 0,
-        cost_usd: None,
-    })
+    let mut parsed = Usage::default();
+    parsed.input_tokens = input.saturating_sub(cached);
+    parsed.output_tokens = u64_field(usage, "output_tokens").unwrap_or(0);
+    parsed.cache_read_tokens = cached;
+    Some(parsed)
 }
 
 /// The error of a `response.failed` event.

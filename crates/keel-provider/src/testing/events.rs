@@ -69,12 +69,7 @@ pub fn assemble(events: &[ProviderEvent]) -> AssistantMessage {
                 open(
                     &mut blocks,
                     *index,
-                    ContentBlock::ToolCall(ToolCall {
-                        id: id.clone(),
-                        name: name.clone(),
-                        arguments: Value::Null,
-                        wire_id: None,
-                    }),
+                    ContentBlock::ToolCall(ToolCall::new(id.clone(), name.clone(), Value::Null)),
                 );
                 arguments.insert(*index, String::new());
             }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 /// One scripted response.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Reply {
     /// `200 OK`, `text/event-stream`, the chunks after their delays.
     Sse {
@@ -70,6 +71,7 @@ impl Reply {
 
 /// A request as the server received it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RecordedRequest {
     /// `POST /v1/chat/completions` etc.
     pub method: String,

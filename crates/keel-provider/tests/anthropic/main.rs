@@ -120,12 +120,15 @@ fn provider(server: &TestServer, options: AnthropicOptions) -> Anthropic {
 }
 
 fn request(messages: Vec<Message>) -> ModelRequest {
-    ModelRequest {
-        model: "claude-sonnet-4-5".into(),
-        system_prompt: String::new(),
-        messages: messages.into_iter().map(Arc::new).collect(),
-        tools: Vec::new(),
-        max_output_tokens: None,
+    {
+        let mut model_request = ModelRequest::new(
+            "claude-sonnet-4-5",
+            String::new(),
+            messages.into_iter().map(Arc::new).collect(),
+        );
+        model_request.tools = Vec::new();
+        model_request.max_output_tokens = None;
+        model_request
     }
 }
 
@@ -253,9 +256,10 @@ async fn pings_are_not_progress() {
     let server = TestServer::start(vec![Reply::Sse { chunks }])
         .await
         .unwrap();
-    let endpoint = Endpoint::new("anthropic", server.url(), None).with_timeouts(HttpTimeouts {
-        idle: Duration::from_millis(400),
-        ..HttpTimeouts::default()
+    let endpoint = Endpoint::new("anthropic", server.url(), None).with_timeouts({
+        let mut http_timeouts = HttpTimeouts::default();
+        http_timeouts.idle = Duration::from_millis(400);
+        http_timeouts
     });
     let events = collect(
         &Anthropic::new(endpoint, AnthropicOptions::default()),
@@ -275,9 +279,10 @@ async fn streams_text_and_sends_a_minimal_body() {
     let server = TestServer::start(vec![Reply::sse(&text_transcript())])
         .await
         .unwrap();
-    let options = AnthropicOptions {
-        cache: false,
-        ..AnthropicOptions::default()
+    let options = {
+        let mut anthropic_options = AnthropicOptions::default();
+        anthropic_options.cache = false;
+        anthropic_options
     };
     let anthropic = provider(&server, options);
     assert_eq!(anthropic.name(), "anthropic");
@@ -302,10 +307,11 @@ async fn streams_text_and_sends_a_minimal_body() {
             },
             ProviderEvent::TextEnd { index: 0 },
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 10,
-                    output_tokens: 5,
-                    ..Usage::default()
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 10;
+                    usage.output_tokens = 5;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -488,12 +494,14 @@ async fn usage_reports_cache_reads_and_writes() {
         tail,
         [
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 12,
-                    output_tokens: 42,
-                    cache_read_tokens: 1500,
-                    cache_write_tokens: 300,
-                    cost_usd: None,
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 12;
+                    usage.output_tokens = 42;
+                    usage.cache_read_tokens = 1500;
+                    usage.cache_write_tokens = 300;
+                    usage.cost_usd = None;
+                    usage
                 }
             },
             ProviderEvent::Done {

@@ -3,50 +3,40 @@
 use super::*;
 
 fn image() -> ImageContent {
-    ImageContent {
-        mime_type: "image/png".into(),
-        data: "iVBORw0KGgo=".into(),
-    }
+    ImageContent::new("image/png", "iVBORw0KGgo=")
 }
 
 fn tool_result(call_id: &str, status: ToolStatus, content: Vec<UserContent>) -> Message {
-    let error = (status != ToolStatus::Success).then(|| ToolResultError {
-        code: ToolErrorCode::InvalidArguments,
-        message: "invalid arguments".into(),
-    });
-    Message::ToolResult(ToolResultMessage {
-        call_id: call_id.into(),
-        tool_name: "read".into(),
-        status,
-        content,
-        error,
-        details: Some(json!({"not": "sent"})),
+    let error = (status != ToolStatus::Success)
+        .then(|| ToolResultError::new(ToolErrorCode::InvalidArguments, "invalid arguments"));
+    Message::ToolResult({
+        let mut tool_result_message = ToolResultMessage::new(call_id, "read", status, content);
+        tool_result_message.error = error;
+        tool_result_message.details = Some(json!({"not": "sent"}));
+        tool_result_message
     })
 }
 
 fn representative_request() -> ModelRequest {
     let text = |text: &str| UserContent::Text { text: text.into() };
-    let call = |id: &str, arguments: Value| {
-        ContentBlock::ToolCall(ToolCall {
-            id: id.into(),
-            name: "read".into(),
-            arguments,
-            wire_id: None,
-        })
-    };
+    let call =
+        |id: &str, arguments: Value| ContentBlock::ToolCall(ToolCall::new(id, "read", arguments));
     let assistant = |model: &str, content: Vec<ContentBlock>, stop_reason| {
-        Message::Assistant(AssistantMessage {
-            content,
-            stop_reason,
-            usage: Usage::default(),
-            model: Some(model.into()),
-            provider: None,
+        Message::Assistant({
+            let mut assistant_message = AssistantMessage::default();
+            assistant_message.content = content;
+            assistant_message.stop_reason = stop_reason;
+            assistant_message.usage = Usage::default();
+            assistant_message.model = Some(model.into());
+            assistant_message.provider = None;
+            assistant_message
         })
     };
     let messages = vec![
-        Message::User(UserMessage {
-            content: vec![text("Look at this"), UserContent::Image(image())],
-        }),
+        Message::User(UserMessage::new(vec![
+            text("Look at this"),
+            UserContent::Image(image()),
+        ])),
         assistant(
             "claude-sonnet-4-5",
             vec![
@@ -92,17 +82,22 @@ fn representative_request() -> ModelRequest {
         ),
         Message::User(UserMessage::text("Thanks")),
     ];
-    let tool = |name: &str, description: &str| ToolSpec {
-        name: name.into(),
-        description: description.into(),
-        parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+    let tool = |name: &str, description: &str| {
+        ToolSpec::new(
+            name,
+            description,
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )
     };
-    ModelRequest {
-        model: "claude-sonnet-4-5".into(),
-        system_prompt: "You are Keel.".into(),
-        messages: messages.into_iter().map(std::sync::Arc::new).collect(),
-        tools: vec![tool("read", "Read a file"), tool("write", "Write a file")],
-        max_output_tokens: None,
+    {
+        let mut model_request = ModelRequest::new(
+            "claude-sonnet-4-5",
+            "You are Keel.",
+            messages.into_iter().map(std::sync::Arc::new).collect(),
+        );
+        model_request.tools = vec![tool("read", "Read a file"), tool("write", "Write a file")];
+        model_request.max_output_tokens = None;
+        model_request
     }
 }
 
@@ -111,9 +106,10 @@ async fn the_request_body_maps_every_kind_of_message() {
     let server = TestServer::start(vec![Reply::sse(&text_transcript())])
         .await
         .unwrap();
-    let options = AnthropicOptions {
-        thinking_budget: Some(4096),
-        ..AnthropicOptions::default()
+    let options = {
+        let mut anthropic_options = AnthropicOptions::default();
+        anthropic_options.thinking_budget = Some(4096);
+        anthropic_options
     };
     let events = collect(&provider(&server, options), representative_request()).await;
     assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));

@@ -50,12 +50,15 @@ fn sse(chunks: &[Value]) -> String {
 }
 
 fn user_request(text: &str) -> ModelRequest {
-    ModelRequest {
-        model: MODEL.into(),
-        system_prompt: String::new(),
-        messages: vec![Message::User(UserMessage::text(text)).into()],
-        tools: vec![],
-        max_output_tokens: None,
+    {
+        let mut model_request = ModelRequest::new(
+            MODEL,
+            String::new(),
+            vec![Message::User(UserMessage::text(text)).into()],
+        );
+        model_request.tools = vec![];
+        model_request.max_output_tokens = None;
+        model_request
     }
 }
 
@@ -180,10 +183,11 @@ async fn streams_text_with_usage_and_done() {
             },
             ProviderEvent::TextEnd { index: 0 },
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 12,
-                    output_tokens: 2,
-                    ..Usage::default()
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 12;
+                    usage.output_tokens = 2;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -252,12 +256,14 @@ async fn deepseek_reasoning_becomes_thinking_and_is_never_sent_back() {
             },
             ProviderEvent::TextEnd { index: 1 },
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 4,
-                    output_tokens: 30,
-                    cache_read_tokens: 8,
-                    cache_write_tokens: 0,
-                    cost_usd: None
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 4;
+                    usage.output_tokens = 30;
+                    usage.cache_read_tokens = 8;
+                    usage.cache_write_tokens = 0;
+                    usage.cost_usd = None;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -330,11 +336,11 @@ async fn parallel_tool_calls_survive_awkward_splits() {
     };
     let server = TestServer::start(vec![reply]).await.unwrap();
     let mut request = user_request("read it and note it");
-    request.tools = vec![ToolSpec {
-        name: "read".into(),
-        description: "Read a file.".into(),
-        parameters: json!({ "type": "object", "properties": { "path": { "type": "string" } } }),
-    }];
+    request.tools = vec![ToolSpec::new(
+        "read",
+        "Read a file.",
+        json!({ "type": "object", "properties": { "path": { "type": "string" } } }),
+    )];
     let events = collect(&adapter(&server, ChatOptions::default()), request).await;
 
     let delta = |index: usize, part: &str| ProviderEvent::ToolCallDelta {
@@ -397,12 +403,14 @@ async fn usage_splits_cached_tokens_out_of_the_prompt() {
         tail,
         [
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 86,
-                    output_tokens: 300,
-                    cache_read_tokens: 1920,
-                    cache_write_tokens: 0,
-                    cost_usd: None
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 86;
+                    usage.output_tokens = 300;
+                    usage.cache_read_tokens = 1920;
+                    usage.cache_write_tokens = 0;
+                    usage.cost_usd = None;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -483,24 +491,19 @@ async fn the_request_body_matches_the_snapshot() {
 }
 
 fn representative_request() -> ModelRequest {
-    let image = |mime: &str, data: &str| {
-        UserContent::Image(ImageContent {
-            mime_type: mime.into(),
-            data: data.into(),
-        })
-    };
+    let image = |mime: &str, data: &str| UserContent::Image(ImageContent::new(mime, data));
     let result = |id: &str, name: &str, content: Vec<UserContent>| {
-        Message::ToolResult(ToolResultMessage {
-            call_id: id.into(),
-            tool_name: name.into(),
-            status: ToolStatus::Success,
-            content,
-            error: None,
-            details: None,
+        Message::ToolResult({
+            let mut tool_result_message =
+                ToolResultMessage::new(id, name, ToolStatus::Success, content);
+            tool_result_message.error = None;
+            tool_result_message.details = None;
+            tool_result_message
         })
     };
-    let assistant = AssistantMessage {
-        content: vec![
+    let assistant = {
+        let mut assistant_message = AssistantMessage::default();
+        assistant_message.content = vec![
             ContentBlock::Thinking {
                 thinking: "The user wants the code.".into(),
                 signature: None,
@@ -508,67 +511,63 @@ fn representative_request() -> ModelRequest {
             ContentBlock::Text {
                 text: "Let me look at the code.".into(),
             },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_1".into(),
-                name: "read".into(),
-                arguments: json!({ "path": "src/main.rs" }),
-                wire_id: None,
-            }),
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_2".into(),
-                name: "screenshot".into(),
-                arguments: json!({}),
-                wire_id: None,
-            }),
-        ],
-        stop_reason: StopReason::ToolUse,
-        ..AssistantMessage::default()
+            ContentBlock::ToolCall(ToolCall::new(
+                "call_1",
+                "read",
+                json!({ "path": "src/main.rs" }),
+            )),
+            ContentBlock::ToolCall(ToolCall::new("call_2", "screenshot", json!({}))),
+        ];
+        assistant_message.stop_reason = StopReason::ToolUse;
+        assistant_message
     };
-    ModelRequest {
-        model: MODEL.into(),
-        system_prompt: "You are Keel.".into(),
-        messages: [
-            Message::User(UserMessage {
-                content: vec![
+    {
+        let mut model_request = ModelRequest::new(
+            MODEL,
+            "You are Keel.",
+            [
+                Message::User(UserMessage::new(vec![
                     UserContent::Text {
                         text: "What does this screenshot show?".into(),
                     },
                     image("image/png", "iVBORw0KGgo="),
-                ],
-            }),
-            Message::Assistant(assistant),
-            result(
-                "call_1",
-                "read",
-                vec![UserContent::Text {
-                    text: "fn main() {}".into(),
-                }],
-            ),
-            result(
-                "call_2",
-                "screenshot",
-                vec![image("image/jpeg", "/9j/4AAQ")],
-            ),
-            Message::User(UserMessage::text("Thanks.")),
-        ]
-        .map(std::sync::Arc::new)
-        .into(),
-        tools: vec![ToolSpec {
-            name: "read".into(),
-            description: "Read a file.".into(),
-            parameters: json!({ "type": "object", "properties": { "path": { "type": "string" } }, "required": ["path"] }),
-        }],
-        max_output_tokens: Some(4096),
+                ])),
+                Message::Assistant(assistant),
+                result(
+                    "call_1",
+                    "read",
+                    vec![UserContent::Text {
+                        text: "fn main() {}".into(),
+                    }],
+                ),
+                result(
+                    "call_2",
+                    "screenshot",
+                    vec![image("image/jpeg", "/9j/4AAQ")],
+                ),
+                Message::User(UserMessage::text("Thanks.")),
+            ]
+            .map(std::sync::Arc::new)
+            .into(),
+        );
+        model_request.tools = vec![ToolSpec::new(
+            "read",
+            "Read a file.",
+            json!({ "type": "object", "properties": { "path": { "type": "string" } }, "required": ["path"] }),
+        )];
+        model_request.max_output_tokens = Some(4096);
+        model_request
     }
 }
 
 #[test]
 fn options_rename_the_limit_and_send_reasoning_back() {
     let endpoint = Endpoint::new("vllm", "http://127.0.0.1:1", None);
-    let options = ChatOptions {
-        send_reasoning_back: true,
-        max_tokens_field: "max_completion_tokens",
-        ..ChatOptions::default()
+    let options = {
+        let mut chat_options = ChatOptions::default();
+        chat_options.send_reasoning_back = true;
+        chat_options.max_tokens_field = "max_completion_tokens";
+        chat_options
     };
     let provider = OpenAiChat::new(endpoint, options);
     assert_eq!(provider.name(), "vllm");

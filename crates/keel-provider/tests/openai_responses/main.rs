@@ -110,12 +110,15 @@ fn provider(server: &TestServer) -> OpenAiResponses {
 }
 
 fn request(messages: Vec<Message>) -> ModelRequest {
-    ModelRequest {
-        model: "gpt-5".into(),
-        system_prompt: String::new(),
-        messages: messages.into_iter().map(Arc::new).collect(),
-        tools: Vec::new(),
-        max_output_tokens: None,
+    {
+        let mut model_request = ModelRequest::new(
+            "gpt-5",
+            String::new(),
+            messages.into_iter().map(Arc::new).collect(),
+        );
+        model_request.tools = Vec::new();
+        model_request.max_output_tokens = None;
+        model_request
     }
 }
 
@@ -234,10 +237,11 @@ async fn streamed_text_becomes_one_text_block() {
             },
             ProviderEvent::TextEnd { index: 0 },
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 10,
-                    output_tokens: 5,
-                    ..Usage::default()
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 10;
+                    usage.output_tokens = 5;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -286,8 +290,10 @@ async fn reasoning_keeps_its_encrypted_content_and_goes_back_on_the_next_request
     ])
     .await
     .unwrap();
-    let options = ResponsesOptions {
-        reasoning_effort: Some("high".into()),
+    let options = {
+        let mut responses_options = ResponsesOptions::default();
+        responses_options.reasoning_effort = Some("high".into());
+        responses_options
     };
     let provider = OpenAiResponses::new(endpoint(&server), options);
     let question = Message::User(UserMessage::text("What is 6 x 7?"));
@@ -326,10 +332,11 @@ async fn reasoning_keeps_its_encrypted_content_and_goes_back_on_the_next_request
             },
             ProviderEvent::TextEnd { index: 1 },
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 30,
-                    output_tokens: 80,
-                    ..Usage::default()
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 30;
+                    usage.output_tokens = 80;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -425,17 +432,20 @@ async fn parallel_calls_survive_awkward_splits() {
     assert_eq!(
         calls,
         vec![
-            ToolCall {
-                id: "call_a".into(),
-                name: "write".into(),
-                arguments: json!({"path": "notes.txt", "text": "line1\nline2 \"quoted\" café"}),
-                wire_id: None,
+            {
+                let mut tool_call = ToolCall::new(
+                    "call_a",
+                    "write",
+                    json!({"path": "notes.txt", "text": "line1\nline2 \"quoted\" café"}),
+                );
+                tool_call.wire_id = None;
+                tool_call
             },
-            ToolCall {
-                id: "call_b".into(),
-                name: "read".into(),
-                arguments: json!({"path": "crab 🦀 é.rs"}),
-                wire_id: None,
+            {
+                let mut tool_call =
+                    ToolCall::new("call_b", "read", json!({"path": "crab 🦀 é.rs"}));
+                tool_call.wire_id = None;
+                tool_call
             },
         ]
     );
@@ -468,12 +478,14 @@ async fn usage_counts_cached_input_separately() {
         events[n - 2..],
         [
             ProviderEvent::Usage {
-                usage: Usage {
-                    input_tokens: 200,
-                    output_tokens: 50,
-                    cache_read_tokens: 1000,
-                    cache_write_tokens: 0,
-                    cost_usd: None,
+                usage: {
+                    let mut usage = Usage::default();
+                    usage.input_tokens = 200;
+                    usage.output_tokens = 50;
+                    usage.cache_read_tokens = 1000;
+                    usage.cache_write_tokens = 0;
+                    usage.cost_usd = None;
+                    usage
                 }
             },
             ProviderEvent::Done {
@@ -513,10 +525,11 @@ async fn the_end_says_why_the_model_stopped() {
                 // The open text block is closed before the end.
                 ProviderEvent::TextEnd { index: 0 },
                 ProviderEvent::Usage {
-                    usage: Usage {
-                        input_tokens: 10,
-                        output_tokens: 16,
-                        ..Usage::default()
+                    usage: {
+                        let mut usage = Usage::default();
+                        usage.input_tokens = 10;
+                        usage.output_tokens = 16;
+                        usage
                     }
                 },
                 ProviderEvent::Done {

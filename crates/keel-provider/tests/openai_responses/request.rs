@@ -4,13 +4,12 @@
 use super::*;
 
 fn tool_result(call_id: &str, content: Vec<UserContent>) -> Message {
-    Message::ToolResult(ToolResultMessage {
-        call_id: call_id.into(),
-        tool_name: "read".into(),
-        status: ToolStatus::Success,
-        content,
-        error: None,
-        details: None,
+    Message::ToolResult({
+        let mut tool_result_message =
+            ToolResultMessage::new(call_id, "read", ToolStatus::Success, content);
+        tool_result_message.error = None;
+        tool_result_message.details = None;
+        tool_result_message
     })
 }
 
@@ -19,22 +18,22 @@ fn text(text: &str) -> UserContent {
 }
 
 fn image(data: &str) -> UserContent {
-    UserContent::Image(ImageContent {
-        mime_type: "image/png".into(),
-        data: data.into(),
-    })
+    UserContent::Image(ImageContent::new("image/png", data))
 }
 #[tokio::test]
 async fn the_whole_context_is_mapped_onto_input_items() {
     let server = TestServer::start(vec![Reply::sse(&text_stream(&["ok"]))])
         .await
         .unwrap();
-    let options = ResponsesOptions {
-        reasoning_effort: Some("medium".into()),
+    let options = {
+        let mut responses_options = ResponsesOptions::default();
+        responses_options.reasoning_effort = Some("medium".into());
+        responses_options
     };
     let provider = OpenAiResponses::new(endpoint(&server), options);
-    let assistant = AssistantMessage {
-        content: vec![
+    let assistant = {
+        let mut assistant_message = AssistantMessage::default();
+        assistant_message.content = vec![
             ContentBlock::Thinking {
                 thinking: "plan".into(),
                 signature: Some(ENCRYPTED.into()),
@@ -42,12 +41,7 @@ async fn the_whole_context_is_mapped_onto_input_items() {
             ContentBlock::Text {
                 text: "Let me look.".into(),
             },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_1".into(),
-                name: "read".into(),
-                arguments: json!({"path": "a.txt"}),
-                wire_id: None,
-            }),
+            ContentBlock::ToolCall(ToolCall::new("call_1", "read", json!({"path": "a.txt"}))),
             // Unsigned reasoning and another provider's signature are dropped.
             ContentBlock::Thinking {
                 thinking: "unsigned".into(),
@@ -57,38 +51,42 @@ async fn the_whole_context_is_mapped_onto_input_items() {
                 thinking: "from Claude".into(),
                 signature: Some("EqQBCkgIARABGAIiQL".into()),
             },
-            ContentBlock::ToolCall(ToolCall {
-                id: "call_2".into(),
-                name: "bash".into(),
-                arguments: Value::String("{not json".into()),
-                wire_id: None,
-            }),
-        ],
-        stop_reason: StopReason::ToolUse,
-        usage: Usage::default(),
-        model: Some("gpt-5-2025-08-07".into()),
-        provider: None,
+            ContentBlock::ToolCall(ToolCall::new(
+                "call_2",
+                "bash",
+                Value::String("{not json".into()),
+            )),
+        ];
+        assistant_message.stop_reason = StopReason::ToolUse;
+        assistant_message.usage = Usage::default();
+        assistant_message.model = Some("gpt-5-2025-08-07".into());
+        assistant_message.provider = None;
+        assistant_message
     };
-    let request = ModelRequest {
-        model: "gpt-5".into(),
-        system_prompt: "You are Keel.".into(),
-        messages: [
-            Message::User(UserMessage {
-                content: vec![text("Describe this"), image("aGVsbG8=")],
-            }),
-            Message::Assistant(assistant),
-            tool_result("call_1", vec![text("contents"), image("aW1n")]),
-            tool_result("call_2", vec![text("invalid arguments")]),
-            Message::User(UserMessage::text("thanks")),
-        ]
-        .map(std::sync::Arc::new)
-        .into(),
-        tools: vec![ToolSpec {
-            name: "read".into(),
-            description: "Read a file".into(),
-            parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
-        }],
-        max_output_tokens: Some(4096),
+    let request = {
+        let mut model_request = ModelRequest::new(
+            "gpt-5",
+            "You are Keel.",
+            [
+                Message::User(UserMessage::new(vec![
+                    text("Describe this"),
+                    image("aGVsbG8="),
+                ])),
+                Message::Assistant(assistant),
+                tool_result("call_1", vec![text("contents"), image("aW1n")]),
+                tool_result("call_2", vec![text("invalid arguments")]),
+                Message::User(UserMessage::text("thanks")),
+            ]
+            .map(std::sync::Arc::new)
+            .into(),
+        );
+        model_request.tools = vec![ToolSpec::new(
+            "read",
+            "Read a file",
+            json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+        )];
+        model_request.max_output_tokens = Some(4096);
+        model_request
     };
     let events = collect(&provider, request).await;
     assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));

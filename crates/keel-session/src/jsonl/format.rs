@@ -404,14 +404,14 @@ mod tests {
 
     fn entry(id: &str) -> Record {
         Record::Entry {
-            entry: Entry {
-                id: id.into(),
-                parent_id: None,
-                timestamp: 1,
-                payload: EntryPayload::Message {
+            entry: Entry::new(
+                id,
+                None,
+                1,
+                EntryPayload::Message {
                     message: Message::User(UserMessage::text("hé \"quoted\"\n")),
                 },
-            },
+            ),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::{SessionError, SessionInfo, TornTail};
 
 /// A read-only copy of a whole session, for inspection and export.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct Snapshot {
     /// The session id.
     pub id: String,

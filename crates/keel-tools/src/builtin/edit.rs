@@ -23,6 +23,7 @@ const BOM: &str = "\u{feff}";
 
 /// Replaces exact snippets of a file.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct EditTool;
 
 /// The arguments of an `edit` call; its schema is the tool's parameters.

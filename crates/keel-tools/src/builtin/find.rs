@@ -22,6 +22,7 @@ const MAX_LIMIT: usize = 100_000;
 
 /// Finds paths by glob.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct FindTool;
 
 /// The arguments of a `find` call; its schema is the tool's parameters.

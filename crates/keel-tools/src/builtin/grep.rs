@@ -35,6 +35,7 @@ const MAX_CONTEXT: usize = 20;
 
 /// Searches file contents.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct GrepTool;
 
 /// The arguments of a `grep` call; its schema is the tool's parameters.

@@ -23,6 +23,7 @@ const MAX_LIMIT: usize = 100_000;
 
 /// Lists a directory.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct LsTool;
 
 /// The arguments of an `ls` call; its schema is the tool's parameters.

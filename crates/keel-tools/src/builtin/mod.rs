@@ -105,10 +105,10 @@ fn path_intent_or_root(
     if arguments.get("path").is_some() {
         return path_intent(kind, arguments, workspace);
     }
-    OperationIntent {
-        kind,
-        scope: IntentScope::Workspace,
-        targets: vec![".".to_owned()],
+    {
+        let mut operation_intent = OperationIntent::new(kind, IntentScope::Workspace);
+        operation_intent.targets = vec![".".to_owned()];
+        operation_intent
     }
 }
 
@@ -140,10 +140,10 @@ fn path_intent(kind: IntentKind, arguments: &Value, workspace: &Workspace) -> Op
         Ok(abs) => (IntentScope::Workspace, workspace.display(&abs)),
         Err(_) => (IntentScope::Outside, path.to_owned()),
     };
-    OperationIntent {
-        kind,
-        scope,
-        targets: vec![target],
+    {
+        let mut operation_intent = OperationIntent::new(kind, scope);
+        operation_intent.targets = vec![target];
+        operation_intent
     }
 }
 

@@ -27,6 +27,7 @@ use crate::workspace::Workspace;
 
 /// Reads a text file, line-numbered, in pages.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct ReadTool;
 
 /// The arguments of a `read` call; its schema is the tool's parameters.
@@ -149,10 +150,7 @@ fn image_output(display: &str, mime: &str, bytes: &[u8]) -> Result<ToolOutput, T
             UserContent::Text {
                 text: format!("Read image `{display}` ({mime}, {} bytes).", bytes.len()),
             },
-            UserContent::Image(ImageContent {
-                mime_type: mime.to_owned(),
-                data: image::base64(bytes),
-            }),
+            UserContent::Image(ImageContent::new(mime.to_owned(), image::base64(bytes))),
         ],
         details: Some(json!({"path": display, "mime_type": mime, "bytes": bytes.len()})),
     };

@@ -18,6 +18,7 @@ use crate::workspace::Workspace;
 
 /// Writes a whole file.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct WriteTool;
 
 /// The arguments of a `write` call; its schema is the tool's parameters.

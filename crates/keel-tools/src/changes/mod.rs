@@ -82,6 +82,7 @@ use spill::Spill;
 
 /// Why the run's changes could not be computed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ChangesError {
     /// Reading the workspace or a temporary file failed.
     #[error("{context}: {source}")]
@@ -122,6 +123,7 @@ pub enum ChangesError {
 
 /// The caps on one snapshot of the workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SnapshotLimits {
     /// Files larger than this are never read, only compared by size and
     /// modification time (default 64 MiB).
@@ -186,7 +188,8 @@ impl Deadline {
 }
 
 /// What a run changed: the paths and a patch that replays it with `git apply`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct WorkspaceChanges {
     /// Changed paths relative to the root, sorted; a rename lists both paths.
     pub changed_paths: Vec<String>,

@@ -56,6 +56,7 @@ const PIPE_GRACE: Duration = Duration::from_millis(200);
 
 /// How the `bash` tool runs commands.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct BashOptions {
     /// Timeout when the call gives none.
     pub default_timeout: Duration,
@@ -247,10 +248,10 @@ impl Tool for BashTool {
         // workspace lets the analysis tell `$TMPDIR` paths from others, and
         // the sandbox confines them to the real one.
         let analysis = shell::analyze(command, workspace.root(), Some(Path::new(TMPDIR_STAND_IN)));
-        let intent = OperationIntent {
-            kind: analysis.kind,
-            scope: analysis.scope,
-            targets: analysis.targets,
+        let intent = {
+            let mut operation_intent = OperationIntent::new(analysis.kind, analysis.scope);
+            operation_intent.targets = analysis.targets;
+            operation_intent
         };
         (intent, analysis.reasons)
     }
@@ -443,13 +444,13 @@ fn spawn_confined(
         .map(|(name, value)| (name.into(), value.into()))
         .collect();
     env.push(("TMPDIR".into(), SANDBOX_TMPDIR.into()));
-    let spec = CallSpec {
-        program: shell.to_path_buf(),
-        args: vec![shell.into(), "-c".into(), command.into()],
+    let spec = CallSpec::new(
+        shell.to_path_buf(),
+        vec![shell.into(), "-c".into(), command.into()],
         env,
-        stdout: stdout_write.into(),
-        stderr: stderr_write.into(),
-    };
+        stdout_write.into(),
+        stderr_write.into(),
+    );
     let call = holders
         .spawn(sandbox, root, spec)
         .map_err(|error| ToolError::new(ToolErrorCode::SandboxUnavailable, error.to_string()))?;
