@@ -53,6 +53,24 @@ pub(crate) struct KernelParts {
     /// contents it keeps (a private directory is made under it); in
     /// memory when `None`.
     pub(crate) snapshot_spill: Option<std::path::PathBuf>,
+    /// Whether Keel's OS sandbox is enforceable on this machine, probed
+    /// on first need.
+    pub(crate) enforceable: std::sync::OnceLock<bool>,
+}
+
+impl KernelParts {
+    /// Whether commands at a confined level run in Keel's own OS sandbox
+    /// here: the host left enforcing it to Keel (not to an external
+    /// container) and this machine can enforce it
+    /// ([`keel_tools::sandbox::probe::enforceable`]).
+    pub(crate) fn sandbox_enforced(&self) -> bool {
+        self.sandbox.mode == keel_tools::sandbox::SandboxMode::Os
+            && *self.enforceable.get_or_init(|| {
+                keel_tools::sandbox::probe::enforceable()
+                    .inspect_err(|reason| tracing::info!(%reason, "the OS sandbox is not enforceable"))
+                    .is_ok()
+            })
+    }
 }
 
 /// What the host asks for when it starts a run.

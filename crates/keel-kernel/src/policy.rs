@@ -13,6 +13,10 @@
 //! asks in `ask` and `auto`, like anything outside. An approved one stays
 //! as confined as a workspace call (the kernel then makes just that
 //! metadata writable in its sandbox), with network only if it needs it.
+//!
+//! In `auto`, a command whose reach the analysis could not resolve
+//! statically runs confined instead of asking, where the kernel knows the
+//! OS sandbox confines it ([`sandbox_decides`], the one place that says so).
 
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
 use keel_tools::sandbox::SandboxLevel;
@@ -37,6 +41,23 @@ pub trait PermissionPolicy: Send + Sync {
         tool_name: &str,
         intent: &OperationIntent,
     ) -> PolicyDecision;
+
+    /// Decides one call, knowing whether it is `confined`: the kernel has
+    /// established that the call's processes would run in Keel's enforced
+    /// OS sandbox and that its tool knows of nothing that sandbox refuses
+    /// ([`keel_tools::Classification::confinable`]). The default ignores
+    /// that and is [`PermissionPolicy::evaluate`]; [`MatrixPolicy`] lets
+    /// the sandbox decide what [`sandbox_decides`] says it may.
+    fn evaluate_call(
+        &self,
+        mode: PermissionMode,
+        tool_name: &str,
+        intent: &OperationIntent,
+        confined: bool,
+    ) -> PolicyDecision {
+        let _ = confined;
+        self.evaluate(mode, tool_name, intent)
+    }
 
     /// The sandbox level of a call the host approved after an `Ask`.
     fn approved_level(&self, mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
@@ -70,6 +91,45 @@ impl PermissionPolicy for MatrixPolicy {
             (Ask | Auto, kind) => PolicyDecision::Ask(ask_reason(mode, tool_name, kind, intent)),
         }
     }
+
+    fn evaluate_call(
+        &self,
+        mode: PermissionMode,
+        tool_name: &str,
+        intent: &OperationIntent,
+        confined: bool,
+    ) -> PolicyDecision {
+        match self.evaluate(mode, tool_name, intent) {
+            PolicyDecision::Ask(_) if sandbox_decides(mode, intent, confined) => {
+                PolicyDecision::Allow(SandboxLevel::WorkspaceWrite)
+            }
+            decision => decision,
+        }
+    }
+}
+
+/// Whether a call the matrix would ask about runs confined instead: the
+/// one place where `auto` lets the OS sandbox decide.
+///
+/// Invariant: only a call whose reach the analysis could not resolve
+/// statically, never one it knows needs what the sandbox refuses, and
+/// only where the sandbox is known to confine it. That is: the mode is
+/// `auto`; the intent is a shell command (kind `shell` or `unknown`)
+/// whose scope is the workspace or could not be determined — never
+/// `network`, never `outside`, never `metadata`; and the kernel
+/// established that it is `confined` (Keel's OS sandbox is enforced on
+/// this machine and will run the command at `workspace_write`, and the
+/// tool found nothing that sandbox refuses, even beside an unknown kind).
+/// Such a call runs at `workspace_write`: it writes only the workspace's
+/// writable roots, reaches no network, and sees `.git`/`.keel` read-only
+/// and secrets masked — what an approval would have let it do anyway,
+/// less the network. `plan`, `ask`, `full`, every other intent, an
+/// external or unenforceable sandbox and any tool that does not run its
+/// calls in Keel's sandbox keep the matrix's answer.
+pub fn sandbox_decides(mode: PermissionMode, intent: &OperationIntent, confined: bool) -> bool {
+    let command = matches!(intent.kind, IntentKind::Shell | IntentKind::Unknown);
+    let reach = matches!(intent.scope, IntentScope::Workspace | IntentScope::Unknown);
+    confined && mode == PermissionMode::Auto && command && reach
 }
 
 /// The level of a host-approved call: the least that lets it do what its
