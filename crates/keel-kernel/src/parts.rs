@@ -59,17 +59,24 @@ pub(crate) struct KernelParts {
 }
 
 impl KernelParts {
-    /// Whether commands at a confined level run in Keel's own OS sandbox
+    /// Whether a command at `workspace_write` runs in Keel's own OS sandbox
     /// here: the host left enforcing it to Keel (not to an external
-    /// container) and this machine can enforce it
-    /// ([`keel_tools::sandbox::probe::enforceable`]).
+    /// container), and a confined `/bin/sh -c true` ran in this workspace
+    /// both on its own and through a namespace holder, the path `bash`
+    /// takes ([`keel_tools::sandbox::probe::try_level`], what `keel doctor`
+    /// checks). Probed once per kernel, on first need.
     pub(crate) fn sandbox_enforced(&self) -> bool {
-        self.sandbox.mode == keel_tools::sandbox::SandboxMode::Os
-            && *self.enforceable.get_or_init(|| {
-                keel_tools::sandbox::probe::enforceable()
-                    .inspect_err(|reason| tracing::info!(%reason, "the OS sandbox is not enforceable"))
-                    .is_ok()
-            })
+        use keel_tools::sandbox::{Sandbox, SandboxLevel, SandboxMode, probe};
+        if self.sandbox.mode != SandboxMode::Os {
+            return false;
+        }
+        *self.enforceable.get_or_init(|| {
+            let mut sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite);
+            sandbox.config = self.sandbox.clone();
+            probe::try_level(&sandbox, self.workspace.root())
+                .inspect_err(|reason| tracing::info!(%reason, "the OS sandbox is not enforced here"))
+                .is_ok()
+        })
     }
 }
 

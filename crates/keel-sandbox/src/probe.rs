@@ -56,15 +56,6 @@ pub(super) fn require_landlock() -> Result<i32, SandboxError> {
     }
 }
 
-/// Whether Keel can enforce its sandbox here: Landlock at the ABI it needs
-/// and every namespace it uses, as [`confine`] checks before each command
-/// (so a command it lets run is confined, never run bare); why not
-/// otherwise. The namespace probe runs once per process.
-pub fn enforceable() -> Result<(), SandboxError> {
-    require_landlock()?;
-    require_namespaces()
-}
-
 /// Whether the kernel supports seccomp filters.
 pub fn seccomp_available() -> bool {
     // SAFETY: PR_GET_SECCOMP takes no pointers and only reads this thread's mode.
