@@ -245,4 +245,46 @@ mod tests {
             ))
         );
     }
+
+    #[test]
+    fn auto_leaves_only_confined_unresolved_commands_to_the_sandbox() {
+        use IntentKind::{Network, Read, Shell, Unknown, Write};
+        use IntentScope::{Metadata, Outside, Workspace};
+        let sandboxed = PolicyDecision::Allow(SandboxLevel::WorkspaceWrite);
+        let decide = |mode, kind, scope, confined| {
+            let intent = OperationIntent::new(kind, scope);
+            MatrixPolicy.evaluate_call(mode, "bash", &intent, confined)
+        };
+        // Unresolved, confined, in auto: run confined.
+        for (kind, scope) in [(Shell, IntentScope::Unknown), (Unknown, IntentScope::Unknown)] {
+            assert_eq!(decide(PermissionMode::Auto, kind, scope, true), sandboxed);
+            // Not confined: asked, exactly as `evaluate` says.
+            let intent = OperationIntent::new(kind, scope);
+            let asked = MatrixPolicy.evaluate(PermissionMode::Auto, "bash", &intent);
+            assert!(matches!(asked, PolicyDecision::Ask(_)));
+            assert_eq!(decide(PermissionMode::Auto, kind, scope, false), asked);
+            // Other modes keep the matrix.
+            for mode in [PermissionMode::Plan, PermissionMode::Ask, PermissionMode::Full] {
+                let intent = OperationIntent::new(kind, scope);
+                let matrix = MatrixPolicy.evaluate(mode, "bash", &intent);
+                assert_eq!(decide(mode, kind, scope, true), matrix);
+            }
+        }
+        // Known needs of what the sandbox refuses, and other tools' kinds: asked.
+        for (kind, scope) in [
+            (Network, Workspace),
+            (Network, IntentScope::Unknown),
+            (Shell, Outside),
+            (Shell, Metadata),
+            (Unknown, Outside),
+            (Write, IntentScope::Unknown),
+            (Read, Outside),
+            (IntentKind::Custom, IntentScope::Unknown),
+        ] {
+            assert!(
+                matches!(decide(PermissionMode::Auto, kind, scope, true), PolicyDecision::Ask(_)),
+                "{kind:?} {scope:?}"
+            );
+        }
+    }
 }
