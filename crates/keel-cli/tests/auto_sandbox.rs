@@ -82,6 +82,27 @@ fn world() -> tempfile::TempDir {
 /// `keel run --mode auto` in `base/ws` with `commands` as one `bash` call
 /// per turn, stdin closed; its JSON lines.
 fn run_auto(base: &Path, commands: &[&str], prefix: Option<&Path>) -> Vec<Value> {
+    let args = ["--mode", "auto", "--output-format", "stream-json"];
+    run(base, commands, prefix, &args, None).lines
+}
+
+/// What one `keel run` printed.
+struct Printed {
+    /// Its stdout's JSON lines.
+    lines: Vec<Value>,
+    stdout: String,
+    stderr: String,
+}
+
+/// `keel run ARGS` in `base/ws` with `commands` as one `bash` call per
+/// turn; `stdin`: its text, else /dev/null.
+fn run(
+    base: &Path,
+    commands: &[&str],
+    prefix: Option<&Path>,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Printed {
     let mut turns: Vec<Value> = commands
         .iter()
         .map(|command| {
@@ -102,8 +123,9 @@ fn run_auto(base: &Path, commands: &[&str], prefix: Option<&Path>) -> Vec<Value>
         None => Command::new(assert_cmd::cargo::cargo_bin!("keel")),
     };
     command
-        .args(["run", "--provider", "scripted", "--mode", "auto"])
-        .args(["--output-format", "stream-json", "--script"])
+        .args(["run", "--provider", "scripted"])
+        .args(args)
+        .arg("--script")
         .arg(&script)
         .arg("--workspace")
         .arg(base.join("ws"))
@@ -113,15 +135,30 @@ fn run_auto(base: &Path, commands: &[&str], prefix: Option<&Path>) -> Vec<Value>
         .env("HOME", base.join("home"))
         .env("XDG_DATA_HOME", base.join("data"))
         .env("XDG_CONFIG_HOME", base.join("config"))
+        .env("NO_COLOR", "1")
         .env_remove("KEEL_LOG")
         .current_dir(base)
-        .stdin(Stdio::null());
-    let output = command.output().unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
-        .collect()
+        .stdin(match stdin {
+            Some(_) => Stdio::piped(),
+            None => Stdio::null(),
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    if let (Some(text), Some(mut input)) = (stdin, child.stdin.take()) {
+        use std::io::Write as _;
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    let output = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    Printed {
+        lines: stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect(),
+        stdout,
+        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+    }
 }
 
 fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
@@ -246,4 +283,86 @@ fn where_the_sandbox_cannot_confine_bash_unresolved_commands_are_still_asked() {
     let lines = run_auto(base.path(), &commands, Some(&dynamic_loader()));
     let asked = of_type(&lines, "permission_requested");
     assert_eq!(asked.len(), commands.len(), "{lines:#?}");
+}
+
+/// The two calls every "nobody to ask" run makes: each asks in `auto`
+/// and `ask` whatever the machine's sandbox.
+const ASKED: &[&str] = &["touch ~/planted", "cp a.txt ../outside.txt"];
+
+fn warnings(lines: &[Value]) -> Vec<&str> {
+    of_type(lines, "warning")
+        .iter()
+        .map(|warning| warning["code"].as_str().unwrap())
+        .collect()
+}
+
+/// A run that can ask, with nothing on stdin that could answer, says so at
+/// its start (stderr and a `warning` event); its result, text summary and
+/// `-q` stderr count the calls denied because nobody answered.
+#[test]
+fn a_run_with_nobody_to_ask_says_so_and_counts_the_unanswered_denials() {
+    let base = world();
+    for mode in ["auto", "ask"] {
+        let args = ["--mode", mode, "--output-format", "stream-json"];
+        let printed = run(base.path(), ASKED, None, &args, None);
+        assert!(
+            printed.stderr.contains("nobody can answer permission requests"),
+            "{mode}: {}",
+            printed.stderr
+        );
+        assert_eq!(warnings(&printed.lines), ["nobody_to_ask"], "{mode}");
+        // The warning comes right after `run_started`, before any call.
+        let types: Vec<&str> = printed.lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+        let started = types.iter().position(|t| *t == "run_started").unwrap();
+        assert_eq!(types[started + 1], "warning", "{types:?}");
+        let result = &of_type(&printed.lines, "result")[0];
+        assert_eq!(result["totals"]["denied_unanswered"], 2, "{mode}: {result}");
+    }
+    // The text summary and `-q` say it too.
+    let args = ["--mode", "auto", "--output-format", "text"];
+    let printed = run(base.path(), ASKED, None, &args, None);
+    assert!(
+        printed.stdout.contains("2 calls denied: nobody answered their permission requests"),
+        "{}",
+        printed.stdout
+    );
+    let printed = run(base.path(), ASKED, None, &["--mode", "auto", "-q"], None);
+    assert!(
+        printed.stderr.contains("2 calls denied: nobody answered"),
+        "{}",
+        printed.stderr
+    );
+    // `plan` never asks: nothing to warn about, nothing unanswered.
+    let args = ["--mode", "plan", "--output-format", "stream-json"];
+    let printed = run(base.path(), ASKED, None, &args, None);
+    assert!(warnings(&printed.lines).is_empty(), "{}", printed.stderr);
+    assert!(!printed.stderr.contains("permission requests"), "{}", printed.stderr);
+    let result = &of_type(&printed.lines, "result")[0];
+    assert!(result["totals"].get("denied_unanswered").is_none(), "{result}");
+}
+
+/// Piped lines may answer: the warning says that they do and that a
+/// request without a line is denied; the one left unanswered is counted.
+/// With `--input-format stream-json` there is no warning, and requests
+/// still pending when input ends are counted.
+#[test]
+fn piped_answers_and_stream_json_input_count_only_what_nobody_answered() {
+    let base = world();
+    let args = ["--mode", "auto", "--output-format", "stream-json"];
+    let printed = run(base.path(), ASKED, None, &args, Some("y\n"));
+    assert_eq!(warnings(&printed.lines), ["answers_on_stdin"], "{}", printed.stderr);
+    let resolutions: Vec<&str> = of_type(&printed.lines, "permission_resolved")
+        .iter()
+        .map(|resolved| resolved["resolution"].as_str().unwrap())
+        .collect();
+    assert_eq!(resolutions, ["approved", "denied"]);
+    let result = &of_type(&printed.lines, "result")[0];
+    assert_eq!(result["totals"]["denied_unanswered"], 1, "{result}");
+
+    let args = ["--mode", "auto", "--output-format", "stream-json", "--input-format", "stream-json"];
+    let printed = run(base.path(), ASKED, None, &args, None);
+    assert!(warnings(&printed.lines).is_empty(), "{}", printed.stderr);
+    assert!(!printed.stderr.contains("permission requests"), "{}", printed.stderr);
+    let result = &of_type(&printed.lines, "result")[0];
+    assert_eq!(result["totals"]["denied_unanswered"], 2, "{result}");
 }

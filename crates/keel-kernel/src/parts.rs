@@ -107,6 +107,9 @@ pub struct RunSpec {
     /// Fail the run (`run_stalled`) when it emits no event for this long
     /// while not waiting for a permission answer (no watchdog when `None`).
     pub stall_timeout: Option<Duration>,
+    /// Warnings the host wants at the head of the run's event stream
+    /// (code, message), set by [`RunSpec::warning`].
+    pub(crate) warnings: Vec<(String, String)>,
 }
 
 impl RunSpec {
@@ -162,6 +165,15 @@ impl RunSpec {
     /// Without it (the default) a run waits as long as its parts do.
     pub fn stall_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.stall_timeout = timeout.into();
+        self
+    }
+
+    /// A `warning` event (`code`, `message`) the run emits right after
+    /// `run_started`, beside its own: something the host must tell whoever
+    /// reads the event stream before the run goes on (e.g. that nobody can
+    /// answer its permission requests). Repeatable.
+    pub fn warning(mut self, code: impl Into<String>, message: impl Into<String>) -> Self {
+        self.warnings.push((code.into(), message.into()));
         self
     }
 
