@@ -22,8 +22,7 @@ use std::sync::Arc;
 use keel_host::answers;
 use keel_kernel::AgentRun;
 use keel_protocol::{
-    PermissionAnswer, PermissionMode, PermissionResolution, PermissionScope, RunEvent,
-    RunEventKind,
+    PermissionAnswer, PermissionMode, PermissionResolution, PermissionScope, RunEvent, RunEventKind,
 };
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::Notify;

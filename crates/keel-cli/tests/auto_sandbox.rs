@@ -211,9 +211,18 @@ fn ordinary_commands_in_auto_run_confined_without_asking() {
     let result = of_type(&lines, "result");
     assert_eq!(result[0]["state"], "settled", "{result:?}");
     // They ran, in the workspace.
-    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "bye\nworld\n");
-    assert_eq!(std::fs::read_to_string(ws.join("counts.txt")).unwrap(), "1\n2\n3\n");
-    assert_eq!(std::fs::read_to_string(ws.join("lines.txt")).unwrap(), "2\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "bye\nworld\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("counts.txt")).unwrap(),
+        "1\n2\n3\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("lines.txt")).unwrap(),
+        "2\n"
+    );
     for made in [
         "out.tgz",
         "extract/a.txt",
@@ -227,10 +236,16 @@ fn ordinary_commands_in_auto_run_confined_without_asking() {
         assert!(ws.join(made).exists(), "{made} was not made");
     }
     // The recorded decisions say the sandbox decided what the analysis could not.
-    let session = of_type(&lines, "session")[0]["path"].as_str().unwrap().to_owned();
+    let session = of_type(&lines, "session")[0]["path"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let recorded = std::fs::read_to_string(session).unwrap();
     let confined = recorded.matches("confined by the OS sandbox").count();
-    assert!(confined >= 20, "{confined} decisions left to the sandbox: {recorded}");
+    assert!(
+        confined >= 20,
+        "{confined} decisions left to the sandbox: {recorded}"
+    );
 }
 
 #[test]
@@ -306,13 +321,19 @@ fn a_run_with_nobody_to_ask_says_so_and_counts_the_unanswered_denials() {
         let args = ["--mode", mode, "--output-format", "stream-json"];
         let printed = run(base.path(), ASKED, None, &args, None);
         assert!(
-            printed.stderr.contains("nobody can answer permission requests"),
+            printed
+                .stderr
+                .contains("nobody can answer permission requests"),
             "{mode}: {}",
             printed.stderr
         );
         assert_eq!(warnings(&printed.lines), ["nobody_to_ask"], "{mode}");
         // The warning comes right after `run_started`, before any call.
-        let types: Vec<&str> = printed.lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+        let types: Vec<&str> = printed
+            .lines
+            .iter()
+            .map(|l| l["type"].as_str().unwrap())
+            .collect();
         let started = types.iter().position(|t| *t == "run_started").unwrap();
         assert_eq!(types[started + 1], "warning", "{types:?}");
         let result = &of_type(&printed.lines, "result")[0];
@@ -322,7 +343,9 @@ fn a_run_with_nobody_to_ask_says_so_and_counts_the_unanswered_denials() {
     let args = ["--mode", "auto", "--output-format", "text"];
     let printed = run(base.path(), ASKED, None, &args, None);
     assert!(
-        printed.stdout.contains("2 calls denied: nobody answered their permission requests"),
+        printed
+            .stdout
+            .contains("2 calls denied: nobody answered their permission requests"),
         "{}",
         printed.stdout
     );
@@ -336,9 +359,16 @@ fn a_run_with_nobody_to_ask_says_so_and_counts_the_unanswered_denials() {
     let args = ["--mode", "plan", "--output-format", "stream-json"];
     let printed = run(base.path(), ASKED, None, &args, None);
     assert!(warnings(&printed.lines).is_empty(), "{}", printed.stderr);
-    assert!(!printed.stderr.contains("permission requests"), "{}", printed.stderr);
+    assert!(
+        !printed.stderr.contains("permission requests"),
+        "{}",
+        printed.stderr
+    );
     let result = &of_type(&printed.lines, "result")[0];
-    assert!(result["totals"].get("denied_unanswered").is_none(), "{result}");
+    assert!(
+        result["totals"].get("denied_unanswered").is_none(),
+        "{result}"
+    );
 }
 
 /// Piped lines may answer: the warning says that they do and that a
@@ -350,7 +380,12 @@ fn piped_answers_and_stream_json_input_count_only_what_nobody_answered() {
     let base = world();
     let args = ["--mode", "auto", "--output-format", "stream-json"];
     let printed = run(base.path(), ASKED, None, &args, Some("y\n"));
-    assert_eq!(warnings(&printed.lines), ["answers_on_stdin"], "{}", printed.stderr);
+    assert_eq!(
+        warnings(&printed.lines),
+        ["answers_on_stdin"],
+        "{}",
+        printed.stderr
+    );
     let resolutions: Vec<&str> = of_type(&printed.lines, "permission_resolved")
         .iter()
         .map(|resolved| resolved["resolution"].as_str().unwrap())
@@ -359,10 +394,21 @@ fn piped_answers_and_stream_json_input_count_only_what_nobody_answered() {
     let result = &of_type(&printed.lines, "result")[0];
     assert_eq!(result["totals"]["denied_unanswered"], 1, "{result}");
 
-    let args = ["--mode", "auto", "--output-format", "stream-json", "--input-format", "stream-json"];
+    let args = [
+        "--mode",
+        "auto",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+    ];
     let printed = run(base.path(), ASKED, None, &args, None);
     assert!(warnings(&printed.lines).is_empty(), "{}", printed.stderr);
-    assert!(!printed.stderr.contains("permission requests"), "{}", printed.stderr);
+    assert!(
+        !printed.stderr.contains("permission requests"),
+        "{}",
+        printed.stderr
+    );
     let result = &of_type(&printed.lines, "result")[0];
     assert_eq!(result["totals"]["denied_unanswered"], 2, "{result}");
 }

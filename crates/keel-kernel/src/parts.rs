@@ -74,7 +74,9 @@ impl KernelParts {
             let mut sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite);
             sandbox.config = self.sandbox.clone();
             probe::try_level(&sandbox, self.workspace.root())
-                .inspect_err(|reason| tracing::info!(%reason, "the OS sandbox is not enforced here"))
+                .inspect_err(
+                    |reason| tracing::info!(%reason, "the OS sandbox is not enforced here"),
+                )
                 .is_ok()
         })
     }

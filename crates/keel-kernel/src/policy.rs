@@ -256,7 +256,10 @@ mod tests {
             MatrixPolicy.evaluate_call(mode, "bash", &intent, confined)
         };
         // Unresolved, confined, in auto: run confined.
-        for (kind, scope) in [(Shell, IntentScope::Unknown), (Unknown, IntentScope::Unknown)] {
+        for (kind, scope) in [
+            (Shell, IntentScope::Unknown),
+            (Unknown, IntentScope::Unknown),
+        ] {
             assert_eq!(decide(PermissionMode::Auto, kind, scope, true), sandboxed);
             // Not confined: asked, exactly as `evaluate` says.
             let intent = OperationIntent::new(kind, scope);
@@ -264,7 +267,11 @@ mod tests {
             assert!(matches!(asked, PolicyDecision::Ask(_)));
             assert_eq!(decide(PermissionMode::Auto, kind, scope, false), asked);
             // Other modes keep the matrix.
-            for mode in [PermissionMode::Plan, PermissionMode::Ask, PermissionMode::Full] {
+            for mode in [
+                PermissionMode::Plan,
+                PermissionMode::Ask,
+                PermissionMode::Full,
+            ] {
                 let intent = OperationIntent::new(kind, scope);
                 let matrix = MatrixPolicy.evaluate(mode, "bash", &intent);
                 assert_eq!(decide(mode, kind, scope, true), matrix);
@@ -282,7 +289,10 @@ mod tests {
             (IntentKind::Custom, IntentScope::Unknown),
         ] {
             assert!(
-                matches!(decide(PermissionMode::Auto, kind, scope, true), PolicyDecision::Ask(_)),
+                matches!(
+                    decide(PermissionMode::Auto, kind, scope, true),
+                    PolicyDecision::Ask(_)
+                ),
                 "{kind:?} {scope:?}"
             );
         }

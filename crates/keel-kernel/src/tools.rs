@@ -689,7 +689,10 @@ fn confined_reason(level: SandboxLevel, findings: &[String]) -> String {
         level.as_str()
     );
     if !findings.is_empty() {
-        reason.push_str(&format!(", and the rest is left to the sandbox ({})", findings.join("; ")));
+        reason.push_str(&format!(
+            ", and the rest is left to the sandbox ({})",
+            findings.join("; ")
+        ));
     }
     reason
 }

@@ -259,8 +259,7 @@ impl Tool for BashTool {
         };
         // In a container, Keel's sandbox does not confine the command.
         let in_sandbox = matches!(self.options.executor, Executor::Host);
-        Classification::new(intent, analysis.reasons)
-            .confinable(in_sandbox && analysis.confinable)
+        Classification::new(intent, analysis.reasons).confinable(in_sandbox && analysis.confinable)
     }
 
     fn approval_binding(
@@ -328,8 +327,17 @@ impl Tool for BashTool {
             } = sink;
             let collected = collector.finish().await;
             let (ended, exit_code) = receipt::describe(&ending);
-            let confined = context.sandbox.is_enforced().then_some(context.sandbox.level);
-            let result = outcome(ending, collected, timeout, self.options.flood_rate, confined);
+            let confined = context
+                .sandbox
+                .is_enforced()
+                .then_some(context.sandbox.level);
+            let result = outcome(
+                ending,
+                collected,
+                timeout,
+                self.options.flood_rate,
+                confined,
+            );
             if let Some(recorder) = recorder {
                 recorder.finish(ended, exit_code, &result).await;
             }

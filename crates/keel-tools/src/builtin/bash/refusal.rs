@@ -52,7 +52,9 @@ pub(super) fn hint(confined: Option<SandboxLevel>, ending: &Ending, text: &str) 
         .copied()
         .collect();
     let (first, _) = found.first()?;
-    let network = found.iter().any(|(_, refused)| *refused == Refused::Network);
+    let network = found
+        .iter()
+        .any(|(_, refused)| *refused == Refused::Network);
     let write = found.iter().any(|(_, refused)| *refused == Refused::Write);
     let allows = match level {
         SandboxLevel::ReadOnly => "it may write only its private temp dir, with no network",
@@ -110,7 +112,10 @@ mod tests {
         let ok = Ending::Exited(ExitStatus::from_raw(0));
         assert_eq!(hint(Some(SandboxLevel::WorkspaceWrite), &ok, text), None);
         let plain = "error: expected `;`";
-        assert_eq!(hint(Some(SandboxLevel::WorkspaceWrite), &failed(), plain), None);
+        assert_eq!(
+            hint(Some(SandboxLevel::WorkspaceWrite), &failed(), plain),
+            None
+        );
         // The network was granted: a name that does not resolve is not the sandbox.
         let dns = "Could not resolve host: example.com";
         let level = Some(SandboxLevel::WorkspaceWriteNetwork);
