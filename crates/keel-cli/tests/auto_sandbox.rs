@@ -412,3 +412,31 @@ fn piped_answers_and_stream_json_input_count_only_what_nobody_answered() {
     let result = &of_type(&printed.lines, "result")[0];
     assert_eq!(result["totals"]["denied_unanswered"], 2, "{result}");
 }
+
+/// A command left to the sandbox that needs what it refuses fails, unasked,
+/// with a note that the sandbox probably refused it and what takes the
+/// user's approval; its effect is absent.
+#[test]
+fn a_confined_command_the_sandbox_refuses_says_so_in_its_result() {
+    if !sandbox_enforced("a_confined_command_the_sandbox_refuses_says_so_in_its_result") {
+        return;
+    }
+    let base = world();
+    // `$D` hides `/usr` from the analysis: the scope is unknown, so it runs
+    // confined, where `/usr` is read-only.
+    let marker = format!("keel-auto-sandbox-{}", std::process::id());
+    let command = format!("D=$(echo /usr); touch $D/{marker}");
+    let commands = [command.as_str()];
+    let lines = run_auto(base.path(), &commands, None);
+    assert!(of_type(&lines, "permission_requested").is_empty(), "{lines:#?}");
+    let end = &of_type(&lines, "tool_execution_end")[0];
+    assert_eq!(end["result"]["status"], "error", "{end}");
+    let text = end["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(
+        text.contains("the OS sandbox probably refused this command")
+            && text.contains("workspace_write")
+            && text.contains("approval"),
+        "{text}"
+    );
+    assert!(!Path::new("/usr").join(&marker).exists());
+}
