@@ -242,8 +242,10 @@ fn ordinary_commands_in_auto_run_confined_without_asking() {
         .to_owned();
     let recorded = std::fs::read_to_string(session).unwrap();
     let confined = recorded.matches("confined by the OS sandbox").count();
+    // 15 when written: each one the analysis could not resolve, which was
+    // asked before `auto` let the sandbox decide.
     assert!(
-        confined >= 20,
+        confined >= 12,
         "{confined} decisions left to the sandbox: {recorded}"
     );
 }

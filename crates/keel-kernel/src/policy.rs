@@ -112,7 +112,8 @@ impl PermissionPolicy for MatrixPolicy {
 /// one place where `auto` lets the OS sandbox decide.
 ///
 /// Invariant: only a call whose reach the analysis could not resolve
-/// statically, never one it knows needs what the sandbox refuses, and
+/// statically (its kind or its scope is unknown), never one it knows
+/// needs what the sandbox refuses, and
 /// only where the sandbox is known to confine it. That is: the mode is
 /// `auto`; the intent is a shell command (kind `shell` or `unknown`)
 /// whose scope is the workspace or could not be determined — never
@@ -129,7 +130,9 @@ impl PermissionPolicy for MatrixPolicy {
 pub fn sandbox_decides(mode: PermissionMode, intent: &OperationIntent, confined: bool) -> bool {
     let command = matches!(intent.kind, IntentKind::Shell | IntentKind::Unknown);
     let reach = matches!(intent.scope, IntentScope::Workspace | IntentScope::Unknown);
-    confined && mode == PermissionMode::Auto && command && reach
+    // A plain workspace command is the matrix's own allow, not the sandbox's.
+    let unresolved = intent.kind == IntentKind::Unknown || intent.scope == IntentScope::Unknown;
+    confined && mode == PermissionMode::Auto && command && reach && unresolved
 }
 
 /// The level of a host-approved call: the least that lets it do what its
@@ -277,6 +280,9 @@ mod tests {
                 assert_eq!(decide(mode, kind, scope, true), matrix);
             }
         }
+        // A plain workspace command is not the sandbox's decision.
+        let plain = OperationIntent::new(Shell, Workspace);
+        assert!(!sandbox_decides(PermissionMode::Auto, &plain, true));
         // Known needs of what the sandbox refuses, and other tools' kinds: asked.
         for (kind, scope) in [
             (Network, Workspace),
