@@ -430,7 +430,10 @@ fn a_confined_command_the_sandbox_refuses_says_so_in_its_result() {
     let command = format!("D=$(echo /usr); touch $D/{marker}");
     let commands = [command.as_str()];
     let lines = run_auto(base.path(), &commands, None);
-    assert!(of_type(&lines, "permission_requested").is_empty(), "{lines:#?}");
+    assert!(
+        of_type(&lines, "permission_requested").is_empty(),
+        "{lines:#?}"
+    );
     let end = &of_type(&lines, "tool_execution_end")[0];
     assert_eq!(end["result"]["status"], "error", "{end}");
     let text = end["result"]["content"][0]["text"].as_str().unwrap();
