@@ -8,6 +8,13 @@
 //! one line per request on stdin, as `keel_host::answers` reads it (a JSON
 //! answer, whose `scope` may be `always`, or a bare word); end of input,
 //! or anything not clearly an approval of that request, denies.
+//!
+//! Nobody to ask: a run that can ask (`ask`, `auto`) whose stdin is not a
+//! terminal is told so at its start ([`nobody_to_ask`]): on stderr, and in
+//! a `warning` event. When stdin cannot bring an answer at all (closed,
+//! `/dev/null`, or it held the prompt) every request is denied at once;
+//! otherwise its lines answer. Every request denied because no answer came
+//! is counted in the run's totals (`denied_unanswered`).
 
 use std::io::{IsTerminal, Write};
 use std::sync::Arc;
@@ -15,7 +22,7 @@ use std::sync::Arc;
 use keel_host::answers;
 use keel_kernel::AgentRun;
 use keel_protocol::{
-    PermissionAnswer, PermissionResolution, PermissionScope, RunEvent, RunEventKind,
+    PermissionAnswer, PermissionMode, PermissionResolution, PermissionScope, RunEvent, RunEventKind,
 };
 use tokio::io::{AsyncBufReadExt, BufReader, Lines, Stdin};
 use tokio::sync::Notify;
@@ -36,13 +43,74 @@ pub struct Answers {
 enum Source {
     Terminal(Option<Keys>, Palette),
     Lines(Option<Lines<BufReader<Stdin>>>),
+    /// Nothing can bring an answer: every request is denied.
+    Nobody,
+}
+
+/// Who can answer this invocation's permission requests, when it is not
+/// someone at a terminal: the `warning` to give at the start (code,
+/// message).
+pub fn nobody_to_ask(mode: PermissionMode, prompt_from_stdin: bool) -> Option<(String, String)> {
+    if !matches!(mode, PermissionMode::Ask | PermissionMode::Auto) || Answers::on_terminal() {
+        return None;
+    }
+    let why = match stdin_state() {
+        _ if prompt_from_stdin => Some("it held the prompt"),
+        StdinState::Closed => Some("it is closed"),
+        StdinState::Null => Some("it is /dev/null"),
+        StdinState::Other => None,
+    };
+    Some(match why {
+        Some(why) => (
+            "nobody_to_ask".to_owned(),
+            format!(
+                "nobody can answer permission requests: standard input is not a terminal                  and {why}, so every call that asks is denied (answer them with                  `--input-format stream-json`, or run on a terminal)"
+            ),
+        ),
+        None => (
+            "answers_on_stdin".to_owned(),
+            "standard input is not a terminal: permission requests are answered by its              lines (`y`, `a`, `n` or a JSON answer), and every one that finds no line              before its end is denied"
+                .to_owned(),
+        ),
+    })
+}
+
+/// What standard input is.
+enum StdinState {
+    /// Not open.
+    Closed,
+    /// The null device.
+    Null,
+    /// A pipe, a file, a terminal or anything else that may hold lines.
+    Other,
+}
+
+fn stdin_state() -> StdinState {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let stdin = std::io::stdin();
+    let Ok(fd) = stdin.as_fd().try_clone_to_owned() else {
+        return StdinState::Closed;
+    };
+    let Ok(metadata) = std::fs::File::from(fd).metadata() else {
+        return StdinState::Closed;
+    };
+    let null = std::fs::metadata("/dev/null")
+        .is_ok_and(|null| metadata.file_type().is_char_device() && null.rdev() == metadata.rdev());
+    match null {
+        true => StdinState::Null,
+        false => StdinState::Other,
+    }
 }
 
 impl Answers {
-    /// Answers from the terminal when stdin is one, else from stdin's lines.
-    pub fn new(cancelled: Arc<Notify>) -> Self {
+    /// Answers from the terminal when stdin is one, else from stdin's lines;
+    /// from nobody when `nobody` (see [`nobody_to_ask`]).
+    pub fn new(cancelled: Arc<Notify>, nobody: bool) -> Self {
         let source = if Self::on_terminal() {
             Source::Terminal(None, Palette::for_stream(style::choice(), true))
+        } else if nobody {
+            Source::Nobody
         } else {
             Source::Lines(Some(BufReader::new(tokio::io::stdin()).lines()))
         };
@@ -67,20 +135,32 @@ impl Answers {
         else {
             return;
         };
+        let deny = PermissionAnswer::once(PermissionResolution::Denied);
         let answer = match &mut self.source {
             Source::Terminal(keys, palette) => {
                 output.suspend();
                 let title = call_title(tool_name, arguments);
                 let cancelled = Arc::clone(&self.cancelled);
-                prompt(keys, *palette, &title, reason, &cancelled).await
+                let answer = prompt(keys, *palette, &title, reason, &cancelled).await;
+                if answer.is_none() {
+                    output.unanswered();
+                }
+                answer.unwrap_or(deny)
             }
             Source::Lines(lines) => {
                 let line = tokio::select! {
-                    line = read_line(lines) => line,
+                    line = read_line(lines) => Ok(line),
                     // A signal cancelled the run: stop waiting for a line.
-                    () = self.cancelled.notified() => None,
+                    () = self.cancelled.notified() => Err(()),
                 };
-                answers::answer_line(line.as_deref(), request_id)
+                if line.as_ref().is_ok_and(Option::is_none) {
+                    output.unanswered();
+                }
+                answers::answer_line(line.ok().flatten().as_deref(), request_id)
+            }
+            Source::Nobody => {
+                output.unanswered();
+                deny
             }
         };
         // A stale id only means the run already moved on (e.g. it was cancelled).
@@ -88,21 +168,20 @@ impl Answers {
     }
 }
 
-/// Asks on the terminal and waits for one key.
+/// Asks on the terminal and waits for one key; `None` when the terminal
+/// cannot be read (nobody answered).
 async fn prompt(
     keys: &mut Option<Keys>,
     palette: Palette,
     title: &str,
     reason: &str,
     cancelled: &Notify,
-) -> PermissionAnswer {
+) -> Option<PermissionAnswer> {
     let deny = PermissionAnswer::once(PermissionResolution::Denied);
     if keys.is_none() {
         *keys = Keys::start();
     }
-    let Some(keys) = keys.as_mut() else {
-        return deny;
-    };
+    let keys = keys.as_mut()?;
     let question = format!(
         "{} {} {}  {} ",
         palette.paint(style::WARN, "? allow"),
@@ -138,7 +217,7 @@ async fn prompt(
     };
     tty::restore();
     eprintln!("{}", answer.1);
-    answer.0
+    Some(answer.0)
 }
 
 async fn read_line(lines: &mut Option<Lines<BufReader<Stdin>>>) -> Option<String> {

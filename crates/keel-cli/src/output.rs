@@ -92,6 +92,12 @@ impl Output {
         }
     }
 
+    /// Counts a call denied because nobody answered its permission request.
+    pub fn unanswered(&self) {
+        let mut state = self.state.borrow_mut();
+        state.totals.denied_unanswered = state.totals.denied_unanswered.saturating_add(1);
+    }
+
     /// Lets the view redraw running calls.
     pub fn tick(&self) {
         if let Form::View(view) = &mut self.state.borrow_mut().form {
@@ -184,6 +190,9 @@ impl Output {
                 if !final_text.is_empty() {
                     say(final_text.trim_end());
                 }
+                if totals.denied_unanswered > 0 {
+                    eprintln!("keel: {}", unanswered_text(totals.denied_unanswered));
+                }
                 if let Some(error) = &result.error {
                     eprintln!(
                         "keel: the run failed ({}): {}",
@@ -207,6 +216,14 @@ impl Output {
             })?;
         }
         Ok(())
+    }
+}
+
+/// "2 calls denied: nobody answered their permission requests".
+pub fn unanswered_text(count: u32) -> String {
+    match count {
+        1 => "1 call denied: nobody answered its permission request".to_owned(),
+        _ => format!("{count} calls denied: nobody answered their permission requests"),
     }
 }
 

@@ -20,7 +20,7 @@ use keel_kernel::{AgentRun, RunSpec};
 use keel_protocol::{PermissionMode, RunEvent, SessionLine};
 
 use crate::args::{InputFormat, OutputArgs, RunArgs};
-use crate::ask::Answers;
+use crate::ask::{self, Answers};
 use crate::host;
 use crate::output::Output;
 use crate::session_cmd;
@@ -67,13 +67,36 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     }
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
     let spec = spec_for(&args, setup.mode);
+    let prompt_from_stdin = match args.prompt.as_deref() {
+        Some(argument) => argument == "-",
+        None => !std::io::stdin().is_terminal(),
+    };
     let spec = spec(prompt(args.prompt.as_deref())?, continued.session_id);
+    let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, prompt_from_stdin);
     let received = signals::Received::install();
     let run = kernel
         .create_run(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    drive(run, &store, &args.output, &received).await
+    drive(run, &store, &args.output, &received, nobody).await
+}
+
+/// Warns (stderr, and a `warning` event of the run) when nobody at a
+/// terminal can answer the run's permission requests ([`ask::nobody_to_ask`]);
+/// whether nobody at all can.
+fn warn_if_nobody_to_ask(
+    spec: RunSpec,
+    mode: PermissionMode,
+    prompt_from_stdin: bool,
+) -> (RunSpec, bool) {
+    match ask::nobody_to_ask(mode, prompt_from_stdin) {
+        Some((code, message)) => {
+            eprintln!("keel: warning: {message}");
+            let nobody = code == "nobody_to_ask";
+            (spec.warning(code, message), nobody)
+        }
+        None => (spec, false),
+    }
 }
 
 /// `keel resume [SESSION]`: continues the run a crash interrupted (docs/recovery.md)
@@ -153,11 +176,12 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     };
     let received = signals::Received::install();
     let spec = spec(String::new(), Some(session_id));
+    let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, false);
     let run = kernel
         .resume_with(spec)
         .await
         .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
-    drive(run, &store, &args.output, &received).await
+    drive(run, &store, &args.output, &received, nobody).await
 }
 
 /// The `RunSpec` of each run of this invocation, from its prompt and session:
@@ -191,9 +215,10 @@ async fn drive(
     store: &Arc<keel_session::JsonlStore>,
     output: &OutputArgs,
     received: &signals::Received,
+    nobody: bool,
 ) -> Result<ExitCode, StartupError> {
     let output = Output::new(output, Answers::on_terminal());
-    let mut answers = Answers::new(received.cancelled());
+    let mut answers = Answers::new(received.cancelled(), nobody);
     let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
         answers.answer(event, run, &output).await;
     });

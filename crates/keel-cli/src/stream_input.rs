@@ -289,8 +289,8 @@ impl Driver<'_> {
                     if let RunEventKind::PermissionRequested { request_id, .. } = &event.event.kind {
                         if self.open {
                             pending.push(request_id.clone());
-                        } else {
-                            run.deny(request_id).await;
+                        } else if run.deny(request_id).await {
+                            self.output.unanswered();
                         }
                     }
                 }
@@ -298,7 +298,9 @@ impl Driver<'_> {
                     None => {
                         self.open = false;
                         for request_id in pending.drain(..) {
-                            run.deny(&request_id).await;
+                            if run.deny(&request_id).await {
+                                self.output.unanswered();
+                            }
                         }
                     }
                     Some(Ok(control)) => run.apply(control, &mut pending).await,
@@ -398,10 +400,11 @@ impl Run {
         }
     }
 
-    async fn deny(&self, request_id: &str) {
-        // A stale id means the run already moved on (e.g. it was cancelled).
+    /// Denies a request; whether it was still pending (a stale id means
+    /// the run already moved on, e.g. it was cancelled).
+    async fn deny(&self, request_id: &str) -> bool {
         let params = json!({ "run_id": self.run_id, "request_id": request_id, "decision": "deny" });
-        let _ = self.call("permission/resolve", params).await;
+        self.call("permission/resolve", params).await.is_ok()
     }
 }
 

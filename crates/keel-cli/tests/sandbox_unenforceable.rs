@@ -213,3 +213,56 @@ fn doctor_probes_the_namespace_holder_that_bash_uses() {
     assert!(stdout.contains("namespace holder"), "{stdout}");
     assert!(stdout.contains("NOT enforceable"), "{stdout}");
 }
+
+/// `auto` leaves a command the analysis cannot resolve to the sandbox only
+/// where the sandbox confines it: without user namespaces (or Landlock),
+/// `echo $HOME` is asked about as before, and with nobody to answer it is
+/// denied, never run.
+#[test]
+fn without_the_sandbox_auto_still_asks_about_unresolved_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let script = json!({"turns": [
+        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo $HOME > marker.txt"}}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let script_path = dir.path().join("script.json");
+    std::fs::write(&script_path, script.to_string()).unwrap();
+    let filters: [fn() -> Vec<BpfProgram>; 2] = [no_user_namespaces, || vec![no_landlock()]];
+    for filters in filters {
+        let output = keel_under(
+            filters(),
+            &[
+                "run",
+                "--provider",
+                "scripted",
+                "--mode",
+                "auto",
+                "--script",
+                script_path.to_str().unwrap(),
+                "--workspace",
+                workspace.to_str().unwrap(),
+                "--session-dir",
+                dir.path().join("sessions").to_str().unwrap(),
+                "make a marker",
+            ],
+        );
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let events: Vec<Value> = stdout
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+            .collect();
+        let asked = events
+            .iter()
+            .filter(|event| event["type"] == "permission_requested")
+            .count();
+        assert_eq!(asked, 1, "{stdout}");
+        let end = events
+            .iter()
+            .find(|event| event["type"] == "tool_execution_end")
+            .unwrap();
+        assert_eq!(end["result"]["error"]["code"], "permission_denied", "{end}");
+        assert!(!workspace.join("marker.txt").exists(), "the command ran");
+    }
+}

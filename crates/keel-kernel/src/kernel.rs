@@ -637,6 +637,7 @@ impl AgentKernelBuilder {
             holders: HolderPool::new(),
             shell: self.shell,
             snapshot_spill: self.snapshot_spill,
+            enforceable: std::sync::OnceLock::new(),
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

@@ -53,6 +53,33 @@ pub(crate) struct KernelParts {
     /// contents it keeps (a private directory is made under it); in
     /// memory when `None`.
     pub(crate) snapshot_spill: Option<std::path::PathBuf>,
+    /// Whether Keel's OS sandbox is enforceable on this machine, probed
+    /// on first need.
+    pub(crate) enforceable: std::sync::OnceLock<bool>,
+}
+
+impl KernelParts {
+    /// Whether a command at `workspace_write` runs in Keel's own OS sandbox
+    /// here: the host left enforcing it to Keel (not to an external
+    /// container), and a confined `/bin/sh -c true` ran in this workspace
+    /// both on its own and through a namespace holder, the path `bash`
+    /// takes ([`keel_tools::sandbox::probe::try_level`], what `keel doctor`
+    /// checks). Probed once per kernel, on first need.
+    pub(crate) fn sandbox_enforced(&self) -> bool {
+        use keel_tools::sandbox::{Sandbox, SandboxLevel, SandboxMode, probe};
+        if self.sandbox.mode != SandboxMode::Os {
+            return false;
+        }
+        *self.enforceable.get_or_init(|| {
+            let mut sandbox = Sandbox::new(SandboxLevel::WorkspaceWrite);
+            sandbox.config = self.sandbox.clone();
+            probe::try_level(&sandbox, self.workspace.root())
+                .inspect_err(
+                    |reason| tracing::info!(%reason, "the OS sandbox is not enforced here"),
+                )
+                .is_ok()
+        })
+    }
 }
 
 /// What the host asks for when it starts a run.
@@ -82,6 +109,9 @@ pub struct RunSpec {
     /// Fail the run (`run_stalled`) when it emits no event for this long
     /// while not waiting for a permission answer (no watchdog when `None`).
     pub stall_timeout: Option<Duration>,
+    /// Warnings the host wants at the head of the run's event stream
+    /// (code, message), set by [`RunSpec::warning`].
+    pub(crate) warnings: Vec<(String, String)>,
 }
 
 impl RunSpec {
@@ -137,6 +167,15 @@ impl RunSpec {
     /// Without it (the default) a run waits as long as its parts do.
     pub fn stall_timeout(mut self, timeout: impl Into<Option<Duration>>) -> Self {
         self.stall_timeout = timeout.into();
+        self
+    }
+
+    /// A `warning` event (`code`, `message`) the run emits right after
+    /// `run_started`, beside its own: something the host must tell whoever
+    /// reads the event stream before the run goes on (e.g. that nobody can
+    /// answer its permission requests). Repeatable.
+    pub fn warning(mut self, code: impl Into<String>, message: impl Into<String>) -> Self {
+        self.warnings.push((code.into(), message.into()));
         self
     }
 

@@ -13,6 +13,10 @@
 //! asks in `ask` and `auto`, like anything outside. An approved one stays
 //! as confined as a workspace call (the kernel then makes just that
 //! metadata writable in its sandbox), with network only if it needs it.
+//!
+//! In `auto`, a command whose reach the analysis could not resolve
+//! statically runs confined instead of asking, where the kernel knows the
+//! OS sandbox confines it ([`sandbox_decides`], the one place that says so).
 
 use keel_protocol::{IntentKind, IntentScope, OperationIntent, PermissionMode};
 use keel_tools::sandbox::SandboxLevel;
@@ -37,6 +41,23 @@ pub trait PermissionPolicy: Send + Sync {
         tool_name: &str,
         intent: &OperationIntent,
     ) -> PolicyDecision;
+
+    /// Decides one call, knowing whether it is `confined`: the kernel has
+    /// established that the call's processes would run in Keel's enforced
+    /// OS sandbox and that its tool knows of nothing that sandbox refuses
+    /// ([`keel_tools::Classification::confinable`]). The default ignores
+    /// that and is [`PermissionPolicy::evaluate`]; [`MatrixPolicy`] lets
+    /// the sandbox decide what [`sandbox_decides`] says it may.
+    fn evaluate_call(
+        &self,
+        mode: PermissionMode,
+        tool_name: &str,
+        intent: &OperationIntent,
+        confined: bool,
+    ) -> PolicyDecision {
+        let _ = confined;
+        self.evaluate(mode, tool_name, intent)
+    }
 
     /// The sandbox level of a call the host approved after an `Ask`.
     fn approved_level(&self, mode: PermissionMode, intent: &OperationIntent) -> SandboxLevel {
@@ -71,6 +92,48 @@ impl PermissionPolicy for MatrixPolicy {
             (Ask | Auto, kind) => PolicyDecision::Ask(ask_reason(mode, tool_name, kind, intent)),
         }
     }
+
+    fn evaluate_call(
+        &self,
+        mode: PermissionMode,
+        tool_name: &str,
+        intent: &OperationIntent,
+        confined: bool,
+    ) -> PolicyDecision {
+        match self.evaluate(mode, tool_name, intent) {
+            PolicyDecision::Ask(_) if sandbox_decides(mode, intent, confined) => {
+                PolicyDecision::Allow(SandboxLevel::WorkspaceWrite)
+            }
+            decision => decision,
+        }
+    }
+}
+
+/// Whether a call the matrix would ask about runs confined instead: the
+/// one place where `auto` lets the OS sandbox decide.
+///
+/// Invariant: only a call whose reach the analysis could not resolve
+/// statically (its kind or its scope is unknown), never one it knows
+/// needs what the sandbox refuses, and
+/// only where the sandbox is known to confine it. That is: the mode is
+/// `auto`; the intent is a shell command (kind `shell` or `unknown`)
+/// whose scope is the workspace or could not be determined — never
+/// `network`, never `outside`, never `metadata`; and the kernel
+/// established that it is `confined` (Keel's OS sandbox is enforced on
+/// this machine and will run the command at `workspace_write`, and the
+/// tool found nothing that sandbox refuses, even beside an unknown kind).
+/// Such a call runs at `workspace_write`: it writes only the workspace's
+/// writable roots, reaches no network, and sees `.git`/`.keel` read-only
+/// and secrets masked — what an approval would have let it do anyway,
+/// less the network. `plan`, `ask`, `full`, every other intent, an
+/// external or unenforceable sandbox and any tool that does not run its
+/// calls in Keel's sandbox keep the matrix's answer.
+pub fn sandbox_decides(mode: PermissionMode, intent: &OperationIntent, confined: bool) -> bool {
+    let command = matches!(intent.kind, IntentKind::Shell | IntentKind::Unknown);
+    let reach = matches!(intent.scope, IntentScope::Workspace | IntentScope::Unknown);
+    // A plain workspace command is the matrix's own allow, not the sandbox's.
+    let unresolved = intent.kind == IntentKind::Unknown || intent.scope == IntentScope::Unknown;
+    confined && mode == PermissionMode::Auto && command && reach && unresolved
 }
 
 /// The level of a host-approved call: the least that lets it do what its
@@ -185,5 +248,60 @@ mod tests {
                 "`bash` runs a shell command and writes {metadata}, which plan mode does not allow"
             ))
         );
+    }
+
+    #[test]
+    fn auto_leaves_only_confined_unresolved_commands_to_the_sandbox() {
+        use IntentKind::{Network, Read, Shell, Unknown, Write};
+        use IntentScope::{Metadata, Outside, Workspace};
+        let sandboxed = PolicyDecision::Allow(SandboxLevel::WorkspaceWrite);
+        let decide = |mode, kind, scope, confined| {
+            let intent = OperationIntent::new(kind, scope);
+            MatrixPolicy.evaluate_call(mode, "bash", &intent, confined)
+        };
+        // Unresolved, confined, in auto: run confined.
+        for (kind, scope) in [
+            (Shell, IntentScope::Unknown),
+            (Unknown, IntentScope::Unknown),
+        ] {
+            assert_eq!(decide(PermissionMode::Auto, kind, scope, true), sandboxed);
+            // Not confined: asked, exactly as `evaluate` says.
+            let intent = OperationIntent::new(kind, scope);
+            let asked = MatrixPolicy.evaluate(PermissionMode::Auto, "bash", &intent);
+            assert!(matches!(asked, PolicyDecision::Ask(_)));
+            assert_eq!(decide(PermissionMode::Auto, kind, scope, false), asked);
+            // Other modes keep the matrix.
+            for mode in [
+                PermissionMode::Plan,
+                PermissionMode::Ask,
+                PermissionMode::Full,
+            ] {
+                let intent = OperationIntent::new(kind, scope);
+                let matrix = MatrixPolicy.evaluate(mode, "bash", &intent);
+                assert_eq!(decide(mode, kind, scope, true), matrix);
+            }
+        }
+        // A plain workspace command is not the sandbox's decision.
+        let plain = OperationIntent::new(Shell, Workspace);
+        assert!(!sandbox_decides(PermissionMode::Auto, &plain, true));
+        // Known needs of what the sandbox refuses, and other tools' kinds: asked.
+        for (kind, scope) in [
+            (Network, Workspace),
+            (Network, IntentScope::Unknown),
+            (Shell, Outside),
+            (Shell, Metadata),
+            (Unknown, Outside),
+            (Write, IntentScope::Unknown),
+            (Read, Outside),
+            (IntentKind::Custom, IntentScope::Unknown),
+        ] {
+            assert!(
+                matches!(
+                    decide(PermissionMode::Auto, kind, scope, true),
+                    PolicyDecision::Ask(_)
+                ),
+                "{kind:?} {scope:?}"
+            );
+        }
     }
 }

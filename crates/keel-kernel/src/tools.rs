@@ -48,7 +48,7 @@ use crate::ids::new_id;
 use crate::journal::Overlay;
 use crate::parts::KernelParts;
 use crate::permission::{binding, sha256_hex};
-use crate::policy::PolicyDecision;
+use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
@@ -165,10 +165,18 @@ impl ToolRunner<'_> {
             Ok(prepared) => prepared,
             Err(error) => return (Verdict::Refused(error), None),
         };
-        let (intent, findings) = prepared
+        let classification = prepared
             .tool
-            .classify(&prepared.arguments, &self.parts.workspace);
-        let policy = self.parts.policy.evaluate(self.mode, &call.name, &intent);
+            .classification(&prepared.arguments, &self.parts.workspace);
+        let (intent, findings) = (classification.intent, classification.reasons);
+        // Probed only for a call that could be left to the sandbox.
+        let confined = classification.confinable
+            && self.mode == PermissionMode::Auto
+            && self.parts.sandbox_enforced();
+        let policy = self
+            .parts
+            .policy
+            .evaluate_call(self.mode, &call.name, &intent, confined);
         let record = |resolution, reason: String| {
             Some(self.decision(
                 call,
@@ -181,7 +189,10 @@ impl ToolRunner<'_> {
         };
         match policy {
             PolicyDecision::Allow(level) => {
-                let reason = allowed_reason(self.mode, &intent, level);
+                let reason = match sandbox_decides(self.mode, &intent, confined) {
+                    true => confined_reason(level, &findings),
+                    false => allowed_reason(self.mode, &intent, level),
+                };
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
                 let watched = runs_programs(&intent);
@@ -671,6 +682,23 @@ fn allowed_reason(mode: PermissionMode, intent: &OperationIntent, level: Sandbox
         }
         _ => format!("allowed in {mode} mode"),
     }
+}
+
+/// The recorded reason of a call left to the sandbox in `auto`
+/// ([`sandbox_decides`]), naming what the analysis could not resolve.
+fn confined_reason(level: SandboxLevel, findings: &[String]) -> String {
+    let mut reason = format!(
+        "allowed in auto mode, confined by the OS sandbox ({}): nothing in it needs the \
+         network, a path outside the workspace or `.git`/`.keel` writes",
+        level.as_str()
+    );
+    if !findings.is_empty() {
+        reason.push_str(&format!(
+            ", and the rest is left to the sandbox ({})",
+            findings.join("; ")
+        ));
+    }
+    reason
 }
 
 /// The policy's reason to ask, followed by the tool's own findings (the

@@ -178,6 +178,12 @@ impl<'a> TurnLoop<'a> {
                 message,
             });
         }
+        for (code, message) in &spec.warnings {
+            shared.emitter.emit(RunEventKind::Warning {
+                code: code.clone(),
+                message: message.clone(),
+            });
+        }
         let writer =
             SessionWriter::open(parts.store.clone(), shared.session_id.clone(), &frame).await?;
         let rules = writer.rules().await;

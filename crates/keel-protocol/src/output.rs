@@ -84,6 +84,14 @@ pub struct RunTotals {
     pub cost_usd: Option<f64>,
     /// Wall time from the run's start to its result, in milliseconds.
     pub duration_ms: u64,
+    /// Tool calls denied because nobody answered their permission request
+    /// (the host's input ended, or it has no one to ask); absent when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub denied_unanswered: u32,
+}
+
+fn is_zero(count: &u32) -> bool {
+    *count == 0
 }
 
 /// The `workspace_changes` line.

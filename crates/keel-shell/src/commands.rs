@@ -104,12 +104,12 @@ impl Walker<'_> {
                     "`shopt -s expand_aliases` makes aliases run, which are not analyzed",
                 );
             }
-            _ if PRIVILEGED.contains(&name) => self.out.unknown_kind(format!(
+            _ if PRIVILEGED.contains(&name) => self.out.privileged(format!(
                 "`{name}` runs a command with other privileges or in another root"
             )),
             _ if TRACERS.contains(&name) => self
                 .out
-                .unknown_kind(format!("`{name}` traces or controls another process")),
+                .privileged(format!("`{name}` traces or controls another process")),
             _ => return self.external(name, args, frame, run),
         }
         Outcome::same(frame.cwds.clone())

@@ -106,6 +106,15 @@ pub struct ShellAnalysis {
     /// by `\u{0}?`); at most 32 commands of 64 words. Not redacted: a
     /// session keeps only hashes of it (an "always" answer binds to it).
     pub commands: Vec<Vec<String>>,
+    /// Whether nothing the analysis found needs what the OS sandbox of a
+    /// workspace command refuses: no network target, no path outside the
+    /// workspace (read or written), no write of `.git`/`.keel`, no other
+    /// user's privileges and no control of another process. An unknown
+    /// kind or scope is then only what could not be resolved statically.
+    /// False when the command as a whole could not be analyzed (too long,
+    /// empty, not parsed). It says nothing on its own: a plain
+    /// shell-in-workspace command is confinable too.
+    pub confinable: bool,
 }
 
 impl ShellAnalysis {
@@ -117,6 +126,7 @@ impl ShellAnalysis {
             targets: Vec::new(),
             reasons: vec![reason.into()],
             commands: Vec::new(),
+            confinable: false,
         }
     }
 }

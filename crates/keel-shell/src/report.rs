@@ -7,6 +7,12 @@
 //! `.git`/`.keel` become writable; an unknown kind still makes the scope
 //! unknown, so a command that cannot be classified never gets them. Targets and reasons are deduplicated and bounded, and every
 //! URL in them is redacted (`redact`).
+//!
+//! Because an unknown kind hides the scope, whether the command is
+//! [`ShellAnalysis::confinable`] is kept apart: it is false as soon as any
+//! finding names something the workspace sandbox refuses (the network,
+//! anything outside the workspace, writing `.git`/`.keel`, another user's
+//! privileges or another process), whatever else is unknown.
 
 use keel_protocol::{IntentKind, IntentScope};
 
@@ -30,6 +36,7 @@ pub(super) struct Findings {
     outside: bool,
     metadata: bool,
     unknown_scope: bool,
+    privileged: bool,
     targets: Vec<String>,
     reasons: Vec<String>,
     commands: Vec<Vec<String>>,
@@ -58,6 +65,13 @@ impl Findings {
     pub(super) fn metadata(&mut self, reason: impl Into<String>) {
         self.metadata = true;
         self.reason(reason.into());
+    }
+
+    /// The command needs authority no sandboxed command has: another
+    /// user's or root's privileges, or control of another process.
+    pub(super) fn privileged(&mut self, reason: impl Into<String>) {
+        self.privileged = true;
+        self.unknown_kind(reason);
     }
 
     /// The command names something the analysis cannot place.
@@ -109,9 +123,11 @@ impl Findings {
             IntentScope::Workspace
         };
         let plain = kind == IntentKind::Shell && scope == IntentScope::Workspace;
+        let confinable = !(self.network || self.outside || self.metadata || self.privileged);
         ShellAnalysis {
             kind,
             scope,
+            confinable,
             targets: self.targets,
             reasons: if plain { Vec::new() } else { self.reasons },
             commands: self.commands,

@@ -45,5 +45,7 @@ pub use keel_shell as shell;
 
 pub use receipt::{CallReceipt, Receipts};
 pub use registry::{PreparedCall, ToolRegistry};
-pub use tool::{ProgressSink, Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+pub use tool::{
+    Classification, ProgressSink, Tool, ToolContext, ToolError, ToolFuture, ToolOutput,
+};
 pub use workspace::{Workspace, WorkspaceError};

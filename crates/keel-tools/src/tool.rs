@@ -53,6 +53,15 @@ pub trait Tool: Send + Sync {
         (self.intent(arguments, workspace), Vec::new())
     }
 
+    /// [`Tool::classify`], and whether the call is
+    /// [`Classification::confinable`]. The default is never confinable:
+    /// only a tool that runs its call in Keel's OS sandbox and knows what
+    /// the call needs can say so.
+    fn classification(&self, arguments: &Value, workspace: &Workspace) -> Classification {
+        let (intent, reasons) = self.classify(arguments, workspace);
+        Classification::new(intent, reasons)
+    }
+
     /// What a host's "always" answer for this call binds to: its targets as
     /// they resolve now ([`crate::binding`]). The kernel stores a hash of
     /// it in the session rule and applies the rule to a later call only
@@ -96,6 +105,41 @@ pub trait Tool: Send + Sync {
 
     /// Runs the call. Arguments have been validated against [`Tool::parameters`].
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_>;
+}
+
+/// What a tool makes of one call before it runs ([`Tool::classification`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Classification {
+    /// The call's intent.
+    pub intent: OperationIntent,
+    /// Why the intent is what it is ([`Tool::classify`]).
+    pub reasons: Vec<String>,
+    /// Whether the call can be left to the OS sandbox when its intent is
+    /// only unresolved: the tool runs its processes in Keel's sandbox at
+    /// the level the kernel gives (never in a container or outside it),
+    /// and nothing the tool found needs what that sandbox refuses (the
+    /// network, anything outside the workspace, writing `.git`/`.keel`,
+    /// other privileges). The kernel still checks that the sandbox is
+    /// enforced before it relies on this.
+    pub confinable: bool,
+}
+
+impl Classification {
+    /// An intent with its reasons, not confinable.
+    pub fn new(intent: OperationIntent, reasons: Vec<String>) -> Self {
+        Self {
+            intent,
+            reasons,
+            confinable: false,
+        }
+    }
+
+    /// Says whether the call is confinable.
+    pub fn confinable(mut self, confinable: bool) -> Self {
+        self.confinable = confinable;
+        self
+    }
 }
 
 /// Everything a running tool may use.

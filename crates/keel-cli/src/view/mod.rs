@@ -175,6 +175,9 @@ impl View {
         parts.push(describe::duration(Duration::from_millis(
             totals.duration_ms,
         )));
+        if totals.denied_unanswered > 0 {
+            parts.push(crate::output::unanswered_text(totals.denied_unanswered));
+        }
         let line = format!(
             "── {} · {}",
             self.palette.paint(style, &mark),

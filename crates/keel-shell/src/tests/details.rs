@@ -221,3 +221,49 @@ fn command_valued_variables_are_analyzed() {
     assert_eq!(ws.analyze("PAGER=$P git log").kind, U);
     assert_eq!(ws.analyze("LD_PRELOAD=/tmp/x.so ls").scope, O);
 }
+
+/// What the sandbox of a workspace command would refuse is never hidden by
+/// an unknown kind: `confinable` is false as soon as one finding names it.
+#[test]
+fn confinable_only_without_a_need_the_sandbox_refuses() {
+    let ws = Ws::new();
+    let confinable = [
+        "ls -la",
+        "echo $HOME",
+        "echo \"today is $(date)\"",
+        "export X=1; echo $X",
+        "find . -name '*.txt' | xargs wc -l",
+        "for f in *.txt; do wc -l \"$f\"; done",
+        "eval \"$CMD\"",
+        "$CMD --version",
+        "cp req.txt $OUT",
+    ];
+    for command in confinable {
+        let analysis = ws.analyze(command);
+        assert!(analysis.confinable, "{command}: {analysis:?}");
+    }
+    let refused = [
+        // Known needs, alone or beside something unknown.
+        "curl https://example.com",
+        "eval \"$CMD\"; curl https://example.com",
+        "x=$(curl -s https://example.com); echo $x",
+        "cp req.txt ../outside.txt",
+        "eval \"$CMD\"; cp req.txt /etc/x",
+        "eval \"$CMD\"; cat /etc/hostname",
+        "touch ~/x",
+        "$CMD > ~/.bashrc",
+        "touch .git/x",
+        "eval \"$CMD\"; touch .git/x",
+        "sudo ls",
+        "eval \"$CMD\"; strace ls",
+        // The command as a whole could not be analyzed.
+        "echo 'x",
+        "",
+    ];
+    for command in refused {
+        let analysis = ws.analyze(command);
+        assert!(!analysis.confinable, "{command}: {analysis:?}");
+    }
+    let long = "x".repeat(crate::MAX_INPUT + 1);
+    assert!(!ws.analyze(&long).confinable);
+}

@@ -42,13 +42,13 @@ use super::output::{Collected, Collector, Limits};
 use super::parse_arguments;
 use super::process::{Confined, Exit, GroupKiller, Pipes, Process, Reader};
 use crate::env::{HostEnv, child_env};
-use crate::sandbox::{CallSpec, HolderPool, SANDBOX_TMPDIR, Sandbox};
+use crate::sandbox::{CallSpec, HolderPool, SANDBOX_TMPDIR, Sandbox, SandboxLevel};
 use crate::shell;
 use receipt::{Recorder, Sink};
 
 /// Where the analysis takes `$TMPDIR` to point (see [`BashTool::intent`]).
 const TMPDIR_STAND_IN: &str = "/keel-private-tmp";
-use crate::tool::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
+use crate::tool::{Classification, Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use crate::workspace::Workspace;
 
 /// How long pipes may stay open after the command has ended.
@@ -240,9 +240,14 @@ impl Tool for BashTool {
     }
 
     fn classify(&self, arguments: &Value, workspace: &Workspace) -> (OperationIntent, Vec<String>) {
+        let classification = self.classification(arguments, workspace);
+        (classification.intent, classification.reasons)
+    }
+
+    fn classification(&self, arguments: &Value, workspace: &Workspace) -> Classification {
         let Some(command) = arguments.get("command").and_then(Value::as_str) else {
             let intent = OperationIntent::new(IntentKind::Unknown, IntentScope::Unknown);
-            return (intent, vec!["the call has no command".to_owned()]);
+            return Classification::new(intent, vec!["the call has no command".to_owned()]);
         };
         // The private temp dir does not exist yet; any stand-in outside the
         // workspace lets the analysis tell `$TMPDIR` paths from others, and
@@ -253,7 +258,9 @@ impl Tool for BashTool {
             operation_intent.targets = analysis.targets;
             operation_intent
         };
-        (intent, analysis.reasons)
+        // In a container, Keel's sandbox does not confine the command.
+        let in_sandbox = matches!(self.options.executor, Executor::Host);
+        Classification::new(intent, analysis.reasons).confinable(in_sandbox && analysis.confinable)
     }
 
     fn approval_binding(
@@ -321,7 +328,17 @@ impl Tool for BashTool {
             } = sink;
             let collected = collector.finish().await;
             let (ended, exit_code) = receipt::describe(&ending);
-            let result = outcome(ending, collected, timeout, self.options.flood_rate);
+            let confined = context
+                .sandbox
+                .is_enforced()
+                .then_some(context.sandbox.level);
+            let result = outcome(
+                ending,
+                collected,
+                timeout,
+                self.options.flood_rate,
+                confined,
+            );
             if let Some(recorder) = recorder {
                 recorder.finish(ended, exit_code, &result).await;
             }
@@ -525,12 +542,14 @@ async fn drain(pipes: &mut Pipes, sink: &mut Sink) {
     }
 }
 
-/// Turns how the command ended and its output into the tool result.
+/// Turns how the command ended and its output into the tool result;
+/// `confined`: the level of Keel's sandbox the command ran in, if any.
 fn outcome(
     ending: Ending,
     collected: Collected,
     timeout: Duration,
     flood_rate: u64,
+    confined: Option<SandboxLevel>,
 ) -> Result<ToolOutput, ToolError> {
     let (code, message) = match &ending {
         Ending::Exited(status) if status.success() => {
@@ -590,7 +609,11 @@ fn outcome(
         _ => None,
     };
     let error = ToolError::new(code, message.clone());
-    Err(attach(error, &collected, Some(&message), exit_code))
+    let note = match refusal::hint(confined, &ending, &collected.text) {
+        Some(hint) => format!("{message}\n\n{hint}"),
+        None => message,
+    };
+    Err(attach(error, &collected, Some(&note), exit_code))
 }
 
 /// Attaches the collected output (and `note` after it) to an error.
@@ -610,5 +633,6 @@ fn attach(
 }
 
 mod receipt;
+mod refusal;
 #[cfg(test)]
 mod tests;
