@@ -20,19 +20,19 @@ use keel_protocol::{CompactionFailedLine, CompactionLine, EntryPayload, HostLine
 
 use crate::args::CompactArgs;
 use crate::output::{print_json, say};
-use crate::session_cmd::{open_store, resolve_session, session_error};
+use crate::session_cmd::{open_store, resolve_session};
 use crate::startup::StartupError;
 
 pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
     let store = open_store(&args.store)?;
     let id = resolve_session(&store, &args.id).await?;
     let (provider, model, workspace) = {
-        let reader = store.reader(&id).map_err(session_error)?;
+        let reader = store.reader(&id)?;
         let mut last = None;
         for entry in reader.active_entries() {
             if let EntryPayload::Configuration {
                 provider, model, ..
-            } = entry.map_err(session_error)?.payload
+            } = entry?.payload
             {
                 last = Some((provider, model));
             }
@@ -107,6 +107,6 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             }
             Ok(ExitCode::from(1))
         }
-        Err(error) => Err(StartupError::new(error.code(), error.to_string())),
+        Err(error) => Err(error.into()),
     }
 }

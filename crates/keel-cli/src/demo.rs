@@ -179,12 +179,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
     let spec = RunSpec::new(case.prompt)
         .mode(PermissionMode::Auto)
         .max_turns(20);
-    let run = Arc::new(
-        kernel
-            .create_run(spec)
-            .await
-            .map_err(|error| StartupError::new(error.code(), error.to_string()))?,
-    );
+    let run = Arc::new(kernel.create_run(spec).await?);
     let mut reactor = Reactor {
         behaviour: case.host,
         steered: false,

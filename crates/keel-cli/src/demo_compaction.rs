@@ -70,10 +70,7 @@ pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCo
     let spec = RunSpec::new("The check in check.sh fails. Fix the bug.")
         .mode(PermissionMode::Auto)
         .max_turns(10);
-    let run = kernel
-        .create_run(spec)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.create_run(spec).await?;
     let result =
         host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
             if let RunEventKind::PermissionRequested {

@@ -59,10 +59,7 @@ pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCo
     let store = Arc::new(sessions::open_store(Some(&session_dir))?);
     let session_id = only_session(&session_dir).map_err(|error| failed("session", &error))?;
     let kernel = demo_kernel(SCRIPT, workspace, store, None)?;
-    let run = kernel
-        .resume(&session_id, PermissionMode::Auto)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.resume(&session_id, PermissionMode::Auto).await?;
     let result = host::drive_and_finish(&run, output, async |_, _| {}).await?;
     Ok(host::exit_code(&result))
 }

@@ -110,10 +110,7 @@ async fn one_run_spec(
     host_kind: Host,
     output: &Output,
 ) -> Result<RunResult, StartupError> {
-    let run = kernel
-        .create_run(spec)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.create_run(spec).await?;
     host::drive_and_finish(&run, output, async |event: &RunEvent, run: &AgentRun| {
         answer(host_kind, event, run);
     })
@@ -145,10 +142,7 @@ async fn disconnecting_run(
     let spec = RunSpec::new("Show what this mode allows.")
         .mode(mode)
         .max_turns(10);
-    let run = kernel
-        .create_run(spec)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.create_run(spec).await?;
     let mut events = run
         .events()
         .map_err(|error| StartupError::new("host", error.to_string()))?;
@@ -174,10 +168,7 @@ async fn print_decisions(
     session_id: &str,
     output: &Output,
 ) -> Result<(), StartupError> {
-    let entries = store
-        .entries(session_id)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let entries = store.entries(session_id).await?;
     for entry in entries {
         if let EntryPayload::PermissionDecision { decision } = entry.payload {
             let human = || {

@@ -23,7 +23,7 @@ use serde_json::json;
 use crate::demo::demo_kernel;
 use crate::host;
 use crate::output::Output;
-use crate::session_cmd::{draw_tree, session_error};
+use crate::session_cmd::draw_tree;
 use crate::startup::StartupError;
 
 pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCode, StartupError> {
@@ -31,7 +31,7 @@ pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCo
         .prefix("keel-demo-sessions-")
         .tempdir()
         .map_err(|error| StartupError::new("session_dir", error.to_string()))?;
-    let store = Arc::new(JsonlStore::new(sessions.path()).map_err(session_error)?);
+    let store = Arc::new(JsonlStore::new(sessions.path())?);
     let kernel = demo_kernel(
         include_str!("../demos/session-tree.json"),
         workspace,
@@ -58,10 +58,7 @@ async fn one_run(
         .session_opt(session_id)
         .mode(PermissionMode::Auto)
         .max_turns(10);
-    let run = kernel
-        .create_run(spec)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.create_run(spec).await?;
     host::drive_and_finish(&run, output, async |_, _| {}).await
 }
 
@@ -72,7 +69,7 @@ async fn success(
 ) -> Result<ExitCode, StartupError> {
     let first = one_run(kernel, "What does calc.sh do?", None, output).await?;
     let session = first.session_id.clone();
-    let entries = store.entries(&session).await.map_err(session_error)?;
+    let entries = store.entries(&session).await?;
     let root = entries
         .first()
         .map(|entry| entry.id.clone())
@@ -82,10 +79,7 @@ async fn success(
         .map(|entry| entry.id.clone())
         .unwrap_or_default();
 
-    store
-        .set_leaf(&session, &root)
-        .await
-        .map_err(session_error)?;
+    store.set_leaf(&session, &root).await?;
     output.note(
         "branch",
         json!({"session_id": session, "leaf": root}),
@@ -99,7 +93,7 @@ async fn success(
     )
     .await?;
 
-    let fork = store.fork(&session, &answer).await.map_err(session_error)?;
+    let fork = store.fork(&session, &answer).await?;
     output.note(
         "fork",
         json!({"session_id": fork, "parent_session": session, "forked_at": answer}),
@@ -108,7 +102,7 @@ async fn success(
     let third = one_run(kernel, "How do I fix it?", Some(fork.clone()), output).await?;
 
     for id in [&session, &fork] {
-        let snapshot = store.snapshot(id).map_err(session_error)?;
+        let snapshot = store.snapshot(id)?;
         let lines = draw_tree(&snapshot);
         output.note("tree", json!({"session_id": id, "lines": lines}), || {
             format!("session {id}:\n{}", lines.join("\n"))
@@ -130,12 +124,12 @@ async fn invalid_entry(
     output: &Output,
 ) -> Result<ExitCode, StartupError> {
     let _ = one_run(kernel, "What does calc.sh do?", None, output).await?;
-    let listed = store.list().await.map_err(session_error)?;
+    let listed = store.list().await?;
     let session = listed
         .first()
         .map(|info| info.id.clone())
         .unwrap_or_default();
-    let before = store.entries(&session).await.map_err(session_error)?.len();
+    let before = store.entries(&session).await?.len();
     let orphan = Entry::new(
         "orphan",
         Some("no-such-entry".into()),
@@ -145,12 +139,12 @@ async fn invalid_entry(
         },
     );
     // Held as a live run holds it: the file is locked for as long.
-    let lease = store.open_writer(&session).await.map_err(session_error)?;
+    let lease = store.open_writer(&session).await?;
     let refused = store.append(&session, vec![orphan]).await;
-    let second_writer = JsonlStore::new(store.dir()).map_err(session_error)?;
+    let second_writer = JsonlStore::new(store.dir())?;
     let intruder = Entry::new(
         "intruder",
-        store.leaf(&session).await.map_err(session_error)?,
+        store.leaf(&session).await?,
         0,
         EntryPayload::Message {
             message: Message::User(UserMessage::text("a second writer")),
@@ -158,9 +152,9 @@ async fn invalid_entry(
     );
     let locked = second_writer.append(&session, vec![intruder]).await;
     drop(lease);
-    let after = store.entries(&session).await.map_err(session_error)?.len();
+    let after = store.entries(&session).await?.len();
     for outcome in [refused.err(), locked.err()].into_iter().flatten() {
-        let error = session_error(outcome);
+        let error = StartupError::from(outcome);
         output.note(
             "session_error",
             json!({"code": error.code(), "message": error.message()}),

@@ -74,10 +74,7 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     let spec = spec(prompt(args.prompt.as_deref())?, continued.session_id);
     let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, prompt_from_stdin);
     let received = signals::Received::install();
-    let run = kernel
-        .create_run(spec)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.create_run(spec).await?;
     drive(run, &store, &args.output, &received, nobody).await
 }
 
@@ -177,10 +174,7 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
     let received = signals::Received::install();
     let spec = spec(String::new(), Some(session_id));
     let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, false);
-    let run = kernel
-        .resume_with(spec)
-        .await
-        .map_err(|error| StartupError::new(error.code(), error.to_string()))?;
+    let run = kernel.resume_with(spec).await?;
     drive(run, &store, &args.output, &received, nobody).await
 }
 

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use keel_host::broker::admission::Quota;
 use keel_host::broker::{Authority, Broker, BrokerConfig};
 use keel_host::{HostOptions, Settings, Sources};
-use keel_server::{ServeFlags, ServePlan, ServerError};
+use keel_server::{ServeFlags, ServePlan};
 
 use crate::args::{BrokerArgs, RpcArgs, ServeArgs};
 use crate::output::print_json;
@@ -48,7 +48,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
     flags.max_queue = args.broker.max_queue;
     flags.drain_timeout = args.drain_timeout;
     flags.allow_origins = args.allow_origin.clone();
-    let plan = ServePlan::resolve(&settings.server, flags).map_err(server_error)?;
+    let plan = ServePlan::resolve(&settings.server, flags)?;
     let mut config = broker_config(&args.broker);
     if let Some(max_runs) = plan.max_runs {
         config.max_runs = max_runs;
@@ -70,9 +70,7 @@ pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
         config.authorities.insert(tenant.clone(), authority);
     }
     let broker = Broker::new(config)?;
-    let server = keel_server::http::bind(plan.serve)
-        .await
-        .map_err(server_error)?;
+    let server = keel_server::http::bind(plan.serve).await?;
     let shutdown = shutdown_signal();
     let address = server.local_addr();
     tracing::info!(%address, "listening");
@@ -108,10 +106,6 @@ fn broker_config(args: &BrokerArgs) -> BrokerConfig {
         config.max_queue = max_queue;
     }
     config
-}
-
-fn server_error(error: ServerError) -> StartupError {
-    StartupError::new(error.code(), error.to_string())
 }
 
 /// Installs SIGTERM and SIGINT handlers now (so a signal right after the

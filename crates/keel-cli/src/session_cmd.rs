@@ -53,12 +53,7 @@ pub fn open_store(args: &StoreArgs) -> Result<JsonlStore, StartupError> {
             )
         })?,
     };
-    JsonlStore::new(dir).map_err(session_error)
-}
-
-/// Turns a store error into a startup error with a stable code.
-pub fn session_error(error: keel_session::SessionError) -> StartupError {
-    StartupError::new(error.code(), error.to_string())
+    JsonlStore::new(dir).map_err(StartupError::from)
 }
 
 /// The session whose id is `wanted`, or starts or ends with it (if only one
@@ -161,7 +156,7 @@ async fn list(
 
 async fn reader(store: &JsonlStore, wanted: &str) -> Result<SessionReader, StartupError> {
     let id = resolve_session(store, wanted).await?;
-    store.reader(&id).map_err(session_error)
+    store.reader(&id).map_err(StartupError::from)
 }
 
 /// The session and its active branch, one entry read at a time: a header
@@ -184,7 +179,7 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
         }
         let mut context = Context::default();
         for entry in reader.active_entries() {
-            let entry = entry.map_err(session_error)?;
+            let entry = entry?;
             context.push(&entry);
             say(format!("  {}  {}", short_id(&entry.id), describe(&entry)));
         }
@@ -195,7 +190,7 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
     to_stdout(|sink| {
         let mut written = sink.write_all(b"{\"branch\":[");
         for (position, entry) in reader.active_entries().enumerate() {
-            let entry = entry.map_err(session_error)?;
+            let entry = entry?;
             context.push(&entry);
             let item = json!({
                 "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(&entry),
@@ -305,7 +300,7 @@ async fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
         &parents,
         reader.leaf_position(),
         |position| {
-            let entry = reader.entry_at(position).map_err(session_error)?;
+            let entry = reader.entry_at(position)?;
             Ok::<_, StartupError>(format!("{} {}", short_id(&entry.id), describe(&entry)))
         },
         say,
@@ -321,7 +316,7 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
     let entry = sessions::resolve_entry(reader.entry_ids(), entry)?;
     let source = reader.id().to_owned();
     drop(reader);
-    let id = store.fork(&source, &entry).await.map_err(session_error)?;
+    let id = store.fork(&source, &entry).await?;
     say(format!(
         "{}",
         json!({"type": "fork", "session": {"id": id, "parent_session": source, "forked_at": entry}})
@@ -449,7 +444,7 @@ fn write_document(
         return Ok(Err(error));
     }
     for (position, entry) in reader.entries().enumerate() {
-        let entry = serde_json::to_value(entry.map_err(session_error)?)
+        let entry = serde_json::to_value(entry?)
             .map_err(|error| StartupError::new("export", error.to_string()))?;
         let separator: &[u8] = if position == 0 { b"" } else { b"," };
         let written = sink

@@ -21,11 +21,29 @@ pub struct StartupError {
     message: String,
 }
 
-impl From<keel_host::HostError> for StartupError {
-    fn from(error: keel_host::HostError) -> Self {
-        Self::new(error.code(), error.to_string())
-    }
+/// Each library error that carries a stable code becomes a startup error
+/// with that code and its message: one conversion per error type, used by
+/// `?` everywhere.
+macro_rules! from_coded_errors {
+    ($($error:ty),* $(,)?) => {
+        $(
+            impl From<$error> for StartupError {
+                fn from(error: $error) -> Self {
+                    Self::new(error.code(), error.to_string())
+                }
+            }
+        )*
+    };
 }
+
+from_coded_errors!(
+    keel_host::HostError,
+    keel_session::SessionError,
+    keel_kernel::KernelError,
+    keel_provider::config::ConfigError,
+    keel_server::ServerError,
+    keel_swebench::SwebenchError,
+);
 
 impl StartupError {
     /// An error with a stable code and a clear message.

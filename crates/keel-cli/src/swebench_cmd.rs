@@ -180,10 +180,6 @@ fn absolute(path: Option<&std::path::Path>) -> Result<Option<PathBuf>, StartupEr
     .transpose()
 }
 
-fn error(error: keel_swebench::SwebenchError) -> StartupError {
-    StartupError::new(error.code().to_owned(), error.to_string())
-}
-
 async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
     let environment = match args.environment {
         // Absolute: git runs in each instance's workspace, not here.
@@ -207,7 +203,7 @@ async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
     selection.ids = args.instances.clone();
     selection.filter = args.filter.clone();
     if let Some(slice) = &args.slice {
-        selection.slice = Some(Selection::parse_slice(slice).map_err(error)?);
+        selection.slice = Some(Selection::parse_slice(slice)?);
     }
     let mut host = HostOptions::default();
     host.sandbox_mode = Some(args.sandbox.into());
@@ -243,7 +239,7 @@ async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
     let received = signals::Received::install();
     let batch = keel_swebench::run(options, Arc::clone(&progress), stop.clone());
     let summary = tokio::select! {
-        summary = batch => summary.map_err(error)?,
+        summary = batch => summary?,
         never = signals::on_signal(&received, || stop.cancel()) => match never {},
     };
     drop(progress);
@@ -278,7 +274,7 @@ async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
 }
 
 fn status(output: &std::path::Path, json: bool) -> Result<ExitCode, StartupError> {
-    let status = keel_swebench::status::status(output).map_err(error)?;
+    let status = keel_swebench::status::status(output)?;
     if json {
         let text = serde_json::to_string(&status)
             .map_err(|problem| StartupError::new("io", problem.to_string()))?;
@@ -318,8 +314,7 @@ fn eval(
         run_id.as_deref(),
         max_workers,
         python,
-    )
-    .map_err(error)?;
+    )?;
     println!("{}", shell_words(&argv));
     if !run {
         return Ok(ExitCode::SUCCESS);

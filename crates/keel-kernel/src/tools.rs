@@ -101,7 +101,9 @@ impl ToolRunner<'_> {
             async move {
                 match (calls.get(index), verdict) {
                     (Some(call), Some(verdict)) => self.run_one(call, verdict, mode).await,
-                    _ => Err(SessionError::Io("tool batch index out of range".into())),
+                    _ => Err(SessionError::Unavailable(
+                        "tool batch index out of range".into(),
+                    )),
                 }
             }
         })

@@ -276,7 +276,7 @@ fn spawn(
     spec: CallSpec,
 ) -> Result<Call, SandboxError> {
     if !sandbox.is_enforced() {
-        return Err(SandboxError::Io(
+        return Err(SandboxError::Setup(
             "this sandbox is not enforced by Keel: start the command directly".into(),
         ));
     }
@@ -286,9 +286,14 @@ fn spawn(
     let ruleset = parts
         .landlock
         .try_clone()
-        .map_err(|error| SandboxError::Io(format!("duplicating the Landlock ruleset: {error}")))?;
-    let (status_read, status_write) = sys::pipe()
-        .map_err(|error| SandboxError::Io(format!("creating a status pipe: {error}")))?;
+        .map_err(|source| SandboxError::Io {
+            what: "duplicating the Landlock ruleset".into(),
+            source,
+        })?;
+    let (status_read, status_write) = sys::pipe().map_err(|source| SandboxError::Io {
+        what: "creating a status pipe".into(),
+        source,
+    })?;
     // SAFETY: `pipe` returned two fresh descriptors that nothing else owns.
     #[allow(unsafe_code)]
     let (status_read, status_write) = unsafe {
@@ -326,13 +331,14 @@ fn spawn(
                 }
             }
             Err(Failure::Refused(error)) => {
-                return Err(SandboxError::Io(format!(
-                    "starting the command's namespaces failed: {error}"
-                )));
+                return Err(SandboxError::Io {
+                    what: "starting the command's namespaces".into(),
+                    source: error,
+                });
             }
         }
     }
-    Err(SandboxError::Io(
+    Err(SandboxError::Setup(
         "the namespace holder stopped twice in a row".into(),
     ))
 }
@@ -342,7 +348,7 @@ fn encode(spec: &CallSpec) -> Result<Vec<u8>, SandboxError> {
     let mut body = Vec::new();
     let mut push = |text: &OsStr| -> Result<(), SandboxError> {
         if text.as_bytes().contains(&0) {
-            return Err(SandboxError::Io(
+            return Err(SandboxError::InvalidCommand(
                 "a command, argument or variable holds a NUL byte".into(),
             ));
         }
@@ -362,14 +368,14 @@ fn encode(spec: &CallSpec) -> Result<Vec<u8>, SandboxError> {
     }
     let strings = 1 + spec.args.len() + spec.env.len();
     if spec.args.is_empty() || body.len() > zygote::MAX_BODY || strings > zygote::MAX_STRINGS {
-        return Err(SandboxError::Io(format!(
-            "the command cannot start: {}",
-            io::Error::from_raw_os_error(if spec.args.is_empty() {
-                libc::EINVAL
-            } else {
-                libc::E2BIG
-            })
-        )));
+        return Err(SandboxError::InvalidCommand(if spec.args.is_empty() {
+            "it has no arguments, not even its own name".into()
+        } else {
+            format!(
+                "{} (its program, arguments and environment are longer than a command may be)",
+                io::Error::from_raw_os_error(libc::E2BIG)
+            )
+        }));
     }
     let word = |value: usize| u32::try_from(value).unwrap_or(u32::MAX).to_ne_bytes();
     let mut message = Vec::with_capacity(zygote::HEADER_LEN + body.len());
@@ -497,7 +503,7 @@ fn holder_for(
         Some(holder) => holder,
         None => {
             let Some(parts) = parts.take() else {
-                return Err(SandboxError::Io(
+                return Err(SandboxError::Setup(
                     "no plan for a new namespace holder".into(),
                 ));
             };
@@ -559,14 +565,19 @@ impl Holder {
     /// spawned it), hands it `launch`'s plan and returns once its view is
     /// built.
     fn start(launch: &Launch) -> Result<Self, SandboxError> {
-        let (ours, theirs) = UnixStream::pair()
-            .map_err(|error| SandboxError::Io(format!("creating the holder's socket: {error}")))?;
+        let (ours, theirs) = UnixStream::pair().map_err(|source| SandboxError::Io {
+            what: "creating the holder's socket".into(),
+            source,
+        })?;
         let (started_send, started) = mpsc::sync_channel::<Result<u32, HandOver>>(1);
         let (stop, stopped) = mpsc::channel::<()>();
         let keeper = std::thread::Builder::new()
             .name("keel-sandbox-holder".into())
             .spawn(move || keep(theirs, &started_send, &stopped))
-            .map_err(|error| SandboxError::Io(format!("starting the holder's thread: {error}")))?;
+            .map_err(|source| SandboxError::Io {
+                what: "starting the holder's thread".into(),
+                source,
+            })?;
         let spawned = started.recv().unwrap_or_else(|_| {
             Err(HandOver::Broken(io::Error::other(
                 "the holder's thread ended before it started",
@@ -597,9 +608,10 @@ impl Holder {
                     HandOver::Refused(error) => SandboxError::Unavailable {
                         reason: format!("setting up the sandbox's namespaces failed: {error}"),
                     },
-                    HandOver::Broken(error) => SandboxError::Io(format!(
-                        "the sandbox's namespace holder did not start: {error}"
-                    )),
+                    HandOver::Broken(source) => SandboxError::Io {
+                        what: "starting the sandbox's namespace holder".into(),
+                        source,
+                    },
                 })
             }
         }

@@ -241,9 +241,24 @@ pub enum SandboxError {
         /// What is missing.
         reason: String,
     },
-    /// Setting the sandbox up failed (creating the private temp dir, say).
+    /// An operation of the sandbox's set-up failed (creating a pipe, a
+    /// socket or a thread, reading a symlink of the view).
+    #[error("Setting up the sandbox failed: {what}: {source}")]
+    Io {
+        /// What was being done, with the path it was done on, if any.
+        what: String,
+        /// What the operating system reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Setting the sandbox up failed for a reason the operating system did
+    /// not report (the namespace holder stopped, a hand-over broke off).
     #[error("Setting up the sandbox failed: {0}")]
-    Io(String),
+    Setup(String),
+    /// The command cannot be started as given (a NUL byte in its program,
+    /// an argument or a variable; no arguments); nothing ran.
+    #[error("The command cannot be started: {0}")]
+    InvalidCommand(String),
 }
 
 /// The shared sandbox settings handed to every tool call.

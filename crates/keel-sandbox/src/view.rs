@@ -317,7 +317,7 @@ impl Planner {
                 };
                 if metadata.file_type().is_symlink() {
                     let target = std::fs::read_link(path)
-                        .map_err(|error| io_error("reading a symlink", path, &error))?;
+                        .map_err(|error| io_error("reading a symlink", path, error))?;
                     self.dirs(path, false)?;
                     self.made.insert(path.to_path_buf());
                     self.steps.push(Step::Symlink {
@@ -435,11 +435,11 @@ fn fresh(steps: &[Step], index: usize) -> Result<Fresh, SandboxError> {
     let mount = steps
         .get(index)
         .cloned()
-        .ok_or_else(|| SandboxError::Io("the view's plan lost a step".into()))?;
+        .ok_or_else(|| SandboxError::Setup("the view's plan lost a step".into()))?;
     let target = match &mount {
         Step::Tmpfs { target, .. } | Step::Proc(target) | Step::Devpts(target) => target.clone(),
         other => {
-            return Err(SandboxError::Io(format!(
+            return Err(SandboxError::Setup(format!(
                 "the view cannot renew {other:?} per call"
             )));
         }
@@ -499,7 +499,7 @@ fn host_source(path: &Path) -> Result<CString, SandboxError> {
 /// A path as a C string.
 pub(crate) fn c_path(path: &Path) -> Result<CString, SandboxError> {
     CString::new(path.as_os_str().as_bytes()).map_err(|_| {
-        SandboxError::Io(format!(
+        SandboxError::InvalidCommand(format!(
             "the path {} holds a NUL byte and cannot be mounted",
             path.display()
         ))
@@ -510,6 +510,9 @@ fn c_str(text: &str) -> Result<CString, SandboxError> {
     c_path(Path::new(text))
 }
 
-fn io_error(what: &str, path: &Path, error: &std::io::Error) -> SandboxError {
-    SandboxError::Io(format!("{what} {}: {error}", path.display()))
+fn io_error(what: &str, path: &Path, source: std::io::Error) -> SandboxError {
+    SandboxError::Io {
+        what: format!("{what} {}", path.display()),
+        source,
+    }
 }

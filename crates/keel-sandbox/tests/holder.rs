@@ -374,3 +374,17 @@ while watches < 50:
         again.stdout
     );
 }
+
+#[test]
+fn a_command_that_cannot_be_passed_on_is_refused_as_invalid_before_anything_runs() {
+    let workspace = tempfile::tempdir().unwrap();
+    let sandbox = sandbox(SandboxLevel::WorkspaceWrite, SandboxConfig::default());
+    let (mut spec, _out, _err) = spec("touch ran");
+    spec.args.push(OsString::from("a\0b"));
+    let error = POOL.spawn(&sandbox, workspace.path(), spec).unwrap_err();
+    assert!(
+        matches!(error, keel_sandbox::SandboxError::InvalidCommand(_)),
+        "{error:?}"
+    );
+    assert!(!workspace.path().join("ran").exists());
+}

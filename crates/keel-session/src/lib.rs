@@ -357,7 +357,7 @@ pub struct SessionInfo {
 }
 
 /// Why a store operation failed. Nothing already stored is changed by a failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionError {
     /// No session has this id.
@@ -391,9 +391,20 @@ pub enum SessionError {
     /// An empty group was appended.
     #[error("an append must contain at least one entry")]
     EmptyAppend,
-    /// The store's medium failed.
-    #[error("session store I/O error: {0}")]
-    Io(String),
+    /// The store's medium failed on `path`.
+    #[error("session store I/O error: {}: {source}", path.display())]
+    Io {
+        /// The file or directory the operation was on.
+        path: std::path::PathBuf,
+        /// What the operating system reported.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The store cannot serve the operation, for a reason other than its
+    /// medium (its writer stopped, the session is closing or was poisoned by
+    /// a failed write, a file changed while it was salvaged).
+    #[error("session store error: {0}")]
+    Unavailable(String),
     /// The id cannot name a session (only letters, digits, `-` and `_`).
     #[error("`{0}` is not a valid session id (use 1-128 letters, digits, `-` or `_`)")]
     InvalidId(String),
@@ -509,7 +520,7 @@ impl SessionError {
             | Self::SecondRoot(_)
             | Self::DuplicateEntry(_)
             | Self::EmptyAppend => "invalid_entry",
-            Self::Io(_) => "session_io",
+            Self::Io { .. } | Self::Unavailable(_) => "session_io",
             Self::InvalidId(_) => "invalid_session_id",
             Self::SessionBusy(_) => "session_busy",
             Self::Locked(_) => "session_locked",

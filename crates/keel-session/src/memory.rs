@@ -52,7 +52,7 @@ impl MemoryStore {
     fn lock(&self) -> Result<MutexGuard<'_, HashMap<String, Tree>>, SessionError> {
         self.sessions
             .lock()
-            .map_err(|_| SessionError::Io("memory store lock poisoned".into()))
+            .map_err(|_| SessionError::Unavailable("memory store lock poisoned".into()))
     }
 
     fn with_tree<T>(
@@ -123,7 +123,7 @@ impl Tree {
             }
         })
         // Unreachable while appends are validated; reported, not hidden.
-        .ok_or_else(|| SessionError::Io("the memory session's tree is broken".into()))?;
+        .ok_or_else(|| SessionError::Unavailable("the memory session's tree is broken".into()))?;
         Ok(path
             .into_iter()
             .filter_map(|position| self.entries.get(position).cloned())
@@ -255,10 +255,9 @@ impl SessionStore for MemoryStore {
             if !self.lock()?.contains_key(session_id) {
                 return Err(SessionError::SessionNotFound(session_id.to_owned()));
             }
-            let mut leased = self
-                .leased
-                .lock()
-                .map_err(|_| SessionError::Io("memory store lease lock poisoned".into()))?;
+            let mut leased = self.leased.lock().map_err(|_| {
+                SessionError::Unavailable("memory store lease lock poisoned".into())
+            })?;
             if !leased.insert(session_id.to_owned()) {
                 return Err(SessionError::SessionBusy(session_id.to_owned()));
             }

@@ -283,3 +283,27 @@ fn the_workspace_is_listed_and_forks_keep_it() {
     let info = listed.iter().find(|info| info.id == forked).unwrap();
     assert_eq!(info.workspace.as_deref(), Some("/w"));
 }
+
+/// An I/O failure keeps the operating system's error and the path it was
+/// on (a caller can match on the kind), and says both in its message.
+#[test]
+fn an_io_error_keeps_the_path_and_the_operating_systems_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    // A store beneath a regular file: creating its directory fails in the
+    // kernel (ENOTDIR), not in Keel's checks.
+    let root = file.join("sessions");
+    let error = JsonlStore::new(&root).unwrap_err();
+    let SessionError::Io { path, source } = &error else {
+        panic!("expected an I/O error, got {error:?}");
+    };
+    assert!(
+        root.starts_with(path),
+        "{path:?} is not on the way to {root:?}"
+    );
+    assert_eq!(source.kind(), std::io::ErrorKind::NotADirectory);
+    assert!(std::error::Error::source(&error).is_some());
+    assert!(error.to_string().contains(&path.display().to_string()));
+    assert_eq!(error.code(), "session_io");
+}

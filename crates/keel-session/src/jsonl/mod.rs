@@ -98,7 +98,7 @@ impl Hold {
     fn session(&self) -> Result<&OpenSession, SessionError> {
         self.session
             .as_deref()
-            .ok_or_else(|| SessionError::Io("the session is closing".into()))
+            .ok_or_else(|| SessionError::Unavailable("the session is closing".into()))
     }
 }
 
@@ -137,7 +137,7 @@ impl JsonlStore {
             .recursive(true)
             .mode(0o700)
             .create(&dir)
-            .map_err(|error| io_error(&dir, &error))?;
+            .map_err(|error| io_error(&dir, error))?;
         Ok(Self {
             dir,
             open: Arc::new(Mutex::new(HashMap::new())),
@@ -178,7 +178,7 @@ impl JsonlStore {
         let mut open = self
             .open
             .lock()
-            .map_err(|_| SessionError::Io("store lock poisoned".into()))?;
+            .map_err(|_| SessionError::Unavailable("store lock poisoned".into()))?;
         let session = match open.get_mut(session_id) {
             Some(held) => {
                 if lease && held.leased {
@@ -217,7 +217,7 @@ impl JsonlStore {
         let mut open = self
             .open
             .lock()
-            .map_err(|_| SessionError::Io("store lock poisoned".into()))?;
+            .map_err(|_| SessionError::Unavailable("store lock poisoned".into()))?;
         Ok(open.get_mut(session_id).map(|held| {
             held.holders += 1;
             Hold {
@@ -297,16 +297,16 @@ impl JsonlStore {
         session
             .jobs
             .as_ref()
-            .ok_or_else(|| SessionError::Io("the session is closing".into()))?
+            .ok_or_else(|| SessionError::Unavailable("the session is closing".into()))?
             .send(writer::Job { records, ack })
-            .map_err(|_| SessionError::Io("the session writer has stopped".into()))?;
+            .map_err(|_| SessionError::Unavailable("the session writer has stopped".into()))?;
         Ok(done)
     }
 }
 
 fn validate(state: &State, records: &[Record]) -> Result<(), SessionError> {
     if let Some(reason) = &state.poisoned {
-        return Err(SessionError::Io(format!(
+        return Err(SessionError::Unavailable(format!(
             "the session is unusable after a failed write ({reason}); reopen it"
         )));
     }
@@ -358,7 +358,7 @@ fn lock_state(session: &OpenSession) -> Result<std::sync::MutexGuard<'_, State>,
     session
         .state
         .lock()
-        .map_err(|_| SessionError::Io("session state lock poisoned".into()))
+        .map_err(|_| SessionError::Unavailable("session state lock poisoned".into()))
 }
 
 /// Reads one entry back from its line, into `line` (reused between calls so
@@ -372,7 +372,7 @@ fn read_entry(
     line.clear();
     line.resize(slot.len as usize, 0);
     file.read_exact_at(line, slot.offset)
-        .map_err(|error| io_error(path, &error))?;
+        .map_err(|error| io_error(path, error))?;
     match format::decode_line(line) {
         Ok(record) => match record {
             Record::Entry { entry } => Ok(entry),
@@ -415,8 +415,8 @@ async fn acknowledged(
 ) -> Result<(), SessionError> {
     match done.await {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(reason)) => Err(SessionError::Io(reason)),
-        Err(_) => Err(SessionError::Io(
+        Ok(Err(reason)) => Err(SessionError::Unavailable(reason)),
+        Err(_) => Err(SessionError::Unavailable(
             "the session writer stopped before acknowledging".into(),
         )),
     }

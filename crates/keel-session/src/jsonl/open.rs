@@ -59,9 +59,9 @@ impl JsonlStore {
             .map_err(|_| SessionError::Locked(session_id.to_owned()))?;
         let meta_path = self.meta_file(session_id);
         let summary = meta::read(&meta_path);
-        let scanned = lock.try_clone().map_err(|error| io_error(path, &error))?;
+        let scanned = lock.try_clone().map_err(|error| io_error(path, error))?;
         let scan = scan::scan(scanned, path, session_id, summary.as_ref())?;
-        let mut file = lock.try_clone().map_err(|error| io_error(path, &error))?;
+        let mut file = lock.try_clone().map_err(|error| io_error(path, error))?;
         if let Some(torn) = &scan.torn {
             tracing::warn!(
                 session = session_id,
@@ -72,11 +72,11 @@ impl JsonlStore {
             );
             file.set_len(scan.valid_len)
                 .and_then(|()| file.sync_data())
-                .map_err(|error| io_error(path, &error))?;
+                .map_err(|error| io_error(path, error))?;
         }
         file.seek(SeekFrom::Start(scan.valid_len))
-            .map_err(|error| io_error(path, &error))?;
-        let reader = lock.try_clone().map_err(|error| io_error(path, &error))?;
+            .map_err(|error| io_error(path, error))?;
+        let reader = lock.try_clone().map_err(|error| io_error(path, error))?;
         let state = Arc::new(Mutex::new(State {
             index: scan.index,
             pending: Vec::new(),
@@ -97,7 +97,7 @@ impl JsonlStore {
             meta_path,
             meta_base,
         };
-        let writer = writer::spawn(setup, receiver).map_err(|error| io_error(path, &error))?;
+        let writer = writer::spawn(setup, receiver).map_err(|error| io_error(path, error))?;
         Ok(OpenSession {
             state,
             jobs: Some(jobs),
@@ -123,8 +123,8 @@ impl JsonlStore {
             parent_session: new.parent_session.clone(),
             workspace: new.workspace.clone(),
         };
-        let line =
-            format::encode_header(&header).map_err(|error| SessionError::Io(error.to_string()))?;
+        let line = format::encode_header(&header)
+            .map_err(|error| SessionError::Unavailable(error.to_string()))?;
         let mut file = match OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -135,7 +135,7 @@ impl JsonlStore {
             Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
                 return Err(SessionError::SessionExists(id));
             }
-            Err(error) => return Err(io_error(&path, &error)),
+            Err(error) => return Err(io_error(&path, error)),
         };
         // A summary left by an earlier session of this id describes another
         // file; it must not vouch for this one.
@@ -146,7 +146,7 @@ impl JsonlStore {
         if let Err(error) = written {
             drop(file);
             remove_if_present(&path);
-            return Err(io_error(&path, &error));
+            return Err(io_error(&path, error));
         }
         Ok(id)
     }

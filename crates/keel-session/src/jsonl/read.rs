@@ -215,7 +215,7 @@ impl JsonlStore {
         // already in the file, even while a writer appends.
         let summary = meta::read(&self.meta_file(session_id));
         let file = scan::open_regular(&path, false)?;
-        let scanned = file.try_clone().map_err(|error| io_error(&path, &error))?;
+        let scanned = file.try_clone().map_err(|error| io_error(&path, error))?;
         let scan = scan::scan(scanned, &path, session_id, summary.as_ref())?;
         Ok(SessionReader {
             id: scan.header.id,
@@ -237,7 +237,7 @@ impl JsonlStore {
     /// The ids of the session files in the directory; anything else there
     /// named like one (a FIFO, a link, a directory) is skipped with a warning.
     pub(super) fn session_ids(&self) -> Result<Vec<String>, SessionError> {
-        let listing = std::fs::read_dir(&self.dir).map_err(|error| io_error(&self.dir, &error))?;
+        let listing = std::fs::read_dir(&self.dir).map_err(|error| io_error(&self.dir, error))?;
         let mut ids = Vec::new();
         for item in listing.flatten() {
             let name = item.file_name();

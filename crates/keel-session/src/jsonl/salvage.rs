@@ -402,7 +402,7 @@ impl JsonlStore {
         let path = self.file(session_id)?;
         let summary = meta::read(&self.meta_file(session_id));
         let file = scan::open_regular(&path, false)?;
-        let reading = file.try_clone().map_err(|error| io_error(&path, &error))?;
+        let reading = file.try_clone().map_err(|error| io_error(&path, error))?;
         let (header, mut plan) = plan(reading, &path, session_id)?;
         // A summary of the same creation that recorded more bytes than the
         // file holds: acknowledged records are missing from its end.
@@ -476,7 +476,7 @@ impl JsonlStore {
             .mode(0o600)
             .custom_flags(nix::libc::O_NOFOLLOW)
             .open(&temporary)
-            .map_err(|error| io_error(&temporary, &error))?;
+            .map_err(|error| io_error(&temporary, error))?;
         let new_header = Header {
             format: format::FORMAT.into(),
             version: format::VERSION,
@@ -491,7 +491,7 @@ impl JsonlStore {
                     if error.kind() == std::io::ErrorKind::AlreadyExists {
                         SessionError::SessionExists(id.clone())
                     } else {
-                        io_error(&path, &error)
+                        io_error(&path, error)
                     }
                 })
             })
@@ -504,7 +504,7 @@ impl JsonlStore {
             .and_then(|()| {
                 File::open(self.dir())
                     .and_then(|dir| dir.sync_all())
-                    .map_err(|error| io_error(self.dir(), &error))
+                    .map_err(|error| io_error(self.dir(), error))
             });
         if let Err(error) = written {
             let _ = std::fs::remove_file(&temporary);
@@ -526,10 +526,10 @@ fn copy_records(
 ) -> Result<(), SessionError> {
     let target = Path::new("salvaged session");
     let mut out = BufWriter::new(file);
-    let header_line =
-        format::encode_header(header).map_err(|error| SessionError::Io(error.to_string()))?;
+    let header_line = format::encode_header(header)
+        .map_err(|error| SessionError::Unavailable(error.to_string()))?;
     out.write_all(&header_line)
-        .map_err(|error| io_error(target, &error))?;
+        .map_err(|error| io_error(target, error))?;
     let mut tree = Index::default();
     let mut lines = plan.kept.iter();
     let mut line = Vec::new();
@@ -545,7 +545,7 @@ fn copy_records(
             line.resize(kept.len as usize, 0);
             source
                 .read_exact_at(&mut line, kept.offset)
-                .map_err(|error| io_error(source_path, &error))?;
+                .map_err(|error| io_error(source_path, error))?;
             if format::verified_crc(&line) != Some(kept.crc) {
                 return Err(changed(source_path, kept.offset));
             }
@@ -569,7 +569,7 @@ fn copy_records(
                 pending.push(entry.id.clone());
             }
             encode_raw(1, group, index, size, raw.r, &mut encoded)
-                .map_err(|error| SessionError::Io(error.to_string()))?;
+                .map_err(|error| SessionError::Unavailable(error.to_string()))?;
             match frame.record {
                 Skeleton::Entry(entry) => {
                     // Checked against `tree` just above.
@@ -581,7 +581,7 @@ fn copy_records(
             }
         }
         out.write_all(&encoded)
-            .map_err(|error| io_error(target, &error))?;
+            .map_err(|error| io_error(target, error))?;
     }
     let replayed = tree
         .leaf
@@ -597,14 +597,14 @@ fn copy_records(
             }],
             &mut encoded,
         )
-        .map_err(|error| SessionError::Io(error.to_string()))?;
+        .map_err(|error| SessionError::Unavailable(error.to_string()))?;
         out.write_all(&encoded)
-            .map_err(|error| io_error(target, &error))?;
+            .map_err(|error| io_error(target, error))?;
     }
     let file = out
         .into_inner()
-        .map_err(|error| io_error(target, error.error()))?;
-    file.sync_all().map_err(|error| io_error(target, &error))
+        .map_err(|error| io_error(target, error.into_error()))?;
+    file.sync_all().map_err(|error| io_error(target, error))
 }
 
 /// One record line with the record's bytes as they were.
@@ -636,7 +636,7 @@ fn encode_raw(
 }
 
 fn changed(path: &Path, offset: u64) -> SessionError {
-    SessionError::Io(format!(
+    SessionError::Unavailable(format!(
         "{}: the file changed while it was salvaged (at byte {offset}); nothing was written, try again",
         path.display()
     ))
@@ -648,7 +648,7 @@ fn plan(file: File, path: &Path, session_id: &str) -> Result<(Header, Plan), Ses
     let mut line = Vec::new();
     let header_len = reader
         .read_until(b'\n', &mut line)
-        .map_err(|error| io_error(path, &error))?;
+        .map_err(|error| io_error(path, error))?;
     let header = scan::parse_header(path, &line)?;
     if header.id != session_id {
         return Err(SessionError::IdMismatch {
@@ -668,7 +668,7 @@ fn plan(file: File, path: &Path, session_id: &str) -> Result<(Header, Plan), Ses
         line.clear();
         let read = reader
             .read_until(b'\n', &mut line)
-            .map_err(|error| io_error(path, &error))?;
+            .map_err(|error| io_error(path, error))?;
         if read == 0 {
             break;
         }

@@ -79,11 +79,11 @@ pub(crate) fn open_regular(path: &Path, write: bool) -> Result<File, SessionErro
                     .unwrap_or_default(),
             ),
             (_, Some(nix::libc::ELOOP)) => not_regular(path),
-            _ => io_error(path, &error),
+            _ => io_error(path, error),
         })?;
     let regular = file
         .metadata()
-        .map_err(|error| io_error(path, &error))?
+        .map_err(|error| io_error(path, error))?
         .is_file();
     if regular {
         Ok(file)
@@ -113,7 +113,7 @@ pub(crate) fn scan(
     let mut line = Vec::new();
     let header_len = reader
         .read_until(b'\n', &mut line)
-        .map_err(|error| io_error(path, &error))?;
+        .map_err(|error| io_error(path, error))?;
     let header = parse_header(path, &line)?;
     if header.id != session_id {
         return Err(SessionError::IdMismatch {
@@ -137,7 +137,7 @@ pub(crate) fn scan(
         line.clear();
         let read = reader
             .read_until(b'\n', &mut line)
-            .map_err(|error| io_error(path, &error))?;
+            .map_err(|error| io_error(path, error))?;
         if read == 0 {
             break;
         }
@@ -454,6 +454,9 @@ fn corrupt(path: &Path, line: usize, reason: String) -> SessionError {
     }
 }
 
-pub(crate) fn io_error(path: &Path, error: &std::io::Error) -> SessionError {
-    SessionError::Io(format!("{}: {error}", path.display()))
+pub(crate) fn io_error(path: &Path, error: std::io::Error) -> SessionError {
+    SessionError::Io {
+        path: path.to_path_buf(),
+        source: error,
+    }
 }
