@@ -170,7 +170,7 @@ pub fn checkout(
     }
     std::fs::create_dir_all(workspace).map_err(|error| SwebenchError::Io {
         path: workspace.display().to_string(),
-        message: error.to_string(),
+        source: error,
     })?;
     init_with(source, base_commit, workspace, timeout)?;
     let mut checkout = git(workspace);
@@ -240,7 +240,7 @@ pub fn rebuild(
     }
     let io = |path: &Path, error: std::io::Error| SwebenchError::Io {
         path: path.display().to_string(),
-        message: error.to_string(),
+        source: error,
     };
     if std::fs::symlink_metadata(aside).is_ok() {
         std::fs::remove_dir_all(aside).map_err(|error| io(aside, error))?;
@@ -307,7 +307,7 @@ pub fn patch(
 ) -> Result<Prediction, SwebenchError> {
     let scratch = tempfile::tempdir().map_err(|error| SwebenchError::Io {
         path: std::env::temp_dir().display().to_string(),
-        message: error.to_string(),
+        source: error,
     })?;
     // A private repository whose objects are the workspace's (alternates):
     // the workspace's own configuration (where filter, textconv and diff
@@ -324,7 +324,7 @@ pub fn patch(
         .and_then(|()| std::fs::write(&alternates, format!("{}\n", objects.display())))
         .map_err(|error| SwebenchError::Io {
             path: alternates.display().to_string(),
-            message: error.to_string(),
+            source: error,
         })?;
     let index: PathBuf = scratch.path().join("index");
     let with_index = |args: &[&str]| {
@@ -405,7 +405,7 @@ fn nested_repositories(workspace: &Path) -> Result<Vec<String>, SwebenchError> {
         let directory = workspace.join(&relative);
         let entries = std::fs::read_dir(&directory).map_err(|error| SwebenchError::Io {
             path: directory.display().to_string(),
-            message: error.to_string(),
+            source: error,
         })?;
         let mut children = Vec::new();
         let mut holds_git = false;
@@ -443,7 +443,7 @@ fn objects_of(workspace: &Path) -> Result<PathBuf, SwebenchError> {
     let objects = dot_git.join("objects");
     std::fs::canonicalize(&objects).map_err(|error| SwebenchError::Io {
         path: objects.display().to_string(),
-        message: error.to_string(),
+        source: error,
     })
 }
 

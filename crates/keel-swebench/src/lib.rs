@@ -75,12 +75,14 @@ pub enum SwebenchError {
         message: String,
     },
     /// A file of the output directory could not be read or written.
-    #[error("{path}: {message}")]
+    #[error("{path}: {source}")]
     Io {
         /// The file.
         path: String,
-        /// The OS error.
-        message: String,
+        /// What the operating system reported (or why the file's contents
+        /// are unreadable, as `InvalidData`).
+        #[source]
+        source: std::io::Error,
     },
     /// The host (configuration, session store, broker) refused.
     #[error("{message}")]

@@ -284,13 +284,16 @@ impl Manifest {
                     .map(Some)
                     .map_err(|error| SwebenchError::Io {
                         path: path.display().to_string(),
-                        message: format!("not a manifest: {error}"),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!("not a manifest: {error}"),
+                        ),
                     })
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(error) => Err(SwebenchError::Io {
                 path: path.display().to_string(),
-                message: error.to_string(),
+                source: error,
             }),
         }
     }
@@ -299,7 +302,7 @@ impl Manifest {
     pub fn write(&self, dir: &Path) -> Result<(), SwebenchError> {
         let mut text = serde_json::to_vec_pretty(self).map_err(|error| SwebenchError::Io {
             path: dir.join(MANIFEST).display().to_string(),
-            message: error.to_string(),
+            source: error.into(),
         })?;
         text.push(b'\n');
         write_atomic(&dir.join(MANIFEST), &text)
@@ -310,7 +313,7 @@ impl Manifest {
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SwebenchError> {
     let io = |error: std::io::Error| SwebenchError::Io {
         path: path.display().to_string(),
-        message: error.to_string(),
+        source: error,
     };
     let dir = path.parent().unwrap_or(Path::new("."));
     let mut file = tempfile::NamedTempFile::new_in(dir).map_err(io)?;
@@ -327,7 +330,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SwebenchError> {
 pub fn artifact(root: &Path, path: &Path) -> Result<Artifact, SwebenchError> {
     let bytes = std::fs::read(path).map_err(|error| SwebenchError::Io {
         path: path.display().to_string(),
-        message: error.to_string(),
+        source: error,
     })?;
     let name = path
         .strip_prefix(root)
@@ -362,7 +365,7 @@ pub fn complete_instances(output: &Path) -> Result<Vec<(PathBuf, Manifest)>, Swe
     let mut found = Vec::new();
     let entries = std::fs::read_dir(output).map_err(|error| SwebenchError::Io {
         path: output.display().to_string(),
-        message: error.to_string(),
+        source: error,
     })?;
     for entry in entries.flatten() {
         let dir = entry.path();
@@ -394,7 +397,7 @@ pub fn write_predictions(output: &Path) -> Result<usize, SwebenchError> {
             Err(error) => {
                 return Err(SwebenchError::Io {
                     path: dir.join(PATCH).display().to_string(),
-                    message: error.to_string(),
+                    source: error,
                 });
             }
         };
@@ -405,7 +408,7 @@ pub fn write_predictions(output: &Path) -> Result<usize, SwebenchError> {
         };
         serde_json::to_writer(&mut text, &line).map_err(|error| SwebenchError::Io {
             path: output.join(PREDICTIONS).display().to_string(),
-            message: error.to_string(),
+            source: error.into(),
         })?;
         text.push(b'\n');
         count += 1;

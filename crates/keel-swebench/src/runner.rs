@@ -262,11 +262,11 @@ pub async fn run(
     }
     std::fs::create_dir_all(&options.output).map_err(|error| SwebenchError::Io {
         path: options.output.display().to_string(),
-        message: error.to_string(),
+        source: error,
     })?;
     let output = std::fs::canonicalize(&options.output).map_err(|error| SwebenchError::Io {
         path: options.output.display().to_string(),
-        message: error.to_string(),
+        source: error,
     })?;
     write_config(&output, &options)?;
     let store = Arc::new(sessions::open_store(Some(&output.join(SESSIONS)))?);
@@ -394,7 +394,7 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
     let id = &instance.instance_id;
     let dir = context.output.join(id);
     if context.options.redo && dir.exists() {
-        std::fs::remove_dir_all(&dir).map_err(|error| io(&dir, &error))?;
+        std::fs::remove_dir_all(&dir).map_err(|error| io(&dir, error))?;
     }
     // Written atomically, a manifest is never torn: one that does not
     // parse was not written by this evaluator, and the instance starts afresh.
@@ -415,7 +415,7 @@ async fn instance_task(context: &Context, instance: &Instance) -> Result<(), Swe
         return Ok(());
     }
     let resumed = existing.is_some();
-    std::fs::create_dir_all(&dir).map_err(|error| io(&dir, &error))?;
+    std::fs::create_dir_all(&dir).map_err(|error| io(&dir, error))?;
     let workspace = dir.join(WORKSPACE);
     let mut manifest = existing.unwrap_or_else(|| Manifest {
         instance_id: id.clone(),
@@ -704,7 +704,7 @@ async fn agent(
     workspace: &Path,
     manifest: &mut Manifest,
 ) -> Result<Option<Status>, SwebenchError> {
-    let workspace = std::fs::canonicalize(workspace).map_err(|error| io(workspace, &error))?;
+    let workspace = std::fs::canonicalize(workspace).map_err(|error| io(workspace, error))?;
     let session = match &manifest.session {
         Some(session) => Some(session.id.clone()),
         // A crash between the start and its record: the session of this
@@ -790,7 +790,7 @@ async fn agent(
         let line = serde_json::to_string(&note.event).unwrap_or_default();
         events
             .write_all(format!("{line}\n").as_bytes())
-            .map_err(|error| io(&events_path, &error))?;
+            .map_err(|error| io(&events_path, error))?;
         match &note.event.kind {
             RunEventKind::RunStarted {
                 provider, model, ..
@@ -979,10 +979,10 @@ fn host_error(error: &RpcError) -> SwebenchError {
     }
 }
 
-fn io(path: &Path, error: &std::io::Error) -> SwebenchError {
+fn io(path: &Path, error: std::io::Error) -> SwebenchError {
     SwebenchError::Io {
         path: path.display().to_string(),
-        message: error.to_string(),
+        source: error,
     }
 }
 
@@ -995,7 +995,7 @@ fn open_events(path: &Path) -> Result<std::fs::File, SwebenchError> {
         .read(true)
         .append(true)
         .open(path)
-        .map_err(|error| io(path, &error))?;
+        .map_err(|error| io(path, error))?;
     // Only the last byte tells: the file is not read again whole. A
     // file that cannot be read counts as ended, as before.
     let mut last = [b'\n'];
@@ -1008,7 +1008,7 @@ fn open_events(path: &Path) -> Result<std::fs::File, SwebenchError> {
         last = [b'\n'];
     }
     if last[0] != b'\n' {
-        file.write_all(b"\n").map_err(|error| io(path, &error))?;
+        file.write_all(b"\n").map_err(|error| io(path, error))?;
     }
     Ok(file)
 }

@@ -83,12 +83,12 @@ pub fn harness_command(
             let config = output.join("config.json");
             let text = std::fs::read_to_string(&config).map_err(|error| SwebenchError::Io {
                 path: config.display().to_string(),
-                message: error.to_string(),
+                source: error,
             })?;
             let value: serde_json::Value =
                 serde_json::from_str(&text).map_err(|error| SwebenchError::Io {
                     path: config.display().to_string(),
-                    message: error.to_string(),
+                    source: error.into(),
                 })?;
             value["dataset"]
                 .as_str()

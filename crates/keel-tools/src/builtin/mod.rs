@@ -156,7 +156,7 @@ fn io_error(display: &str, error: &io::Error) -> ToolError {
     } else {
         WorkspaceError::Io {
             path: display.to_owned(),
-            message: error.to_string(),
+            source: crate::workspace::owned(error),
         }
     };
     workspace_error.into()
