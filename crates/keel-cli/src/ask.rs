@@ -64,12 +64,16 @@ pub fn nobody_to_ask(mode: PermissionMode, prompt_from_stdin: bool) -> Option<(S
         Some(why) => (
             "nobody_to_ask".to_owned(),
             format!(
-                "nobody can answer permission requests: standard input is not a terminal                  and {why}, so every call that asks is denied (answer them with                  `--input-format stream-json`, or run on a terminal)"
+                "nobody can answer permission requests: standard input is not a terminal \
+                 and {why}, so every call that asks is denied (answer them with \
+                 `--input-format stream-json`, or run on a terminal)"
             ),
         ),
         None => (
             "answers_on_stdin".to_owned(),
-            "standard input is not a terminal: permission requests are answered by its              lines (`y`, `a`, `n` or a JSON answer), and every one that finds no line              before its end is denied"
+            "standard input is not a terminal: permission requests are answered by its \
+             lines (`y`, `a`, `n` or a JSON answer), and every one that finds no line \
+             before its end is denied"
                 .to_owned(),
         ),
     })

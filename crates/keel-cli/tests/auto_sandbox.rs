@@ -330,6 +330,9 @@ fn a_run_with_nobody_to_ask_says_so_and_counts_the_unanswered_denials() {
             printed.stderr
         );
         assert_eq!(warnings(&printed.lines), ["nobody_to_ask"], "{mode}");
+        // One sentence, not the source's indentation.
+        let message = of_type(&printed.lines, "warning")[0]["message"].to_string();
+        assert!(!message.contains("  "), "{mode}: {message}");
         // The warning comes right after `run_started`, before any call.
         let types: Vec<&str> = printed
             .lines
@@ -388,6 +391,8 @@ fn piped_answers_and_stream_json_input_count_only_what_nobody_answered() {
         "{}",
         printed.stderr
     );
+    let message = of_type(&printed.lines, "warning")[0]["message"].to_string();
+    assert!(!message.contains("  "), "{message}");
     let resolutions: Vec<&str> = of_type(&printed.lines, "permission_resolved")
         .iter()
         .map(|resolved| resolved["resolution"].as_str().unwrap())
