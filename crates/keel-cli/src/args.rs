@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand, ValueEnum};
 use keel_protocol::PermissionMode;
 
 /// Keel: a headless coding-agent kernel.
@@ -33,7 +33,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the agent on a prompt in a workspace.
     #[command(after_help = crate::help::RUN_EXAMPLES)]
-    Run(Box<RunArgs>),
+    Run(Deferred<Box<RunArgs>>),
     /// Continue a run that a crash interrupted.
     ///
     /// `keel resume SESSION` (or `--session ID`, or `--continue` for this
@@ -44,26 +44,23 @@ pub enum Command {
     /// With `--input-format stream-json`, standard input drives the resumed
     /// run (permission answers, steering, cancel) and starts later runs in
     /// the session, as for `run`.
-    Resume(Box<RunArgs>),
+    Resume(Deferred<Box<RunArgs>>),
     /// Run a deterministic scenario (no key, no network).
-    Demo(DemoArgs),
+    Demo(Deferred<DemoArgs>),
     /// List the configured providers, models and aliases.
-    Models {
-        #[command(flatten)]
-        settings: ConfigArgs,
-    },
+    Models(Deferred<ConfigArgs>),
     /// Inspect and branch stored sessions.
     #[command(subcommand)]
-    Session(SessionCommand),
+    Session(Deferred<SessionCommand>),
     /// Print the JSON Schemas of the wire format.
-    Schema(SchemaArgs),
+    Schema(Deferred<SchemaArgs>),
     /// Serve Keel's host protocol (JSON-RPC 2.0) on standard input and output.
     ///
     /// One JSON object per line each way, logs on stderr only.
     /// Closing stdin cancels the runs this client started, answers nothing
     /// more, and exits 0 once they have settled.
     #[command(after_help = crate::help::RPC_EXAMPLES)]
-    Rpc(Box<RpcArgs>),
+    Rpc(Deferred<Box<RpcArgs>>),
     /// Serve Keel's host protocol over WebSocket.
     ///
     /// At `ws://ADDR:PORT/`, with `GET /health` and `GET /metrics`.
@@ -72,14 +69,14 @@ pub enum Command {
     /// SIGTERM or SIGINT: no new runs, running ones get --drain-timeout
     /// to finish, then are cancelled (sessions intact); exits 0.
     #[command(after_help = crate::help::SERVE_EXAMPLES)]
-    Serve(Box<ServeArgs>),
+    Serve(Deferred<Box<ServeArgs>>),
     /// Run SWE-bench instances and hand their predictions to the harness.
     ///
     /// `run` writes the official predictions file (resumable, concurrent),
     /// `status` summarises an output directory and `eval` prints the
     /// official harness command for it.
     #[command(subcommand)]
-    Swebench(crate::swebench_cmd::SwebenchCommand),
+    Swebench(Deferred<crate::swebench_cmd::SwebenchCommand>),
     /// Report what the OS sandbox can enforce on this machine.
     Doctor {
         /// One JSON object instead of text.
@@ -100,7 +97,7 @@ pub enum Command {
     ///
     /// Prints keel's own page, or one command's (`keel man run | man -l
     /// -`), as roff; `--dir DIR` writes every page into DIR instead.
-    Man(ManArgs),
+    Man(Deferred<ManArgs>),
     /// Print the version, the commit it was built from and the build date.
     Version {
         /// One JSON object: also the session format versions read and
@@ -108,6 +105,186 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// A subcommand's arguments (or subcommands), whose definitions clap builds
+/// only when that subcommand is parsed or its help printed
+/// (`clap::Command::defer`). Without it every start of `keel` built, and
+/// freed, the arguments of every command: a quarter of `keel --version`'s
+/// instructions (docs/benchmarks.md, "Start-up after the fix — issue 23").
+/// [`full_command`] builds the whole tree at once, for completions and man
+/// pages.
+#[derive(Debug)]
+pub struct Deferred<T>(T);
+
+impl<T> Deferred<T> {
+    /// The parsed arguments.
+    pub fn into_inner(self) -> T {
+        self.0
+    }
+}
+
+impl<T> std::ops::Deref for Deferred<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+thread_local! {
+    /// Set while [`full_command`] builds the tree: nothing is deferred.
+    static EAGER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// keel's whole command tree, every subcommand's definitions included, as
+/// completions and man pages need it (`Cli::command()` defers them).
+pub fn full_command() -> clap::Command {
+    use clap::CommandFactory;
+    EAGER.with(|eager| eager.set(true));
+    let command = Cli::command();
+    EAGER.with(|eager| eager.set(false));
+    command
+}
+
+fn eager() -> bool {
+    EAGER.with(std::cell::Cell::get)
+}
+
+/// What a subcommand's own definition (its enum variant: doc comment,
+/// `#[command(...)]`) says about it. Built eagerly, the variant's texts are
+/// applied after its arguments' (whose doc comments set texts too); built
+/// late, they were applied first, so they are put back.
+struct Texts {
+    about: Option<clap::builder::StyledStr>,
+    long_about: Option<clap::builder::StyledStr>,
+    before_help: Option<clap::builder::StyledStr>,
+    before_long_help: Option<clap::builder::StyledStr>,
+    after_help: Option<clap::builder::StyledStr>,
+    after_long_help: Option<clap::builder::StyledStr>,
+}
+
+impl Texts {
+    fn of(cmd: &clap::Command) -> Self {
+        Self {
+            about: cmd.get_about().cloned(),
+            long_about: cmd.get_long_about().cloned(),
+            before_help: cmd.get_before_help().cloned(),
+            before_long_help: cmd.get_before_long_help().cloned(),
+            after_help: cmd.get_after_help().cloned(),
+            after_long_help: cmd.get_after_long_help().cloned(),
+        }
+    }
+
+    /// Every deferred variant has a doc comment, which sets both `about`
+    /// and `long_about` (to none when it is one paragraph): those always
+    /// win. The others win when the variant set them.
+    fn restore(self, mut cmd: clap::Command) -> clap::Command {
+        const NONE: Option<&str> = None;
+        cmd = match self.about {
+            Some(text) => cmd.about(text),
+            None => cmd.about(NONE),
+        };
+        cmd = match self.long_about {
+            Some(text) => cmd.long_about(text),
+            None => cmd.long_about(NONE),
+        };
+        if let Some(text) = self.before_help {
+            cmd = cmd.before_help(text);
+        }
+        if let Some(text) = self.before_long_help {
+            cmd = cmd.before_long_help(text);
+        }
+        if let Some(text) = self.after_help {
+            cmd = cmd.after_help(text);
+        }
+        if let Some(text) = self.after_long_help {
+            cmd = cmd.after_long_help(text);
+        }
+        cmd
+    }
+}
+
+fn late_args<T: Args>(cmd: clap::Command) -> clap::Command {
+    let texts = Texts::of(&cmd);
+    texts.restore(T::augment_args(cmd))
+}
+
+fn late_args_for_update<T: Args>(cmd: clap::Command) -> clap::Command {
+    let texts = Texts::of(&cmd);
+    texts.restore(T::augment_args_for_update(cmd))
+}
+
+fn late_subcommands<T: Subcommand>(cmd: clap::Command) -> clap::Command {
+    let texts = Texts::of(&cmd);
+    texts.restore(T::augment_subcommands(cmd))
+}
+
+fn late_subcommands_for_update<T: Subcommand>(cmd: clap::Command) -> clap::Command {
+    let texts = Texts::of(&cmd);
+    texts.restore(T::augment_subcommands_for_update(cmd))
+}
+
+impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(matches).map(Self)
+    }
+
+    fn from_arg_matches_mut(matches: &mut ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches_mut(matches).map(Self)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+
+    fn update_from_arg_matches_mut(&mut self, matches: &mut ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches_mut(matches)
+    }
+}
+
+impl<T: Args> Args for Deferred<T> {
+    fn group_id() -> Option<clap::Id> {
+        T::group_id()
+    }
+
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        if eager() {
+            T::augment_args(cmd)
+        } else {
+            cmd.defer(late_args::<T>)
+        }
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        if eager() {
+            T::augment_args_for_update(cmd)
+        } else {
+            cmd.defer(late_args_for_update::<T>)
+        }
+    }
+}
+
+impl<T: Subcommand> Subcommand for Deferred<T> {
+    fn augment_subcommands(cmd: clap::Command) -> clap::Command {
+        if eager() {
+            T::augment_subcommands(cmd)
+        } else {
+            cmd.defer(late_subcommands::<T>)
+        }
+    }
+
+    fn augment_subcommands_for_update(cmd: clap::Command) -> clap::Command {
+        if eager() {
+            T::augment_subcommands_for_update(cmd)
+        } else {
+            cmd.defer(late_subcommands_for_update::<T>)
+        }
+    }
+
+    fn has_subcommand(name: &str) -> bool {
+        T::has_subcommand(name)
+    }
 }
 
 /// `keel man`.
@@ -573,4 +750,92 @@ pub enum ShellArg {
     Zsh,
     /// fish.
     Fish,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::{Cli, full_command};
+
+    /// Starting `keel` builds the top level of the command tree only: a
+    /// subcommand's own arguments and subcommands are built when it is
+    /// parsed or its help printed, so no command pays for every other
+    /// command's definitions. A subcommand of one argument may stay eager.
+    #[test]
+    fn starting_keel_builds_no_subcommand_definitions() {
+        let root = Cli::command();
+        let eager: Vec<(&str, usize, usize)> = root
+            .get_subcommands()
+            .map(|sub| {
+                (
+                    sub.get_name(),
+                    sub.get_arguments().count(),
+                    sub.get_subcommands().count(),
+                )
+            })
+            .filter(|&(_, arguments, subcommands)| arguments > 1 || subcommands > 0)
+            .collect();
+        assert!(
+            eager.is_empty(),
+            "built at every start (name, arguments, subcommands): {eager:?}"
+        );
+        let full = full_command();
+        let run = full.find_subcommand("run").unwrap();
+        assert!(run.get_arguments().count() > 20);
+        let session = full.find_subcommand("session").unwrap();
+        assert!(session.get_subcommands().count() >= 7);
+    }
+
+    /// Every command path of the full tree: `[]`, `["run"]`, `["session",
+    /// "list"]`, …
+    fn paths(command: &clap::Command, prefix: &[String], out: &mut Vec<Vec<String>>) {
+        out.push(prefix.to_vec());
+        for sub in command.get_subcommands() {
+            let mut path = prefix.to_vec();
+            path.push(sub.get_name().to_owned());
+            paths(sub, &path, out);
+        }
+    }
+
+    /// What clap prints for these arguments (help, usage or an error).
+    fn answer(mut command: clap::Command, args: &[String]) -> String {
+        let argv = std::iter::once("keel".to_owned()).chain(args.iter().cloned());
+        match command.try_get_matches_from_mut(argv) {
+            Ok(matches) => format!("parsed: {:?}", matches.subcommand_name()),
+            Err(error) => format!("{:?}: {}", error.kind(), error.render()),
+        }
+    }
+
+    /// Building a subcommand late changes nothing a user sees: every
+    /// command's `--help`, `-h`, `keel help …` and a missing or unknown
+    /// argument read the same as with the tree built at once; clap finds
+    /// both trees consistent.
+    #[test]
+    fn deferred_definitions_read_as_the_full_tree() {
+        let mut all = Vec::new();
+        paths(&full_command(), &[], &mut all);
+        assert!(all.len() > 20, "{all:?}");
+        for path in &all {
+            let mut cases = vec![
+                [path.clone(), vec!["--help".to_owned()]].concat(),
+                [path.clone(), vec!["-h".to_owned()]].concat(),
+                [path.clone(), vec!["--no-such-flag".to_owned()]].concat(),
+                path.clone(),
+            ];
+            if !path.is_empty() {
+                cases.push([vec!["help".to_owned()], path.clone()].concat());
+            }
+            for args in cases {
+                assert_eq!(
+                    answer(Cli::command(), &args),
+                    answer(full_command(), &args),
+                    "keel {}",
+                    args.join(" ")
+                );
+            }
+        }
+        Cli::command().debug_assert();
+        full_command().debug_assert();
+    }
 }

@@ -4,9 +4,7 @@
 
 use std::process::ExitCode;
 
-use clap::CommandFactory;
-
-use crate::args::{Cli, ManArgs, ShellArg};
+use crate::args::{ManArgs, ShellArg, full_command};
 use crate::startup::StartupError;
 
 /// Prints the completion script for `shell`.
@@ -16,7 +14,7 @@ pub fn completion(shell: ShellArg) -> Result<ExitCode, StartupError> {
         ShellArg::Zsh => clap_complete::Shell::Zsh,
         ShellArg::Fish => clap_complete::Shell::Fish,
     };
-    let mut command = Cli::command();
+    let mut command = full_command();
     let mut out = Vec::new();
     clap_complete::generate(shell, &mut command, "keel", &mut out);
     write_stdout(&out)
@@ -69,7 +67,7 @@ pub fn man(args: ManArgs) -> Result<ExitCode, StartupError> {
 /// keel's command tree, built (so every command knows its page's name,
 /// `keel-session-list`), with a NAME line for a reader of `man keel`.
 fn man_root() -> clap::Command {
-    let mut root = Cli::command()
+    let mut root = full_command()
         .about("run an AI coding agent on your code, from a terminal or another program")
         .disable_help_subcommand(true);
     root.build();

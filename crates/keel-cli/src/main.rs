@@ -103,18 +103,18 @@ fn main() -> ExitCode {
     };
     let outcome = runtime.block_on(async {
         match cli.command {
-            Command::Run(args) => run_cmd::run(*args).await,
-            Command::Resume(args) => run_cmd::resume(*args).await,
-            Command::Demo(args) => demo::run(args).await,
-            Command::Session(command) => session_cmd::run(command).await,
-            Command::Models { settings } => models_cmd::run(settings),
-            Command::Schema(args) => startup::print_schema(args),
-            Command::Rpc(args) => serve_cmd::rpc(*args).await,
-            Command::Serve(args) => serve_cmd::serve(*args).await,
-            Command::Swebench(command) => swebench_cmd::run(command).await,
+            Command::Run(args) => run_cmd::run(*args.into_inner()).await,
+            Command::Resume(args) => run_cmd::resume(*args.into_inner()).await,
+            Command::Demo(args) => demo::run(args.into_inner()).await,
+            Command::Session(command) => session_cmd::run(command.into_inner()).await,
+            Command::Models(settings) => models_cmd::run(settings.into_inner()),
+            Command::Schema(args) => startup::print_schema(args.into_inner()),
+            Command::Rpc(args) => serve_cmd::rpc(*args.into_inner()).await,
+            Command::Serve(args) => serve_cmd::serve(*args.into_inner()).await,
+            Command::Swebench(command) => swebench_cmd::run(command.into_inner()).await,
             Command::Doctor { json } => doctor::run(json),
             Command::Completion { shell } => install::completion(shell),
-            Command::Man(args) => install::man(args),
+            Command::Man(args) => install::man(args.into_inner()),
             Command::Version { json } => version::run(json),
         }
     });
@@ -145,7 +145,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Run(_) => "run",
         Command::Resume(_) => "resume",
         Command::Demo(_) => "demo",
-        Command::Models { .. } => "models",
+        Command::Models(_) => "models",
         Command::Session(_) => "session",
         Command::Schema(_) => "schema",
         Command::Rpc(_) => "rpc",
