@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use keel_tools::builtin::{FindTool, GrepTool};
-use keel_tools::{ProgressSink, Tool, ToolContext, Workspace};
+use keel_tools::{Tool, ToolContext, Workspace};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
@@ -114,19 +113,11 @@ async fn measure(tool: &dyn Tool, root: &Path, arguments: Value) -> (Vec<Duratio
     let mut times = Vec::new();
     let mut details = Value::Null;
     for run in 0..8 {
-        let context = {
-            let mut tool_context = ToolContext::new(
-                "bench",
-                workspace.clone(),
-                keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-            );
-            tool_context.cancel = CancellationToken::new();
-            tool_context.progress = ProgressSink::discard();
-            tool_context.receipts = None;
-            tool_context.holders = keel_tools::sandbox::HolderPool::default();
-            tool_context.outputs = keel_tools::outputs::OutputStore::default();
-            tool_context
-        };
+        let context = ToolContext::new(
+            "bench",
+            workspace.clone(),
+            keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+        );
         let started = Instant::now();
         let output = tool.execute(arguments.clone(), context).await.unwrap();
         if run > 0 {

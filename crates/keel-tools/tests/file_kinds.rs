@@ -11,24 +11,15 @@ use std::time::{Duration, Instant};
 
 use keel_protocol::ToolErrorCode;
 use keel_tools::builtin::{EditTool, GrepTool, ReadTool};
-use keel_tools::{ProgressSink, Tool, ToolContext, ToolError, ToolOutput, Workspace};
+use keel_tools::{Tool, ToolContext, ToolError, ToolOutput, Workspace};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn context(workspace: Workspace) -> ToolContext {
-    {
-        let mut tool_context = ToolContext::new(
-            "c",
-            Arc::new(workspace),
-            keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-        );
-        tool_context.cancel = CancellationToken::new();
-        tool_context.progress = ProgressSink::discard();
-        tool_context.receipts = None;
-        tool_context.holders = keel_tools::sandbox::HolderPool::default();
-        tool_context.outputs = keel_tools::outputs::OutputStore::default();
-        tool_context
-    }
+    ToolContext::new(
+        "c",
+        Arc::new(workspace),
+        keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
+    )
 }
 
 /// Runs one call; fails the test if it hangs (no answer within five seconds).

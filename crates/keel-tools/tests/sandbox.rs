@@ -12,9 +12,8 @@ use std::time::Duration;
 use keel_protocol::UserContent;
 use keel_tools::builtin::{BashOptions, BashTool};
 use keel_tools::sandbox::{Sandbox, SandboxConfig, SandboxLevel};
-use keel_tools::{ProgressSink, Tool, ToolContext, ToolError, ToolOutput, Workspace};
+use keel_tools::{Tool, ToolContext, ToolError, ToolOutput, Workspace};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 
 struct Setup {
     workspace: tempfile::TempDir,
@@ -30,21 +29,13 @@ fn setup() -> Setup {
 }
 
 async fn bash(root: &Path, level: SandboxLevel, command: &str) -> Result<ToolOutput, ToolError> {
-    let context = {
-        let mut tool_context = ToolContext::new(
-            "c",
-            Arc::new(Workspace::new(root).unwrap()),
-            Sandbox::new(level)
-                .with_config(Arc::new(SandboxConfig::default()))
-                .with_metadata_writable(false),
-        );
-        tool_context.cancel = CancellationToken::new();
-        tool_context.progress = ProgressSink::discard();
-        tool_context.receipts = None;
-        tool_context.holders = keel_tools::sandbox::HolderPool::default();
-        tool_context.outputs = keel_tools::outputs::OutputStore::default();
-        tool_context
-    };
+    let context = ToolContext::new(
+        "c",
+        Arc::new(Workspace::new(root).unwrap()),
+        Sandbox::new(level)
+            .with_config(Arc::new(SandboxConfig::default()))
+            .with_metadata_writable(false),
+    );
     BashTool::new(BashOptions::default())
         .execute(json!({ "command": command, "timeout": 20 }), context)
         .await

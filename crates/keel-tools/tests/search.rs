@@ -7,9 +7,8 @@ use std::sync::Arc;
 
 use keel_protocol::{ToolErrorCode, UserContent};
 use keel_tools::builtin::{FindTool, GrepTool, LsTool, ReadTool};
-use keel_tools::{ProgressSink, Tool, ToolContext, ToolError, ToolOutput, Workspace};
+use keel_tools::{Tool, ToolContext, ToolError, ToolOutput, Workspace};
 use serde_json::{Value, json};
-use tokio_util::sync::CancellationToken;
 
 fn project() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
@@ -48,10 +47,6 @@ async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutp
             Arc::new(Workspace::new(root).unwrap()),
             keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
         );
-        tool_context.cancel = CancellationToken::new();
-        tool_context.progress = ProgressSink::discard();
-        tool_context.receipts = None;
-        tool_context.holders = keel_tools::sandbox::HolderPool::default();
         tool_context.outputs = OUTPUTS.clone();
         tool_context
     };
