@@ -380,7 +380,8 @@ pub struct CompactArgs {
     /// What the summary should keep in particular.
     #[arg(long)]
     pub instructions: Option<String>,
-    /// The provider (default: the one the session last ran with).
+    /// The provider (default: the one the session last ran with, unless
+    /// --profile or -c chooses one).
     #[arg(long)]
     pub provider: Option<String>,
     /// The model (default: the one the session last ran with).
@@ -389,9 +390,8 @@ pub struct CompactArgs {
     /// The API base URL, overriding the configured one.
     #[arg(long)]
     pub base_url: Option<String>,
-    /// A configuration file instead of $XDG_CONFIG_HOME/keel/config.toml.
-    #[arg(long)]
-    pub config: Option<PathBuf>,
+    #[command(flatten)]
+    pub settings: ConfigArgs,
     /// The script file, for the scripted provider.
     #[arg(long)]
     pub script: Option<PathBuf>,

@@ -1,8 +1,10 @@
 //! `keel session compact ID [--instructions TEXT]`: a manual compaction.
 //!
-//! The session's own provider and model (from its last `configuration`
-//! entry, unless `--provider`/`--model` say otherwise) summarise the oldest
-//! part of its context into a checkpoint appended at its leaf, through
+//! The settings resolve as `keel run`'s do (config.toml, `--profile`, `-c`,
+//! the project layer of the session's workspace); the session's own
+//! provider and model (from its last `configuration` entry) are the default
+//! unless `--provider`/`--model`, a profile or a `-c provider=`/`model=`
+//! choose. They summarise the oldest part of its context into a checkpoint appended at its leaf, through
 //! `AgentKernel::compact`. Prints one typed JSON line (`"type": "compaction"`, or a
 //! sentence on a terminal); exit code 0 when a checkpoint was written, 1
 //! when the compaction failed (`"type": "compaction_failed"`, nothing
@@ -40,26 +42,41 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
         let (provider, model) = last.unzip();
         (provider, model, reader.workspace().map(str::to_owned))
     };
-    let provider = args.provider.or(provider).ok_or_else(|| {
-        StartupError::new(
-            "no_provider",
-            "the session never ran, so it names no provider: pass --provider",
-        )
-    })?;
-    // The session's workspace only frames the summary request (its
-    // environment); a session whose workspace is gone is compacted from the
-    // current one.
+    // The session's workspace frames the summary request (its environment)
+    // and carries the project layer; a session whose workspace is gone is
+    // compacted from the current directory's.
     let workspace = workspace
         .map(std::path::PathBuf::from)
         .filter(|path| path.is_dir());
+    // The settings resolve as `keel run`'s do (config.toml, --profile, -c,
+    // the project layer); the session's own provider and model are the
+    // default only where neither a flag nor a layer the user named chooses.
+    let layered = args.settings.profile.is_some()
+        || args.settings.overrides.iter().any(|text| {
+            text.split_once('=')
+                .is_some_and(|(key, _)| matches!(key.trim(), "provider" | "model"))
+        });
     let mut sources = Sources::default();
-    sources.config_file = args.config;
+    sources.config_file = args.settings.config;
+    sources.profile = args.settings.profile;
+    sources.overrides = args.settings.overrides;
+    sources.workspace = workspace.clone().or_else(|| std::env::current_dir().ok());
     let settings = Settings::load(&sources)?;
+    let (provider, model) = match (&args.provider, layered) {
+        (Some(_), _) | (None, true) => (args.provider, args.model),
+        (None, false) => (provider, args.model.or(model)),
+    };
+    if provider.is_none() && settings.defaults.provider.is_none() && args.script.is_none() {
+        return Err(StartupError::new(
+            "no_provider",
+            "the session never ran, so it names no provider: pass --provider",
+        ));
+    }
     let mut config = settings
         .resolve({
             let mut choices = Choices::default();
-            choices.provider = Some(provider);
-            choices.model = args.model.or(model);
+            choices.provider = provider;
+            choices.model = model;
             choices.base_url = args.base_url;
             choices.script = args.script;
             choices.workspace = workspace.clone();

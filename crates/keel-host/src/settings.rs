@@ -63,10 +63,20 @@ pub struct Defaults {
 
 impl Defaults {
     /// This layer with `over` on top of it.
+    ///
+    /// A model goes with its provider: a layer that switches the provider
+    /// without naming a model drops the model of the layers below (it
+    /// belongs to the other provider), so the new provider's default model
+    /// applies.
     pub fn overlaid(self, over: Defaults) -> Defaults {
+        let model = match (&over.provider, over.model) {
+            (_, Some(model)) => Some(model),
+            (Some(provider), None) if self.provider.as_ref() != Some(provider) => None,
+            (_, None) => self.model,
+        };
         Defaults {
             provider: over.provider.or(self.provider),
-            model: over.model.or(self.model),
+            model,
             mode: over.mode.or(self.mode),
             tools: over.tools.or(self.tools),
             sandbox_read: over.sandbox_read.or(self.sandbox_read),
@@ -208,7 +218,12 @@ impl Settings {
             None => toml::Table::new(),
         };
         let overrides = overrides::parse_all(&sources.overrides)?;
-        overrides::merge(&mut table, overrides.clone());
+        // The top-level keys of the overrides are their own layer, on top
+        // of the profile and the project layer (below); merged into the
+        // file they would also pair the file's model with their provider.
+        let mut nested = overrides.clone();
+        nested.retain(|key, _| !DEFAULT_KEYS.contains(&key));
+        overrides::merge(&mut table, nested);
         let place = if sources.overrides.is_empty() {
             shown.clone()
         } else {

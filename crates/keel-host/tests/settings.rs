@@ -24,6 +24,13 @@ tools = "read, grep"
 provider = "anthropic"
 model = "opus"
 
+[profiles.deep]
+provider = "deepseek"
+
+[profiles.same]
+provider = "local"
+mode = "plan"
+
 [providers.local]
 api = "openai-chat"
 base_url = "http://127.0.0.1:8080/v1"
@@ -342,6 +349,46 @@ fn choices_override_settings_and_the_model_goes_with_its_provider() {
         .unwrap()
         .mode,
         PermissionMode::Auto
+    );
+}
+
+/// A layer that switches the provider without naming a model takes the
+/// new provider's default model, not the model (or alias) of the layer
+/// below: a profile, a `-c provider=…`, or both.
+#[test]
+fn a_layer_that_switches_provider_drops_the_model_below() {
+    let fixture = Fixture::new(USER);
+    let resolved = |profile: Option<&str>, overrides: &[&str]| {
+        let setup = fixture
+            .load(profile, overrides)
+            .resolve(Choices::default())
+            .unwrap();
+        let (name, model) = configured(&setup.config.provider);
+        (name.to_owned(), model.map(str::to_owned))
+    };
+    assert_eq!(resolved(Some("deep"), &[]), ("deepseek".into(), None));
+    assert_eq!(
+        resolved(None, &["provider=deepseek"]),
+        ("deepseek".into(), None)
+    );
+    // The alias `coder` of `local` does not follow the switch either.
+    assert_eq!(
+        resolved(Some("cloud"), &["provider=deepseek"]),
+        ("deepseek".into(), None)
+    );
+    // A model given with the switch, or a layer naming the same provider,
+    // keeps it.
+    assert_eq!(
+        resolved(Some("deep"), &["model=deepseek-reasoner"]),
+        ("deepseek".into(), Some("deepseek-reasoner".into()))
+    );
+    assert_eq!(
+        resolved(Some("same"), &[]),
+        ("local".into(), Some("coder".into()))
+    );
+    assert_eq!(
+        resolved(None, &["provider=local"]),
+        ("local".into(), Some("coder".into()))
     );
 }
 
