@@ -190,6 +190,13 @@ impl Output {
                 if !final_text.is_empty() {
                     say(final_text.trim_end());
                 }
+                if result
+                    .message
+                    .as_ref()
+                    .is_some_and(|message| message.stop_reason == keel_protocol::StopReason::Length)
+                {
+                    eprintln!("keel: the answer was cut at the model's output limit");
+                }
                 if totals.denied_unanswered > 0 {
                     eprintln!("keel: {}", unanswered_text(totals.denied_unanswered));
                 }

@@ -30,6 +30,7 @@ use crate::stream_input::{self, FirstRun};
 
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     check_combinations(&args)?;
+    check_last_message_file(&args.output)?;
     let setup = run_setup(&args)?;
     for warning in &setup.warnings {
         eprintln!("keel: warning: {}", warning.message);
@@ -115,6 +116,7 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
             "keel resume continues a session in place: --fork does not apply",
         ));
     }
+    check_last_message_file(&args.output)?;
     let setup = run_setup(&args)?;
     for warning in &setup.warnings {
         eprintln!("keel: warning: {}", warning.message);
@@ -278,6 +280,45 @@ fn read_prompt(source: impl std::io::Read, what: &str) -> Result<String, Startup
     }
     String::from_utf8(bytes)
         .map_err(|_| StartupError::new("prompt_not_utf8", format!("{what} is not valid UTF-8")))
+}
+
+/// Checks `-o FILE` before the run, so that no run's work ends in a final
+/// message that cannot be written: the file is a writable non-directory,
+/// or does not exist in a writable directory. Nothing is created; the file
+/// is written when the run ends.
+fn check_last_message_file(output: &OutputArgs) -> Result<(), StartupError> {
+    use nix::unistd::{AccessFlags, access};
+    let Some(path) = &output.output_last_message else {
+        return Ok(());
+    };
+    let refused = |why: &dyn std::fmt::Display| {
+        StartupError::new(
+            "output_last_message",
+            format!(
+                "cannot write the final message to {}: {why}",
+                path.display()
+            ),
+        )
+    };
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_dir() => Err(refused(&"it is a directory")),
+        Ok(_) => access(path, AccessFlags::W_OK).map_err(|errno| refused(&errno.desc())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+            let parent = path
+                .parent()
+                .filter(|parent| !parent.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            match std::fs::metadata(parent) {
+                Ok(metadata) if metadata.is_dir() => {
+                    access(parent, AccessFlags::W_OK | AccessFlags::X_OK)
+                        .map_err(|errno| refused(&errno.desc()))
+                }
+                Ok(_) => Err(refused(&format!("{} is not a directory", parent.display()))),
+                Err(error) => Err(refused(&format!("{}: {error}", parent.display()))),
+            }
+        }
+        Err(error) => Err(refused(&error)),
+    }
 }
 
 /// Flag combinations clap's attributes cannot express.

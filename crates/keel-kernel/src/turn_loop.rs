@@ -12,8 +12,8 @@ use std::sync::atomic::AtomicU64;
 use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
-    ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind, ToolCall,
-    UserMessage, WorkspaceMove,
+    ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind, StopReason,
+    ToolCall, UserMessage, WorkspaceMove,
 };
 use keel_provider::ModelRequest;
 use keel_provider::retry::Attempts;
@@ -335,6 +335,12 @@ impl<'a> TurnLoop<'a> {
                 .and_then(|so_far| Some(so_far + message.usage.cost_usd?));
             self.last = Some(message.clone());
             let calls: Vec<ToolCall> = message.tool_calls().cloned().collect();
+            if message.stop_reason == StopReason::Length {
+                self.shared.emitter.emit(RunEventKind::Warning {
+                    code: "reply_cut".into(),
+                    message: cut_reply_text(&message, calls.len()),
+                });
+            }
             if !calls.is_empty() {
                 self.run_tools(&calls).await?;
             }
@@ -622,4 +628,17 @@ fn unsandboxed_warning(mode: PermissionMode, sandbox: SandboxMode) -> Option<Str
         ),
         _ => None,
     }
+}
+
+/// What a `reply_cut` warning says: the reply stopped at the model's output
+/// limit, so its text is unfinished, or its tool calls' arguments may be.
+fn cut_reply_text(message: &AssistantMessage, calls: usize) -> String {
+    let what = match calls {
+        0 => "its text is unfinished".to_owned(),
+        _ => "the arguments of its tool calls may be incomplete".to_owned(),
+    };
+    format!(
+        "the model's reply was cut at its output limit ({} output tokens): {what}",
+        message.usage.output_tokens
+    )
 }

@@ -145,7 +145,15 @@ impl View {
     pub fn finish(&mut self, result: &RunResult, totals: &RunTotals) {
         self.erase();
         self.close_line();
+        let cut = result
+            .message
+            .as_ref()
+            .is_some_and(|message| message.stop_reason == keel_protocol::StopReason::Length);
         let (mark, style) = match result.state {
+            RunState::Settled if cut => (
+                "settled, the answer cut at the model's output limit".to_owned(),
+                style::WARN,
+            ),
             RunState::Settled => ("settled".to_owned(), style::GOOD),
             RunState::Cancelled => ("cancelled".to_owned(), style::WARN),
             _ => match &result.error {
