@@ -93,7 +93,9 @@ async fn success(
     )
     .await?;
 
-    let fork = store.fork(&session, &answer).await?;
+    let fork = keel_host::sessions::fork(&*store, &session, &answer)
+        .await?
+        .session_id;
     output.note(
         "fork",
         json!({"session_id": fork, "parent_session": session, "forked_at": answer}),

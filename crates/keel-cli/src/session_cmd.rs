@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use keel_host::sessions;
 use keel_protocol::{ContentBlock, Entry, EntryPayload, Message};
-use keel_session::{JsonlStore, Repair, SessionReader, SessionStore, Snapshot, TornTail};
+use keel_session::{JsonlStore, Repair, SessionReader, Snapshot, TornTail};
 use serde_json::json;
 
 use crate::args::{SessionCommand, StoreArgs};
@@ -316,10 +316,11 @@ async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode,
     let entry = sessions::resolve_entry(reader.entry_ids(), entry)?;
     let source = reader.id().to_owned();
     drop(reader);
-    let id = store.fork(&source, &entry).await?;
+    let fork = sessions::fork(store, &source, &entry).await?;
     say(format!(
         "{}",
-        json!({"type": "fork", "session": {"id": id, "parent_session": source, "forked_at": entry}})
+        json!({"type": "fork", "session": {"id": fork.session_id, "parent_session": source,
+            "forked_at": entry, "closed_calls": fork.closed_calls}})
     ));
     Ok(ExitCode::SUCCESS)
 }

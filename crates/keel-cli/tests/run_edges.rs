@@ -156,3 +156,129 @@ fn a_reply_cut_at_the_output_limit_is_reported_as_cut() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// The entries of session file `path`, as JSON (records of kind `entry`).
+fn session_entries(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter_map(|record| {
+            let record = record.get("r")?.clone();
+            (record["type"] == "entry").then(|| record["entry"].clone())
+        })
+        .collect()
+}
+
+fn session_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("sessions"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jsonl"))
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn a_fork_inside_a_tool_batch_continues_with_its_calls_closed_as_not_run() {
+    let (dir, script, ws) = fixture(json!([
+        {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo hi > made.txt"}}]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]));
+    let output = keel(
+        dir.path(),
+        &["run", "-q", "--script", &script, "--workspace", &ws, "go"],
+    );
+    assert_eq!(output.status.code(), Some(0));
+    let parent = session_files(dir.path()).remove(0);
+    let parent_id = parent.file_stem().unwrap().to_string_lossy().into_owned();
+    let before = std::fs::read(&parent).unwrap();
+    let entries = session_entries(&parent);
+    let id_of = |kind: &str| -> String {
+        entries
+            .iter()
+            .find(|entry| match kind {
+                "calls" => entry["message"]["content"]
+                    .as_array()
+                    .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_call")),
+                other => entry["kind"] == other,
+            })
+            .unwrap_or_else(|| panic!("no {kind} entry in {entries:?}"))["id"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    let continued = dir.path().join("continued.json");
+    std::fs::write(
+        &continued,
+        json!({"turns": [{"expect": {"last_user_contains": "go on"},
+            "content": [{"type": "text", "text": "continued"}]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let continued = continued.display().to_string();
+
+    // At the assistant message that made the call: not run, `cancelled`;
+    // at its `effect_started`: it may have run in the parent, `interrupted`.
+    for (at, status, code, says) in [
+        (
+            id_of("calls"),
+            "cancelled",
+            "cancelled",
+            "before this call ran",
+        ),
+        (
+            id_of("effect_started"),
+            "error",
+            "interrupted",
+            "may have changed the workspace",
+        ),
+    ] {
+        let known = session_files(dir.path());
+        let output = keel(
+            dir.path(),
+            &[
+                "run",
+                "-q",
+                "--script",
+                &continued,
+                "--workspace",
+                &ws,
+                "--session",
+                &parent_id,
+                "--fork",
+                &at,
+                "go on",
+            ],
+        );
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "fork at {at}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(String::from_utf8_lossy(&output.stdout), "continued\n");
+        let fork = session_files(dir.path())
+            .into_iter()
+            .find(|path| !known.contains(path))
+            .unwrap();
+        let closed: Vec<_> = session_entries(&fork)
+            .into_iter()
+            .filter(|entry| entry["message"]["role"] == "tool_result")
+            .collect();
+        assert_eq!(closed.len(), 1, "{closed:?}");
+        let result = &closed[0]["message"];
+        assert_eq!(result["status"], status, "{result}");
+        assert_eq!(result["error"]["code"], code, "{result}");
+        assert!(
+            result["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains(says),
+            "{result}"
+        );
+    }
+    // The parent session is never written.
+    assert_eq!(std::fs::read(&parent).unwrap(), before);
+}

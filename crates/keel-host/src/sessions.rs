@@ -157,8 +157,7 @@ pub async fn continued_session(
         (None, true) => latest(store, &resume).await?,
         (None, false) => return Ok(Continued::default()),
     };
-    let fork = resume.fork;
-    let Some(entry) = fork else {
+    let Some(entry) = resume.fork else {
         let repair = store.open_for_writing(&id).await?;
         return Ok(Continued {
             session_id: Some(id),
@@ -170,11 +169,22 @@ pub async fn continued_session(
         snapshot.entries.iter().map(|entry| entry.id.as_str()),
         entry,
     )?;
-    let fork = store.fork(&id, &entry).await?;
+    let fork = fork(store, &id, &entry).await?;
     Ok(Continued {
-        session_id: Some(fork),
+        session_id: Some(fork.session_id),
         repair: None,
     })
+}
+
+/// Forks `session_id` at `entry_id` into a new session; the calls the fork
+/// point leaves without results are closed in the new session, so it
+/// continues like any other (`keel_kernel::fork_session`).
+pub async fn fork(
+    store: &dyn SessionStore,
+    session_id: &str,
+    entry_id: &str,
+) -> Result<keel_kernel::Fork, HostError> {
+    Ok(keel_kernel::fork_session(store, session_id, entry_id).await?)
 }
 
 /// The latest session of the workspace (with no damage).

@@ -34,7 +34,8 @@
 //!    answers that hold for later matching calls).
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome; `pipeline` — the context pipeline, the one place
-//!    a provider request is built.
+//!    a provider request is built; `fork` — a fork at any entry, the calls
+//!    it cuts off closed in the new session.
 //! 4. `session_writer` — the run's appends and its in-memory context branch;
 //!    `watchdog` — fails a run that makes no progress (`run_stalled`).
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
@@ -58,6 +59,7 @@ mod checkpoint;
 mod compaction;
 mod context;
 mod emitter;
+mod fork;
 mod ids;
 pub mod journal;
 mod kernel;
@@ -78,6 +80,7 @@ mod turn_loop;
 mod watchdog;
 
 pub use checkpoint::CompactionSettings;
+pub use fork::{Fork, fork_session};
 pub use keel_provider::retry::RetryPolicy;
 pub use kernel::{
     AgentKernel, AgentKernelBuilder, CompactionReport, ContextView, KernelError, RequestPreview,

@@ -24,6 +24,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("rules", 2),
     ("shared", 3),
     ("pipeline", 3),
+    ("fork", 3),
     ("session_writer", 4),
     ("watchdog", 4),
     ("tools", 5),

@@ -224,15 +224,14 @@ pub(crate) async fn fork(
     let store = store_of(inner, peer)?;
     let id = resolve(&store, &params.session_id).await?;
     let entry = entry_of(&store, &id, &params.entry_id).await?;
-    let fork = store
-        .store
-        .fork(&id, &entry)
+    let fork = keel_kernel::fork_session(&*store.store, &id, &entry)
         .await
         .map_err(|error| errors::session(&error))?;
     Ok({
         let mut session_fork_response = SessionForkResponse::default();
-        session_fork_response.session_id = fork;
-        session_fork_response.leaf_id = entry;
+        session_fork_response.session_id = fork.session_id.clone();
+        session_fork_response.leaf_id = fork.leaf_id;
+        session_fork_response.closed_calls = fork.closed_calls;
         session_fork_response
     })
 }

@@ -528,8 +528,13 @@ pub struct SessionForkParams {
 pub struct SessionForkResponse {
     /// The new session.
     pub session_id: String,
-    /// Its leaf: the entry forked at.
+    /// Its leaf: the entry forked at, or the last result that closed the
+    /// calls it left without results.
     pub leaf_id: String,
+    /// The calls the fork point left without results, closed in the new
+    /// session as not run (their call ids).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub closed_calls: Vec<String>,
 }
 
 /// `session/set_leaf`: moves a session's active leaf (a branch switch).
