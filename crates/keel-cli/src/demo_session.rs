@@ -93,7 +93,7 @@ async fn success(
     )
     .await?;
 
-    let fork = keel_host::sessions::fork(&*store, &session, &answer)
+    let fork = keel_host::sessions::fork(store, &session, &answer)
         .await?
         .session_id;
     output.note(
