@@ -121,6 +121,10 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
             request.header("authorization"),
             Some(format!("Bearer {secret}").as_str())
         );
+        assert_eq!(
+            request.header("user-agent"),
+            Some(concat!("keel/", env!("CARGO_PKG_VERSION")))
+        );
         assert_eq!(request.json()["model"], "local-model");
         assert_eq!(request.json()["stream"], true);
     }

@@ -1,6 +1,7 @@
 //! Edges of `keel run` as a process: `-o FILE` refused before the run when
 //! the final message could not be written; a reply cut at the model's
-//! output limit reported as cut.
+//! output limit reported as cut; a fork inside a tool batch continued; the
+//! view counting retries as attempts.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
@@ -281,4 +282,35 @@ fn a_fork_inside_a_tool_batch_continues_with_its_calls_closed_as_not_run() {
     }
     // The parent session is never written.
     assert_eq!(std::fs::read(&parent).unwrap(), before);
+}
+
+/// The view counts a provider's retries as the run's failure does:
+/// attempts out of all allowed.
+#[test]
+fn retries_are_counted_as_attempts_in_the_view_and_the_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        .args([
+            "demo",
+            "run-control",
+            "--case",
+            "retry-failure",
+            "--output-format",
+            "text",
+        ])
+        .env("HOME", dir.path().join("home"))
+        .env("XDG_CONFIG_HOME", dir.path().join("xdg-config"))
+        .env("XDG_DATA_HOME", dir.path().join("xdg-data"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let view = String::from_utf8_lossy(&output.stdout);
+    for shown in [
+        "↻ attempt 1 of 4 failed: HTTP 500",
+        "↻ attempt 3 of 4 failed: HTTP 503",
+        "(after 4 attempts)",
+    ] {
+        assert!(view.contains(shown), "{shown:?} missing:\n{view}");
+    }
+    assert!(!view.contains("attempt 4 of 4 failed"), "{view}");
 }

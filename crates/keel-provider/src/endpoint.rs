@@ -83,11 +83,16 @@ impl Endpoint {
         self.api_key.as_deref()
     }
 
-    /// A POST to `base_url + path`.
+    /// A POST to `base_url + path`, naming Keel as its [`USER_AGENT`].
     pub fn post(&self, path: &str) -> reqwest::RequestBuilder {
-        self.client.post(format!("{}{path}", self.base_url))
+        self.client
+            .post(format!("{}{path}", self.base_url))
+            .header(reqwest::header::USER_AGENT, USER_AGENT)
     }
 }
+
+/// What every request says it comes from: `keel/VERSION`.
+pub const USER_AGENT: &str = concat!("keel/", env!("CARGO_PKG_VERSION"));
 
 /// A client that gives up connecting after `timeouts.connect`.
 fn client_for(timeouts: HttpTimeouts) -> reqwest::Client {

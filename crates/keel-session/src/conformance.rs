@@ -27,6 +27,7 @@ pub async fn run_all(factory: Factory<'_>) {
     forks_copy_the_path_and_name_their_parent(factory()).await;
     unknown_sessions_are_refused(factory()).await;
     listing_shows_every_session_newest_first(factory()).await;
+    titles_are_one_trimmed_line(factory()).await;
     context_branch_starts_at_the_latest_checkpoint(factory()).await;
     concurrent_appends_all_land(factory()).await;
     abbreviated_ids_resolve_to_one_session(factory()).await;
@@ -245,6 +246,47 @@ async fn listing_shows_every_session_newest_first(store: Arc<dyn SessionStore>) 
         listed[1].title.as_deref(),
         Some("message a"),
         "the title is the first user text"
+    );
+}
+
+/// A title is the first user text with words in it, on one line, trimmed,
+/// cut at [`crate::TITLE_CHARS`] characters with an ellipsis.
+async fn titles_are_one_trimmed_line(store: Arc<dyn SessionStore>) {
+    let user = |id: &str, parent: Option<&str>, text: &str| {
+        Entry::new(
+            id,
+            parent.map(Into::into),
+            1,
+            EntryPayload::Message {
+                message: Message::User(UserMessage::text(text)),
+            },
+        )
+    };
+    let messy = store.create(NewSession::default()).await.unwrap();
+    let entries = vec![
+        user("a", None, " \n\t "),
+        user("b", Some("a"), "\n\n  Fix   the bug\r\nin\tfoo.rs  \n"),
+    ];
+    store.append(&messy, entries).await.unwrap();
+    let long = store.create(NewSession::default()).await.unwrap();
+    let text = format!("{} tail", "word ".repeat(40));
+    store
+        .append(&long, vec![user("c", None, &text)])
+        .await
+        .unwrap();
+    let listed = store.list().await.unwrap();
+    let title = |id: &str| {
+        listed
+            .iter()
+            .find(|info| info.id == id)
+            .and_then(|info| info.title.clone())
+    };
+    assert_eq!(title(&messy).as_deref(), Some("Fix the bug in foo.rs"));
+    let cut = title(&long).unwrap();
+    assert_eq!(cut.chars().count(), crate::TITLE_CHARS, "{cut:?}");
+    assert!(
+        cut.starts_with("word word") && cut.ends_with("word…"),
+        "{cut:?}"
     );
 }
 

@@ -38,6 +38,27 @@ use keel_protocol::{Entry, TimestampMs};
 pub use jsonl::{JsonlStore, LostSpan, SalvageReport, SessionReader, Snapshot};
 pub use memory::MemoryStore;
 
+/// Longest session title, in characters (an ellipsis marks a cut).
+pub const TITLE_CHARS: usize = 80;
+
+/// A session's title from its first user text: whitespace runs (newlines
+/// included) become one space, the ends are trimmed, and a text longer
+/// than [`TITLE_CHARS`] is cut with `…`. `None` for a text with no words.
+pub fn title_of(text: &str) -> Option<String> {
+    let mut words = text.split_whitespace();
+    let mut title = String::from(words.next()?);
+    for word in words {
+        title.push(' ');
+        title.push_str(word);
+    }
+    if title.chars().count() > TITLE_CHARS {
+        title = title.chars().take(TITLE_CHARS - 1).collect();
+        title.truncate(title.trim_end().len());
+        title.push('…');
+    }
+    Some(title)
+}
+
 /// The future a store operation returns.
 pub type StoreFuture<'a, T> = BoxFuture<'a, Result<T, SessionError>>;
 

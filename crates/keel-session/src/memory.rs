@@ -134,7 +134,7 @@ impl Tree {
         self.entries.iter().find_map(|entry| match &entry.payload {
             EntryPayload::Message {
                 message: Message::User(user),
-            } => Some(user.plain_text().chars().take(80).collect()),
+            } => crate::title_of(&user.plain_text()),
             _ => None,
         })
     }

@@ -310,9 +310,12 @@ impl View {
                 delay_ms,
                 error,
             } => {
+                // Counted as the run's failure counts them: attempts, out
+                // of all allowed ("… (after 4 attempts)").
                 let line = format!(
-                    "↻ retry {attempt}/{max_attempts} in {delay_ms} ms: {}",
-                    visible(&error.message)
+                    "↻ attempt {attempt} of {max_attempts} failed: {}; retrying in {}",
+                    visible(&error.message),
+                    describe::duration(Duration::from_millis(*delay_ms))
                 );
                 let line = self.palette.paint(style::WARN, &line);
                 self.above(&line);

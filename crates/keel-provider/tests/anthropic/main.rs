@@ -165,6 +165,11 @@ fn assert_request_basics_with(request: &RecordedRequest, key: &str) {
     assert_eq!(request.method, "POST");
     assert_eq!(request.path, "/v1/messages");
     assert_eq!(request.header("x-api-key"), Some(key));
+    assert_eq!(
+        request.header("user-agent"),
+        Some(keel_provider::endpoint::USER_AGENT)
+    );
+    assert!(keel_provider::endpoint::USER_AGENT.starts_with("keel/"));
     assert_eq!(request.header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(request.header("content-type"), Some("application/json"));
     assert_eq!(request.json()["stream"], json!(true));

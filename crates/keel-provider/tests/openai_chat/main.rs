@@ -96,6 +96,11 @@ fn assert_sent_with(request: &RecordedRequest, key: &str, body: &Value) {
     assert_eq!(request.path, "/chat/completions");
     let bearer = format!("Bearer {key}");
     assert_eq!(request.header("authorization"), Some(bearer.as_str()));
+    assert_eq!(
+        request.header("user-agent"),
+        Some(keel_provider::endpoint::USER_AGENT)
+    );
+    assert!(keel_provider::endpoint::USER_AGENT.starts_with("keel/"));
     assert_eq!(request.header("content-type"), Some("application/json"));
     assert_eq!(&request.json(), body);
 }

@@ -140,6 +140,11 @@ fn assert_sent_with(request: &RecordedRequest, key: &str) {
     assert_eq!(request.path, "/responses");
     let bearer = format!("Bearer {key}");
     assert_eq!(request.header("authorization"), Some(bearer.as_str()));
+    assert_eq!(
+        request.header("user-agent"),
+        Some(keel_provider::endpoint::USER_AGENT)
+    );
+    assert!(keel_provider::endpoint::USER_AGENT.starts_with("keel/"));
     let body = request.json();
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["store"], json!(false));

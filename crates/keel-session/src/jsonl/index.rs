@@ -85,7 +85,7 @@ impl Index {
         if self.title.is_none()
             && let Some(text) = &entry.user_text
         {
-            self.title = Some(text.chars().take(80).collect());
+            self.title = crate::title_of(text);
         }
         self.last_activity = self.last_activity.max(entry.timestamp);
         let position = self.slots.len();
