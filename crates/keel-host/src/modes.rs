@@ -20,51 +20,70 @@ pub struct MatrixRow {
     pub kind: IntentKind,
     /// Where it acts.
     pub scope: IntentScope,
+    /// Whether the call's processes run in Keel's OS sandbox (a `bash`
+    /// command), so that in `auto` the sandbox may decide it
+    /// ([`keel_kernel::policy::sandbox_decides`]) where the sandbox is
+    /// enforced.
+    pub confinable: bool,
 }
 
 /// The rows of the permission matrix (docs/security.md, "Modes").
-pub const ROWS: [MatrixRow; 7] = [
+pub const ROWS: [MatrixRow; 8] = [
     MatrixRow {
         name: "reads inside the workspace",
         tool: "read",
         kind: IntentKind::Read,
         scope: IntentScope::Workspace,
+        confinable: false,
     },
     MatrixRow {
         name: "writes inside the workspace",
         tool: "write",
         kind: IntentKind::Write,
         scope: IntentScope::Workspace,
+        confinable: false,
     },
     MatrixRow {
         name: "shell inside the workspace",
         tool: "bash",
         kind: IntentKind::Shell,
         scope: IntentScope::Workspace,
+        confinable: true,
     },
     MatrixRow {
         name: "anything outside the workspace",
         tool: "read",
         kind: IntentKind::Read,
         scope: IntentScope::Outside,
+        confinable: false,
     },
     MatrixRow {
         name: "network",
         tool: "bash",
         kind: IntentKind::Network,
         scope: IntentScope::Workspace,
+        confinable: true,
     },
     MatrixRow {
         name: "writes to `.git` or `.keel` (`git commit`)",
         tool: "bash",
         kind: IntentKind::Shell,
         scope: IntentScope::Metadata,
+        confinable: true,
     },
     MatrixRow {
-        name: "unknown or extension tools",
+        name: "commands whose reach the analysis cannot resolve (`echo $HOME`, a `for` loop)",
         tool: "bash",
         kind: IntentKind::Unknown,
         scope: IntentScope::Unknown,
+        confinable: true,
+    },
+    MatrixRow {
+        name: "tools of unknown effect (an extension's)",
+        tool: "extension",
+        kind: IntentKind::Unknown,
+        scope: IntentScope::Unknown,
+        confinable: false,
     },
 ];
 
@@ -76,15 +95,22 @@ pub const MODES: [PermissionMode; 4] = [
     PermissionMode::Full,
 ];
 
-/// What `policy` does with each row in `mode`.
+/// What `policy` does with each row in `mode`; `sandbox_enforced` says
+/// whether Keel's OS sandbox can confine commands on this machine (a
+/// confinable row is then evaluated as confined).
 pub fn decisions(
     policy: &dyn PermissionPolicy,
     mode: PermissionMode,
+    sandbox_enforced: bool,
 ) -> Vec<(MatrixRow, PolicyDecision)> {
     ROWS.iter()
         .map(|row| {
             let intent = OperationIntent::new(row.kind, row.scope);
-            (*row, policy.evaluate(mode, row.tool, &intent))
+            let confined = row.confinable && sandbox_enforced;
+            (
+                *row,
+                policy.evaluate_call(mode, row.tool, &intent, confined),
+            )
         })
         .collect()
 }
@@ -97,7 +123,7 @@ pub fn describe(mode: PermissionMode, sandbox_enforced: bool) -> String {
     let mut allowed = Vec::new();
     let mut asks = Vec::new();
     let mut denied = Vec::new();
-    for (row, decision) in decisions(&MatrixPolicy::default(), mode) {
+    for (row, decision) in decisions(&MatrixPolicy::default(), mode, sandbox_enforced) {
         match decision {
             PolicyDecision::Allow(level) => {
                 allowed.push(allowed_text(row, level, sandbox_enforced))
@@ -120,7 +146,7 @@ pub fn describe(mode: PermissionMode, sandbox_enforced: bool) -> String {
 }
 
 fn allowed_text(row: MatrixRow, level: SandboxLevel, sandbox_enforced: bool) -> String {
-    if row.kind != IntentKind::Shell {
+    if !row.confinable {
         return row.name.to_owned();
     }
     match level {
@@ -156,6 +182,27 @@ mod tests {
             "{auto}"
         );
         assert!(auto.contains("writes to `.git` or `.keel`"), "{auto}");
+        // Where the sandbox is enforced, `auto` runs what the analysis
+        // cannot resolve confined; elsewhere it asks.
+        assert!(
+            auto.contains(
+                "cannot resolve (`echo $HOME`, a `for` loop) (sandboxed workspace_write)"
+            ),
+            "{auto}"
+        );
+        assert!(
+            auto.contains("asks the host: ") && auto.contains("tools of unknown effect"),
+            "{auto}"
+        );
+        let unenforced = describe(PermissionMode::Auto, false);
+        assert!(
+            unenforced.contains("asks the host: ")
+                && unenforced
+                    .split("asks the host: ")
+                    .nth(1)
+                    .is_some_and(|asked| asked.contains("cannot resolve")),
+            "{unenforced}"
+        );
         assert!(
             plan.contains("denied: writes inside the workspace, anything outside"),
             "{plan}"
