@@ -55,7 +55,7 @@ fn main() -> ExitCode {
                 && args.len() == 3
                 && args[2] == "--json"
             {
-                return match version::run(true) {
+                return match version::run(args::DataFormat::Json) {
                     Ok(code) => code,
                     Err(error) => error.report(),
                 };
@@ -109,9 +109,10 @@ fn main() -> ExitCode {
             Command::Doctor(format) => doctor::run(format.data()),
             Command::Completion { shell } => install::completion(shell),
             Command::Man(args) => install::man(args.into_inner()),
-            Command::Version(args) => version::run(
-                args.json || args.format.data() != args::DataFormat::Text,
-            ),
+            Command::Version(args) => version::run(match args.json {
+                true => args::DataFormat::Json,
+                false => args.format.data(),
+            }),
         }
     });
     // Dropping the runtime ends the runs' tasks (which removes their kept
