@@ -133,11 +133,12 @@ fn main() -> ExitCode {
 fn asks_for_json(args: &[OsString]) -> bool {
     let json = |value: &OsString| value == "json" || value == "stream-json";
     let quiet = args.iter().any(|arg| arg == "-q" || arg == "--quiet");
-    let asked = args.iter().any(|arg| {
-        arg == "--output-format=json" || arg == "--output-format=stream-json"
-    }) || args
-        .windows(2)
-        .any(|pair| pair[0] == "--output-format" && json(&pair[1]));
+    let asked = args
+        .iter()
+        .any(|arg| arg == "--output-format=json" || arg == "--output-format=stream-json")
+        || args
+            .windows(2)
+            .any(|pair| pair[0] == "--output-format" && json(&pair[1]));
     asked && !quiet
 }
 

@@ -21,7 +21,11 @@ const ECHO: &str = "You write checkpoint summaries of a coding agent's conversat
 /// Runs `keel ARGS` asking for JSON: a run's events as JSON Lines, a
 /// session's document, the compaction's line.
 fn keel(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
-    let format = if args[0] == "run" { "stream-json" } else { "json" };
+    let format = if args[0] == "run" {
+        "stream-json"
+    } else {
+        "json"
+    };
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
         .args(common::with_format(args, format))
         .arg("--session-dir")

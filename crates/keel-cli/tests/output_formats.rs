@@ -154,7 +154,11 @@ fn strip_times(text: &str) -> String {
 #[test]
 fn every_data_command_prints_text_json_or_json_lines() {
     let (home, args) = fixture();
-    let output = keel_plain(&with(&args, &["--output-format", "json", "go"]), home.path(), "");
+    let output = keel_plain(
+        &with(&args, &["--output-format", "json", "go"]),
+        home.path(),
+        "",
+    );
     let result: Value = serde_json::from_slice(&output.stdout).unwrap();
     let id = result["session"]["id"].as_str().unwrap().to_owned();
     let entry = keel_plain(
@@ -202,7 +206,11 @@ fn every_data_command_prints_text_json_or_json_lines() {
             .collect()
     };
     let sessions = lines(&["session", "list", "--all"]);
-    assert!(sessions.iter().all(|line| line["type"] == "session_summary"));
+    assert!(
+        sessions
+            .iter()
+            .all(|line| line["type"] == "session_summary")
+    );
     assert!(sessions.len() >= 2, "the run's and the fork's");
     let branch = lines(&["session", "show", &id]);
     assert_eq!(branch.last().unwrap()["type"], "session_detail");
@@ -220,7 +228,11 @@ fn startup_errors_are_text_with_clap_hints_unless_json_was_asked() {
     let refused = |args: &[&str]| {
         let output = keel_plain(args, home.path(), "");
         assert_eq!(output.status.code(), Some(2), "{args:?}");
-        assert!(output.stdout.is_empty(), "{args:?}: {}", text(&output.stdout));
+        assert!(
+            output.stdout.is_empty(),
+            "{args:?}: {}",
+            text(&output.stdout)
+        );
         text(&output.stderr)
     };
     let stderr = refused(&["run", "--mode", "autoo", "x"]);

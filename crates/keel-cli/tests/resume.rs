@@ -57,7 +57,14 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
         ]),
     );
     let mut child = keel()
-        .args(["run", "--output-format", "stream-json", "--mode", "auto", "--script"])
+        .args([
+            "run",
+            "--output-format",
+            "stream-json",
+            "--mode",
+            "auto",
+            "--script",
+        ])
         .arg(&first)
         .arg("--workspace")
         .arg(workspace.path())
@@ -118,7 +125,15 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
         json!([{"content": [{"type": "text", "text": "resumed"}]}]),
     );
     let resumed = keel()
-        .args(["resume", &id, "--output-format", "stream-json", "--mode", "auto", "--script"])
+        .args([
+            "resume",
+            &id,
+            "--output-format",
+            "stream-json",
+            "--mode",
+            "auto",
+            "--script",
+        ])
         .arg(&second)
         .arg("--workspace")
         .arg(workspace.path())

@@ -223,7 +223,14 @@ fn bad_session_arguments_are_startup_errors() {
 #[test]
 fn the_session_tree_demo_branches_and_forks() {
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["demo", "session-tree", "--output-format", "stream-json", "--case", "success"])
+        .args([
+            "demo",
+            "session-tree",
+            "--output-format",
+            "stream-json",
+            "--case",
+            "success",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
@@ -253,7 +260,14 @@ fn the_session_tree_demo_branches_and_forks() {
     );
 
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["demo", "session-tree", "--output-format", "stream-json", "--case", "invalid-entry"])
+        .args([
+            "demo",
+            "session-tree",
+            "--output-format",
+            "stream-json",
+            "--case",
+            "invalid-entry",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
@@ -583,7 +597,10 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
         "{error}"
     );
     // (`tree` is read as text elsewhere: JSON is asked for here.)
-    for command in [&["show", &id][..], &["tree", &id, "--output-format", "json"]] {
+    for command in [
+        &["show", &id][..],
+        &["tree", &id, "--output-format", "json"],
+    ] {
         let command = command.to_vec();
         let (code, shown) = fixture.session(&command);
         assert_eq!(code, 2, "{command:?}");

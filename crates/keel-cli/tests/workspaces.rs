@@ -60,7 +60,13 @@ impl Fixture {
     fn list(&self, cwd: &str, extra: &[&str]) -> Vec<Value> {
         let sessions = self.dir.path().join("sessions");
         let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-            .args(["session", "list", "--output-format", "stream-json", "--session-dir"])
+            .args([
+                "session",
+                "list",
+                "--output-format",
+                "stream-json",
+                "--session-dir",
+            ])
             .arg(&sessions)
             .args(extra)
             .current_dir(self.workspace(cwd))

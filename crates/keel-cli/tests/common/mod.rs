@@ -39,8 +39,11 @@ pub fn with_stream_json<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> Vec<std::ffi::
         let arg = arg.as_ref().to_string_lossy();
         arg == "-q" || arg == "--quiet" || arg.starts_with("--output-format")
     });
-    let runs = subcommand_path(args)
-        .is_some_and(|(at, _)| ["run", "resume", "demo"].iter().any(|name| args[at].as_ref() == *name));
+    let runs = subcommand_path(args).is_some_and(|(at, _)| {
+        ["run", "resume", "demo"]
+            .iter()
+            .any(|name| args[at].as_ref() == *name)
+    });
     match named || !runs {
         true => args.iter().map(|arg| arg.as_ref().to_owned()).collect(),
         false => with_format(args, "stream-json"),
@@ -64,11 +67,14 @@ pub fn with_format<A: AsRef<std::ffi::OsStr>>(args: &[A], format: &str) -> Vec<s
 fn subcommand_path<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> Option<(usize, usize)> {
     let text = |index: usize| args[index].as_ref().to_string_lossy().into_owned();
     let at = (0..args.len()).find(|&index| {
-        let takes_value = index > 0 && (text(index - 1) == "--color" || text(index - 1) == "--log-file");
+        let takes_value =
+            index > 0 && (text(index - 1) == "--color" || text(index - 1) == "--log-file");
         !takes_value && !text(index).starts_with('-')
     })?;
     let two = ["session", "swebench", "demo"].contains(&text(at).as_str())
-        && args.get(at + 1).is_some_and(|next| !next.as_ref().to_string_lossy().starts_with('-'));
+        && args
+            .get(at + 1)
+            .is_some_and(|next| !next.as_ref().to_string_lossy().starts_with('-'));
     Some((at, if two { 2 } else { 1 }))
 }
 
