@@ -48,7 +48,7 @@ pub enum Command {
     /// Run a deterministic scenario (no key, no network).
     Demo(Deferred<DemoArgs>),
     /// List the configured providers, models and aliases.
-    Models(Deferred<ConfigArgs>),
+    Models(Deferred<ModelsArgs>),
     /// Inspect and branch stored sessions.
     #[command(subcommand)]
     Session(Deferred<SessionCommand>),
@@ -78,11 +78,7 @@ pub enum Command {
     #[command(subcommand)]
     Swebench(Deferred<crate::swebench_cmd::SwebenchCommand>),
     /// Report what the OS sandbox can enforce on this machine.
-    Doctor {
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
-    },
+    Doctor(Deferred<FormatArgs>),
     // --- install helpers (cli-view) ---
     /// Print a shell completion script.
     ///
@@ -99,12 +95,7 @@ pub enum Command {
     /// -`), as roff; `--dir DIR` writes every page into DIR instead.
     Man(Deferred<ManArgs>),
     /// Print the version, the commit it was built from and the build date.
-    Version {
-        /// One JSON object: also the session format versions read and
-        /// written, the JSON-RPC protocol version and the build's features.
-        #[arg(long)]
-        json: bool,
-    },
+    Version(Deferred<VersionArgs>),
 }
 
 /// A subcommand's arguments (or subcommands), whose definitions clap builds
@@ -300,6 +291,59 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
+/// `keel models`.
+#[derive(Debug, Clone, Args)]
+pub struct ModelsArgs {
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
+/// `keel version`.
+#[derive(Debug, Clone, Args)]
+pub struct VersionArgs {
+    /// The same as `--output-format json`: one JSON object, also naming the
+    /// session format versions read and written, the JSON-RPC protocol
+    /// version and the build's features.
+    #[arg(long, conflicts_with = "output_format")]
+    pub json: bool,
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
+/// How a command that prints data (not a run) prints it.
+#[derive(Debug, Clone, Copy, Args)]
+pub struct FormatArgs {
+    /// `text`: readable lines (`auto`, the default, is text on a terminal
+    /// and piped); `json`: one JSON document; `stream-json`: JSON Lines, one
+    /// object per item.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Auto)]
+    pub output_format: OutputFormat,
+}
+
+/// The forms a command that prints data prints in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DataFormat {
+    /// Readable lines.
+    Text,
+    /// One JSON document.
+    Json,
+    /// One JSON object per line.
+    StreamJson,
+}
+
+impl FormatArgs {
+    /// The form asked for: `auto` is text, on a terminal or not.
+    pub fn data(self) -> DataFormat {
+        match self.output_format {
+            OutputFormat::Auto | OutputFormat::Text => DataFormat::Text,
+            OutputFormat::Json => DataFormat::Json,
+            OutputFormat::StreamJson => DataFormat::StreamJson,
+        }
+    }
+}
+
 /// Where sessions are stored.
 #[derive(Debug, Clone, Args)]
 pub struct StoreArgs {
@@ -323,6 +367,8 @@ pub enum SessionCommand {
         /// List the sessions of this workspace instead of the current directory's.
         #[arg(long)]
         workspace: Option<PathBuf>,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Show a session and its active branch.
     Show {
@@ -330,6 +376,8 @@ pub enum SessionCommand {
         id: String,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Draw the session tree, marking the active branch.
     Tree {
@@ -337,6 +385,8 @@ pub enum SessionCommand {
         id: String,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Start a new session holding the path from the root to ENTRY.
     Fork {
@@ -346,6 +396,8 @@ pub enum SessionCommand {
         entry: String,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Write a new session from the intact records of a damaged one.
     ///
@@ -356,6 +408,8 @@ pub enum SessionCommand {
         id: String,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        format: FormatArgs,
     },
     /// Summarise the oldest part of a session's context into a checkpoint.
     ///
@@ -400,6 +454,8 @@ pub struct CompactArgs {
     pub context_window: Option<u64>,
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
 }
 
 #[derive(Debug, Args)]
@@ -704,15 +760,17 @@ pub struct SchemaArgs {
 /// How a run's output is printed.
 #[derive(Debug, Clone, Args)]
 pub struct OutputArgs {
-    /// `text`: the human view; `json`: one JSON object when the run ends;
-    /// `stream-json`: JSON Lines, every event as it happens; `auto`: text on
-    /// a terminal, stream-json otherwise.
+    /// `auto` (the default): the live view on a terminal, otherwise only the
+    /// final message (as `-q`); `text`: the human view (plain when not a
+    /// terminal); `json`: one JSON object when the run ends; `stream-json`:
+    /// JSON Lines, every event as it happens.
     #[arg(long, value_enum, default_value_t = OutputFormat::Auto)]
     pub output_format: OutputFormat,
     /// Also write the run's final message to FILE.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output_last_message: Option<PathBuf>,
-    /// Print only the run's final message (errors still go to stderr).
+    /// Print only the run's final message (errors still go to stderr); not
+    /// with `--output-format json` or `stream-json`.
     #[arg(short, long)]
     pub quiet: bool,
 }
@@ -720,13 +778,14 @@ pub struct OutputArgs {
 /// The `--output-format` values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum OutputFormat {
-    /// Text on a terminal, stream-json otherwise.
+    /// Text on a terminal; piped, a run prints only its final message and
+    /// other commands print text.
     Auto,
-    /// The human view.
+    /// The human view (a run's), or readable lines.
     Text,
-    /// One JSON object when the run ends.
+    /// One JSON object (a run's when it ends).
     Json,
-    /// JSON Lines as the run goes.
+    /// JSON Lines (a run's events as they happen).
     StreamJson,
 }
 

@@ -4,15 +4,16 @@
 //! the project layer of the session's workspace); the session's own
 //! provider and model (from its last `configuration` entry) are the default
 //! unless `--provider`/`--model`, a profile or a `-c provider=`/`model=`
-//! choose. They summarise the oldest part of its context into a checkpoint appended at its leaf, through
-//! `AgentKernel::compact`. Prints one typed JSON line (`"type": "compaction"`, or a
-//! sentence on a terminal); exit code 0 when a checkpoint was written, 1
+//! choose. They summarise the oldest part of its context into a checkpoint
+//! appended at its leaf, through `AgentKernel::compact`. Prints a sentence
+//! (`--output-format text`, the default), or with `json`/`stream-json` one
+//! typed JSON line (`"type": "compaction"`); exit code 0 when a checkpoint
+//! was written, 1
 //! when the compaction failed (`"type": "compaction_failed"`, nothing
 //! written: among others a summary that is empty, mostly repeats Keel's
 //! summary instructions, or does not make the context smaller — the same
 //! checks a run's compaction applies), 2 for a startup error.
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -26,6 +27,7 @@ use crate::session_cmd::{open_store, resolve_session};
 use crate::startup::StartupError;
 
 pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
+    let format = args.format.data();
     let store = open_store(&args.store)?;
     let id = resolve_session(&store, &args.id).await?;
     let (provider, model, workspace) = {
@@ -87,7 +89,7 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
     config.context_window = args.context_window;
     let store = Arc::new(store);
     let kernel = config.kernel(store.clone())?;
-    let terminal = std::io::stdout().is_terminal();
+    let terminal = format == crate::args::DataFormat::Text;
     match kernel.compact(&id, args.instructions.as_deref()).await {
         Ok(report) => {
             if terminal {

@@ -6,7 +6,8 @@
 //! a scratch workspace (which also reports the limits a command gets), so
 //! "enforced" below means "was just applied", not "the parts seem present".
 //! Exit code 0 when the sandbox works, 1 when sandboxed commands would fail
-//! closed.
+//! closed. Readable lines by default (`--output-format text`), one JSON
+//! object with `json`, one JSON line per check with `stream-json`.
 
 use std::process::ExitCode;
 
@@ -15,6 +16,7 @@ use keel_tools::sandbox::probe::{self, LEVELS};
 use keel_tools::sandbox::{REQUIRED_LANDLOCK_ABI, Sandbox};
 use serde_json::json;
 
+use crate::args::DataFormat;
 use crate::output::say;
 use crate::startup::StartupError;
 
@@ -37,7 +39,7 @@ struct Findings {
     enforced: bool,
 }
 
-pub fn run(json_output: bool) -> Result<ExitCode, StartupError> {
+pub fn run(format: DataFormat) -> Result<ExitCode, StartupError> {
     let scratch = tempfile::Builder::new()
         .prefix("keel-doctor-")
         .tempdir()
@@ -67,10 +69,10 @@ pub fn run(json_output: bool) -> Result<ExitCode, StartupError> {
         live,
         enforced,
     };
-    if json_output {
-        say(to_json(&findings));
-    } else {
-        report(&findings);
+    match format {
+        DataFormat::Text => report(&findings),
+        DataFormat::Json => say(to_json(&findings)),
+        DataFormat::StreamJson => to_json_lines(&findings).into_iter().for_each(say),
     }
     Ok(if findings.enforced {
         ExitCode::SUCCESS
@@ -100,6 +102,46 @@ fn to_json(findings: &Findings) -> serde_json::Value {
         })).collect::<Vec<_>>(),
         "sandbox_enforced": findings.enforced,
     })
+}
+
+/// One object per check, each tagged `"type": "check"` with its `check`
+/// name, then the verdict (`"type": "sandbox"`).
+fn to_json_lines(findings: &Findings) -> Vec<serde_json::Value> {
+    let mut lines = vec![
+        json!({
+            "type": "check", "check": "landlock",
+            "abi": findings.landlock.as_ref().ok(),
+            "error": findings.landlock.as_ref().err(),
+            "required_abi": REQUIRED_LANDLOCK_ABI,
+        }),
+        json!({"type": "check", "check": "seccomp", "available": findings.seccomp}),
+    ];
+    lines.extend(findings.namespaces.iter().map(|(name, outcome)| {
+        json!({
+            "type": "check", "check": "namespace", "namespace": name,
+            "available": outcome.is_ok(), "error": outcome.as_ref().err(),
+        })
+    }));
+    lines.push(json!({
+        "type": "check", "check": "max_user_namespaces",
+        "value": probe::max_user_namespaces(),
+    }));
+    lines.push(json!({
+        "type": "check", "check": "legacy_tiocsti", "value": findings.tiocsti,
+    }));
+    lines.push(json!({
+        "type": "check", "check": "command_limits",
+        "value": findings.limits.as_ref().ok(),
+        "error": findings.limits.as_ref().err(),
+    }));
+    lines.extend(findings.live.iter().map(|(level, outcome)| {
+        json!({
+            "type": "check", "check": "level", "level": level,
+            "enforced": outcome.is_ok(), "error": outcome.as_ref().err(),
+        })
+    }));
+    lines.push(json!({"type": "sandbox", "sandbox_enforced": findings.enforced}));
+    lines
 }
 
 fn report(findings: &Findings) {

@@ -13,7 +13,8 @@ permission mode you fix, and stores every run in a session.";
 /// What `keel -h` shows after the commands.
 pub const AFTER_HELP: &str = "\
 Modes of running (one line each):
-  keel run PROMPT              a run in this directory; a live view on a terminal
+  keel run PROMPT              a run in this directory; a live view on a terminal,
+                               only the final message when piped
   keel run -q PROMPT           print only the final message
   keel run --output-format json|stream-json PROMPT
                                one JSON object at the end | JSON Lines as it goes
@@ -31,14 +32,17 @@ More with --help (long form).";
 /// What `keel --help` shows after the commands.
 pub const AFTER_LONG_HELP: &str = "\
 Modes of running (one line each):
-  keel run PROMPT              a run in this directory; a live view on a terminal
-  keel run -q PROMPT           print only the final message (for scripts)
+  keel run PROMPT              a run in this directory; a live view on a terminal,
+                               only the final message when piped
+  keel run -q PROMPT           print only the final message (also on a terminal)
   keel run --output-format json PROMPT
                                one JSON object when the run ends
   keel run --output-format stream-json PROMPT
-                               JSON Lines as the run goes (the default when piped)
+                               JSON Lines as the run goes (for programs)
   keel demo NAME               a scripted scenario: no key, no network
-  keel session list|show|tree  what earlier runs stored
+  keel session list|show|tree  what earlier runs stored (text; --output-format
+                               json or stream-json for programs, as for models,
+                               doctor and version)
   keel rpc                     JSON-RPC 2.0 on stdin/stdout, for scripts
   keel serve                   the same over WebSocket, for services
 
@@ -77,7 +81,7 @@ In ask mode on a terminal each request is one line; answer y (once), a
 (always for this session: later calls of the same tool on the exact same
 command or path are allowed without asking while they resolve to the same
 files and programs) or n. Piped, one JSON answer
-per line: {\"request_id\": \"…\", \"decision\": \"approve\"} (or \"deny\").";
+per line (the request ids are in --output-format stream-json): {\"request_id\": \"…\", \"decision\": \"approve\"} (or \"deny\").";
 
 /// `keel demo --help`'s list of cases.
 pub const DEMO_CASES: &str = "\

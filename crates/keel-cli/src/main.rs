@@ -3,8 +3,8 @@
 //! Every subcommand parses its arguments, assembles a kernel, drives runs
 //! through the public `AgentRun` seam and prints JSON Lines (or a human view
 //! on a terminal). Exit codes: 0 only for a settled run, 1 for a failed or
-//! cancelled one, 2 for a startup error (one plain line on a terminal, one
-//! JSON line otherwise).
+//! cancelled one, 2 for a startup error (text on stderr, or one JSON line on
+//! stdout when `--output-format json` or `stream-json` was asked).
 
 mod args;
 mod ask;
@@ -48,16 +48,14 @@ fn main() -> ExitCode {
             // `args_os`: `std::env::args` panics on an argument that is not
             // UTF-8, which is exactly when clap refuses one.
             let args: Vec<OsString> = std::env::args_os().collect();
-            if asks_for_text(&args) {
-                startup::set_plain_errors(true);
-            }
+            startup::set_plain_errors(!asks_for_json(&args));
             // `keel --version --json`: clap answers `--version` before it
             // reads what follows, so the one flag that may follow is read here.
             if error.kind() == clap::error::ErrorKind::DisplayVersion
                 && args.len() == 3
                 && args[2] == "--json"
             {
-                return match version::run(true) {
+                return match version::run(args::DataFormat::Json) {
                     Ok(code) => code,
                     Err(error) => error.report(),
                 };
@@ -74,16 +72,12 @@ fn main() -> ExitCode {
         }
     };
     style::set_choice(cli.color);
-    if let Some(format) = output_format(&cli.command) {
-        startup::set_plain_errors(format == args::OutputFormat::Text);
-    }
-    // stdout carries only protocol messages (rpc), the address (serve) or
-    // a batch's summary (swebench): startup errors are a plain line on stderr.
-    if matches!(
-        cli.command,
-        Command::Rpc(_) | Command::Serve(_) | Command::Swebench(_)
-    ) {
-        startup::set_plain_errors(true);
+    startup::set_plain_errors(!matches!(
+        output_format(&cli.command),
+        Some(args::OutputFormat::Json | args::OutputFormat::StreamJson)
+    ));
+    if let Some(error) = quiet_conflict(&cli.command) {
+        return startup::usage_error(error);
     }
     if let Err(error) = init_tracing(cli.log_file.as_deref()) {
         return error.report();
@@ -107,15 +101,18 @@ fn main() -> ExitCode {
             Command::Resume(args) => run_cmd::resume(*args.into_inner()).await,
             Command::Demo(args) => demo::run(args.into_inner()).await,
             Command::Session(command) => session_cmd::run(command.into_inner()).await,
-            Command::Models(settings) => models_cmd::run(settings.into_inner()),
+            Command::Models(args) => models_cmd::run(args.into_inner()),
             Command::Schema(args) => startup::print_schema(args.into_inner()),
             Command::Rpc(args) => serve_cmd::rpc(*args.into_inner()).await,
             Command::Serve(args) => serve_cmd::serve(*args.into_inner()).await,
             Command::Swebench(command) => swebench_cmd::run(command.into_inner()).await,
-            Command::Doctor { json } => doctor::run(json),
+            Command::Doctor(format) => doctor::run(format.data()),
             Command::Completion { shell } => install::completion(shell),
             Command::Man(args) => install::man(args.into_inner()),
-            Command::Version { json } => version::run(json),
+            Command::Version(args) => version::run(match args.json {
+                true => args::DataFormat::Json,
+                false => args.format.data(),
+            }),
         }
     });
     // Dropping the runtime ends the runs' tasks (which removes their kept
@@ -128,15 +125,21 @@ fn main() -> ExitCode {
     }
 }
 
-/// Whether arguments that did not parse still ask for text (`-q`,
-/// `--output-format text`), so the usage error is a plain line. Arguments
-/// that are not UTF-8 are compared as they are (they are none of these).
-fn asks_for_text(args: &[OsString]) -> bool {
-    args.iter()
-        .any(|arg| arg == "-q" || arg == "--quiet" || arg == "--output-format=text")
+/// Whether arguments that did not parse still ask for JSON
+/// (`--output-format json` or `stream-json`, and no `-q`), so the usage
+/// error is a JSON line on stdout rather than clap's text on stderr.
+/// Arguments that are not UTF-8 are compared as they are (they are none of
+/// these).
+fn asks_for_json(args: &[OsString]) -> bool {
+    let json = |value: &OsString| value == "json" || value == "stream-json";
+    let quiet = args.iter().any(|arg| arg == "-q" || arg == "--quiet");
+    let asked = args
+        .iter()
+        .any(|arg| arg == "--output-format=json" || arg == "--output-format=stream-json")
         || args
             .windows(2)
-            .any(|pair| pair[0] == "--output-format" && pair[1] == "text")
+            .any(|pair| pair[0] == "--output-format" && json(&pair[1]));
+    asked && !quiet
 }
 
 /// The subcommand's name, for the log.
@@ -151,25 +154,74 @@ fn command_name(command: &Command) -> &'static str {
         Command::Rpc(_) => "rpc",
         Command::Serve(_) => "serve",
         Command::Swebench(_) => "swebench",
-        Command::Doctor { .. } => "doctor",
+        Command::Doctor(_) => "doctor",
         Command::Completion { .. } => "completion",
         Command::Man(_) => "man",
-        Command::Version { .. } => "version",
+        Command::Version(_) => "version",
     }
 }
 
-/// The output format a command names explicitly, if any.
+/// The output format a command names explicitly, if any (`-q` is text).
 fn output_format(command: &Command) -> Option<args::OutputFormat> {
-    let output = match command {
-        Command::Run(args) | Command::Resume(args) => &args.output,
-        Command::Demo(args) => &args.output,
+    use crate::args::{OutputFormat, SessionCommand};
+    let run_output = match command {
+        Command::Run(args) | Command::Resume(args) => Some(&args.output),
+        Command::Demo(args) => Some(&args.output),
+        _ => None,
+    };
+    let format = match (run_output, command) {
+        (Some(output), _) if output.quiet => return Some(OutputFormat::Text),
+        (Some(output), _) => output.output_format,
+        (None, Command::Models(args)) => args.format.output_format,
+        (None, Command::Doctor(args)) => args.output_format,
+        (None, Command::Version(args)) if args.json => OutputFormat::Json,
+        (None, Command::Version(args)) => args.format.output_format,
+        (None, Command::Session(command)) => match &**command {
+            SessionCommand::List { format, .. }
+            | SessionCommand::Show { format, .. }
+            | SessionCommand::Tree { format, .. }
+            | SessionCommand::Fork { format, .. }
+            | SessionCommand::Salvage { format, .. } => format.output_format,
+            SessionCommand::Compact(args) => args.format.output_format,
+            SessionCommand::Export { .. } => return None,
+        },
+        // stdout carries only protocol messages (rpc), the address (serve)
+        // or a batch's summary (swebench): startup errors are text on stderr.
         _ => return None,
     };
-    match (output.quiet, output.output_format) {
-        (true, _) => Some(args::OutputFormat::Text),
-        (false, args::OutputFormat::Auto) => None,
-        (false, format) => Some(format),
+    match format {
+        OutputFormat::Auto => None,
+        format => Some(format),
     }
+}
+
+/// `-q` with `--output-format json` or `stream-json` asks for two things
+/// at once: the usage error clap gives for conflicting arguments.
+fn quiet_conflict(command: &Command) -> Option<clap::Error> {
+    let (name, output) = match command {
+        Command::Run(args) => ("run", &args.output),
+        Command::Resume(args) => ("resume", &args.output),
+        Command::Demo(args) => ("demo", &args.output),
+        _ => return None,
+    };
+    let format = match output.output_format {
+        args::OutputFormat::Json => "json",
+        args::OutputFormat::StreamJson => "stream-json",
+        _ => return None,
+    };
+    if !output.quiet {
+        return None;
+    }
+    let mut root = args::full_command();
+    root.build();
+    let sub = root.find_subcommand_mut(name)?;
+    Some(sub.error(
+        clap::error::ErrorKind::ArgumentConflict,
+        format!(
+            "the argument '--quiet' cannot be used with '--output-format {format}' \
+             (-q prints only the final message, as text)"
+        ),
+    ))
 }
 
 /// Diagnostics, filtered by `KEEL_LOG`: to stderr (off unless `KEEL_LOG`

@@ -3,26 +3,29 @@
 //! It reads the same configuration as `keel run` (built-in catalog plus
 //! `config.toml` or `--config`, with `--profile` and `-c`) and reports, for
 //! each provider, its models and aliases and whether its key variable is
-//! set — never the key itself.
+//! set — never the key itself: readable lines (`--output-format text`, the
+//! default), one JSON document (`json`) or one JSON line per provider
+//! (`stream-json`).
 
-use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use keel_host::{Settings, Sources};
 use serde_json::json;
 
-use crate::args::ConfigArgs;
+use crate::args::{DataFormat, ModelsArgs};
 use crate::output::say;
 use crate::startup::StartupError;
 
-pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
+pub fn run(args: ModelsArgs) -> Result<ExitCode, StartupError> {
+    let format = args.format.data();
+    let args = args.settings;
     let mut sources = Sources::default();
     sources.config_file = args.config;
     sources.profile = args.profile;
     sources.overrides = args.overrides;
     let settings = Settings::load(&sources)?;
     let config = settings.catalog;
-    let terminal = std::io::stdout().is_terminal();
+    let mut providers = Vec::new();
     for (name, provider) in &config.providers {
         let key = match &provider.api_key_env {
             None => "not needed".to_owned(),
@@ -31,7 +34,7 @@ pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
             }
             Some(variable) => format!("{variable} is not set"),
         };
-        if terminal {
+        if format == DataFormat::Text {
             say(format!(
                 "{name}  ({}, {}; key: {key}; default model: {})",
                 provider
@@ -55,7 +58,7 @@ pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
                 ));
             }
         } else {
-            say(json!({
+            providers.push(json!({
                 "type": "provider",
                 "provider": name,
                 "api": provider.api,
@@ -67,6 +70,11 @@ pub fn run(args: ConfigArgs) -> Result<ExitCode, StartupError> {
                 "aliases": provider.aliases,
             }));
         }
+    }
+    match format {
+        DataFormat::Text => {}
+        DataFormat::Json => say(json!({ "providers": providers })),
+        DataFormat::StreamJson => providers.into_iter().for_each(say),
     }
     Ok(ExitCode::SUCCESS)
 }

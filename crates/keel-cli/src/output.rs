@@ -6,8 +6,9 @@
 //! `workspace_changes` line and a `session` line — every line tagged by
 //! `type` (the events' types, and `keel_protocol::HostLine`'s); `json`
 //! prints one `result` object holding all of that when the run ends; `text`
-//! is the view (`crate::view`); `auto` is text on a terminal, stream-json
-//! otherwise. `-q` prints only the final message; `-o FILE` also writes the
+//! is the view (`crate::view`), plain when not a terminal; `auto` is the
+//! view on a terminal and otherwise only the final message, as `-q` prints
+//! it (warnings and errors as text on stderr). `-o FILE` also writes the
 //! final message to FILE. A host's own steps (a demo's) are `note`s: a
 //! typed JSON line, or a plain line in the view — never JSON in the view.
 
@@ -54,11 +55,10 @@ impl Output {
     pub fn new(args: &OutputArgs, prompts: bool) -> Self {
         let format = match args.output_format {
             OutputFormat::Auto if std::io::stdout().is_terminal() => OutputFormat::Text,
-            OutputFormat::Auto => OutputFormat::StreamJson,
             other => other,
         };
         let form = match (args.quiet, format) {
-            (true, _) => Form::Quiet,
+            (true, _) | (false, OutputFormat::Auto) => Form::Quiet,
             (false, OutputFormat::Json) => Form::Json,
             (false, OutputFormat::Text) => Form::View(Box::new(View::new(
                 Palette::for_stream(style::choice(), false),

@@ -5,8 +5,12 @@
 //! run writes to it; a torn tail is mentioned, not cut. Only `fork` and
 //! `salvage` write, and only to the new session. `tree` and `export` read one entry at a time,
 //! so their memory grows with the number of entries, not their size.
+//!
+//! `list`, `show`, `tree`, `fork`, `salvage` and `compact` print readable
+//! lines by default (`--output-format text`, on a terminal and piped), one
+//! JSON document with `json`, and JSON Lines with `stream-json`.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::process::ExitCode;
 
 use keel_host::sessions;
@@ -14,7 +18,7 @@ use keel_protocol::{ContentBlock, Entry, EntryPayload, Message};
 use keel_session::{JsonlStore, Repair, SessionReader, Snapshot, TornTail};
 use serde_json::json;
 
-use crate::args::{SessionCommand, StoreArgs};
+use crate::args::{DataFormat, SessionCommand, StoreArgs};
 use crate::output::say;
 use crate::startup::StartupError;
 
@@ -24,20 +28,32 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
             store,
             all,
             workspace,
+            format,
         } => {
             let workspace = match all {
                 true => None,
                 false => Some(sessions::workspace_root(workspace.as_deref())?),
             };
-            list(&open_store(&store)?, workspace.as_deref()).await
+            list(&open_store(&store)?, workspace.as_deref(), format.data()).await
         }
-        SessionCommand::Show { id, store } => show(&open_store(&store)?, &id).await,
-        SessionCommand::Tree { id, store } => tree(&open_store(&store)?, &id).await,
-        SessionCommand::Fork { id, entry, store } => fork(&open_store(&store)?, &id, &entry).await,
+        SessionCommand::Show { id, store, format } => {
+            show(&open_store(&store)?, &id, format.data()).await
+        }
+        SessionCommand::Tree { id, store, format } => {
+            tree(&open_store(&store)?, &id, format.data()).await
+        }
+        SessionCommand::Fork {
+            id,
+            entry,
+            store,
+            format,
+        } => fork(&open_store(&store)?, &id, &entry, format.data()).await,
         SessionCommand::Export { id, output, store } => {
             export(&open_store(&store)?, &id, output.as_deref()).await
         }
-        SessionCommand::Salvage { id, store } => salvage(&open_store(&store)?, &id).await,
+        SessionCommand::Salvage { id, store, format } => {
+            salvage(&open_store(&store)?, &id, format.data()).await
+        }
         SessionCommand::Compact(args) => crate::compact_cmd::run(*args).await,
     }
 }
@@ -85,15 +101,17 @@ fn torn_json(torn: Option<&TornTail>) -> serde_json::Value {
     )
 }
 
-/// The sessions of `workspace` (every one for `None`): a table on a
-/// terminal (the workspace column only with every workspace), else one JSON
-/// object per session.
+/// The sessions of `workspace` (every one for `None`): a table as text
+/// (the workspace column only with every workspace), one JSON document
+/// (`{"workspace", "sessions", "others"}`), or one JSON object per session.
 async fn list(
     store: &JsonlStore,
     workspace: Option<&std::path::Path>,
+    format: DataFormat,
 ) -> Result<ExitCode, StartupError> {
     let (sessions, others) = sessions::sessions_of(store, workspace).await?;
-    let terminal = std::io::stdout().is_terminal();
+    let terminal = format == DataFormat::Text;
+    let mut documents = Vec::new();
     if terminal {
         match workspace {
             Some(root) => say(format!("sessions of {}", root.display())),
@@ -143,8 +161,18 @@ async fn list(
                 "parent_session": info.parent_session, "problem": info.problem,
                 "torn_tail": torn_json(info.torn.as_ref()), "workspace": info.workspace,
             });
-            say(line);
+            match format {
+                DataFormat::Json => documents.push(line),
+                _ => say(line),
+            }
         }
+    }
+    if format == DataFormat::Json {
+        say(json!({
+            "workspace": workspace.map(|root| root.display().to_string()),
+            "sessions": documents,
+            "others": others,
+        }));
     }
     if terminal && others > 0 {
         say(format!(
@@ -160,11 +188,17 @@ async fn reader(store: &JsonlStore, wanted: &str) -> Result<SessionReader, Start
 }
 
 /// The session and its active branch, one entry read at a time: a header
-/// and a line per entry on a terminal, else one JSON object (keys in the
-/// order `json!` sorts them) streamed as it is read.
-async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+/// and a line per entry as text; one JSON object (keys in the order `json!`
+/// sorts them) streamed as it is read; or, as JSON Lines, a `branch_entry`
+/// line per entry then a `session_detail` line (the document without its
+/// branch).
+async fn show(
+    store: &JsonlStore,
+    wanted: &str,
+    format: DataFormat,
+) -> Result<ExitCode, StartupError> {
     let reader = reader(store, wanted).await?;
-    if std::io::stdout().is_terminal() {
+    if format == DataFormat::Text {
         say(format!(
             "session {}  ({} entries, leaf {})",
             reader.id(),
@@ -186,22 +220,41 @@ async fn show(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
         say(context.line());
         return Ok(ExitCode::SUCCESS);
     }
+    let lines = format == DataFormat::StreamJson;
     let mut context = Context::default();
     to_stdout(|sink| {
-        let mut written = sink.write_all(b"{\"branch\":[");
+        let mut written = match lines {
+            true => Ok(()),
+            false => sink.write_all(b"{\"branch\":["),
+        };
         for (position, entry) in reader.active_entries().enumerate() {
             let entry = entry?;
             context.push(&entry);
-            let item = json!({
+            let mut item = json!({
                 "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(), "summary": describe(&entry),
             });
-            let separator: &[u8] = if position == 0 { b"" } else { b"," };
+            let separator: &[u8] = match (lines, position) {
+                (true, _) => b"",
+                (false, 0) => b"",
+                (false, _) => b",",
+            };
+            if lines {
+                item["type"] = json!("branch_entry");
+            }
             written = written
                 .and_then(|()| sink.write_all(separator))
-                .and_then(|()| serde_json::to_writer(&mut *sink, &item).map_err(Into::into));
+                .and_then(|()| serde_json::to_writer(&mut *sink, &item).map_err(Into::into))
+                .and_then(|()| match lines {
+                    true => sink.write_all(b"\n"),
+                    false => Ok(()),
+                });
         }
+        let head = match lines {
+            true => "{\"type\":\"session_detail\",",
+            false => "],",
+        };
         let tail = format!(
-            "],\"context\":{},\"created\":{},\"entries\":{},\"id\":{},\"leaf\":{},\"parent_session\":{},\"torn_tail\":{},\"workspace\":{}}}\n",
+            "{head}\"context\":{},\"created\":{},\"entries\":{},\"id\":{},\"leaf\":{},\"parent_session\":{},\"torn_tail\":{},\"workspace\":{}}}\n",
             context.json(),
             reader.created(),
             reader.len(),
@@ -293,9 +346,19 @@ fn to_stdout(
 
 /// The tree, drawn from the index (ids and parents) with each entry read
 /// only to label its line: memory grows with the entry count, not payloads.
-async fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+/// As JSON, every entry in append order with its parent, whether it is on
+/// the active branch and whether it is the leaf: one document
+/// (`{"id", "leaf", "entries", "torn_tail"}`) or a `tree_entry` line each.
+async fn tree(
+    store: &JsonlStore,
+    wanted: &str,
+    format: DataFormat,
+) -> Result<ExitCode, StartupError> {
     let reader = reader(store, wanted).await?;
     let parents: Vec<Option<Option<usize>>> = reader.parent_positions().map(Some).collect();
+    if format != DataFormat::Text {
+        return tree_json(&reader, &parents, format);
+    }
     draw(
         &parents,
         reader.leaf_position(),
@@ -311,25 +374,95 @@ async fn tree(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError
     Ok(ExitCode::SUCCESS)
 }
 
-async fn fork(store: &JsonlStore, wanted: &str, entry: &str) -> Result<ExitCode, StartupError> {
+/// [`tree`] as JSON.
+fn tree_json(
+    reader: &SessionReader,
+    parents: &[Option<Option<usize>>],
+    format: DataFormat,
+) -> Result<ExitCode, StartupError> {
+    let leaf = reader.leaf_position();
+    let mut active = vec![false; parents.len()];
+    let branch = leaf.and_then(|tip| {
+        keel_session::path_from_root(tip, parents.len(), |position| {
+            parents.get(position).copied().flatten()
+        })
+    });
+    for position in branch.unwrap_or_default() {
+        if let Some(mark) = active.get_mut(position) {
+            *mark = true;
+        }
+    }
+    let mut entries = Vec::new();
+    for (position, on_branch) in active.iter().enumerate() {
+        let entry = reader.entry_at(position)?;
+        let mut item = json!({
+            "id": entry.id, "parent_id": entry.parent_id, "kind": entry.kind(),
+            "summary": describe(&entry), "active": on_branch, "leaf": leaf == Some(position),
+        });
+        match format {
+            DataFormat::StreamJson => {
+                item["type"] = json!("tree_entry");
+                say(item);
+            }
+            _ => entries.push(item),
+        }
+    }
+    match format {
+        DataFormat::StreamJson => {
+            if let Some(torn) = reader.torn() {
+                let mut line = torn_json(Some(torn));
+                line["type"] = json!("torn_tail");
+                say(line);
+            }
+        }
+        _ => say(json!({
+            "id": reader.id(), "leaf": reader.leaf(), "entries": entries,
+            "torn_tail": torn_json(reader.torn()),
+        })),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn fork(
+    store: &JsonlStore,
+    wanted: &str,
+    entry: &str,
+    format: DataFormat,
+) -> Result<ExitCode, StartupError> {
     let reader = reader(store, wanted).await?;
     let entry = sessions::resolve_entry(reader.entry_ids(), entry)?;
     let source = reader.id().to_owned();
     drop(reader);
     let fork = sessions::fork(store, &source, &entry).await?;
-    say(format!(
-        "{}",
-        json!({"type": "fork", "session": {"id": fork.session_id, "parent_session": source,
-            "forked_at": entry, "closed_calls": fork.closed_calls}})
-    ));
+    match format {
+        DataFormat::Text => {
+            say(format!(
+                "forked session {source} at entry {entry} into new session {}",
+                fork.session_id
+            ));
+            if !fork.closed_calls.is_empty() {
+                say(format!(
+                    "closed {} call(s) the fork point left without results, as not run: {}",
+                    fork.closed_calls.len(),
+                    fork.closed_calls.join(", ")
+                ));
+            }
+        }
+        _ => say(json!({"type": "fork", "session": {"id": fork.session_id,
+            "parent_session": source, "forked_at": entry, "closed_calls": fork.closed_calls}})),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
 /// A new session from a damaged one's intact records (through keel-host):
-/// what was kept and lost as lines on a terminal, else one JSON object.
-async fn salvage(store: &JsonlStore, wanted: &str) -> Result<ExitCode, StartupError> {
+/// what was kept and lost as text, else one JSON object.
+async fn salvage(
+    store: &JsonlStore,
+    wanted: &str,
+    format: DataFormat,
+) -> Result<ExitCode, StartupError> {
     let report = sessions::salvage(store, wanted).await?;
-    if !std::io::stdout().is_terminal() {
+    if format != DataFormat::Text {
         let lost: Vec<serde_json::Value> = report
             .lost
             .iter()

@@ -1,10 +1,10 @@
-//! Startup errors: exit code 2, and one line — plain on stderr when a
-//! person reads the output (a terminal, or `--output-format text`), a
-//! `{"type": "startup_error", "code": …, "message": …}` line on stdout when a
-//! program does.
+//! Startup errors: exit code 2, and text on stderr — the whole message, so
+//! clap's hints (possible values, a similar argument, usage) and the TOML
+//! parser's snippet survive — unless the command asked for JSON
+//! (`--output-format json` or `stream-json`): then one
+//! `{"type": "startup_error", "code": …, "message": …}` line on stdout.
 
 use std::ffi::OsString;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::OnceLock;
 
@@ -64,12 +64,20 @@ impl StartupError {
         &self.message
     }
 
-    /// Prints the error line and returns exit code 2.
+    /// Prints the error and returns exit code 2.
     pub fn report(self) -> ExitCode {
         if plain_errors() {
-            let first = self.message.lines().next().unwrap_or_default();
-            let first = first.strip_prefix("error: ").unwrap_or(first);
-            eprintln!("keel: {} [{}]", crate::escape::visible(first), self.code);
+            let message = self.message.trim_end();
+            let message = message.strip_prefix("error: ").unwrap_or(message);
+            let mut lines = message.lines();
+            let first = lines.next().unwrap_or_default();
+            let mut text = format!("keel: {} [{}]\n", crate::escape::visible(first), self.code);
+            for line in lines {
+                text.push_str(&crate::escape::visible(line));
+                text.push('\n');
+            }
+            let mut stderr = std::io::stderr().lock();
+            let _ = std::io::Write::write_all(&mut stderr, text.as_bytes());
         } else {
             let line = HostLine::StartupError(StartupErrorLine::new(self.code, self.message));
             match serde_json::to_string(&line) {
@@ -81,18 +89,18 @@ impl StartupError {
     }
 }
 
-/// Whether errors are for a person: set from `--output-format` when given,
-/// else whether stdout is a terminal.
+/// Whether errors are text on stderr: unless `--output-format` asked for
+/// JSON.
 static PLAIN_ERRORS: OnceLock<bool> = OnceLock::new();
 
-/// Records, once, whether errors are for a person (`--output-format text`)
-/// or a program (`json`, `stream-json`).
+/// Records, once, whether errors are text (the default) or a JSON line for
+/// a program (`--output-format json` or `stream-json`).
 pub fn set_plain_errors(plain: bool) {
     let _ = PLAIN_ERRORS.set(plain);
 }
 
 fn plain_errors() -> bool {
-    *PLAIN_ERRORS.get_or_init(|| std::io::stdout().is_terminal())
+    *PLAIN_ERRORS.get_or_init(|| true)
 }
 
 /// Reports a command-line parse error; `--help` and `--version` print normally.
@@ -107,15 +115,14 @@ pub fn usage_error(error: clap::Error) -> ExitCode {
         let _ = error.print();
         return ExitCode::SUCCESS;
     }
-    let message = error.render().to_string();
-    let mut message = message.trim().to_owned();
     if plain_errors() {
-        message = format!(
-            "{} (see --help)",
-            message.lines().next().unwrap_or_default()
-        );
+        // clap's own text: the error, its hints (possible values, a
+        // similar argument) and the usage.
+        let _ = error.print();
+        return ExitCode::from(2);
     }
-    StartupError::new("usage", message).report()
+    let message = error.render().to_string();
+    StartupError::new("usage", message.trim()).report()
 }
 
 /// The startup error for arguments clap refused as not UTF-8, naming the

@@ -32,9 +32,8 @@ pub enum SwebenchCommand {
     Status {
         /// The output directory.
         output: PathBuf,
-        /// One JSON object instead of text.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        format: crate::args::FormatArgs,
     },
     /// Print (or run) the official harness command for the predictions.
     ///
@@ -159,7 +158,7 @@ pub struct RunArgs {
 pub async fn run(command: SwebenchCommand) -> Result<ExitCode, StartupError> {
     match command {
         SwebenchCommand::Run(args) => run_batch(*args).await,
-        SwebenchCommand::Status { output, json } => status(&output, json),
+        SwebenchCommand::Status { output, format } => status(&output, format),
         SwebenchCommand::Eval {
             output,
             run,
@@ -273,9 +272,13 @@ async fn run_batch(args: RunArgs) -> Result<ExitCode, StartupError> {
     })
 }
 
-fn status(output: &std::path::Path, json: bool) -> Result<ExitCode, StartupError> {
+fn status(
+    output: &std::path::Path,
+    format: crate::args::FormatArgs,
+) -> Result<ExitCode, StartupError> {
     let status = keel_swebench::status::status(output)?;
-    if json {
+    // One object either way: a summary is one item.
+    if format.data() != crate::args::DataFormat::Text {
         let text = serde_json::to_string(&status)
             .map_err(|problem| StartupError::new("io", problem.to_string()))?;
         println!("{text}");

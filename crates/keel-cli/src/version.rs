@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use serde_json::{Value, json};
 
+use crate::args::DataFormat;
 use crate::startup::StartupError;
 
 /// What follows `keel ` in `keel --version`: `0.1.0 (commit 1a2b3c4d5e,
@@ -49,12 +50,17 @@ fn features() -> Vec<String> {
     features
 }
 
-/// `keel version`: the `--version` line, or with `json` one JSON object.
-pub fn run(json: bool) -> Result<ExitCode, StartupError> {
-    let text = if json {
-        info().to_string()
-    } else {
-        format!("keel {VERSION_LINE}")
+/// `keel version`: the `--version` line, or one JSON object (with
+/// `"type": "version"` as a JSON line of `stream-json`).
+pub fn run(format: DataFormat) -> Result<ExitCode, StartupError> {
+    let text = match format {
+        DataFormat::Text => format!("keel {VERSION_LINE}"),
+        DataFormat::Json => info().to_string(),
+        DataFormat::StreamJson => {
+            let mut line = info();
+            line["type"] = Value::from("version");
+            line.to_string()
+        }
     };
     crate::install::write_stdout(format!("{text}\n").as_bytes())
 }

@@ -20,6 +20,8 @@ fn a_prompt_that_is_not_utf8_is_a_startup_error_naming_it() {
         OsString::from("--provider"),
         OsString::from("scripted"),
         bytes(b"fix the \xff\xfe bug"),
+        OsString::from("--output-format"),
+        OsString::from("stream-json"),
     ];
     let output = common::keel_os(&args, None, "");
     assert_eq!(output.code, 2, "{}", output.stderr);

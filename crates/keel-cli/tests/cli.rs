@@ -208,9 +208,13 @@ fn schema_prints_the_checked_in_schemas() {
     )
     .unwrap();
     assert_eq!(printed, on_disk);
-    assert_eq!(
-        startup_error(&keel(&["schema", "nope"], None, "")),
-        "unknown_schema"
+    let unknown = keel(&["schema", "nope"], None, "");
+    assert_eq!(unknown.code, 2);
+    assert!(
+        unknown.stderr.starts_with("keel: no schema named `nope`")
+            && unknown.stderr.contains("[unknown_schema]"),
+        "{}",
+        unknown.stderr
     );
 }
 

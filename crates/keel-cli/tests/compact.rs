@@ -18,9 +18,16 @@ const SUMMARY: &str = "## Goal\n- answer\n## Constraints and preferences\n- none
 /// summary prompt, its headings and its rules).
 const ECHO: &str = "You write checkpoint summaries of a coding agent's conversation. The agent will continue the task from your summary alone: the conversation you summarise is removed from its context. Do not continue the conversation, do not answer questions asked in it, and do not call tools. Write only the summary, in Markdown, under exactly these eight headings, in this order, each as a `## ` line:\n\n## Goal\n## Constraints and preferences\n## Done and verified\n## In progress\n## Blocked\n## Key decisions\n## Exact files, symbols, commands and errors\n## Next steps\n\nUnder each heading write short bullet points (or `- none`). Be exact: keep file paths, function and type names, commands, error messages and numbers verbatim, because the agent will act on them.";
 
+/// Runs `keel ARGS` asking for JSON: a run's events as JSON Lines, a
+/// session's document, the compaction's line.
 fn keel(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
+    let format = if args[0] == "run" {
+        "stream-json"
+    } else {
+        "json"
+    };
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(args)
+        .args(common::with_format(args, format))
         .arg("--session-dir")
         .arg(dir.join("sessions"))
         .env("XDG_CONFIG_HOME", dir.join("config"))

@@ -215,11 +215,21 @@ impl World {
         self.keel(&args, env)
     }
 
-    /// `keel session ARGS --session-dir D`.
+    /// `keel session ARGS --session-dir D`, asking for JSON where the
+    /// tests read it: `list` as JSON Lines, `show`, `fork`, `salvage` and
+    /// `compact` as one document; `tree` is text unless ARGS ask.
     fn session(&self, args: &[&str]) -> Ran {
         let sessions = self.sessions();
         let mut all = vec!["session"];
         all.extend_from_slice(args);
+        let format = match args[0] {
+            "list" => Some("stream-json"),
+            "show" | "fork" | "salvage" | "compact" => Some("json"),
+            _ => None,
+        };
+        if let Some(format) = format {
+            all.extend(["--output-format", format]);
+        }
         all.extend(["--session-dir", sessions.to_str().unwrap()]);
         self.keel(&all, &[])
     }
@@ -1242,8 +1252,10 @@ fn a_session_of_a_newer_format_is_refused_by_every_command_and_nothing_is_writte
                 ),
             ),
             ("session show", world.session(&["show", id])),
-            ("session tree", world.session(&["tree", id])),
-            ("session export", world.session(&["export", id])),
+            (
+                "session tree",
+                world.session(&["tree", id, "--output-format", "json"]),
+            ),
             ("session fork", world.session(&["fork", id, &entry])),
             ("session salvage", world.session(&["salvage", id])),
             (

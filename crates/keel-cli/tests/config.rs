@@ -62,13 +62,16 @@ impl Home {
         std::fs::canonicalize(self.dir.path().join("project")).unwrap()
     }
 
-    /// `keel ARGS` in the workspace, reading this home's configuration.
+    /// `keel ARGS --output-format stream-json` (a run's events, the
+    /// providers) in the workspace, reading this home's configuration.
     fn keel(&self, args: &[&str]) -> Command {
         let mut command = live::command(&self.dir.path().join("data"));
         command
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))
             .current_dir(self.workspace())
-            .args(args);
+            .args(&args[..1])
+            .args(["--output-format", "stream-json"])
+            .args(&args[1..]);
         command
     }
 }

@@ -137,7 +137,8 @@ fn one_page_is_printed_by_its_command_name() {
             "{args:?} prints {file}"
         );
     }
-    let (code, stdout, _) = keel(&["man", "nope"], home.path());
+    let (code, stdout, stderr) = keel(&["man", "nope"], home.path());
     assert_eq!(code, 2);
-    assert!(stdout.contains("no man page for `nope`"), "{stdout}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(stderr.contains("no man page for `nope`"), "{stderr}");
 }

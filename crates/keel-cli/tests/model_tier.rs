@@ -295,6 +295,8 @@ fn keel_run_calls_a_tool_for_real_and_settles() {
     let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
         .args([
             "run",
+            "--output-format",
+            "stream-json",
             "--provider",
             "openai-compatible",
             "--base-url",

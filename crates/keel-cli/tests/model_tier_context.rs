@@ -163,7 +163,14 @@ fn an_oversized_request_compacts_with_smollm2_and_ends_settled_or_typed() {
     let prompt = format!("Here is the keeper's log:\n{log}\nHow many lines does the log have?");
     let started = Instant::now();
     let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["run", "--provider", "openai-compatible", "--base-url"])
+        .args([
+            "run",
+            "--output-format",
+            "stream-json",
+            "--provider",
+            "openai-compatible",
+            "--base-url",
+        ])
         .arg(format!("{}/v1", server.url))
         .args(["--model", "smollm2", "--mode", "full", "--tools", "read"])
         .args([

@@ -39,7 +39,15 @@ fn run(base: &Path, mode: &str) -> String {
     let script_path = base.join("script.json");
     std::fs::write(&script_path, script.to_string()).unwrap();
     let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["run", "--provider", "scripted", "--mode", mode])
+        .args([
+            "run",
+            "--output-format",
+            "stream-json",
+            "--provider",
+            "scripted",
+            "--mode",
+            mode,
+        ])
         .arg("--script")
         .arg(&script_path)
         .arg("--workspace")

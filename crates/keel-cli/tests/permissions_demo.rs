@@ -10,7 +10,16 @@ use serde_json::Value;
 /// The JSON lines `keel demo permissions --mode MODE --case CASE` printed.
 fn demo(mode: &str, case: &str) -> (i32, Vec<Value>) {
     let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["demo", "permissions", "--mode", mode, "--case", case])
+        .args([
+            "demo",
+            "permissions",
+            "--output-format",
+            "stream-json",
+            "--mode",
+            mode,
+            "--case",
+            case,
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8(output.stdout).unwrap();

@@ -85,6 +85,8 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
         .args([
             "run",
+            "--output-format",
+            "stream-json",
             "--provider",
             "local",
             "--base-url",
@@ -172,7 +174,16 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
 #[test]
 fn a_missing_key_is_a_startup_error_naming_the_variable() {
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["run", "--provider", "deepseek", "--workspace", ".", "hello"])
+        .args([
+            "run",
+            "--output-format",
+            "stream-json",
+            "--provider",
+            "deepseek",
+            "--workspace",
+            ".",
+            "hello",
+        ])
         .env_remove("DEEPSEEK_API_KEY")
         .env("XDG_CONFIG_HOME", "/nonexistent-keel-config")
         .env(

@@ -188,7 +188,15 @@ impl World {
         std::fs::write(&script_path, script.to_string()).unwrap();
         let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
         command
-            .args(["run", "--provider", "scripted", "--mode", mode])
+            .args([
+                "run",
+                "--output-format",
+                "stream-json",
+                "--provider",
+                "scripted",
+                "--mode",
+                mode,
+            ])
             .args(["--tools", "read,write,edit,bash,grep"])
             .arg("--script")
             .arg(&script_path)

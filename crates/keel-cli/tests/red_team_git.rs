@@ -66,7 +66,15 @@ impl World {
         let script = self.base().join("script.json");
         std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
         let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-            .args(["run", "--provider", "scripted", "--mode", mode])
+            .args([
+                "run",
+                "--output-format",
+                "stream-json",
+                "--provider",
+                "scripted",
+                "--mode",
+                mode,
+            ])
             .arg("--script")
             .arg(&script)
             .arg("--workspace")

@@ -100,7 +100,15 @@ impl Race {
         let script_path = self.path("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
         let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-            .args(["run", "--provider", "scripted", "--mode", "auto"])
+            .args([
+                "run",
+                "--output-format",
+                "stream-json",
+                "--provider",
+                "scripted",
+                "--mode",
+                "auto",
+            ])
             .args(["--tools", "read,write,edit,grep,find,ls"])
             .arg("--script")
             .arg(&script_path)

@@ -57,7 +57,14 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
         ]),
     );
     let mut child = keel()
-        .args(["run", "--mode", "auto", "--script"])
+        .args([
+            "run",
+            "--output-format",
+            "stream-json",
+            "--mode",
+            "auto",
+            "--script",
+        ])
         .arg(&first)
         .arg("--workspace")
         .arg(workspace.path())
@@ -91,7 +98,7 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
     assert_eq!(kinds.iter().filter(|k| **k == "effect_started").count(), 2);
 
     let refused = keel()
-        .args(["run", "--script"])
+        .args(["run", "--output-format", "stream-json", "--script"])
         .arg(&first)
         .arg("--workspace")
         .arg(workspace.path())
@@ -118,7 +125,15 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
         json!([{"content": [{"type": "text", "text": "resumed"}]}]),
     );
     let resumed = keel()
-        .args(["resume", &id, "--mode", "auto", "--script"])
+        .args([
+            "resume",
+            &id,
+            "--output-format",
+            "stream-json",
+            "--mode",
+            "auto",
+            "--script",
+        ])
         .arg(&second)
         .arg("--workspace")
         .arg(workspace.path())
@@ -163,7 +178,7 @@ fn a_run_killed_mid_batch_is_refused_by_run_and_continued_by_resume() {
 fn keel_in(args: &[&str], sessions: &Path, failpoint: Option<&str>) -> Command {
     let mut command = keel();
     command
-        .args(args)
+        .args(common::with_stream_json(args))
         .arg("--session-dir")
         .arg(sessions)
         .env(
@@ -502,6 +517,8 @@ fn resume_in_another_workspace_is_refused_unless_named_then_warned_and_recorded(
     let script = script.to_str().unwrap();
     let run = [
         "run",
+        "--output-format",
+        "stream-json",
         "--mode",
         "auto",
         "--script",

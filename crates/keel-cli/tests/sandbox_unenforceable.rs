@@ -118,6 +118,8 @@ fn shell_calls_fail_closed(filters: fn() -> Vec<BpfProgram>, missing: &str) {
             filters(),
             &[
                 "run",
+                "--output-format",
+                "stream-json",
                 "--provider",
                 "scripted",
                 "--mode",
@@ -235,6 +237,8 @@ fn without_the_sandbox_auto_still_asks_about_unresolved_commands() {
             filters(),
             &[
                 "run",
+                "--output-format",
+                "stream-json",
                 "--provider",
                 "scripted",
                 "--mode",

@@ -37,6 +37,8 @@ impl Fixture {
         let sessions = self.sessions();
         let mut args = vec![
             "run",
+            "--output-format",
+            "stream-json",
             "--script",
             &script,
             "--workspace",
@@ -54,6 +56,7 @@ impl Fixture {
         let mut all = vec!["session"];
         all.extend_from_slice(args);
         all.extend_from_slice(&["--session-dir", &sessions]);
+        all.extend_from_slice(json_format(args[0]));
         // In the workspace the runs used: `session list` shows its sessions.
         let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
             .args(&all)
@@ -64,6 +67,17 @@ impl Fixture {
             output.status.code().unwrap(),
             String::from_utf8(output.stdout).unwrap(),
         )
+    }
+}
+
+/// The JSON the tests read from `keel session SUBCOMMAND`: JSON Lines from
+/// `list`, one document from `show`, `fork` and `salvage`; `tree` is read
+/// as text.
+fn json_format(subcommand: &str) -> &'static [&'static str] {
+    match subcommand {
+        "list" => &["--output-format", "stream-json"],
+        "show" | "fork" | "salvage" => &["--output-format", "json"],
+        _ => &[],
     }
 }
 
@@ -209,7 +223,14 @@ fn bad_session_arguments_are_startup_errors() {
 #[test]
 fn the_session_tree_demo_branches_and_forks() {
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["demo", "session-tree", "--case", "success"])
+        .args([
+            "demo",
+            "session-tree",
+            "--output-format",
+            "stream-json",
+            "--case",
+            "success",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(0));
@@ -239,7 +260,14 @@ fn the_session_tree_demo_branches_and_forks() {
     );
 
     let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["demo", "session-tree", "--case", "invalid-entry"])
+        .args([
+            "demo",
+            "session-tree",
+            "--output-format",
+            "stream-json",
+            "--case",
+            "invalid-entry",
+        ])
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
@@ -273,6 +301,7 @@ impl Fixture {
             .arg("session")
             .args(args)
             .args(["--session-dir", &sessions])
+            .args(json_format(args[0]))
             .current_dir(self.dir.path())
             .output()
             .unwrap()
@@ -448,7 +477,7 @@ fn a_create_that_cannot_write_leaves_no_file() {
     let output = std::process::Command::new("sh")
         .args(["-c", "trap '' XFSZ; ulimit -f 0; exec \"$@\"", "sh"])
         .arg(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["run", "--script"])
+        .args(["run", "--output-format", "stream-json", "--script"])
         .arg(&script)
         .args(["--workspace"])
         .arg(fixture.dir.path())
@@ -482,6 +511,8 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
         .args([
             "session",
             "list",
+            "--output-format",
+            "stream-json",
             "--all",
             "--session-dir",
             &fixture.sessions(),
@@ -549,6 +580,8 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
     let resumed = keel(
         &[
             "resume",
+            "--output-format",
+            "stream-json",
             &id,
             "--script",
             &script,
@@ -563,9 +596,14 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
         error["message"].as_str().unwrap().contains(&hint),
         "{error}"
     );
-    for command in ["show", "tree"] {
-        let (code, shown) = fixture.session(&[command, &id]);
-        assert_eq!(code, 2, "{command}");
+    // (`tree` is read as text elsewhere: JSON is asked for here.)
+    for command in [
+        &["show", &id][..],
+        &["tree", &id, "--output-format", "json"],
+    ] {
+        let command = command.to_vec();
+        let (code, shown) = fixture.session(&command);
+        assert_eq!(code, 2, "{command:?}");
         let error: Value = serde_json::from_str(&shown).unwrap();
         assert_eq!(error["code"], "session_corrupt");
         assert!(

@@ -59,7 +59,7 @@ fn start() -> Running {
     let marker = marker();
     let script = script(scripts.path(), &marker);
     let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["run", "--script"])
+        .args(["run", "--output-format", "stream-json", "--script"])
         .arg(&script)
         .arg("--workspace")
         .arg(workspace.path())
@@ -178,7 +178,14 @@ fn a_signal_ends_the_wait_for_a_piped_answer() {
     let scripts = tempfile::tempdir().unwrap();
     let script = script(scripts.path(), &marker());
     let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .args(["run", "--mode", "ask", "--script"])
+        .args([
+            "run",
+            "--output-format",
+            "stream-json",
+            "--mode",
+            "ask",
+            "--script",
+        ])
         .arg(&script)
         .arg("--workspace")
         .arg(workspace.path())

@@ -53,10 +53,18 @@ fn a_script_steers_follows_up_cancels_and_starts_the_next_run() {
         ]),
     );
     let mut keel = command(dir.path());
-    keel.args(["run", "--input-format", "stream-json", "--mode", "full"])
-        .args(["--script", &script])
-        .arg("--workspace")
-        .arg(&workspace);
+    keel.args([
+        "run",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+        "--mode",
+        "full",
+    ])
+    .args(["--script", &script])
+    .arg("--workspace")
+    .arg(&workspace);
     let mut live = Live::start(keel);
 
     live.send(&control(
@@ -137,12 +145,20 @@ fn permission_answers_approve_by_id_and_end_of_input_denies() {
         ]),
     );
     let mut keel = command(dir.path());
-    keel.args(["run", "--input-format", "stream-json", "--mode", "ask"])
-        .args(["--script", &script])
-        .arg("--workspace")
-        .arg(&workspace)
-        // A prompt argument starts the first run; stdin carries only controls.
-        .arg("write two files");
+    keel.args([
+        "run",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+        "--mode",
+        "ask",
+    ])
+    .args(["--script", &script])
+    .arg("--workspace")
+    .arg(&workspace)
+    // A prompt argument starts the first run; stdin carries only controls.
+    .arg("write two files");
     let mut live = Live::start(keel);
     let request = live.event("permission_requested");
     live.send(&control(json!({
@@ -177,9 +193,17 @@ fn input_that_ends_before_a_user_message_is_a_startup_error() {
     let dir = tempfile::tempdir().unwrap();
     let script = script(dir.path(), json!([{"content": text("unused")}]));
     let mut keel = command(dir.path());
-    keel.args(["run", "--input-format", "stream-json", "--script", &script])
-        .arg("--workspace")
-        .arg(dir.path());
+    keel.args([
+        "run",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+        "--script",
+        &script,
+    ])
+    .arg("--workspace")
+    .arg(dir.path());
     let live = Live::start(keel);
     let (code, _, seen) = live.finish();
     assert_eq!(code, 2);
@@ -192,6 +216,8 @@ fn input_that_ends_before_a_user_message_is_a_startup_error() {
     let mut keel = command(dir.path());
     keel.args([
         "run",
+        "--output-format",
+        "stream-json",
         "--input-format",
         "stream-json",
         "--script",
@@ -212,9 +238,17 @@ fn a_signal_between_runs_ends_keel_with_its_code() {
     let workspace = dir.path().join("project");
     std::fs::create_dir(&workspace).unwrap();
     let mut keel = command(dir.path());
-    keel.args(["run", "--input-format", "stream-json", "--script", &script])
-        .arg("--workspace")
-        .arg(&workspace);
+    keel.args([
+        "run",
+        "--output-format",
+        "stream-json",
+        "--input-format",
+        "stream-json",
+        "--script",
+        &script,
+    ])
+    .arg("--workspace")
+    .arg(&workspace);
     let mut live = Live::start(keel);
     live.send(&control(json!({"type": "user_message", "text": "one run"})));
     assert_eq!(live.result()["state"], "settled");
@@ -265,7 +299,7 @@ fn resume_with_stream_json_input_answers_the_recovered_call_and_runs_on() {
     // journaled, before it happens.
     let mut first = command(dir.path());
     first
-        .args(["run", "--mode", "auto"])
+        .args(["run", "--output-format", "stream-json", "--mode", "auto"])
         .env(keel_failpoint::ENV, keel_failpoint::AFTER_EFFECT_STARTED);
     with_script(&mut first);
     let died = first.arg("write a").output().unwrap();
@@ -280,6 +314,8 @@ fn resume_with_stream_json_input_answers_the_recovered_call_and_runs_on() {
     let mut resume = command(dir.path());
     resume.args([
         "resume",
+        "--output-format",
+        "stream-json",
         &id,
         "--input-format",
         "stream-json",

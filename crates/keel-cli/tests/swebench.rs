@@ -170,7 +170,13 @@ fn one_instance_fixed_one_not_predictions_official_and_a_rerun_redoes_nothing() 
 
     // `keel swebench status` sums the directory up.
     let (code, stdout, stderr) = keel(
-        &["swebench", "status", output.to_str().unwrap(), "--json"],
+        &[
+            "swebench",
+            "status",
+            output.to_str().unwrap(),
+            "--output-format",
+            "json",
+        ],
         home.path(),
     );
     assert_eq!(code, 0, "{stderr}");

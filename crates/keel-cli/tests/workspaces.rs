@@ -44,6 +44,8 @@ impl Fixture {
         let sessions = self.dir.path().join("sessions");
         let mut args = vec![
             "run",
+            "--output-format",
+            "stream-json",
             "--script",
             script.to_str().unwrap(),
             "--session-dir",
@@ -58,7 +60,13 @@ impl Fixture {
     fn list(&self, cwd: &str, extra: &[&str]) -> Vec<Value> {
         let sessions = self.dir.path().join("sessions");
         let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-            .args(["session", "list", "--session-dir"])
+            .args([
+                "session",
+                "list",
+                "--output-format",
+                "stream-json",
+                "--session-dir",
+            ])
             .arg(&sessions)
             .args(extra)
             .current_dir(self.workspace(cwd))

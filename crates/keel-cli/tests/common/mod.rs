@@ -30,10 +30,58 @@ pub fn keel(args: &[&str], dir: Option<&Path>, stdin: &str) -> Output {
     keel_os(args, dir, stdin)
 }
 
+/// `args` asking for JSON Lines where they run the agent (`run`, `resume`,
+/// `demo NAME`) and name no output form (`--output-format`, `-q`): piped,
+/// a run prints only its final message by default. The flag goes right
+/// after the subcommand path.
+pub fn with_stream_json<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> Vec<std::ffi::OsString> {
+    let named = args.iter().any(|arg| {
+        let arg = arg.as_ref().to_string_lossy();
+        arg == "-q" || arg == "--quiet" || arg.starts_with("--output-format")
+    });
+    let runs = subcommand_path(args).is_some_and(|(at, _)| {
+        ["run", "resume", "demo"]
+            .iter()
+            .any(|name| args[at].as_ref() == *name)
+    });
+    match named || !runs {
+        true => args.iter().map(|arg| arg.as_ref().to_owned()).collect(),
+        false => with_format(args, "stream-json"),
+    }
+}
+
+/// `args` with `--output-format FORMAT` right after the subcommand path
+/// (`run`, `demo NAME`, `session show`, …).
+pub fn with_format<A: AsRef<std::ffi::OsStr>>(args: &[A], format: &str) -> Vec<std::ffi::OsString> {
+    let mut all: Vec<std::ffi::OsString> = args.iter().map(|arg| arg.as_ref().to_owned()).collect();
+    if let Some((at, length)) = subcommand_path(args) {
+        let at = at + length;
+        all.splice(at..at, ["--output-format".into(), format.into()]);
+    }
+    all
+}
+
+/// Where the subcommand path starts (the first argument that is neither a
+/// global flag nor its value) and how many arguments it has: two for
+/// `session X`, `swebench X` and `demo NAME`, else one.
+fn subcommand_path<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> Option<(usize, usize)> {
+    let text = |index: usize| args[index].as_ref().to_string_lossy().into_owned();
+    let at = (0..args.len()).find(|&index| {
+        let takes_value =
+            index > 0 && (text(index - 1) == "--color" || text(index - 1) == "--log-file");
+        !takes_value && !text(index).starts_with('-')
+    })?;
+    let two = ["session", "swebench", "demo"].contains(&text(at).as_str())
+        && args
+            .get(at + 1)
+            .is_some_and(|next| !next.as_ref().to_string_lossy().starts_with('-'));
+    Some((at, if two { 2 } else { 1 }))
+}
+
 /// [`keel`] with arguments of any bytes (e.g. not UTF-8).
 pub fn keel_os<A: AsRef<std::ffi::OsStr>>(args: &[A], dir: Option<&Path>, stdin: &str) -> Output {
     let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
-    command.args(args);
+    command.args(with_stream_json(args));
     // Never write sessions into the real home directory.
     command.env(
         "XDG_DATA_HOME",
@@ -307,7 +355,7 @@ pub fn spawn_keel(args: &[&str], home: &Path, env: &[(&str, &str)]) -> std::proc
     use std::process::Stdio;
     let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
     command
-        .args(args)
+        .args(with_stream_json(args))
         .env("HOME", home)
         .env("XDG_DATA_HOME", home.join("data"))
         .env("XDG_CONFIG_HOME", home.join("config"))
@@ -423,4 +471,22 @@ pub fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     found
+}
+
+/// Runs `keel ARGS` exactly as given (no output form added) with HOME and
+/// the XDG directories under `home`, `home` as the current directory,
+/// `stdin` as standard input and stdout and stderr piped.
+pub fn keel_plain(args: &[&str], home: &Path, stdin: &str) -> std::process::Output {
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    command
+        .args(args)
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env_remove("KEEL_LOG")
+        .current_dir(home);
+    assert_cmd::Command::from_std(command)
+        .write_stdin(stdin)
+        .output()
+        .unwrap()
 }

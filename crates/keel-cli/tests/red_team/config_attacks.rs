@@ -185,7 +185,7 @@ impl Home {
         )
         .unwrap();
         let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-            .arg("run")
+            .args(["run", "--output-format", "stream-json"])
             .args(args)
             .arg("--script")
             .arg(&script)

@@ -140,11 +140,12 @@ impl World {
         path
     }
 
-    /// `keel ARGS` with the world's home, data and no configuration.
+    /// `keel ARGS` with the world's home, data and no configuration (a run
+    /// asking for JSON Lines).
     fn keel(&self, args: &[&str]) -> Command {
         let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
         command
-            .args(args)
+            .args(crate::common::with_stream_json(args))
             .env("HOME", self.path("home"))
             .env("XDG_DATA_HOME", self.path("data"))
             .env("XDG_CONFIG_HOME", "/nonexistent/keel-test-config")

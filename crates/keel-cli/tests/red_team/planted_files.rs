@@ -236,7 +236,15 @@ impl World {
         let stderr = stdout.try_clone().unwrap();
         let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
         command
-            .args(["run", "--provider", "local", "--model", "local-model"])
+            .args([
+                "run",
+                "--output-format",
+                "stream-json",
+                "--provider",
+                "local",
+                "--model",
+                "local-model",
+            ])
             .arg("--base-url")
             .arg(server.url())
             .arg("--config")
