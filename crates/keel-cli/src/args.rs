@@ -78,7 +78,7 @@ pub enum Command {
     #[command(subcommand)]
     Swebench(Deferred<crate::swebench_cmd::SwebenchCommand>),
     /// Report what the OS sandbox can enforce on this machine.
-    Doctor(Deferred<FormatArgs>),
+    Doctor(Deferred<DoctorArgs>),
     // --- install helpers (cli-view) ---
     /// Print a shell completion script.
     ///
@@ -294,6 +294,19 @@ pub struct ManArgs {
 /// `keel models`.
 #[derive(Debug, Clone, Args)]
 pub struct ModelsArgs {
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
+/// `keel doctor`.
+#[derive(Debug, Clone, Args)]
+pub struct DoctorArgs {
+    /// Also check that the chosen provider's base URL answers (one HTTP
+    /// request, no key sent).
+    #[arg(long)]
+    pub network: bool,
     #[command(flatten)]
     pub settings: ConfigArgs,
     #[command(flatten)]

@@ -5,9 +5,16 @@
 //! then proves the sandbox by running a confined `/bin/sh` at each level in
 //! a scratch workspace (which also reports the limits a command gets), so
 //! "enforced" below means "was just applied", not "the parts seem present".
-//! Exit code 0 when the sandbox works, 1 when sandboxed commands would fail
-//! closed. Readable lines by default (`--output-format text`), one JSON
-//! object with `json`, one JSON line per check with `stream-json`.
+//! It also reads the configuration as `keel run` would (config.toml,
+//! `--profile`, `-c`, the project layer of the current directory), names
+//! the provider and model it chooses and whether that provider's key
+//! variable is set, and with `--network` whether its base URL answers.
+//! Exit code 0 when the sandbox works and the configuration is usable, 1
+//! when sandboxed commands would fail closed, the configuration does not
+//! load, the chosen provider's key is missing or (with `--network`) its
+//! server does not answer. Readable lines by default (`--output-format
+//! text`), one JSON object with `json`, one JSON line per check with
+//! `stream-json`.
 
 use std::process::ExitCode;
 
@@ -16,7 +23,7 @@ use keel_tools::sandbox::probe::{self, LEVELS};
 use keel_tools::sandbox::{REQUIRED_LANDLOCK_ABI, Sandbox};
 use serde_json::json;
 
-use crate::args::DataFormat;
+use crate::args::{DataFormat, DoctorArgs};
 use crate::output::say;
 use crate::startup::StartupError;
 
@@ -37,9 +44,93 @@ struct Findings {
     live: Vec<(&'static str, Result<(), String>)>,
     limits: Result<String, String>,
     enforced: bool,
+    config: ConfigFindings,
 }
 
-pub fn run(format: DataFormat) -> Result<ExitCode, StartupError> {
+/// What the doctor found of the configuration.
+#[derive(Default)]
+struct ConfigFindings {
+    /// The user's file, when there is one to read.
+    path: Option<String>,
+    /// Why the configuration does not load.
+    error: Option<String>,
+    /// The provider it chooses, with its model (`None`: the provider's
+    /// default).
+    provider: Option<(String, Option<String>)>,
+    /// The chosen provider's key variable, and whether it is set (`None`:
+    /// the provider needs no key).
+    key: Option<(String, bool)>,
+    /// With `--network`: the base URL and whether (with which status) it
+    /// answered.
+    network: Option<(String, Result<u16, String>)>,
+}
+
+impl ConfigFindings {
+    /// Whether a run with this configuration can start.
+    fn usable(&self) -> bool {
+        self.error.is_none()
+            && self.key.as_ref().is_none_or(|(_, set)| *set)
+            && self
+                .network
+                .as_ref()
+                .is_none_or(|(_, answered)| answered.is_ok())
+    }
+}
+
+/// Reads the configuration as `keel run` would and checks the provider it
+/// chooses.
+async fn check_config(args: &DoctorArgs) -> ConfigFindings {
+    let mut findings = ConfigFindings {
+        path: args
+            .settings
+            .config
+            .clone()
+            .or_else(keel_host::user_config_path)
+            .filter(|path| args.settings.config.is_some() || path.exists())
+            .map(|path| path.display().to_string()),
+        ..ConfigFindings::default()
+    };
+    let mut sources = keel_host::Sources::default();
+    sources.config_file = args.settings.config.clone();
+    sources.profile = args.settings.profile.clone();
+    sources.overrides = args.settings.overrides.clone();
+    sources.workspace = std::env::current_dir().ok();
+    let settings = match keel_host::Settings::load(&sources) {
+        Ok(settings) => settings,
+        Err(error) => {
+            findings.error = Some(format!("{error} [{}]", error.code()));
+            return findings;
+        }
+    };
+    let Some(name) = settings.defaults.provider.clone() else {
+        return findings;
+    };
+    findings.provider = Some((name.clone(), settings.defaults.model.clone()));
+    let Some(provider) = settings.catalog.providers.get(&name) else {
+        if name != "scripted" {
+            findings.error = Some(format!(
+                "provider `{name}` is not configured (`keel models` lists the known ones)"
+            ));
+        }
+        return findings;
+    };
+    findings.key = provider.api_key_env.as_ref().map(|variable| {
+        let set = std::env::var_os(variable).is_some_and(|value| !value.is_empty());
+        (variable.clone(), set)
+    });
+    if args.network
+        && let Some(url) = &provider.base_url
+    {
+        let answered =
+            keel_provider::endpoint::answers(url, std::time::Duration::from_secs(10)).await;
+        findings.network = Some((url.clone(), answered));
+    }
+    findings
+}
+
+pub async fn run(args: DoctorArgs) -> Result<ExitCode, StartupError> {
+    let format = args.format.data();
+    let config = check_config(&args).await;
     let scratch = tempfile::Builder::new()
         .prefix("keel-doctor-")
         .tempdir()
@@ -68,13 +159,14 @@ pub fn run(format: DataFormat) -> Result<ExitCode, StartupError> {
             .map(|text| text.trim().to_owned()),
         live,
         enforced,
+        config,
     };
     match format {
         DataFormat::Text => report(&findings),
         DataFormat::Json => say(to_json(&findings)),
         DataFormat::StreamJson => to_json_lines(&findings).into_iter().for_each(say),
     }
-    Ok(if findings.enforced {
+    Ok(if findings.enforced && findings.config.usable() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
@@ -101,6 +193,22 @@ fn to_json(findings: &Findings) -> serde_json::Value {
             "error": outcome.as_ref().err(),
         })).collect::<Vec<_>>(),
         "sandbox_enforced": findings.enforced,
+        "config": config_json(&findings.config),
+    })
+}
+
+fn config_json(config: &ConfigFindings) -> serde_json::Value {
+    json!({
+        "path": config.path,
+        "error": config.error,
+        "provider": config.provider.as_ref().map(|(name, _)| name),
+        "model": config.provider.as_ref().and_then(|(_, model)| model.as_ref()),
+        "api_key_env": config.key.as_ref().map(|(variable, _)| variable),
+        "api_key_set": config.key.as_ref().map(|(_, set)| set),
+        "base_url": config.network.as_ref().map(|(url, _)| url),
+        "answered_status": config.network.as_ref().and_then(|(_, answered)| answered.as_ref().ok()),
+        "network_error": config.network.as_ref().and_then(|(_, answered)| answered.as_ref().err()),
+        "usable": config.usable(),
     })
 }
 
@@ -141,6 +249,9 @@ fn to_json_lines(findings: &Findings) -> Vec<serde_json::Value> {
         })
     }));
     lines.push(json!({"type": "sandbox", "sandbox_enforced": findings.enforced}));
+    let mut config = config_json(&findings.config);
+    config["type"] = json!("config");
+    lines.push(config);
     lines
 }
 
@@ -195,6 +306,7 @@ fn report(findings: &Findings) {
     for mode in modes::MODES {
         say(format!("  {}", modes::describe(mode, findings.enforced)));
     }
+    report_config(&findings.config);
     if !findings.enforced {
         say("");
         say(
@@ -202,5 +314,42 @@ fn report(findings: &Findings) {
              user, mount, PID, network, IPC and UTS namespaces; inside an isolating container, \
              pass `--sandbox external`; or grant `--mode full` to run unsandboxed",
         );
+    }
+}
+
+fn report_config(config: &ConfigFindings) {
+    say("");
+    match &config.path {
+        Some(path) => say(format!("config:          {path}")),
+        None => say("config:          none (built-in defaults)"),
+    }
+    if let Some(error) = &config.error {
+        say(format!("config:          does not load: {error}"));
+        return;
+    }
+    match &config.provider {
+        None => say(
+            "provider:        none chosen (`keel run` needs --provider, or `provider` in \
+             config.toml)",
+        ),
+        Some((name, model)) => say(format!(
+            "provider:        {name}, model {}",
+            model.as_deref().unwrap_or("(the provider's default)")
+        )),
+    }
+    match &config.key {
+        None if config.provider.is_some() => say("key:             none needed"),
+        None => {}
+        Some((variable, true)) => say(format!("key:             {variable} is set")),
+        Some((variable, false)) => say(format!(
+            "key:             {variable} is NOT set: export it before `keel run`"
+        )),
+    }
+    match &config.network {
+        None => {}
+        Some((url, Ok(status))) => say(format!("network:         {url} answers (HTTP {status})")),
+        Some((url, Err(reason))) => {
+            say(format!("network:         {url} does NOT answer: {reason}"))
+        }
     }
 }

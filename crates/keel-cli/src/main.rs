@@ -106,7 +106,7 @@ fn main() -> ExitCode {
             Command::Rpc(args) => serve_cmd::rpc(*args.into_inner()).await,
             Command::Serve(args) => serve_cmd::serve(*args.into_inner()).await,
             Command::Swebench(command) => swebench_cmd::run(command.into_inner()).await,
-            Command::Doctor(format) => doctor::run(format.data()),
+            Command::Doctor(args) => doctor::run(args.into_inner()).await,
             Command::Completion { shell } => install::completion(shell),
             Command::Man(args) => install::man(args.into_inner()),
             Command::Version(args) => version::run(match args.json {
@@ -173,7 +173,7 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
         (Some(output), _) if output.quiet => return Some(OutputFormat::Text),
         (Some(output), _) => output.output_format,
         (None, Command::Models(args)) => args.format.output_format,
-        (None, Command::Doctor(args)) => args.output_format,
+        (None, Command::Doctor(args)) => args.format.output_format,
         (None, Command::Version(args)) if args.json => OutputFormat::Json,
         (None, Command::Version(args)) => args.format.output_format,
         (None, Command::Session(command)) => match &**command {

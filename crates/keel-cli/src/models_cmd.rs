@@ -39,7 +39,7 @@ pub fn run(args: ModelsArgs) -> Result<ExitCode, StartupError> {
                 "{name}  ({}, {}; key: {key}; default model: {})",
                 provider
                     .api
-                    .map(|api| format!("{api:?}"))
+                    .map(|api| api.as_str().to_owned())
                     .unwrap_or_else(|| "api not set".into()),
                 provider.base_url.as_deref().unwrap_or("base_url not set"),
                 provider.default_model.as_deref().unwrap_or("-"),

@@ -220,6 +220,13 @@ fn every_data_command_prints_text_json_or_json_lines() {
     assert_eq!(tree.iter().filter(|line| line["leaf"] == true).count(), 1);
     let providers = lines(&["models"]);
     assert!(providers.iter().any(|line| line["provider"] == "anthropic"));
+    // The text names each wire format as config.toml does.
+    let models = text(&keel_plain(&["models"], home.path(), "").stdout);
+    assert!(
+        models.contains("anthropic  (anthropic, ") && models.contains("(openai-chat, "),
+        "{models}"
+    );
+    assert!(!models.contains("OpenaiChat"), "{models}");
 }
 
 #[test]

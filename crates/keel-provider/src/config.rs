@@ -66,6 +66,17 @@ pub enum Api {
     OpenaiResponses,
 }
 
+impl Api {
+    /// The name config.toml gives it (`api = "openai-chat"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OpenaiChat => "openai-chat",
+            Self::Anthropic => "anthropic",
+            Self::OpenaiResponses => "openai-responses",
+        }
+    }
+}
+
 /// One configured provider.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -624,6 +635,14 @@ mod tests {
             &|_| None,
         );
         assert!(fine.is_ok(), "{fine:?}");
+    }
+
+    #[test]
+    fn an_apis_name_is_the_one_config_toml_uses() {
+        for api in [Api::OpenaiChat, Api::Anthropic, Api::OpenaiResponses] {
+            let serialized = serde_json::to_value(api).unwrap();
+            assert_eq!(serialized, api.as_str());
+        }
     }
 
     #[test]

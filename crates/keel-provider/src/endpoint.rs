@@ -9,6 +9,8 @@
 //! an unusable URL then fail at once with a non-retryable `invalid_request`
 //! error, never a run of retries.
 
+use std::time::Duration;
+
 use crate::base_url::{self, BaseUrlError};
 use crate::http::HttpTimeouts;
 
@@ -93,6 +95,35 @@ impl Endpoint {
 
 /// What every request says it comes from: `keel/VERSION`.
 pub const USER_AGENT: &str = concat!("keel/", env!("CARGO_PKG_VERSION"));
+
+/// Whether the server at `base_url` answers: one `GET` of it, naming Keel
+/// as its [`USER_AGENT`] and sending no key, within `timeout`. Any HTTP
+/// status is an answer (the server is there); the status is returned.
+/// `Err` says why nothing answered (refused, unresolved, timed out, TLS).
+pub async fn answers(base_url: &str, timeout: Duration) -> Result<u16, String> {
+    let client = reqwest::Client::builder()
+        .connect_timeout(timeout)
+        .timeout(timeout)
+        .build()
+        .map_err(|error| error.to_string())?;
+    let response = client
+        .get(base_url)
+        .header(reqwest::header::USER_AGENT, USER_AGENT)
+        .send()
+        .await
+        .map_err(|error| {
+            // reqwest's top-level message is generic ("error sending
+            // request"); the cause says what happened.
+            let mut text = error.to_string();
+            let mut source = std::error::Error::source(&error);
+            while let Some(cause) = source {
+                text = format!("{text}: {cause}");
+                source = cause.source();
+            }
+            text
+        })?;
+    Ok(response.status().as_u16())
+}
 
 /// A client that gives up connecting after `timeouts.connect`.
 fn client_for(timeouts: HttpTimeouts) -> reqwest::Client {
