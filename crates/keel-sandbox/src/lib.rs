@@ -274,6 +274,15 @@ pub struct Sandbox {
     /// call whose intent said it writes them. Otherwise they are read-only
     /// at every level Keel enforces.
     pub metadata_writable: bool,
+    /// Git directories and `.git` files below the top of the writable roots
+    /// (a nested repository's `.git`, a bare repository, a submodule's
+    /// `.git` file), absolute: bound read-only over themselves like the
+    /// top-level `.git` unless [`Sandbox::metadata_writable`]. The host
+    /// finds them (Keel's kernel with its walk before each command); each
+    /// is bound only where it is its own canonical path (no symlink on the
+    /// way or at its end), a directory or a regular file, strictly inside a
+    /// writable root (see `metadata`). Empty by default.
+    pub nested_git: Vec<PathBuf>,
 }
 
 impl Sandbox {
@@ -283,6 +292,7 @@ impl Sandbox {
             level,
             config: Arc::new(SandboxConfig::default()),
             metadata_writable: false,
+            nested_git: Vec::new(),
         }
     }
 
@@ -297,6 +307,14 @@ impl Sandbox {
     #[must_use]
     pub fn with_metadata_writable(mut self, writable: bool) -> Self {
         self.metadata_writable = writable;
+        self
+    }
+
+    /// This sandbox with `paths` as the nested git directories and `.git`
+    /// files to keep read-only ([`Sandbox::nested_git`]).
+    #[must_use]
+    pub fn with_nested_git(mut self, paths: Vec<PathBuf>) -> Self {
+        self.nested_git = paths;
         self
     }
 
@@ -361,6 +379,7 @@ pub fn confine_helper(readable: &[PathBuf], writable: &Path) -> Result<Confineme
         level: SandboxLevel::WorkspaceWrite,
         config: Arc::new(config),
         metadata_writable: false,
+        nested_git: Vec::new(),
     };
     confine(&sandbox, writable)
 }
