@@ -18,7 +18,8 @@
 //! user, mount, UTS and (unless the network was approved) network
 //! namespaces that a holder keeps per run and view (`holder`, `zygote`;
 //! per command with [`confine`]), in a constructed view of the filesystem
-//! ([`view`]) where git's and Keel's metadata stay read-only unless the host
+//! ([`view`]) where git's and Keel's metadata — and the nested repositories
+//! the host names ([`Sandbox::nested_git`]) — stay read-only unless the host
 //! approved writing them ([`metadata`]), in a new session with no
 //! controlling terminal, with rlimits ([`ResourceLimits`]), no capabilities,
 //! `no_new_privs`, a Landlock ruleset and a seccomp filter; when it exits,

@@ -9,7 +9,13 @@
 //! `sub/.git/config`), which no sandbox rule covers because it is plain
 //! workspace content. The kernel takes a [`GitCodeSnapshot`] before and
 //! after each command and reports what [`GitCodeSnapshot::changes_since`]
-//! finds, so nobody runs it unknowingly.
+//! finds, so nobody runs it unknowingly. The same two snapshots do two
+//! more jobs, so that the workspace is walked once per command side:
+//! the git directories and `.git` files the first one found
+//! ([`GitCodeSnapshot::git_paths`]) are what the sandbox keeps read-only
+//! during the command (`Sandbox::nested_git`), and a new way into a
+//! repository holding code ([`GitCodeSnapshot::new_entrances_to_code`])
+//! is what [`super::quarantine`] moves aside after an unapproved command.
 //!
 //! What a snapshot holds, per repository: the names, inodes, sizes, modes
 //! and modification times in `hooks/` (`*.sample` files, which git never
@@ -24,6 +30,11 @@
 //! `.git` symlink names, relative or absolute. A `.git` file, `.git`
 //! symlink or `commondir` that names a place outside the workspace, or
 //! cannot be read, is itself reported: git would use it, Keel cannot look.
+//! Each path through which git reaches a repository — a `.git` directory,
+//! file or symlink, or a bare repository's own directory: its *entrance* —
+//! is recorded with its inode and file type and the repositories it leads
+//! to, so that a `.git` made again in a renamed parent's place is told from
+//! the one that was there.
 //!
 //! Invariants:
 //! - Keel runs no git and no repository code to look: it reads the files
