@@ -355,7 +355,9 @@ fn a_nested_repositorys_fsmonitor_written_with_python_is_refused() {
     let (code, stderr, seen) = live.finish();
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        !seen.iter().any(|line| line["type"] == "permission_requested"),
+        !seen
+            .iter()
+            .any(|line| line["type"] == "permission_requested"),
         "left to the sandbox: {seen:#?}"
     );
     let end = seen
@@ -390,7 +392,9 @@ fn an_fsmonitor_behind_an_absolute_gitdir_written_with_python_is_quarantined() {
     assert!(message.contains("core.fsmonitor"), "{message}");
     // The new `.git` file is moved aside: git no longer finds `hidden`
     // from `sub`, and `hidden` itself is left as it was.
-    let moved = changes["git_code"][0]["quarantined"].as_str().unwrap_or_default();
+    let moved = changes["git_code"][0]["quarantined"]
+        .as_str()
+        .unwrap_or_default();
     assert!(moved.starts_with("sub/.git.keel-quarantined-"), "{changes}");
     assert_eq!(
         changes["git_code"],

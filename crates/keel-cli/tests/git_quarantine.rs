@@ -41,7 +41,10 @@ struct Run {
 
 impl Run {
     fn of_type(&self, kind: &str) -> Vec<&Value> {
-        self.seen.iter().filter(|line| line["type"] == kind).collect()
+        self.seen
+            .iter()
+            .filter(|line| line["type"] == kind)
+            .collect()
     }
 
     /// The one call's end.

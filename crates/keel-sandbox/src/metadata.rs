@@ -473,7 +473,12 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         let base = std::fs::canonicalize(base.path()).unwrap();
         let root = base.join("ws");
-        for sub in [".git/modules/m", "vendor/lib/.git/hooks", "bare/objects", "real/.git"] {
+        for sub in [
+            ".git/modules/m",
+            "vendor/lib/.git/hooks",
+            "bare/objects",
+            "real/.git",
+        ] {
             std::fs::create_dir_all(root.join(sub)).unwrap();
         }
         std::fs::create_dir_all(base.join("outside/.git")).unwrap();

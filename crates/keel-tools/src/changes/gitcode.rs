@@ -283,21 +283,20 @@ impl GitCodeSnapshot {
     /// through entrances that were there before is not listed: it existed
     /// before the command, and Keel keeps only hashes of it.
     pub fn new_entrances_to_code(&self, before: &GitCodeSnapshot) -> Vec<(PathBuf, Vec<PathBuf>)> {
-        let changed: BTreeSet<&PathBuf> = self
-            .repositories
-            .iter()
-            .filter(|(path, now)| {
-                let then = before.repositories.get(*path);
-                now.hooks
-                    .iter()
-                    .any(|(name, stamp)| then.and_then(|then| then.hooks.get(name)) != Some(stamp))
-                    || now
+        let changed: BTreeSet<&PathBuf> =
+            self.repositories
+                .iter()
+                .filter(|(path, now)| {
+                    let then = before.repositories.get(*path);
+                    now.hooks.iter().any(|(name, stamp)| {
+                        then.and_then(|then| then.hooks.get(name)) != Some(stamp)
+                    }) || now
                         .keys
                         .iter()
                         .any(|(key, hash)| then.and_then(|then| then.keys.get(key)) != Some(hash))
-            })
-            .map(|(path, _)| path)
-            .collect();
+                })
+                .map(|(path, _)| path)
+                .collect();
         let mut found: Vec<(PathBuf, Vec<PathBuf>)> = Vec::new();
         for (path, entrance) in &self.entrances {
             let old = before.entrances.get(path);
@@ -606,8 +605,13 @@ impl Walk<'_> {
         };
         repository.common.clone_from(&common);
         repository.real = gitdir != Path::new(".")
-            && beneath::open(self.root, gitdir, OFlag::O_PATH | OFlag::O_DIRECTORY, Mode::empty())
-                .is_ok()
+            && beneath::open(
+                self.root,
+                gitdir,
+                OFlag::O_PATH | OFlag::O_DIRECTORY,
+                Mode::empty(),
+            )
+            .is_ok()
             && (gitdir.file_name() == Some(OsStr::new(".git"))
                 || exists(self.root, &gitdir.join("HEAD")));
         self.snapshot

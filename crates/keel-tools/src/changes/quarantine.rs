@@ -178,7 +178,13 @@ fn move_aside(
 /// `renameat2(…, RENAME_NOREPLACE)` within `dir`.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn rename_noreplace(dir: &std::os::fd::OwnedFd, from: &OsStr, to: &OsStr) -> Result<(), Errno> {
-    nix::fcntl::renameat2(dir, from, dir, to, nix::fcntl::RenameFlags::RENAME_NOREPLACE)
+    nix::fcntl::renameat2(
+        dir,
+        from,
+        dir,
+        to,
+        nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    )
 }
 
 /// `renameat` within `dir` after checking that `to` is free (without
@@ -241,7 +247,10 @@ mod tests {
             ]
         );
         assert!(!root.join(".git").exists() && !root.join("sub/.git").exists());
-        assert!(root.join("sub/.git.keel-quarantined-ABCDEFGH/hooks/post-checkout").is_file());
+        assert!(
+            root.join("sub/.git.keel-quarantined-ABCDEFGH/hooks/post-checkout")
+                .is_file()
+        );
         assert!(root.join("scratch/.git/config").is_file());
         assert!(root.join("old/.git/hooks/pre-commit").is_file());
         let mut changes = after.changes_since(&before, "c");
@@ -268,7 +277,10 @@ mod tests {
         let before = GitCodeSnapshot::capture(root);
         std::fs::rename(root.join("vendor/lib"), root.join("vendor/old")).unwrap();
         write(&root.join("vendor/lib/.git/HEAD"), "ref: refs/heads/main\n");
-        write(&root.join("vendor/lib/.git/hooks/pre-commit"), "#!/bin/sh\n");
+        write(
+            &root.join("vendor/lib/.git/hooks/pre-commit"),
+            "#!/bin/sh\n",
+        );
         // A name already taken gets a number.
         std::fs::create_dir_all(root.join("vendor/lib/.git.keel-quarantined-call")).unwrap();
         let after = GitCodeSnapshot::capture(root);
