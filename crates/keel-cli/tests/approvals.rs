@@ -10,9 +10,12 @@
 //!   `~/…` path, expanded with the `HOME` the command gets;
 //! - a session holding such a rule can be continued (`keel run --session`);
 //! - a command that plants git code — `git init` in a new directory with a
-//!   hook, `core.fsmonitor` written into a nested repository with python —
-//!   yields a `warning` event naming it, and the run's `workspace_changes`
-//!   lists it under `git_code`.
+//!   hook (approved), a `.git` file naming a directory given
+//!   `core.fsmonitor` with python — yields a `warning` event naming it, and
+//!   the run's `workspace_changes` lists it under `git_code`; the unapproved
+//!   new `.git` file is moved aside (quarantined), and writing
+//!   `core.fsmonitor` into an existing nested repository with python fails
+//!   (the sandbox keeps its `.git` read-only).
 //!
 //! Permission requests are answered on stdin (`--input-format stream-json`)
 //! by the request id the test reads from the event stream.
@@ -333,7 +336,7 @@ fn git_init_in_a_new_directory_with_a_hook_is_reported() {
 }
 
 #[test]
-fn a_nested_repositorys_fsmonitor_written_with_python_is_reported() {
+fn a_nested_repositorys_fsmonitor_written_with_python_is_refused() {
     let world = World::new();
     let nested = world.ws().join("vendor/lib");
     std::fs::create_dir_all(&nested).unwrap();
@@ -345,29 +348,36 @@ fn a_nested_repositorys_fsmonitor_written_with_python_is_reported() {
         .status()
         .unwrap();
     assert!(init.success());
-    let (warnings, changes) = plant(
-        &world,
-        "python3 -c \"open('vendor/lib/.git/config', 'a').write('[core]\\n\\tfsmonitor = touch /tmp/x\\n')\"",
-    );
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    let message = warnings[0]["message"].as_str().unwrap();
-    assert!(message.contains("core.fsmonitor"), "{message}");
+    let command = "python3 -c \"open('vendor/lib/.git/config', 'a').write('[core]\\n\\tfsmonitor = touch /tmp/x\\n')\"";
+    let script = script(world.root(), "plant.json", json!([bash(command), done()]));
+    let mut live = world.keel("auto", &script, None);
+    live.close();
+    let (code, stderr, seen) = live.finish();
+    assert_eq!(code, 0, "{stderr}");
     assert!(
-        !message.contains("touch"),
-        "the value is never quoted: {message}"
+        !seen
+            .iter()
+            .any(|line| line["type"] == "permission_requested"),
+        "left to the sandbox: {seen:#?}"
     );
-    let items: Vec<&str> = changes["git_code"]
-        .as_array()
-        .unwrap()
+    let end = seen
         .iter()
-        .map(|change| change["item"].as_str().unwrap())
-        .collect();
-    assert_eq!(items, ["core.fsmonitor"], "{changes}");
-    assert_eq!(changes["git_code"][0]["repository"], "vendor/lib/.git");
+        .find(|line| line["type"] == "tool_execution_end")
+        .unwrap();
+    // The sandbox keeps the nested repository's `.git` read-only.
+    assert_eq!(end["result"]["status"], "error", "{end}");
+    let config = std::fs::read_to_string(nested.join(".git/config")).unwrap();
+    assert!(!config.contains("fsmonitor"), "{config}");
+    assert!(
+        !seen
+            .iter()
+            .any(|line| line["type"] == "warning" && line["code"] == "git_code"),
+        "{seen:#?}"
+    );
 }
 
 #[test]
-fn an_fsmonitor_behind_an_absolute_gitdir_written_with_python_is_reported() {
+fn an_fsmonitor_behind_an_absolute_gitdir_written_with_python_is_quarantined() {
     let world = World::new();
     let hidden = world.ws().canonicalize().unwrap().join("hidden");
     let command = format!(
@@ -380,6 +390,12 @@ fn an_fsmonitor_behind_an_absolute_gitdir_written_with_python_is_reported() {
     assert_eq!(warnings.len(), 1, "{warnings:?}");
     let message = warnings[0]["message"].as_str().unwrap();
     assert!(message.contains("core.fsmonitor"), "{message}");
+    // The new `.git` file is moved aside: git no longer finds `hidden`
+    // from `sub`, and `hidden` itself is left as it was.
+    let moved = changes["git_code"][0]["quarantined"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(moved.starts_with("sub/.git.keel-quarantined-"), "{changes}");
     assert_eq!(
         changes["git_code"],
         json!([{
@@ -387,9 +403,14 @@ fn an_fsmonitor_behind_an_absolute_gitdir_written_with_python_is_reported() {
             "item": "core.fsmonitor",
             "change": "added",
             "call_id": changes["git_code"][0]["call_id"],
+            "quarantined": moved,
         }]),
         "{changes}"
     );
+    assert!(message.contains("quarantined"), "{message}");
+    assert!(!world.ws().join("sub/.git").exists());
+    assert!(world.ws().join(moved).is_file());
+    assert!(hidden.join("config").is_file());
 }
 
 #[test]

@@ -26,6 +26,7 @@
 //! error ToolResults; only a session store failure aborts the batch, because
 //! then nothing more can be recorded truthfully.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -37,6 +38,7 @@ use keel_protocol::{
 };
 use keel_session::SessionError;
 use keel_tools::changes::gitcode::GitCodeSnapshot;
+use keel_tools::changes::quarantine::{self, Quarantine};
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
 use keel_tools::{CallReceipt, PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
@@ -351,16 +353,66 @@ impl ToolRunner<'_> {
             return Ok(Err(error));
         }
         if !watched {
-            return Ok(self.execute(call, prepared, level, metadata, key).await);
+            let sandbox = self.sandbox(level, metadata, Vec::new());
+            return Ok(self.execute(call, prepared, sandbox, key).await);
         }
+        // One walk before the command: what it finds is both the baseline
+        // of planted code and the nested repositories the sandbox keeps
+        // read-only for this command.
         let before = self.git_code_snapshot().await;
-        let outcome = self.execute(call, prepared, level, metadata, key).await;
+        let root = self.parts.workspace.root();
+        let nested = before
+            .as_ref()
+            .map(|before| {
+                let paths = before.git_paths().into_iter();
+                paths.map(|path| root.join(path)).collect()
+            })
+            .unwrap_or_default();
+        let sandbox = self.sandbox(level, metadata, nested);
+        let mut outcome = self.execute(call, prepared, sandbox, key).await;
         if let Some(before) = before
             && let Some(after) = self.git_code_snapshot().await
         {
-            self.report_git_code(call, after.changes_since(&before, &call.id));
+            // A call approved to write `.git` made what it was approved
+            // for; one that ran unconfined (`full`, or approved outside the
+            // workspace) could have run the code itself.
+            let quarantines = match !metadata && level != SandboxLevel::Unsandboxed {
+                true => self.quarantine(call, &before, &after).await,
+                false => Vec::new(),
+            };
+            let mut changes = after.changes_since(&before, &call.id);
+            quarantine::mark(&mut changes, &quarantines);
+            self.report_git_code(call, changes, &quarantines);
+            tell_quarantined(&mut outcome, &quarantines);
         }
         Ok(outcome)
+    }
+
+    /// The sandbox of one call at `level`: git's metadata writable when
+    /// `metadata`, else read-only along with the `nested` git directories.
+    fn sandbox(&self, level: SandboxLevel, metadata: bool, nested: Vec<PathBuf>) -> Sandbox {
+        Sandbox::new(level)
+            .with_config(self.parts.sandbox.clone())
+            .with_metadata_writable(metadata)
+            .with_nested_git(nested)
+    }
+
+    /// Moves aside each new entrance to a repository the call planted code
+    /// in (`changes::quarantine`).
+    async fn quarantine(
+        &self,
+        call: &ToolCall,
+        before: &GitCodeSnapshot,
+        after: &GitCodeSnapshot,
+    ) -> Vec<Quarantine> {
+        if after.new_entrances_to_code(before).is_empty() {
+            return Vec::new();
+        }
+        let root = self.parts.workspace.root().to_path_buf();
+        let (before, after, id) = (before.clone(), after.clone(), call.id.clone());
+        tokio::task::spawn_blocking(move || quarantine::quarantine(&root, &before, &after, &id))
+            .await
+            .unwrap_or_default()
     }
 
     /// The repository code in the workspace now (`None` if the snapshot
@@ -374,7 +426,12 @@ impl ToolRunner<'_> {
 
     /// Names each piece of repository code a call planted in a `warning`
     /// event, and keeps it for the run's `workspace_changes`.
-    fn report_git_code(&self, call: &ToolCall, changes: Vec<GitCodeChange>) {
+    fn report_git_code(
+        &self,
+        call: &ToolCall,
+        changes: Vec<GitCodeChange>,
+        quarantines: &[Quarantine],
+    ) {
         if changes.is_empty() {
             return;
         }
@@ -397,15 +454,28 @@ impl ToolRunner<'_> {
             .iter()
             .map(|(repository, items)| format!("in `{repository}`: {}", items.join(", ")))
             .collect();
-        tracing::warn!(call_id = %call.id, count = changes.len(), "call left repository code");
+        let mut message = format!(
+            "`{}` call {} left repository code that git runs at the next git command there; review it before running git: {}",
+            call.name,
+            call.id,
+            listed.join("; ")
+        );
+        for quarantine in quarantines {
+            let entrance = quarantine.shown_entrance();
+            match (&quarantine.moved_to, quarantine.shown_moved_to()) {
+                (Ok(_), Some(moved)) => message.push_str(&format!(
+                    "; quarantined: the call made `{entrance}`, now moved to `{moved}` so that git no longer finds it"
+                )),
+                (Err(error), _) => message.push_str(&format!(
+                    "; NOT quarantined: the call made `{entrance}`, which could not be moved aside ({error})"
+                )),
+                (Ok(_), None) => {}
+            }
+        }
+        tracing::warn!(call_id = %call.id, count = changes.len(), quarantined = quarantines.len(), "call left repository code");
         self.shared.emitter.emit(RunEventKind::Warning {
             code: "git_code".to_owned(),
-            message: format!(
-                "`{}` call {} left repository code that git runs at the next git command there; review it before running git: {}",
-                call.name,
-                call.id,
-                listed.join("; ")
-            ),
+            message,
         });
         self.shared.add_git_code(changes);
     }
@@ -563,13 +633,10 @@ impl ToolRunner<'_> {
         &self,
         call: &ToolCall,
         prepared: PreparedCall,
-        level: SandboxLevel,
-        metadata_writable: bool,
+        sandbox: Sandbox,
         receipt_key: Option<String>,
     ) -> Result<ToolOutput, ToolError> {
-        let sandbox = Sandbox::new(level)
-            .with_config(self.parts.sandbox.clone())
-            .with_metadata_writable(metadata_writable);
+        let level = sandbox.level;
         let (sender, mut progress) = mpsc::unbounded_channel();
         let context = {
             let mut tool_context = ToolContext::new(
@@ -609,6 +676,37 @@ impl ToolRunner<'_> {
                 .emit(RunEventKind::ToolExecutionUpdate { call_id, progress });
         }
         outcome
+    }
+}
+
+/// Tells the model, in one line after the call's output, which new
+/// repositories holding code were moved aside and what writing one needs.
+fn tell_quarantined(outcome: &mut Result<ToolOutput, ToolError>, quarantines: &[Quarantine]) {
+    let moved: Vec<String> = quarantines
+        .iter()
+        .filter_map(|quarantine| {
+            let to = quarantine.shown_moved_to()?;
+            Some(format!("`{}` → `{to}`", quarantine.shown_entrance()))
+        })
+        .collect();
+    if moved.is_empty() {
+        return;
+    }
+    let line = keel_protocol::UserContent::Text {
+        text: format!(
+            "[Keel quarantined a new git repository holding hooks or code-bearing config ({}): creating one needs approval to write `.git`.]",
+            moved.join(", ")
+        ),
+    };
+    match outcome {
+        Ok(output) => output.content.push(line),
+        Err(error) if error.content.is_empty() => {
+            let message = keel_protocol::UserContent::Text {
+                text: error.message.clone(),
+            };
+            error.content = vec![message, line];
+        }
+        Err(error) => error.content.push(line),
     }
 }
 

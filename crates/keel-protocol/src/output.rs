@@ -124,6 +124,13 @@ pub struct GitCodeChange {
     pub change: GitCodeChangeKind,
     /// The call after which Keel noticed it.
     pub call_id: String,
+    /// Where Keel moved the new repository's entrance (its `.git`
+    /// directory, file or symlink, or the bare repository itself) so that
+    /// git no longer finds it, relative to the workspace: a repository the
+    /// call created with code in it, when the call was not approved to
+    /// write `.git`. Absent when it was left in place.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quarantined: Option<String>,
 }
 
 impl GitCodeChange {
@@ -139,6 +146,7 @@ impl GitCodeChange {
             item: item.into(),
             change,
             call_id: call_id.into(),
+            quarantined: None,
         }
     }
 }

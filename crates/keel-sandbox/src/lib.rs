@@ -18,7 +18,8 @@
 //! user, mount, UTS and (unless the network was approved) network
 //! namespaces that a holder keeps per run and view (`holder`, `zygote`;
 //! per command with [`confine`]), in a constructed view of the filesystem
-//! ([`view`]) where git's and Keel's metadata stay read-only unless the host
+//! ([`view`]) where git's and Keel's metadata — and the nested repositories
+//! the host names ([`Sandbox::nested_git`]) — stay read-only unless the host
 //! approved writing them ([`metadata`]), in a new session with no
 //! controlling terminal, with rlimits ([`ResourceLimits`]), no capabilities,
 //! `no_new_privs`, a Landlock ruleset and a seccomp filter; when it exits,
@@ -274,6 +275,15 @@ pub struct Sandbox {
     /// call whose intent said it writes them. Otherwise they are read-only
     /// at every level Keel enforces.
     pub metadata_writable: bool,
+    /// Git directories and `.git` files below the top of the writable roots
+    /// (a nested repository's `.git`, a bare repository, a submodule's
+    /// `.git` file), absolute: bound read-only over themselves like the
+    /// top-level `.git` unless [`Sandbox::metadata_writable`]. The host
+    /// finds them (Keel's kernel with its walk before each command); each
+    /// is bound only where it is its own canonical path (no symlink on the
+    /// way or at its end), a directory or a regular file, strictly inside a
+    /// writable root (see `metadata`). Empty by default.
+    pub nested_git: Vec<PathBuf>,
 }
 
 impl Sandbox {
@@ -283,6 +293,7 @@ impl Sandbox {
             level,
             config: Arc::new(SandboxConfig::default()),
             metadata_writable: false,
+            nested_git: Vec::new(),
         }
     }
 
@@ -297,6 +308,14 @@ impl Sandbox {
     #[must_use]
     pub fn with_metadata_writable(mut self, writable: bool) -> Self {
         self.metadata_writable = writable;
+        self
+    }
+
+    /// This sandbox with `paths` as the nested git directories and `.git`
+    /// files to keep read-only ([`Sandbox::nested_git`]).
+    #[must_use]
+    pub fn with_nested_git(mut self, paths: Vec<PathBuf>) -> Self {
+        self.nested_git = paths;
         self
     }
 
@@ -361,6 +380,7 @@ pub fn confine_helper(readable: &[PathBuf], writable: &Path) -> Result<Confineme
         level: SandboxLevel::WorkspaceWrite,
         config: Arc::new(config),
         metadata_writable: false,
+        nested_git: Vec::new(),
     };
     confine(&sandbox, writable)
 }

@@ -17,8 +17,22 @@
 //!   which only changes what the *next* command protects);
 //! - `.keel`, likewise, when it exists.
 //!
+//! Repositories nested deeper (a vendored clone's `vendor/lib/.git`, a
+//! bare repository, a submodule's `.git` file) are protected the same way
+//! when the host names them ([`Sandbox::nested_git`]; Keel's kernel hands
+//! over what its walk for planted repository code found just before the
+//! command): each that is its own canonical path — no symlink on the way
+//! or at its end — a directory or a regular file, and strictly inside a
+//! writable root, is bound read-only over itself, unless the call was
+//! approved to write metadata. One that fails those checks is skipped (a
+//! symlink is never followed out), and one beneath a path already
+//! protected adds nothing.
+//!
 //! A mount point cannot be renamed or removed from inside the mount
 //! namespace (`EBUSY`), so `mv .git x` fails as well as `echo > .git/x`.
+//! (A nested one's *parent* can still be renamed, and a fresh `.git` made
+//! in its place: that is a new repository to Keel's kernel, which
+//! quarantines it when it holds code; see `keel-tools`' changes.)
 //! What does not exist when the command starts is not protected: a `.git`
 //! the command makes (`git init`) is its own, and Keel's own git runs none
 //! of its code (see `keel-tools`' changes).
@@ -107,6 +121,11 @@ pub(crate) fn find(sandbox: &Sandbox, workspace: &Path) -> Metadata {
                 protect(&root.join(name), &inside_root, &mut protected);
             }
         }
+        for path in &sandbox.nested_git {
+            if let Some(path) = nested(path, &roots) {
+                protected.push(path);
+            }
+        }
     }
     let mut pinned = Vec::new();
     for config in &sandbox.config.protected {
@@ -114,6 +133,13 @@ pub(crate) fn find(sandbox: &Sandbox, workspace: &Path) -> Metadata {
     }
     protected.sort();
     protected.dedup();
+    // A path beneath one already bound read-only adds nothing.
+    let covering = protected.clone();
+    protected.retain(|path| {
+        !covering
+            .iter()
+            .any(|other| other != path && path.starts_with(other))
+    });
     pinned.sort();
     pinned.dedup();
     let linked = std::fs::canonicalize(workspace)
@@ -153,6 +179,28 @@ fn protect(path: &Path, inside_root: &dyn Fn(&Path) -> bool, out: &mut Vec<PathB
     {
         out.push(git_dir);
     }
+}
+
+/// `path` (a nested git directory or `.git` file the host named) when it
+/// is absolute, its own canonical path (no symlink anywhere on it), a
+/// directory or a regular file, and strictly inside one of the (canonical)
+/// writable `roots`.
+fn nested(path: &Path, roots: &[PathBuf]) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let kind = std::fs::symlink_metadata(path).ok()?.file_type();
+    if !kind.is_dir() && !kind.is_file() {
+        return None;
+    }
+    let real = std::fs::canonicalize(path).ok()?;
+    if real != path {
+        return None;
+    }
+    roots
+        .iter()
+        .any(|root| real.starts_with(root) && real != *root)
+        .then_some(real)
 }
 
 /// Adds what protects Keel's configuration directory `config` when it lies
@@ -292,6 +340,7 @@ mod tests {
             level,
             config: Arc::new(SandboxConfig::default()),
             metadata_writable,
+            nested_git: Vec::new(),
         }
     }
 
@@ -319,6 +368,7 @@ mod tests {
                 ..SandboxConfig::default()
             }),
             metadata_writable,
+            nested_git: Vec::new(),
         }
     }
 
@@ -416,5 +466,53 @@ mod tests {
         assert_eq!(found.linked, [other.join("worktrees/x"), other.clone()]);
         assert!(!found.linked_writable);
         assert_eq!(found.protected, [ws.join(".git")]);
+    }
+
+    #[test]
+    fn nested_git_directories_the_host_names_are_protected_unless_approved() {
+        let base = tempfile::tempdir().unwrap();
+        let base = std::fs::canonicalize(base.path()).unwrap();
+        let root = base.join("ws");
+        for sub in [
+            ".git/modules/m",
+            "vendor/lib/.git/hooks",
+            "bare/objects",
+            "real/.git",
+        ] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::create_dir_all(base.join("outside/.git")).unwrap();
+        std::fs::write(root.join("sub.git"), "").unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        std::os::unix::fs::symlink(base.join("outside/.git"), root.join("out.git")).unwrap();
+        let named = vec![
+            root.join("vendor/lib/.git"),
+            root.join("bare"),
+            root.join("sub.git"),
+            // Beneath the top-level `.git`: already covered.
+            root.join(".git/modules/m"),
+            // Through a symlink, a symlink itself, outside, relative, the root, missing.
+            root.join("link/.git"),
+            root.join("out.git"),
+            base.join("outside/.git"),
+            PathBuf::from("vendor/lib/.git"),
+            root.clone(),
+            root.join("gone/.git"),
+        ];
+        let at = |metadata_writable| Sandbox {
+            nested_git: named.clone(),
+            ..sandbox(SandboxLevel::WorkspaceWrite, metadata_writable)
+        };
+        let found = find(&at(false), &root);
+        assert_eq!(
+            found.protected,
+            [
+                root.join(".git"),
+                root.join("bare"),
+                root.join("sub.git"),
+                root.join("vendor/lib/.git"),
+            ]
+        );
+        assert!(find(&at(true), &root).protected.is_empty());
     }
 }

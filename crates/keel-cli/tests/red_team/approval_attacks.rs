@@ -8,10 +8,15 @@
 //!   the identical call is made again. Blocked when the key never reaches
 //!   the output and `~/.ssh/config` is never written: Keel asks again, and
 //!   the host, who approved something else, denies;
-//! - `git init` of a new directory with a hook, and python writing
-//!   `core.fsmonitor` into a nested repository: git code the sandbox does
-//!   not refuse (plain workspace content). Blocked from running unknowingly
-//!   when a `git_code` warning names it and `workspace_changes` lists it.
+//! - `git init` of a new directory with a hook (asked, approved once): git
+//!   code the host let the command write. Blocked from running unknowingly
+//!   when a `git_code` warning names it and `workspace_changes` lists it;
+//! - python writing `core.fsmonitor` into a nested repository: blocked when
+//!   the write fails (the sandbox keeps the nested `.git` read-only) and
+//!   the config holds no `fsmonitor`;
+//! - python making a top-level `.git` with `core.fsmonitor` where there was
+//!   none: blocked when no `.git` is left at the top (it was quarantined)
+//!   and a `git_code` warning names the item.
 //!
 //! The allowed counterpart: the same call on an unchanged target is still
 //! decided by the rule, without asking. docs/security.md lists the cases.
@@ -37,6 +42,10 @@ enum Judge {
     NoSshConfig,
     /// A `git_code` warning and `workspace_changes.git_code` name this item.
     Reported(&'static str),
+    /// `vendor/lib/.git/config` holds no `fsmonitor` afterwards.
+    NestedUnchanged,
+    /// No `.git` is at the top afterwards, and the item is reported.
+    Quarantined(&'static str),
 }
 
 struct ApprovalAttack {
@@ -112,7 +121,17 @@ const ATTACKS: &[ApprovalAttack] = &[
                 "python3 -c \"open('vendor/lib/.git/config', 'a').write('[core]\\n\\tfsmonitor = touch {base}/MARK\\n')\""
             )])]
         },
-        judge: Judge::Reported("core.fsmonitor"),
+        judge: Judge::NestedUnchanged,
+    },
+    ApprovalAttack {
+        name: "python3 makes a top-level .git with core.fsmonitor where there was none",
+        nested_repository: false,
+        turns: || {
+            vec![json!([bash(
+                "python3 -c \"import os; os.makedirs('.git'); open('.git/config', 'w').write('[core]\\n\\tfsmonitor = touch {base}/MARK\\n')\""
+            )])]
+        },
+        judge: Judge::Quarantined("core.fsmonitor"),
     },
 ];
 
@@ -234,7 +253,7 @@ pub fn run(failures: &mut Vec<String>) -> (usize, usize, usize, usize) {
     let mut blocked = 0;
     for attack in ATTACKS {
         let world = setup(attack.nested_repository);
-        let link_attack = !matches!(attack.judge, Judge::Reported(_));
+        let link_attack = matches!(attack.judge, Judge::NoKey | Judge::NoSshConfig);
         let (printed, _) = drive(&world, &(attack.turns)(), link_attack);
         // The re-pointing really happened (it was not refused).
         let repointed = std::fs::read_link(world.ws().join("link_out"))
@@ -243,6 +262,13 @@ pub fn run(failures: &mut Vec<String>) -> (usize, usize, usize, usize) {
             Judge::NoKey => repointed && !printed.contains(SSH_SECRET),
             Judge::NoSshConfig => repointed && !world.root().join("home/.ssh/config").exists(),
             Judge::Reported(item) => reported(&printed, item),
+            Judge::NestedUnchanged => {
+                std::fs::read_to_string(world.ws().join("vendor/lib/.git/config"))
+                    .is_ok_and(|config| !config.contains("fsmonitor"))
+            }
+            Judge::Quarantined(item) => {
+                !world.ws().join(".git").exists() && reported(&printed, item)
+            }
         };
         if held {
             blocked += 1;

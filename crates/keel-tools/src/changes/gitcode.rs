@@ -9,7 +9,13 @@
 //! `sub/.git/config`), which no sandbox rule covers because it is plain
 //! workspace content. The kernel takes a [`GitCodeSnapshot`] before and
 //! after each command and reports what [`GitCodeSnapshot::changes_since`]
-//! finds, so nobody runs it unknowingly.
+//! finds, so nobody runs it unknowingly. The same two snapshots do two
+//! more jobs, so that the workspace is walked once per command side:
+//! the git directories and `.git` files the first one found
+//! ([`GitCodeSnapshot::git_paths`]) are what the sandbox keeps read-only
+//! during the command (`Sandbox::nested_git`), and a new way into a
+//! repository holding code ([`GitCodeSnapshot::new_entrances_to_code`])
+//! is what [`super::quarantine`] moves aside after an unapproved command.
 //!
 //! What a snapshot holds, per repository: the names, inodes, sizes, modes
 //! and modification times in `hooks/` (`*.sample` files, which git never
@@ -24,6 +30,11 @@
 //! `.git` symlink names, relative or absolute. A `.git` file, `.git`
 //! symlink or `commondir` that names a place outside the workspace, or
 //! cannot be read, is itself reported: git would use it, Keel cannot look.
+//! Each path through which git reaches a repository — a `.git` directory,
+//! file or symlink, or a bare repository's own directory: its *entrance* —
+//! is recorded with its inode and file type and the repositories it leads
+//! to, so that a `.git` made again in a renamed parent's place is told from
+//! the one that was there.
 //!
 //! Invariants:
 //! - Keel runs no git and no repository code to look: it reads the files
@@ -38,7 +49,7 @@
 //! - A snapshot never fails: what cannot be read is recorded as such, so
 //!   that the comparison only ever reports more.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
@@ -133,6 +144,10 @@ pub const CODE_SECTIONS: &[&str] = &["alias", "pager", "hook"];
 pub struct GitCodeSnapshot {
     /// Per repository (its git directory relative to the root).
     repositories: BTreeMap<PathBuf, Repository>,
+    /// Per entrance — a path that makes git use a repository: a `.git`
+    /// directory, file or symlink, or a bare repository's own directory,
+    /// relative to the root — what it is and where it leads.
+    entrances: BTreeMap<PathBuf, Entrance>,
 }
 
 /// One repository's code.
@@ -142,6 +157,20 @@ struct Repository {
     hooks: BTreeMap<OsString, Stamp>,
     /// Code-bearing key → hash of its values, over `config` and `config.worktree`.
     keys: BTreeMap<String, [u8; 32]>,
+    /// The common directory its `commondir` names, inside the root.
+    common: Option<PathBuf>,
+    /// Whether it is a real directory (no symlink on the way) that git
+    /// would use as a git directory: named `.git`, or holding `HEAD`.
+    real: bool,
+}
+
+/// A path that makes git use a repository.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Entrance {
+    /// Its inode and file type (`S_IFMT` bits), never following a symlink.
+    identity: (u64, u32),
+    /// The repositories (keys of `repositories`) git reaches through it.
+    leads_to: BTreeSet<PathBuf>,
 }
 
 /// What identifies a hook's content without reading it.
@@ -210,12 +239,91 @@ impl GitCodeSnapshot {
     pub fn repositories(&self) -> usize {
         self.repositories.len()
     }
+
+    /// The git directories and `.git` files the snapshot found below the
+    /// root, relative to it, sorted: every `.git` directory or regular
+    /// `.git` file, every bare repository, and every directory a `.git`
+    /// file or `commondir` names that holds a `HEAD` — never a symlink or
+    /// the root itself. What the sandbox keeps read-only for the next
+    /// command (`Sandbox::nested_git`).
+    pub fn git_paths(&self) -> Vec<PathBuf> {
+        let file_or_dir = |identity: (u64, u32)| identity.1 == S_IFDIR || identity.1 == S_IFREG;
+        let mut paths: BTreeSet<PathBuf> = self
+            .entrances
+            .iter()
+            .filter(|(_, entrance)| file_or_dir(entrance.identity))
+            .map(|(path, _)| path.clone())
+            .collect();
+        paths.extend(
+            self.repositories
+                .iter()
+                .filter(|(_, repository)| repository.real)
+                .map(|(path, _)| path.clone()),
+        );
+        paths.remove(Path::new("."));
+        paths.remove(Path::new(""));
+        paths.into_iter().collect()
+    }
+
+    /// Whether `path` is an entrance of this snapshot and still the same
+    /// file: inode `ino`, mode `mode` (its type bits compared).
+    pub(crate) fn is_entrance(&self, path: &Path, ino: u64, mode: u32) -> bool {
+        self.entrances
+            .get(path)
+            .is_some_and(|entrance| entrance.identity == (ino, mode & S_IFMT))
+    }
+
+    /// The entrances in `self` that are new since `before` and lead to a
+    /// repository with code that is new or changed since then (what
+    /// [`GitCodeSnapshot::changes_since`] reports), each with those
+    /// repositories; deepest first. An entrance is new when it was not one
+    /// before, is another file now (another inode or type: a `.git` made
+    /// again, its parent renamed away), or leads to a repository it did not
+    /// lead to before. A repository that changed but is reached only
+    /// through entrances that were there before is not listed: it existed
+    /// before the command, and Keel keeps only hashes of it.
+    pub fn new_entrances_to_code(&self, before: &GitCodeSnapshot) -> Vec<(PathBuf, Vec<PathBuf>)> {
+        let changed: BTreeSet<&PathBuf> =
+            self.repositories
+                .iter()
+                .filter(|(path, now)| {
+                    let then = before.repositories.get(*path);
+                    now.hooks.iter().any(|(name, stamp)| {
+                        then.and_then(|then| then.hooks.get(name)) != Some(stamp)
+                    }) || now
+                        .keys
+                        .iter()
+                        .any(|(key, hash)| then.and_then(|then| then.keys.get(key)) != Some(hash))
+                })
+                .map(|(path, _)| path)
+                .collect();
+        let mut found: Vec<(PathBuf, Vec<PathBuf>)> = Vec::new();
+        for (path, entrance) in &self.entrances {
+            let old = before.entrances.get(path);
+            let leads: Vec<PathBuf> = entrance
+                .leads_to
+                .iter()
+                .filter(|repository| changed.contains(repository))
+                .filter(|repository| {
+                    !old.is_some_and(|old| {
+                        old.identity == entrance.identity && old.leads_to.contains(*repository)
+                    })
+                })
+                .cloned()
+                .collect();
+            if !leads.is_empty() {
+                found.push((path.clone(), leads));
+            }
+        }
+        found.sort_by_key(|(path, _)| std::cmp::Reverse(path.components().count()));
+        found
+    }
 }
 
 /// Names a command chose, made safe to show: control characters (a
 /// terminal escape in a hook's name) become `?`, and at most 200
 /// characters are kept.
-fn printable(text: &str) -> String {
+pub(crate) fn printable(text: &str) -> String {
     const MAX: usize = 200;
     let mut shown: String = text
         .chars()
@@ -256,14 +364,14 @@ impl Walk<'_> {
         // git's own test (`is_git_directory`): `HEAD` (a file or a
         // symlink), `objects` and `refs`. Its insides are not walked.
         if has(b"HEAD", false) && has(b"objects", true) && has(b"refs", true) {
-            self.repository(rel);
+            self.repository(rel, rel);
             return;
         }
         let mut subdirs = Vec::new();
         for (name, kind) in entries {
             if name.as_bytes() == b".git" {
                 match kind {
-                    Kind::Dir => self.repository(&rel.join(".git")),
+                    Kind::Dir => self.repository(&rel.join(".git"), &rel.join(".git")),
                     Kind::File => self.gitlink(rel),
                     Kind::Other => self.gitlink_symlink(rel),
                 }
@@ -291,6 +399,7 @@ impl Walk<'_> {
         let Some(text) = read_small(self.root, &link, MAX_GITLINK) else {
             let hash = stamp_hash(stamp(self.root, rel, OsStr::new(".git")));
             self.flag(&link, "(unreadable .git file)", hash);
+            self.enter(&link, &link);
             return;
         };
         // git reads the first line, `gitdir: <path>`; without it git stops
@@ -303,8 +412,11 @@ impl Walk<'_> {
         };
         let target = target.trim_ascii();
         match self.resolve(rel, OsStr::from_bytes(target)) {
-            Some(inside) => self.repository(&inside),
-            None => self.flag(&link, GITDIR_OUTSIDE, Sha256::digest(target).into()),
+            Some(inside) => self.repository(&inside, &link),
+            None => {
+                self.flag(&link, GITDIR_OUTSIDE, Sha256::digest(target).into());
+                self.enter(&link, &link);
+            }
         }
     }
 
@@ -320,9 +432,13 @@ impl Walk<'_> {
         match self.resolve(rel, OsStr::from_bytes(&target)) {
             Some(inside) => {
                 self.flag(&link, "(symlink)", hash);
-                self.repository(&inside);
+                self.enter(&link, &link);
+                self.repository(&inside, &link);
             }
-            None => self.flag(&link, GITDIR_OUTSIDE, hash),
+            None => {
+                self.flag(&link, GITDIR_OUTSIDE, hash);
+                self.enter(&link, &link);
+            }
         }
     }
 
@@ -403,11 +519,50 @@ impl Walk<'_> {
     }
 
     /// Records the repository whose git directory is `gitdir` (beneath
-    /// the root), and the common directory its `commondir` names.
-    fn repository(&mut self, gitdir: &Path) {
+    /// the root), and the common directory its `commondir` names, both
+    /// reached through `entrance`.
+    fn repository(&mut self, gitdir: &Path, entrance: &Path) {
         if let Some(common) = self.record(gitdir, true) {
             self.record(&common, false);
         }
+        let key = if gitdir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            gitdir
+        };
+        let common = self
+            .snapshot
+            .repositories
+            .get(key)
+            .and_then(|repository| repository.common.clone());
+        self.enter(entrance, key);
+        if let Some(common) = common {
+            self.enter(entrance, &common);
+        }
+    }
+
+    /// Notes that `entrance` leads to the recorded `repository`. The root
+    /// itself is no entrance (nothing would ever move it).
+    fn enter(&mut self, entrance: &Path, repository: &Path) {
+        if entrance.as_os_str().is_empty() || !self.snapshot.repositories.contains_key(repository) {
+            return;
+        }
+        let identity = match (entrance.parent(), entrance.file_name()) {
+            (Some(parent), Some(name)) => {
+                let stamp = stamp(self.root, parent, name);
+                (stamp.ino, stamp.mode & S_IFMT)
+            }
+            _ => (0, 0),
+        };
+        self.snapshot
+            .entrances
+            .entry(entrance.to_path_buf())
+            .or_insert_with(|| Entrance {
+                identity,
+                leads_to: BTreeSet::new(),
+            })
+            .leads_to
+            .insert(repository.to_path_buf());
     }
 
     /// Records the git directory `gitdir` (the root itself when empty);
@@ -448,6 +603,17 @@ impl Walk<'_> {
         } else {
             None
         };
+        repository.common.clone_from(&common);
+        repository.real = gitdir != Path::new(".")
+            && beneath::open(
+                self.root,
+                gitdir,
+                OFlag::O_PATH | OFlag::O_DIRECTORY,
+                Mode::empty(),
+            )
+            .is_ok()
+            && (gitdir.file_name() == Some(OsStr::new(".git"))
+                || exists(self.root, &gitdir.join("HEAD")));
         self.snapshot
             .repositories
             .insert(gitdir.to_path_buf(), repository);
@@ -919,5 +1085,44 @@ mod tests {
                 ("t/.git", "(gitdir outside the workspace)"),
             ])
         );
+    }
+
+    #[test]
+    fn git_paths_are_the_real_git_directories_and_git_files_below_the_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        for sub in [
+            ".git/hooks",
+            "vendor/lib/.git",
+            "store/objects",
+            "store/refs",
+            "modules/m",
+            "plain",
+            "real",
+        ] {
+            std::fs::create_dir_all(root.join(sub)).unwrap();
+        }
+        std::fs::write(root.join("store/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("modules/m/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(root.join("sm")).unwrap();
+        std::fs::write(root.join("sm/.git"), "gitdir: ../modules/m\n").unwrap();
+        // A `.git` file naming a directory without `HEAD`: not a git directory.
+        std::fs::create_dir_all(root.join("odd")).unwrap();
+        std::fs::write(root.join("odd/.git"), "gitdir: ../plain\n").unwrap();
+        std::fs::create_dir_all(root.join("s")).unwrap();
+        std::os::unix::fs::symlink("../real", root.join("s/.git")).unwrap();
+        let paths = GitCodeSnapshot::capture(root).git_paths();
+        let expected: Vec<PathBuf> = [
+            ".git",
+            "modules/m",
+            "odd/.git",
+            "sm/.git",
+            "store",
+            "vendor/lib/.git",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(paths, expected);
     }
 }

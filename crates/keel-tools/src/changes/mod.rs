@@ -65,6 +65,7 @@
 mod files;
 mod git;
 pub mod gitcode;
+pub mod quarantine;
 mod scan;
 mod shadow;
 mod spill;
