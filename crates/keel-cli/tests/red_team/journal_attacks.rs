@@ -181,9 +181,15 @@ impl World {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
+        // The command's output reaches its `.out` receipt through Keel's
+        // reader, after the shell runs on to `sleep`: when `first` prints,
+        // wait for it there too, or a loaded machine kills Keel before the
+        // receipt holds it.
+        let printed = !first.is_empty();
         assert!(
             wait_until(Duration::from_secs(30), || !sleepers(&self.marker)
-                .is_empty()),
+                .is_empty()
+                && (!printed || self.output_received())),
             "the command never started"
         );
         child.kill().unwrap();
@@ -201,6 +207,23 @@ impl World {
         let id = file.file_stem().unwrap().to_str().unwrap().to_owned();
         let journal = self.sessions().join(format!("{id}.journal"));
         (id, journal)
+    }
+
+    /// Whether a session's journal holds a non-empty `.out` receipt.
+    fn output_received(&self) -> bool {
+        let Ok(entries) = std::fs::read_dir(self.sessions()) else {
+            return false;
+        };
+        entries
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| path.extension().is_some_and(|ext| ext == "journal"))
+            .filter_map(|journal| std::fs::read_dir(journal).ok())
+            .flat_map(|receipts| receipts.flatten())
+            .any(|receipt| {
+                receipt.path().extension().is_some_and(|ext| ext == "out")
+                    && receipt.metadata().is_ok_and(|meta| meta.len() > 0)
+            })
     }
 
     /// `keel resume ID`, bounded by [`HANG_BOUND`]: whether it ended, and
