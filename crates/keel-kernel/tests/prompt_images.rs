@@ -31,7 +31,7 @@ async fn stored_prompt(spec: RunSpec) -> Vec<UserContent> {
         .unwrap();
     let run = kernel.create_run(spec).await.unwrap();
     let result = run.result().await;
-    assert_eq!(result.state, RunState::Completed, "{result:?}");
+    assert_eq!(result.state, RunState::Settled, "{result:?}");
     let entries = store.entries(&result.session_id).await.unwrap();
     entries
         .into_iter()
@@ -78,7 +78,8 @@ async fn a_prompt_without_text_or_image_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let kernel = AgentKernel::builder()
         .provider(Arc::new(ScriptedProvider::new(
-            Script::from_json(r#"{"turns": []}"#).unwrap(),
+            Script::from_json(r#"{"turns": [{"content": [{"type": "text", "text": "x"}]}]}"#)
+                .unwrap(),
         )))
         .workspace(Workspace::new(dir.path()).unwrap())
         .store(Arc::new(MemoryStore::new()))
