@@ -21,7 +21,10 @@ fn chat_answer() -> Reply {
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
         format!("data: {body}\n\n")
     };
-    let mut sse = chunk(json!({"role": "assistant", "content": "A small image."}), None);
+    let mut sse = chunk(
+        json!({"role": "assistant", "content": "A small image."}),
+        None,
+    );
     sse += &chunk(json!({}), Some("stop"));
     sse += "data: [DONE]\n\n";
     Reply::sse(&sse)
@@ -48,7 +51,12 @@ fn responses_answer() -> Reply {
     ];
     let sse: String = events
         .iter()
-        .map(|data| format!("event: {}\ndata: {data}\n\n", data["type"].as_str().unwrap()))
+        .map(|data| {
+            format!(
+                "event: {}\ndata: {data}\n\n",
+                data["type"].as_str().unwrap()
+            )
+        })
         .collect();
     Reply::sse(&sse)
 }
@@ -219,7 +227,8 @@ fn refused(dir: &Path, image: &Path) -> (String, String) {
     let sessions: Vec<_> = std::fs::read_dir(dir.join("sessions")).unwrap().collect();
     assert!(sessions.is_empty(), "no session is written: {sessions:?}");
     assert!(
-        stderr.contains(&image.display().to_string()) || stdout.contains(&image.display().to_string()),
+        stderr.contains(&image.display().to_string())
+            || stdout.contains(&image.display().to_string()),
         "the error names the file: {stdout}{stderr}"
     );
     let code = stderr

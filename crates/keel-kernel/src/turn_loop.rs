@@ -236,7 +236,8 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn drive(&mut self, prompt: Vec<UserContent>) -> Result<AssistantMessage, Stop> {
-        self.add_user_message(UserMessage::new(prompt), None).await?;
+        self.add_user_message(UserMessage::new(prompt), None)
+            .await?;
         self.continue_run().await
     }
 

@@ -46,7 +46,9 @@ async fn stored_prompt(spec: RunSpec) -> Vec<UserContent> {
 
 #[tokio::test]
 async fn a_text_and_image_prompt_is_stored_in_order() {
-    let spec = RunSpec::new("describe these").image(png("A")).image(png("B"));
+    let spec = RunSpec::new("describe these")
+        .image(png("A"))
+        .image(png("B"));
     assert_eq!(
         stored_prompt(spec).await,
         [
