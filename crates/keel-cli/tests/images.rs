@@ -269,3 +269,36 @@ fn a_text_file_named_png_is_refused() {
     assert_eq!(code, "image_unsupported");
     assert!(!printed.contains("secret text"), "{printed}");
 }
+
+#[test]
+fn an_image_needs_a_text_prompt_and_a_prompt_taking_input_format() {
+    let dir = setup("openai-chat", "http://127.0.0.1:9");
+    let image = dir.path().join("a.png");
+    let image = image.to_str().unwrap();
+    for (args, code) in [
+        (vec!["--image", image, "  "], "no_prompt"),
+        (
+            vec![
+                "--image",
+                image,
+                "--input-format",
+                "stream-json",
+                "describe",
+            ],
+            "usage",
+        ),
+    ] {
+        let output = keel(dir.path(), &args);
+        let printed = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert_eq!(output.status.code(), Some(2), "{printed}");
+        assert!(printed.contains(code), "{args:?}: {printed}");
+        let sessions: Vec<_> = std::fs::read_dir(dir.path().join("sessions"))
+            .unwrap()
+            .collect();
+        assert!(sessions.is_empty(), "{sessions:?}");
+    }
+}
