@@ -569,6 +569,10 @@ pub struct RunArgs {
     /// without prices stops it too (`cost_unknown`).
     #[arg(long, value_name = "USD")]
     pub max_budget_usd: Option<f64>,
+    /// An image sent after the prompt's text (repeatable, in order): a
+    /// PNG, JPEG, GIF or WebP file of at most 10 MiB. Needs a text prompt.
+    #[arg(long = "image", short = 'i', value_name = "FILE")]
+    pub images: Vec<PathBuf>,
     /// The prompt; `@FILE` reads it from a file, and `-` (or no prompt with
     /// standard input not a terminal) reads it from standard input.
     pub prompt: Option<String>,

@@ -18,6 +18,7 @@ mod doctor;
 mod escape;
 mod help;
 mod host;
+mod images;
 mod install;
 mod models_cmd;
 mod output;

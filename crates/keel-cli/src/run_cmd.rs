@@ -22,6 +22,7 @@ use keel_protocol::{PermissionMode, RunEvent, SessionLine};
 use crate::args::{InputFormat, OutputArgs, RunArgs};
 use crate::ask::{self, Answers};
 use crate::host;
+use crate::images;
 use crate::output::Output;
 use crate::session_cmd;
 use crate::signals;
@@ -31,6 +32,7 @@ use crate::stream_input::{self, FirstRun};
 pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     check_combinations(&args)?;
     check_last_message_file(&args.output)?;
+    let images = images::read_all(&args.images)?;
     let setup = run_setup(&args)?;
     for warning in &setup.warnings {
         eprintln!("keel: warning: {}", warning.message);
@@ -72,7 +74,16 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
         Some(argument) => argument == "-",
         None => !std::io::stdin().is_terminal(),
     };
-    let spec = spec(prompt(args.prompt.as_deref())?, continued.session_id);
+    let text = prompt(args.prompt.as_deref())?;
+    if !images.is_empty() && text.trim().is_empty() {
+        return Err(StartupError::new(
+            "no_prompt",
+            "--image needs a text prompt beside the images",
+        ));
+    }
+    let spec = images
+        .into_iter()
+        .fold(spec(text, continued.session_id), RunSpec::image);
     let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, prompt_from_stdin);
     let received = signals::Received::install();
     let run = kernel.create_run(spec).await?;
@@ -114,6 +125,12 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
         return Err(StartupError::new(
             "usage",
             "keel resume continues a session in place: --fork does not apply",
+        ));
+    }
+    if !args.images.is_empty() {
+        return Err(StartupError::new(
+            "usage",
+            "keel resume sends no prompt: --image does not apply",
         ));
     }
     check_last_message_file(&args.output)?;
@@ -334,6 +351,12 @@ fn check_combinations(args: &RunArgs) -> Result<(), StartupError> {
             "usage",
             "with --input-format stream-json, standard input carries control messages: \
              send the prompt as {\"type\": \"user_message\", \"text\": …} instead of `-`",
+        ));
+    }
+    if args.input_format == InputFormat::StreamJson && !args.images.is_empty() {
+        return Err(StartupError::new(
+            "usage",
+            "--image is not supported with --input-format stream-json",
         ));
     }
     Ok(())

@@ -46,7 +46,7 @@ pub enum KernelError {
     /// The session store refused.
     #[error(transparent)]
     Session(#[from] SessionError),
-    /// The prompt is empty.
+    /// The prompt has no non-blank text and no image.
     #[error("the prompt is empty")]
     EmptyPrompt,
     /// The session's last run was interrupted with tool calls left without
@@ -252,7 +252,7 @@ impl AgentKernel {
     /// header). The run is spawned only in the last, synchronous step, so it
     /// either starts and is returned, or does not start at all.
     pub async fn create_run(&self, spec: RunSpec) -> Result<AgentRun, KernelError> {
-        if spec.prompt.trim().is_empty() {
+        if !spec.has_prompt() {
             return Err(KernelError::EmptyPrompt);
         }
         self.check_journal_private()?;

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_protocol::PermissionMode;
+use keel_protocol::{ImageContent, PermissionMode, UserContent};
 use keel_provider::Provider;
 use keel_session::SessionStore;
 use keel_tools::outputs::OutputStore;
@@ -89,8 +89,9 @@ impl KernelParts {
 #[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct RunSpec {
-    /// The user's prompt.
-    pub prompt: String,
+    /// The user's prompt: content blocks (text and images), in order.
+    /// Blank text blocks are left out of the session's user message.
+    pub prompt: Vec<UserContent>,
     /// Continue this session on its active leaf; a new session when `None`.
     pub session_id: Option<String>,
     /// The permission mode, fixed for the run.
@@ -115,12 +116,46 @@ pub struct RunSpec {
 }
 
 impl RunSpec {
-    /// A run of `prompt` in a new session, in the default mode, without a turn limit.
+    /// A run of `prompt` (one text block) in a new session, in the default
+    /// mode, without a turn limit.
     pub fn new(prompt: impl Into<String>) -> Self {
         Self {
-            prompt: prompt.into(),
+            prompt: vec![UserContent::Text {
+                text: prompt.into(),
+            }],
             ..Self::default()
         }
+    }
+
+    /// Adds an image block after the prompt's blocks so far. Repeatable.
+    pub fn image(mut self, image: ImageContent) -> Self {
+        self.prompt.push(UserContent::Image(image));
+        self
+    }
+
+    /// Replaces the prompt with these content blocks, in order.
+    pub fn content(mut self, blocks: Vec<UserContent>) -> Self {
+        self.prompt = blocks;
+        self
+    }
+
+    /// Whether the prompt has something to send: a non-blank text block or
+    /// an image.
+    pub(crate) fn has_prompt(&self) -> bool {
+        self.prompt.iter().any(|block| match block {
+            UserContent::Text { text } => !text.trim().is_empty(),
+            _ => true,
+        })
+    }
+
+    /// The prompt's blocks as the session's user message holds them: in
+    /// order, without blank text blocks (providers refuse empty text).
+    pub(crate) fn prompt_blocks(&self) -> Vec<UserContent> {
+        self.prompt
+            .iter()
+            .filter(|block| !matches!(block, UserContent::Text { text } if text.trim().is_empty()))
+            .cloned()
+            .collect()
     }
 
     /// Continues `session_id` on its active leaf instead of starting a new session.

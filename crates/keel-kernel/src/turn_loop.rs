@@ -13,7 +13,7 @@ use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
     ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind, StopReason,
-    ToolCall, UserMessage, WorkspaceMove,
+    ToolCall, UserContent, UserMessage, WorkspaceMove,
 };
 use keel_provider::ModelRequest;
 use keel_provider::retry::Attempts;
@@ -95,7 +95,7 @@ pub(crate) async fn run(
     let result = if spec.resume {
         run.resume().instrument(span).await
     } else {
-        run.drive(&spec.prompt).instrument(span).await
+        run.drive(spec.prompt_blocks()).instrument(span).await
     };
     // A cancel the stall watchdog caused is recorded as the failure it is.
     let result = match (result, shared.stall_error()) {
@@ -235,8 +235,9 @@ impl<'a> TurnLoop<'a> {
         Ok(())
     }
 
-    async fn drive(&mut self, prompt: &str) -> Result<AssistantMessage, Stop> {
-        self.add_user_message(prompt, None).await?;
+    async fn drive(&mut self, prompt: Vec<UserContent>) -> Result<AssistantMessage, Stop> {
+        self.add_user_message(UserMessage::new(prompt), None)
+            .await?;
         self.continue_run().await
     }
 
@@ -314,7 +315,10 @@ impl<'a> TurnLoop<'a> {
         loop {
             let settled = self.run_turns().await?;
             match self.shared.take_pending_or_close() {
-                Some((queue, text)) => self.add_user_message(&text, Some(queue)).await?,
+                Some((queue, text)) => {
+                    self.add_user_message(UserMessage::text(text), Some(queue))
+                        .await?;
+                }
                 None => return Ok(settled),
             }
         }
@@ -354,7 +358,8 @@ impl<'a> TurnLoop<'a> {
             }
             let steering = self.shared.take_steering();
             for text in &steering {
-                self.add_user_message(text, Some(QueueKind::Steer)).await?;
+                self.add_user_message(UserMessage::text(text), Some(QueueKind::Steer))
+                    .await?;
             }
             if calls.is_empty() && steering.is_empty() {
                 return Ok(message);
@@ -398,8 +403,12 @@ impl<'a> TurnLoop<'a> {
 
     /// Persists a user message (the prompt or an injected one) and reports it.
     /// The prompt (no queue) opens the run: its `run_start` goes in the same group.
-    async fn add_user_message(&self, text: &str, queue: Option<QueueKind>) -> Result<(), Stop> {
-        let message = Message::User(UserMessage::text(text));
+    async fn add_user_message(
+        &self,
+        message: UserMessage,
+        queue: Option<QueueKind>,
+    ) -> Result<(), Stop> {
+        let message = Message::User(message);
         let mut group = Vec::new();
         if queue.is_none() {
             group.push(self.run_start());

@@ -8,7 +8,7 @@
 pub(super) const MAX_IMAGE_BYTES: usize = 4_500_000 / 4 * 3;
 
 /// The MIME type of an image format the models accept, if `bytes` is one.
-pub(super) fn image_mime(bytes: &[u8]) -> Option<&'static str> {
+pub fn image_mime(bytes: &[u8]) -> Option<&'static str> {
     if bytes.starts_with(b"\x89PNG\r\n\x1a\n") {
         Some("image/png")
     } else if bytes.starts_with(&[0xFF, 0xD8, 0xFF]) {
@@ -53,7 +53,7 @@ pub(super) fn binary_kind(bytes: &[u8]) -> &'static str {
 }
 
 /// Standard base64 with padding.
-pub(super) fn base64(bytes: &[u8]) -> String {
+pub fn base64(bytes: &[u8]) -> String {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
     for chunk in bytes.chunks(3) {

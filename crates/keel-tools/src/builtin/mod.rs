@@ -11,7 +11,7 @@ mod bash;
 mod edit;
 mod find;
 mod grep;
-mod image;
+pub mod image;
 mod ls;
 mod output;
 mod process;
