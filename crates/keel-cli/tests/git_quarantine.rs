@@ -376,3 +376,52 @@ fn an_approved_git_write_is_not_quarantined() {
     assert!(git_code[0].get("quarantined").is_none(), "{}", git_code[0]);
     assert!(!run.result_text().contains("quarantined"));
 }
+
+#[test]
+fn a_git_file_pointing_back_at_a_quarantined_repository_is_quarantined_too() {
+    if !sandbox_enforced("a_git_file_pointing_back_at_a_quarantined_repository_is_quarantined_too")
+    {
+        return;
+    }
+    let world = World::new();
+    // What a quarantined `git init` with a hook leaves: a repository (it
+    // looks bare) under another name, its code in place.
+    let aside = world.ws().join("sub/.git.keel-quarantined-earlier");
+    for dir in ["objects", "refs/heads", "hooks"] {
+        std::fs::create_dir_all(aside.join(dir)).unwrap();
+    }
+    std::fs::write(aside.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    std::fs::write(aside.join("hooks/post-checkout"), "#!/bin/sh\n").unwrap();
+    // A call links a new `.git` file to it: a new way into a repository
+    // holding code, though the repository is older than the call.
+    let link = "gitdir: .git.keel-quarantined-earlier\\n";
+    let run = world.run("auto", &python_writes("sub/.git", link), None);
+    unasked(&run);
+    assert!(!world.ws().join("sub/.git").exists(), "{:#?}", run.seen);
+    assert_eq!(world.quarantined_in("sub").len(), 2, "{:#?}", run.seen);
+}
+
+#[test]
+fn a_new_repository_with_a_key_no_list_names_is_quarantined() {
+    if !sandbox_enforced("a_new_repository_with_a_key_no_list_names_is_quarantined") {
+        return;
+    }
+    let world = World::new();
+    // gpg.ssh.defaultKeyCommand runs at the user's next signed commit; no
+    // denylist named it, so every key but the known-inert ones is code.
+    let command = python_writes(
+        "sub/.git/config",
+        "[core]\\n\\tbare = false\\n[gpg.ssh]\\n\\tdefaultKeyCommand = touch /tmp/x\\n",
+    );
+    let run = world.run("auto", &command, None);
+    unasked(&run);
+    let config = world.quarantined_in("sub");
+    assert!(!world.ws().join("sub/.git").exists(), "{:#?}", run.seen);
+    assert_eq!(config.len(), 1);
+    let written =
+        std::fs::read_to_string(world.ws().join("sub").join(&config[0]).join("config")).unwrap();
+    assert!(
+        written.contains("[gpg.ssh]\n\tdefaultKeyCommand"),
+        "{written:?}"
+    );
+}

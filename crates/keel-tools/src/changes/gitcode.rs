@@ -19,9 +19,9 @@
 //!
 //! What a snapshot holds, per repository: the names, inodes, sizes, modes
 //! and modification times in `hooks/` (`*.sample` files, which git never
-//! runs, left out), and which code-bearing configuration keys
-//! ([`CODE_KEYS`]) `config` and `config.worktree` set, each with a hash of
-//! its values; and the same of the common directory a `commondir` file
+//! runs, left out), and which code-bearing configuration keys — every key
+//! but the [`INERT_KEYS`] known to run nothing — `config` and
+//! `config.worktree` set, each with a hash of its values; and the same of the common directory a `commondir` file
 //! names (a linked worktree's, whose `config` and `hooks` git uses).
 //! Repositories are found by walking the workspace: every `.git`
 //! directory, every directory that looks like a git directory whatever its
@@ -138,6 +138,87 @@ pub const CODE_KEYS: &[&str] = &[
 /// Sections every key of which counts as code: aliases (`!cmd` runs a
 /// shell), per-command pagers, hooks configured in config (git ≥ 2.36).
 pub const CODE_SECTIONS: &[&str] = &["alias", "pager", "hook"];
+
+/// Keys known to run nothing, lower-cased, in [`CODE_KEYS`]' pattern form
+/// (`*` is one subsection; `section.**` is every key of a section without
+/// a subsection's code). Every other key counts as code: git runs
+/// programs from more keys than any list names (`gpg.ssh.
+/// defaultKeyCommand`, `interactive.diffFilter`, `trailer.*.cmd`, …), so
+/// Keel lists what is safe instead — what `git init`, `git clone`, `git
+/// remote`, `git branch` and everyday settings write.
+pub const INERT_KEYS: &[&str] = &[
+    "core.repositoryformatversion",
+    "core.filemode",
+    "core.bare",
+    "core.logallrefupdates",
+    "core.ignorecase",
+    "core.precomposeunicode",
+    "core.symlinks",
+    "core.autocrlf",
+    "core.eol",
+    "core.safecrlf",
+    "core.quotepath",
+    "core.compression",
+    "core.loosecompression",
+    "core.abbrev",
+    "core.sparsecheckout",
+    "core.sparsecheckoutcone",
+    "core.untrackedcache",
+    "core.splitindex",
+    "core.commitgraph",
+    "core.multipackindex",
+    "core.preloadindex",
+    "core.trustctime",
+    "core.checkstat",
+    "core.whitespace",
+    "core.warnambiguousrefs",
+    "user.**",
+    "author.**",
+    "committer.**",
+    "init.defaultbranch",
+    "extensions.**",
+    "color.**",
+    "pull.rebase",
+    "pull.ff",
+    "push.default",
+    "push.autosetupremote",
+    "fetch.prune",
+    "fetch.prunetags",
+    "status.**",
+    "log.date",
+    "log.decorate",
+    "rerere.enabled",
+    "gc.auto",
+    "index.version",
+    "advice.**",
+    "branch.autosetupmerge",
+    "branch.autosetuprebase",
+    "branch.*.remote",
+    "branch.*.merge",
+    "branch.*.rebase",
+    "branch.*.pushremote",
+    "branch.*.description",
+    "remote.*.url",
+    "remote.*.pushurl",
+    "remote.*.fetch",
+    "remote.*.push",
+    "remote.*.mirror",
+    "remote.*.tagopt",
+    "remote.*.prune",
+    "submodule.*.url",
+    "submodule.*.active",
+    "submodule.*.branch",
+    "diff.algorithm",
+    "diff.renames",
+    "diff.renamelimit",
+    "diff.colormoved",
+    "diff.mnemonicprefix",
+    "merge.conflictstyle",
+    "merge.ff",
+    "merge.log",
+    "commit.verbose",
+    "commit.cleanup",
+];
 
 /// What one snapshot saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -274,29 +355,24 @@ impl GitCodeSnapshot {
     }
 
     /// The entrances in `self` that are new since `before` and lead to a
-    /// repository with code that is new or changed since then (what
-    /// [`GitCodeSnapshot::changes_since`] reports), each with those
-    /// repositories; deepest first. An entrance is new when it was not one
+    /// repository holding code (a hook, or a key not in [`INERT_KEYS`]),
+    /// however old that repository, each with those repositories; deepest
+    /// first. An entrance is new when it was not one
     /// before, is another file now (another inode or type: a `.git` made
     /// again, its parent renamed away), or leads to a repository it did not
     /// lead to before. A repository that changed but is reached only
     /// through entrances that were there before is not listed: it existed
     /// before the command, and Keel keeps only hashes of it.
     pub fn new_entrances_to_code(&self, before: &GitCodeSnapshot) -> Vec<(PathBuf, Vec<PathBuf>)> {
-        let changed: BTreeSet<&PathBuf> =
-            self.repositories
-                .iter()
-                .filter(|(path, now)| {
-                    let then = before.repositories.get(*path);
-                    now.hooks.iter().any(|(name, stamp)| {
-                        then.and_then(|then| then.hooks.get(name)) != Some(stamp)
-                    }) || now
-                        .keys
-                        .iter()
-                        .any(|(key, hash)| then.and_then(|then| then.keys.get(key)) != Some(hash))
-                })
-                .map(|(path, _)| path)
-                .collect();
+        // Any code at all: a new way into a repository that holds code is
+        // new code for whoever runs git there, even when the repository
+        // itself is older (a `.git` file pointing back at a quarantined one).
+        let changed: BTreeSet<&PathBuf> = self
+            .repositories
+            .iter()
+            .filter(|(_, now)| !now.hooks.is_empty() || !now.keys.is_empty())
+            .map(|(path, _)| path)
+            .collect();
         let mut found: Vec<(PathBuf, Vec<PathBuf>)> = Vec::new();
         for (path, entrance) in &self.entrances {
             let old = before.entrances.get(path);
@@ -767,6 +843,8 @@ fn hash_pair(a: &[u8; 32], b: &[u8; 32]) -> [u8; 32] {
 /// Section and key names compare without case, subsections with.
 pub fn code_keys(bytes: &[u8]) -> BTreeMap<String, [u8; 32]> {
     let text = String::from_utf8_lossy(bytes);
+    // git skips a UTF-8 byte order mark at the start of a config file.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     let mut section = String::new();
     let mut values: BTreeMap<String, Sha256> = BTreeMap::new();
     let mut lines = text.lines();
@@ -795,7 +873,9 @@ pub fn code_keys(bytes: &[u8]) -> BTreeMap<String, [u8; 32]> {
             None => (rest, ""),
         };
         let mut value = value.to_owned();
-        while value.trim_end().ends_with('\\') && !value.trim_end().ends_with("\\\\") {
+        // As git reads it: an unquoted `#` or `;` ends the value (a `\`
+        // after it continues nothing), a `\` ending the rest continues it.
+        while continues(&value) {
             match lines.next() {
                 Some(next) => {
                     value.push('\n');
@@ -813,6 +893,24 @@ pub fn code_keys(bytes: &[u8]) -> BTreeMap<String, [u8; 32]> {
         .into_iter()
         .map(|(key, hasher)| (key, hasher.finalize().into()))
         .collect()
+}
+
+/// Whether a value's last line ends in a continuing `\`: one outside
+/// quotes and outside a comment, not itself escaped.
+fn continues(value: &str) -> bool {
+    let line = value.rsplit('\n').next().unwrap_or_default();
+    let mut quoted = false;
+    let mut escaped = false;
+    for c in line.trim_end().chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' => escaped = true,
+            '"' => quoted = !quoted,
+            '#' | ';' if !quoted => return false,
+            _ => {}
+        }
+    }
+    escaped
 }
 
 /// `[name]`, `[name "sub"]` or `[name.sub]` at the start of `line`: the
@@ -858,19 +956,29 @@ fn find_section_end(inner: &str) -> Option<usize> {
 }
 
 /// Whether a full key (`section[.sub].name`, section and name lower-cased)
-/// is code-bearing. A section Keel could not parse counts: it may be any.
+/// is code-bearing: every key but the [`INERT_KEYS`] (a section Keel could
+/// not parse, or text before any section, is never inert).
 fn is_code_key(key: &str) -> bool {
     let Some((section, name)) = key.split_once('.') else {
-        return false;
+        return true;
     };
-    if section == "(unparsed)" || CODE_SECTIONS.contains(&section) {
+    if section == "(unparsed)" || section.is_empty() || CODE_SECTIONS.contains(&section) {
         return true;
     }
     let (sub, name) = match name.rsplit_once('.') {
         Some((sub, name)) => (Some(sub), name),
         None => (None, name),
     };
-    CODE_KEYS.iter().any(|pattern| {
+    !matches_any(INERT_KEYS, section, sub, name) || matches_any(CODE_KEYS, section, sub, name)
+}
+
+/// Whether `section[.sub].name` matches one of `patterns` (`*`: any one
+/// subsection; `section.**`: any key of the section without a subsection).
+fn matches_any(patterns: &[&str], section: &str, sub: Option<&str>, name: &str) -> bool {
+    patterns.iter().any(|pattern| {
+        if let Some(whole) = pattern.strip_suffix(".**") {
+            return whole == section && sub.is_none();
+        }
         let mut parts = pattern.split('.');
         let (Some(p_section), Some(second)) = (parts.next(), parts.next()) else {
             return false;
@@ -888,6 +996,31 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    #[test]
+    fn keys_git_would_read_are_seen_and_unknown_keys_count_as_code() {
+        // A byte order mark git skips; a comment ending a value before a
+        // `\` (which then continues nothing); keys no denylist names.
+        let bom = code_keys(b"\xef\xbb\xbf[core]\n\tfsmonitor = touch m\n");
+        assert!(bom.contains_key("core.fsmonitor"), "{bom:?}");
+        let comment = code_keys(b"[core]\n\tbare = false ; \\\n\tfsmonitor = touch m\n");
+        assert!(comment.contains_key("core.fsmonitor"), "{comment:?}");
+        let quoted = code_keys(b"[core]\n\tbare = \"a;b\" \\\n\tmore\n");
+        assert!(quoted.is_empty(), "a quoted `;` is no comment: {quoted:?}");
+        let unlisted = code_keys(
+            b"[gpg \"ssh\"]\n\tdefaultKeyCommand = x\n[interactive]\n\tdiffFilter = x\n\
+              [trailer \"t\"]\n\tcmd = x\n[user]\n\temail = e\n[remote \"o\"]\n\tfetch = f\n",
+        );
+        let keys: Vec<&str> = unlisted.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "gpg.ssh.defaultkeycommand",
+                "interactive.difffilter",
+                "trailer.t.cmd"
+            ]
+        );
+    }
 
     #[test]
     fn code_keys_are_found_in_every_section_form_and_others_are_not() {
