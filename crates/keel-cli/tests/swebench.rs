@@ -331,6 +331,9 @@ fn a_nested_repository_the_agent_planted_ends_the_instance_instead_of_hanging_it
     fixture::dataset(&dataset, &built);
     // The agent fixes the bug, then plants a nested repository whose
     // configuration includes a FIFO: git reading it waits for a writer.
+    // In `full` mode: a confined `auto` call's planted repository holding
+    // code is quarantined before the evaluator sees it (git_quarantine.rs),
+    // and this test is about the evaluator's own guard.
     let plant = "set -e\ngit init -q sub\necho s > sub/s\n\
         git -C sub -c user.name=a -c user.email=a@b add -A\n\
         git -C sub -c user.name=a -c user.email=a@b commit -qm s\n\
@@ -364,6 +367,8 @@ fn a_nested_repository_the_agent_planted_ends_the_instance_instead_of_hanging_it
             output.to_str().unwrap(),
             "--script",
             script.to_str().unwrap(),
+            "--mode",
+            "full",
         ],
         home.path(),
         &[],
