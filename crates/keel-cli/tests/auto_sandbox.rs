@@ -165,36 +165,9 @@ fn of_type<'a>(lines: &'a [Value], kind: &str) -> Vec<&'a Value> {
     lines.iter().filter(|line| line["type"] == kind).collect()
 }
 
-/// Whether Keel's sandbox is enforced here (`keel doctor`); on CI it must be.
-fn sandbox_enforced(test: &str) -> bool {
-    let home = tempfile::tempdir().unwrap();
-    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .arg("doctor")
-        .env("HOME", home.path())
-        .env("XDG_DATA_HOME", home.path().join("data"))
-        .env("XDG_CONFIG_HOME", home.path().join("config"))
-        .current_dir(home.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !stdout.contains("NOT enforceable") {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test}: the OS sandbox cannot be enforced on this CI machine: {stdout}"
-    );
-    eprintln!(
-        "note: {test} skipped: this machine cannot enforce Keel's OS sandbox \
-         (no user namespaces or Landlock; see `keel doctor`)"
-    );
-    false
-}
-
 #[test]
 fn ordinary_commands_in_auto_run_confined_without_asking() {
-    if !sandbox_enforced("ordinary_commands_in_auto_run_confined_without_asking") {
+    if !common::sandbox_enforced("ordinary_commands_in_auto_run_confined_without_asking") {
         return;
     }
     assert!(ORDINARY.len() >= 24);
@@ -252,7 +225,7 @@ fn ordinary_commands_in_auto_run_confined_without_asking() {
 
 #[test]
 fn commands_that_need_what_the_sandbox_refuses_are_still_asked() {
-    if !sandbox_enforced("commands_that_need_what_the_sandbox_refuses_are_still_asked") {
+    if !common::sandbox_enforced("commands_that_need_what_the_sandbox_refuses_are_still_asked") {
         return;
     }
     let base = world();
@@ -425,7 +398,7 @@ fn piped_answers_and_stream_json_input_count_only_what_nobody_answered() {
 /// user's approval; its effect is absent.
 #[test]
 fn a_confined_command_the_sandbox_refuses_says_so_in_its_result() {
-    if !sandbox_enforced("a_confined_command_the_sandbox_refuses_says_so_in_its_result") {
+    if !common::sandbox_enforced("a_confined_command_the_sandbox_refuses_says_so_in_its_result") {
         return;
     }
     let base = world();

@@ -19,6 +19,7 @@
 //! machine that cannot enforce the sandbox fails them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod live;
 
 use std::path::{Path, PathBuf};
@@ -178,33 +179,6 @@ impl World {
     }
 }
 
-/// Whether Keel's sandbox is enforced here (`keel doctor`); on CI it must be.
-fn sandbox_enforced(test: &str) -> bool {
-    let home = tempfile::tempdir().unwrap();
-    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .arg("doctor")
-        .env("HOME", home.path())
-        .env("XDG_DATA_HOME", home.path().join("data"))
-        .env("XDG_CONFIG_HOME", home.path().join("config"))
-        .current_dir(home.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    if !stdout.contains("NOT enforceable") {
-        return true;
-    }
-    assert!(
-        std::env::var_os("CI").is_none(),
-        "{test}: the OS sandbox cannot be enforced on this CI machine: {stdout}"
-    );
-    eprintln!(
-        "note: {test} skipped: this machine cannot enforce Keel's OS sandbox \
-         (no user namespaces or Landlock; see `keel doctor`)"
-    );
-    false
-}
-
 /// A python3 command writing `text` to `path` (parents made).
 fn python_writes(path: &str, text: &str) -> String {
     format!(
@@ -248,7 +222,7 @@ fn says_quarantined(run: &Run, entrance: &str, moved: &str) {
 
 #[test]
 fn a_hook_written_into_an_existing_nested_repository_is_refused() {
-    if !sandbox_enforced("a_hook_written_into_an_existing_nested_repository_is_refused") {
+    if !common::sandbox_enforced("a_hook_written_into_an_existing_nested_repository_is_refused") {
         return;
     }
     let world = World::new();
@@ -268,8 +242,9 @@ fn a_hook_written_into_an_existing_nested_repository_is_refused() {
 
 #[test]
 fn a_fresh_git_made_where_a_nested_repository_was_moved_away_is_quarantined() {
-    if !sandbox_enforced("a_fresh_git_made_where_a_nested_repository_was_moved_away_is_quarantined")
-    {
+    if !common::sandbox_enforced(
+        "a_fresh_git_made_where_a_nested_repository_was_moved_away_is_quarantined",
+    ) {
         return;
     }
     let world = World::new();
@@ -297,8 +272,9 @@ fn a_fresh_git_made_where_a_nested_repository_was_moved_away_is_quarantined() {
 
 #[test]
 fn a_top_level_git_with_fsmonitor_made_where_there_was_none_is_quarantined() {
-    if !sandbox_enforced("a_top_level_git_with_fsmonitor_made_where_there_was_none_is_quarantined")
-    {
+    if !common::sandbox_enforced(
+        "a_top_level_git_with_fsmonitor_made_where_there_was_none_is_quarantined",
+    ) {
         return;
     }
     let world = World::new();
@@ -317,7 +293,7 @@ fn a_top_level_git_with_fsmonitor_made_where_there_was_none_is_quarantined() {
 
 #[test]
 fn a_sub_git_with_a_hook_is_quarantined() {
-    if !sandbox_enforced("a_sub_git_with_a_hook_is_quarantined") {
+    if !common::sandbox_enforced("a_sub_git_with_a_hook_is_quarantined") {
         return;
     }
     let world = World::new();
@@ -340,7 +316,7 @@ fn a_sub_git_with_a_hook_is_quarantined() {
 
 #[test]
 fn a_scratch_repository_without_code_is_left_in_place() {
-    if !sandbox_enforced("a_scratch_repository_without_code_is_left_in_place") {
+    if !common::sandbox_enforced("a_scratch_repository_without_code_is_left_in_place") {
         return;
     }
     let world = World::new();
@@ -357,7 +333,7 @@ fn a_scratch_repository_without_code_is_left_in_place() {
 
 #[test]
 fn an_approved_git_write_is_not_quarantined() {
-    if !sandbox_enforced("an_approved_git_write_is_not_quarantined") {
+    if !common::sandbox_enforced("an_approved_git_write_is_not_quarantined") {
         return;
     }
     let world = World::new();
@@ -379,8 +355,9 @@ fn an_approved_git_write_is_not_quarantined() {
 
 #[test]
 fn a_git_file_pointing_back_at_a_quarantined_repository_is_quarantined_too() {
-    if !sandbox_enforced("a_git_file_pointing_back_at_a_quarantined_repository_is_quarantined_too")
-    {
+    if !common::sandbox_enforced(
+        "a_git_file_pointing_back_at_a_quarantined_repository_is_quarantined_too",
+    ) {
         return;
     }
     let world = World::new();
@@ -403,7 +380,7 @@ fn a_git_file_pointing_back_at_a_quarantined_repository_is_quarantined_too() {
 
 #[test]
 fn a_new_repository_with_a_key_no_list_names_is_quarantined() {
-    if !sandbox_enforced("a_new_repository_with_a_key_no_list_names_is_quarantined") {
+    if !common::sandbox_enforced("a_new_repository_with_a_key_no_list_names_is_quarantined") {
         return;
     }
     let world = World::new();

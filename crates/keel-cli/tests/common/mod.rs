@@ -490,3 +490,32 @@ pub fn keel_plain(args: &[&str], home: &Path, stdin: &str) -> std::process::Outp
         .output()
         .unwrap()
 }
+
+/// Whether Keel's sandbox is enforced here (`keel doctor`); on CI (`CI`
+/// set) it must be, and a machine that cannot enforce it fails `test`.
+/// Elsewhere the caller skips, saying so.
+pub fn sandbox_enforced(test: &str) -> bool {
+    let home = tempfile::tempdir().unwrap();
+    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        .arg("doctor")
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env("XDG_CONFIG_HOME", home.path().join("config"))
+        .current_dir(home.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    if !stdout.contains("NOT enforceable") {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "{test}: the OS sandbox cannot be enforced on this CI machine: {stdout}"
+    );
+    eprintln!(
+        "note: {test} skipped: this machine cannot enforce Keel's OS sandbox \
+         (no user namespaces or Landlock; see `keel doctor`)"
+    );
+    false
+}
