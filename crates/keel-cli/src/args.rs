@@ -34,17 +34,19 @@ pub enum Command {
     /// Run the agent on a prompt in a workspace.
     #[command(after_help = crate::help::RUN_EXAMPLES)]
     Run(Deferred<Box<RunArgs>>),
-    /// Continue a run that a crash interrupted.
+    /// Continue a session: `keel resume [SESSION | --last] [PROMPT]`.
     ///
-    /// `keel resume SESSION` (or `--session ID`, or `--continue` for this
-    /// workspace's latest session).
-    /// Takes the same flags as `run`; the mode is given again, never
-    /// inherited. Calls the crash cut short are recovered from the effect
-    /// journal: nothing known applied runs twice, nothing unknown is redone.
-    /// With `--input-format stream-json`, standard input drives the resumed
-    /// run (permission answers, steering, cancel) and starts later runs in
-    /// the session, as for `run`.
-    Resume(Deferred<Box<RunArgs>>),
+    /// SESSION is an id or its shortest unique prefix (as `keel session
+    /// list` shows it); `--last` takes this workspace's latest session; with
+    /// neither, on a terminal, a picker lists this workspace's sessions.
+    /// If a crash interrupted the session's last run, that run is recovered
+    /// first from the effect journal (nothing known applied runs twice,
+    /// nothing unknown is redone) and PROMPT follows it; otherwise PROMPT
+    /// starts the next run in the session. Takes the same flags as `run`;
+    /// the mode is given again, never inherited. With `--input-format
+    /// stream-json`, standard input drives the runs instead of PROMPT.
+    #[command(after_help = crate::help::RESUME_EXAMPLES)]
+    Resume(Deferred<Box<ResumeArgs>>),
     /// Run a deterministic scenario (no key, no network).
     Demo(Deferred<DemoArgs>),
     /// List the configured providers, models and aliases.
@@ -576,6 +578,27 @@ pub struct RunArgs {
     /// The prompt; `@FILE` reads it from a file, and `-` (or no prompt with
     /// standard input not a terminal) reads it from standard input.
     pub prompt: Option<String>,
+}
+
+/// `keel resume`: the session to continue and what to say next, with
+/// `keel run`'s flags.
+#[derive(Debug, Args)]
+#[command(mut_arg("prompt", |arg| {
+    arg.value_name("SESSION")
+        .index(1)
+        .help("The session (id or unique prefix); with --last, --session or --continue, the prompt")
+}))]
+pub struct ResumeArgs {
+    /// Continue this workspace's latest session (as `--continue`).
+    #[arg(long, conflicts_with_all = ["session", "continue_latest"])]
+    pub last: bool,
+    #[command(flatten)]
+    pub run: RunArgs,
+    /// What to say next in the session: `@FILE` reads it from a file, `-`
+    /// from standard input. Without it, an interrupted run is only
+    /// recovered.
+    #[arg(value_name = "PROMPT", index = 2)]
+    pub then: Option<String>,
 }
 
 /// How the broker of `keel rpc` and `keel serve` builds the kernels of its

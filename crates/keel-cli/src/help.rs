@@ -83,6 +83,17 @@ command or path are allowed without asking while they resolve to the same
 files and programs) or n. Piped, one JSON answer
 per line (the request ids are in --output-format stream-json): {\"request_id\": \"…\", \"decision\": \"approve\"} (or \"deny\").";
 
+/// `keel resume --help`'s examples.
+pub const RESUME_EXAMPLES: &str = "\
+Examples:
+  keel resume                        pick one of this workspace's sessions (on a terminal)
+  keel resume --last \"now run the tests\"
+  keel resume 01a23582-7b \"and update the changelog\"
+  keel resume 01a23582-7b            recover the run a crash interrupted
+
+Sessions are named by the shortest prefix of their id that no other session
+shares, as `keel session list` shows them.";
+
 /// `keel demo --help`'s list of cases.
 pub const DEMO_CASES: &str = "\
 Cases (--case; the first is the default):

@@ -4,6 +4,9 @@ use keel_kernel::{AgentRun, ControlError};
 use keel_protocol::{RunEvent, RunResult, SessionLine};
 use keel_tools::changes::WorkspaceChanges;
 
+use keel_host::sessions;
+use keel_session::JsonlStore;
+
 use crate::output::Output;
 use crate::startup::StartupError;
 
@@ -70,9 +73,29 @@ pub fn finish(
     output: &Output,
     result: &RunResult,
     changes: Option<&WorkspaceChanges>,
-    session: Option<SessionLine>,
+    session: Option<Stored>,
 ) -> Result<(), StartupError> {
     output.finish(result, changes, session)
+}
+
+/// Where a run's session is: its line for the JSON forms, and its id as
+/// the view shows it (the shortest unique prefix).
+pub struct Stored {
+    /// The session's id and file.
+    pub line: SessionLine,
+    /// The id's shortest unique prefix in its store.
+    pub short_id: String,
+}
+
+impl Stored {
+    /// The session `session_id` of `store`.
+    pub fn of(store: &JsonlStore, session_id: &str) -> Result<Self, StartupError> {
+        let path = sessions::session_file(store, session_id)?;
+        Ok(Self {
+            line: SessionLine::new(session_id.to_owned(), path.display().to_string()),
+            short_id: sessions::short_id(store, session_id),
+        })
+    }
 }
 
 /// Exit code 0 only for a settled run.

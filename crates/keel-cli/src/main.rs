@@ -22,6 +22,7 @@ mod images;
 mod install;
 mod models_cmd;
 mod output;
+mod picker;
 mod run_cmd;
 mod serve_cmd;
 mod session_cmd;
@@ -166,7 +167,8 @@ fn command_name(command: &Command) -> &'static str {
 fn output_format(command: &Command) -> Option<args::OutputFormat> {
     use crate::args::{OutputFormat, SessionCommand};
     let run_output = match command {
-        Command::Run(args) | Command::Resume(args) => Some(&args.output),
+        Command::Run(args) => Some(&args.output),
+        Command::Resume(args) => Some(&args.run.output),
         Command::Demo(args) => Some(&args.output),
         _ => None,
     };
@@ -201,7 +203,7 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
 fn quiet_conflict(command: &Command) -> Option<clap::Error> {
     let (name, output) = match command {
         Command::Run(args) => ("run", &args.output),
-        Command::Resume(args) => ("resume", &args.output),
+        Command::Resume(args) => ("resume", &args.run.output),
         Command::Demo(args) => ("demo", &args.output),
         _ => return None,
     };

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use keel_protocol::{
-    HostLine, Message, ResultLine, RunEvent, RunEventKind, RunResult, RunTotals, SessionLine,
+    HostLine, Message, ResultLine, RunEvent, RunEventKind, RunResult, RunTotals,
     WorkspaceChangesLine,
 };
 use keel_tools::changes::WorkspaceChanges;
@@ -138,8 +138,12 @@ impl Output {
         &self,
         result: &RunResult,
         changes: Option<&WorkspaceChanges>,
-        session: Option<SessionLine>,
+        session: Option<crate::host::Stored>,
     ) -> Result<(), StartupError> {
+        let (session, short_id) = match session {
+            Some(stored) => (Some(stored.line), Some(stored.short_id)),
+            None => (None, None),
+        };
         let mut state = self.state.borrow_mut();
         state.totals.duration_ms =
             u64::try_from(state.started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -182,8 +186,8 @@ impl Output {
                 if let Some(changes) = changes {
                     view.changes(&changes.changed_paths, &changes.patch);
                 }
-                if let Some(session) = session {
-                    view.note(&format!("── session {} ({})", session.id, session.path));
+                if let (Some(session), Some(short_id)) = (session, short_id) {
+                    view.note(&format!("── session {short_id} ({})", session.path));
                 }
             }
             Form::Quiet => {

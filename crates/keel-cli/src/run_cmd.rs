@@ -17,13 +17,14 @@ use std::sync::Arc;
 use keel_host::sessions::Resume;
 use keel_host::{Choices, RunSetup, Settings, Sources, sessions};
 use keel_kernel::{AgentRun, RunSpec};
-use keel_protocol::{PermissionMode, RunEvent, SessionLine};
+use keel_protocol::{PermissionMode, RunEvent};
 
-use crate::args::{InputFormat, OutputArgs, RunArgs};
+use crate::args::{InputFormat, OutputArgs, ResumeArgs, RunArgs};
 use crate::ask::{self, Answers};
 use crate::host;
 use crate::images;
 use crate::output::Output;
+use crate::picker;
 use crate::session_cmd;
 use crate::signals;
 use crate::startup::StartupError;
@@ -108,29 +109,49 @@ fn warn_if_nobody_to_ask(
     }
 }
 
-/// `keel resume [SESSION]`: continues the run a crash interrupted (docs/recovery.md)
-/// under the mode the flags and configuration give now; with stream-json
-/// input, standard input drives it and the runs after it (`stream_input`).
-pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
-    if args.session.is_none() && !args.continue_latest {
+/// `keel resume [SESSION | --last] [PROMPT]`: continues a session. A run a
+/// crash interrupted is recovered first (docs/recovery.md) under the mode
+/// the flags and configuration give now, and PROMPT follows it as a
+/// follow-up of that run; otherwise PROMPT starts the session's next run.
+/// With stream-json input, standard input drives the runs
+/// (`stream_input`).
+pub async fn resume(args: ResumeArgs) -> Result<ExitCode, StartupError> {
+    let ResumeArgs {
+        last,
+        run: mut args,
+        then,
+    } = args;
+    args.continue_latest |= last;
+    // The first positional is the session unless another flag names it.
+    let then = if args.session.is_some() || args.continue_latest {
+        if then.is_some() {
+            return Err(StartupError::new(
+                "usage",
+                "keel resume with --last, --session or --continue takes only the prompt",
+            ));
+        }
+        args.prompt.take()
+    } else {
         args.session = args.prompt.take();
-    }
-    if args.session.is_none() && !args.continue_latest {
-        return Err(StartupError::new(
-            "usage",
-            "keel resume needs the session to continue: SESSION, --session ID or --continue",
-        ));
-    }
+        then
+    };
     if args.fork.is_some() {
         return Err(StartupError::new(
             "usage",
-            "keel resume continues a session in place: --fork does not apply",
+            "keel resume continues a session in place: --fork does not apply \
+             (keel run --session ID --fork ENTRY continues a fork)",
         ));
     }
     if !args.images.is_empty() {
         return Err(StartupError::new(
             "usage",
-            "keel resume sends no prompt: --image does not apply",
+            "keel resume takes no --image; keel run --session ID --image FILE sends one",
+        ));
+    }
+    if args.input_format == InputFormat::StreamJson && then.is_some() {
+        return Err(StartupError::new(
+            "usage",
+            "with --input-format stream-json the prompts come from standard input, not PROMPT",
         ));
     }
     check_last_message_file(&args.output)?;
@@ -143,6 +164,9 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
         Some(given) => Some(sessions::workspace_root(Some(given))?),
         None => None,
     };
+    if args.session.is_none() && !args.continue_latest {
+        args.session = Some(pick_session(&store, workspace.as_deref()).await?);
+    }
     let continued = sessions::continued_session(&store, {
         let mut resume = Resume::default();
         resume.session = args.session.as_deref();
@@ -157,13 +181,19 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
         eprintln!("keel: {}", session_cmd::repaired(repair));
     }
     let Some(session_id) = continued.session_id else {
-        return Err(StartupError::new("usage", "no session to resume"));
+        return Err(StartupError::new(
+            "usage",
+            "this workspace has no session to resume (keel session list --all lists every one)",
+        ));
     };
+    let interrupted = keel_kernel::session_interrupted(store.as_ref(), &session_id).await?;
     // Another workspace than the session's only when named explicitly
     // (`continued_session` refused it otherwise): warn, and record it.
     let moved_from = match &workspace {
-        Some(workspace) => sessions::resume_workspace(&store, &session_id, workspace).await?,
-        None => None,
+        Some(workspace) if interrupted => {
+            sessions::resume_workspace(&store, &session_id, workspace).await?
+        }
+        _ => None,
     };
     if let (Some(from), Some(to)) = (&moved_from, &workspace) {
         eprintln!(
@@ -178,23 +208,96 @@ pub async fn resume(mut args: RunArgs) -> Result<ExitCode, StartupError> {
         // The broker records the move of workspace itself (`session/resume`).
         let (broker, runs) = stream_broker(&args, setup.mode, &store)?;
         let output = Output::new(&args.output, false);
+        let first = if interrupted {
+            FirstRun::Resume
+        } else {
+            FirstRun::Wait
+        };
         let session = Some(session_id);
-        return stream_input::run(&broker, &store, output, FirstRun::Resume, session, runs).await;
+        return stream_input::run(&broker, &store, output, first, session, runs).await;
+    }
+    let prompt_from_stdin = then.as_deref() == Some("-");
+    let then = match then.as_deref() {
+        Some(argument) => Some(prompt(Some(argument))?),
+        None => None,
+    };
+    if !interrupted && then.is_none() {
+        let short = sessions::short_id(&store, &session_id);
+        return Err(StartupError::new(
+            "nothing_to_resume",
+            format!(
+                "session {short} has no interrupted run; give a prompt to continue it: \
+                 keel resume {short} \"…\""
+            ),
+        ));
     }
     let kernel = host_config(&args, setup.config).kernel(store.clone())?;
-    let base = spec_for(&args, setup.mode);
-    let spec = move |prompt, session| {
-        let spec = base(prompt, session);
-        match &moved_from {
-            Some(from) => spec.moved_from_workspace(from.clone()),
-            None => spec,
-        }
-    };
+    let spec = spec_for(&args, setup.mode);
     let received = signals::Received::install();
-    let spec = spec(String::new(), Some(session_id));
-    let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, false);
-    let run = kernel.resume_with(spec).await?;
+    let run = if interrupted {
+        let spec = spec(String::new(), Some(session_id));
+        let spec = match moved_from {
+            Some(from) => spec.moved_from_workspace(from),
+            None => spec,
+        };
+        let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, prompt_from_stdin);
+        let run = kernel.resume_with(spec).await?;
+        if let Some(text) = then {
+            // Delivered when the recovered run would settle: one run, one result.
+            run.follow_up(text)
+                .map_err(|error| StartupError::new("host", error.to_string()))?;
+        }
+        (run, nobody)
+    } else {
+        let text = then.unwrap_or_default();
+        let spec = spec(text, Some(session_id));
+        let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, prompt_from_stdin);
+        (kernel.create_run(spec).await?, nobody)
+    };
+    let (run, nobody) = run;
     drive(run, &store, &args.output, &received, nobody).await
+}
+
+/// The most sessions the picker lists.
+const PICKER_SESSIONS: usize = 20;
+
+/// `keel resume` with no session named: on a terminal, lists this
+/// workspace's latest sessions (every workspace's when it has none) and
+/// reads the user's choice; otherwise a usage error.
+async fn pick_session(
+    store: &keel_session::JsonlStore,
+    workspace: Option<&std::path::Path>,
+) -> Result<String, StartupError> {
+    use std::io::IsTerminal as _;
+    if !(std::io::stdin().is_terminal() && std::io::stderr().is_terminal()) {
+        return Err(StartupError::new(
+            "usage",
+            "keel resume needs the session to continue: SESSION, --last or --session ID \
+             (on a terminal, a picker lists them)",
+        ));
+    }
+    let here = match workspace {
+        Some(root) => root.to_path_buf(),
+        None => sessions::workspace_root(None)?,
+    };
+    let (mut listed, _) = sessions::sessions_of(store, Some(&here)).await?;
+    if listed.is_empty() {
+        listed = sessions::sessions_of(store, None).await?.0;
+    }
+    listed.truncate(PICKER_SESSIONS);
+    let short = sessions::short_ids(store)?;
+    let choices: Vec<picker::Choice> = listed
+        .into_iter()
+        .map(|info| picker::Choice {
+            short_id: short.get(&info.id).cloned().unwrap_or_else(|| info.id.clone()),
+            title: info.title.unwrap_or_default(),
+            last_activity: info.last_activity,
+            id: info.id,
+        })
+        .collect();
+    let stdin = std::io::stdin();
+    picker::pick(&choices, &mut stdin.lock(), &mut std::io::stderr())?
+        .ok_or_else(|| StartupError::new("cancelled", "no session picked"))
 }
 
 /// The `RunSpec` of each run of this invocation, from its prompt and session:
@@ -240,9 +343,8 @@ async fn drive(
         never = signals::cancel_on_signal(&run, received) => match never {},
     }
     .map_err(|error| StartupError::new("host", error.to_string()))?;
-    let path = sessions::session_file(store, &result.session_id)?;
-    let session = SessionLine::new(result.session_id.clone(), path.display().to_string());
-    host::finish(&output, &result, changes.as_ref(), Some(session))?;
+    let stored = host::Stored::of(store, &result.session_id)?;
+    host::finish(&output, &result, changes.as_ref(), Some(stored))?;
     Ok(match received.exit_code() {
         Some(code) => ExitCode::from(code),
         None => host::exit_code(&result),

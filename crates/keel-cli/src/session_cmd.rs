@@ -110,6 +110,14 @@ async fn list(
     format: DataFormat,
 ) -> Result<ExitCode, StartupError> {
     let (sessions, others) = sessions::sessions_of(store, workspace).await?;
+    let short = sessions::short_ids(store)?;
+    let short_of = |id: &str| short.get(id).cloned().unwrap_or_else(|| id.to_owned());
+    let width = sessions
+        .iter()
+        .map(|info| short_of(&info.id).len())
+        .max()
+        .unwrap_or(0)
+        .max(2);
     let terminal = format == DataFormat::Text;
     let mut documents = Vec::new();
     if terminal {
@@ -118,7 +126,7 @@ async fn list(
             None => say("sessions of every workspace"),
         }
         say(format!(
-            "{:<36}  {:>7}  {:>9}  {:<20}  {}TITLE",
+            "{:<width$}  {:>7}  {:>9}  {:<20}  {}TITLE",
             "ID",
             "ENTRIES",
             "SIZE",
@@ -148,15 +156,15 @@ async fn list(
                 None => format!("{}  ", info.workspace.as_deref().unwrap_or("-")),
             };
             say(format!(
-                "{:<36}  {:>7}  {:>9}  {:<20}  {place}{title}",
-                info.id,
+                "{:<width$}  {:>7}  {:>9}  {:<20}  {place}{title}",
+                short_of(&info.id),
                 info.entries,
                 human_size(info.bytes),
                 human_time(info.last_activity)
             ));
         } else {
             let line = json!({
-                "type": "session_summary", "id": info.id, "title": info.title, "entries": info.entries, "bytes": info.bytes,
+                "type": "session_summary", "id": info.id, "short_id": short_of(&info.id), "title": info.title, "entries": info.entries, "bytes": info.bytes,
                 "created": info.created, "last_activity": info.last_activity,
                 "parent_session": info.parent_session, "problem": info.problem,
                 "torn_tail": torn_json(info.torn.as_ref()), "workspace": info.workspace,
@@ -810,7 +818,7 @@ fn human_size(bytes: u64) -> String {
     }
 }
 
-fn human_time(ms: u64) -> String {
+pub(crate) fn human_time(ms: u64) -> String {
     let now = keel_protocol::now_ms();
     let ago = now.saturating_sub(ms) / 1000;
     match ago {

@@ -38,13 +38,12 @@ use std::io::BufRead;
 use std::process::ExitCode;
 
 use keel_host::broker::{Broker, Caller, Connection, Tenant};
-use keel_host::sessions;
 use keel_protocol::rpc::methods::{
     EVENTS_LAGGED, EventsLaggedNotification, RUN_EVENT, RunEventNotification, RunStartParams,
     RunStartResponse, SessionResumeParams,
 };
 use keel_protocol::rpc::{Notification, RpcError};
-use keel_protocol::{HostControl, RunEventKind, RunResult, SessionLine};
+use keel_protocol::{HostControl, RunEventKind, RunResult};
 use keel_session::JsonlStore;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
@@ -228,9 +227,8 @@ impl Driver<'_> {
                     None
                 }
             };
-            let path = sessions::session_file(self.store, &result.session_id)?;
-            let line = SessionLine::new(result.session_id.clone(), path.display().to_string());
-            host::finish(&self.output, &result, changes.as_ref(), Some(line))?;
+            let stored = host::Stored::of(self.store, &result.session_id)?;
+            host::finish(&self.output, &result, changes.as_ref(), Some(stored))?;
             last = Some(result);
             if *self.signalled.borrow() {
                 return Ok(last);

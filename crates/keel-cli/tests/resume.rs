@@ -793,3 +793,164 @@ fn sigterm_and_sigint_end_keel_resume_while_it_recovers() {
         );
     }
 }
+
+/// `keel resume` as peers mean it, in an isolated home (`common::keel_plain`):
+/// with the session's shortest unique prefix, or `--last`, and a prompt.
+struct Home {
+    home: tempfile::TempDir,
+}
+
+impl Home {
+    fn new(turns: Value) -> Self {
+        let home = tempfile::tempdir().unwrap();
+        std::fs::create_dir(home.path().join("ws")).unwrap();
+        let script = json!({"by_history": true, "turns": turns});
+        std::fs::write(home.path().join("script.json"), script.to_string()).unwrap();
+        Self { home }
+    }
+
+    /// `keel ARGS` in the workspace, with HOME and the XDG directories in
+    /// the home, stdin null and stdout and stderr piped.
+    fn command(&self, args: &[&str]) -> Command {
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        command
+            .args(args)
+            .env("HOME", self.home.path())
+            .env("XDG_DATA_HOME", self.home.path().join("data"))
+            .env("XDG_CONFIG_HOME", self.home.path().join("config"))
+            .env_remove("KEEL_LOG")
+            .current_dir(self.home.path().join("ws"))
+            .stdin(Stdio::null());
+        command
+    }
+
+    /// `keel ARGS --output-format stream-json --script … --workspace ws`.
+    fn keel(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+        self.command(args)
+            .args(["--output-format", "stream-json", "--script"])
+            .arg(self.home.path().join("script.json"))
+            .arg("--workspace")
+            .arg(self.home.path().join("ws"))
+            .envs(env.iter().copied())
+            .output()
+            .unwrap()
+    }
+
+    fn sessions(&self) -> std::path::PathBuf {
+        self.home.path().join("data/keel/sessions")
+    }
+
+    /// The text `keel session list` shows, run in the workspace.
+    fn listing(&self) -> String {
+        let output = self
+            .command(&["session", "list", "--output-format", "text"])
+            .output()
+            .unwrap();
+        String::from_utf8(output.stdout).unwrap()
+    }
+}
+
+fn final_result(output: &std::process::Output) -> Value {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .find(|line| line["type"] == "result")
+        .unwrap_or_else(|| {
+            panic!(
+                "no result: {stdout} {}",
+                String::from_utf8_lossy(&output.stderr)
+            )
+        })
+}
+
+#[test]
+fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
+    let home = Home::new(json!([
+        {"content": [{"type": "text", "text": "first answer"}]},
+        {"expect": {"last_user_contains": "second prompt"}, "content": [{"type": "text", "text": "second answer"}]},
+        {"expect": {"last_user_contains": "third prompt"}, "content": [{"type": "text", "text": "third answer"}]}
+    ]));
+    let first = home.keel(&["run", "first prompt"], &[]);
+    assert_eq!(first.status.code(), Some(0));
+    let id = final_result(&first)["session_id"].as_str().unwrap().to_owned();
+    // Other sessions created in the same minute share the id's first 8
+    // characters: the listing shows each by a longer prefix, unique in the store.
+    let mut others = Vec::new();
+    for _ in 0..2 {
+        let other = Home::new(json!([{"content": [{"type": "text", "text": "x"}]}]));
+        std::fs::create_dir_all(home.sessions()).unwrap();
+        let output = other.keel(&["run", "other"], &[]);
+        assert_eq!(output.status.code(), Some(0));
+        let other_id = final_result(&output)["session_id"].as_str().unwrap().to_owned();
+        others.push(other_id.clone());
+        for name in [format!("{other_id}.jsonl"), format!("{other_id}.meta.json")] {
+            let from = other.sessions().join(&name);
+            if from.exists() {
+                std::fs::copy(&from, home.sessions().join(&name)).unwrap();
+            }
+        }
+    }
+    let listing = home.listing();
+    let short = listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .find(|word| id.starts_with(word) && word.len() >= 8)
+        .unwrap_or_else(|| panic!("{id} is not listed by a prefix: {listing}"))
+        .to_owned();
+    assert!(short.len() < id.len(), "{listing}");
+    if others.iter().any(|other| other[..8] == id[..8]) {
+        assert!(short.len() > 8, "{short} names several sessions: {listing}");
+    }
+
+    let second = home.keel(&["resume", &short, "second prompt"], &[]);
+    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    let result = final_result(&second);
+    assert_eq!(result["session_id"], id.as_str());
+    assert_eq!(result["message"]["content"][0]["text"], "second answer");
+
+    let third = home.keel(&["resume", "--last", "third prompt"], &[]);
+    assert_eq!(third.status.code(), Some(0), "{}", String::from_utf8_lossy(&third.stderr));
+    assert_eq!(final_result(&third)["session_id"], id.as_str());
+
+    // Nothing interrupted and no prompt: a typed refusal naming the short id.
+    let nothing = home.keel(&["resume", &short], &[]);
+    assert_eq!(nothing.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&nothing.stdout);
+    assert!(said.contains("nothing_to_resume"), "{said}");
+    assert!(said.contains(&format!("keel resume {short}")), "{said}");
+    // No session named and no terminal to pick one on: a usage error.
+    let unnamed = home.keel(&["resume"], &[]);
+    assert_eq!(unnamed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unnamed.stdout).contains("picker"));
+}
+
+#[test]
+fn resume_after_a_crash_recovers_the_run_then_answers_the_prompt_in_the_same_run() {
+    let home = Home::new(json!([
+        {"content": [{"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A\n"}}]},
+        {"content": [{"type": "text", "text": "wrote a"}]},
+        {"expect": {"last_user_contains": "now b"}, "content": [{"type": "text", "text": "and b"}]}
+    ]));
+    // The first run dies (SIGKILL, from the failpoint) once the write is
+    // journaled, before it happens.
+    let died = home.keel(
+        &["run", "--mode", "auto", "write a"],
+        &[(keel_failpoint::ENV, keel_failpoint::AFTER_EFFECT_STARTED)],
+    );
+    assert!(died.status.code().is_none(), "killed by the failpoint");
+    let resumed = home.keel(&["resume", "--last", "--mode", "auto", "now b"], &[]);
+    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    let stdout = String::from_utf8_lossy(&resumed.stdout);
+    assert!(stdout.contains("\"effect_recovered\""), "{stdout}");
+    assert_eq!(
+        stdout.lines().filter(|line| line.contains("\"type\":\"result\"")).count(),
+        1,
+        "recovery and the prompt are one run: {stdout}"
+    );
+    assert_eq!(final_result(&resumed)["message"]["content"][0]["text"], "and b");
+    assert_eq!(
+        std::fs::read_to_string(home.home.path().join("ws/a.txt")).unwrap(),
+        "A\n"
+    );
+}

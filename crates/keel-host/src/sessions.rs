@@ -49,6 +49,26 @@ pub fn session_file(store: &JsonlStore, session_id: &str) -> Result<PathBuf, Hos
     Ok(store.file(session_id)?)
 }
 
+/// Every session id of the store, each with its shortest unique prefix
+/// ([`keel_session::short_ids`]): what `keel session list`, the picker and
+/// the view show, which `--session`, `keel resume` and every `session`
+/// command resolve back to the same session.
+pub fn short_ids(store: &JsonlStore) -> Result<std::collections::HashMap<String, String>, HostError> {
+    let ids = store.session_ids()?;
+    let names: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let short = keel_session::short_ids(&names);
+    Ok(ids.into_iter().zip(short).collect())
+}
+
+/// `session_id` shortened to its shortest unique prefix among the store's
+/// sessions (the whole id when the store cannot be listed).
+pub fn short_id(store: &JsonlStore, session_id: &str) -> String {
+    short_ids(store)
+        .ok()
+        .and_then(|mut short| short.remove(session_id))
+        .unwrap_or_else(|| session_id.to_owned())
+}
+
 /// The session whose id is `wanted`, or starts or ends with it (if only one
 /// does), as the store resolves it.
 pub async fn resolve_session(store: &dyn SessionStore, wanted: &str) -> Result<String, HostError> {

@@ -358,13 +358,7 @@ impl AgentKernel {
 
     /// Whether `session_id`'s active branch ends in an interrupted run.
     pub async fn interrupted(&self, session_id: &str) -> Result<bool, KernelError> {
-        let branch = self.inner.store.context_branch(session_id).await?;
-        Ok(
-            crate::journal::plan(&branch, &|_| crate::journal::OnDisk::Absent, &|_| {
-                crate::journal::ReceiptState::Absent
-            })
-            .is_interrupted(),
-        )
+        session_interrupted(self.inner.store.as_ref(), session_id).await
     }
 
     /// Whether `session_id`'s active branch ends in tool calls without
@@ -643,4 +637,21 @@ impl AgentKernelBuilder {
             inner: Arc::new(inner),
         })
     }
+}
+
+/// Whether `session_id`'s active branch in `store` ends in a run a crash
+/// interrupted: what [`AgentKernel::resume`] would continue. Hosts ask it
+/// without a kernel (to choose between resuming and starting a run, or to
+/// keep an interrupted session from being pruned); it only reads.
+pub async fn session_interrupted(
+    store: &dyn SessionStore,
+    session_id: &str,
+) -> Result<bool, KernelError> {
+    let branch = store.context_branch(session_id).await?;
+    Ok(
+        crate::journal::plan(&branch, &|_| crate::journal::OnDisk::Absent, &|_| {
+            crate::journal::ReceiptState::Absent
+        })
+        .is_interrupted(),
+    )
 }

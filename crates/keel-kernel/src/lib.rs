@@ -84,6 +84,7 @@ pub use fork::{Fork, fork_session};
 pub use keel_provider::retry::RetryPolicy;
 pub use kernel::{
     AgentKernel, AgentKernelBuilder, CompactionReport, ContextView, KernelError, RequestPreview,
+    session_interrupted,
 };
 pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};

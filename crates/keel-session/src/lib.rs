@@ -30,6 +30,7 @@ pub mod conformance;
 pub mod jsonl;
 pub mod memory;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 use futures::future::BoxFuture;
@@ -236,6 +237,62 @@ pub(crate) fn unique_id<'a>(
             count,
         }),
     }
+}
+
+/// The fewest characters a shortened session id is shown with.
+pub const SHORT_ID_MIN: usize = 8;
+
+/// Each of `ids` shortened to its shortest prefix (at least
+/// [`SHORT_ID_MIN`] characters) that names it alone, as
+/// [`SessionStore::resolve_id`] resolves a shortened id: no other id starts
+/// or ends with it. An id no prefix names alone (another id is that id with
+/// more after it) stays whole, which an exact id always names. Same order
+/// as `ids`.
+pub fn short_ids(ids: &[&str]) -> Vec<String> {
+    let mut sorted: Vec<&str> = ids.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    let common = |a: &str, b: &str| a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    // How many ids end with each suffix of a length, built per length asked.
+    let mut enders: HashMap<usize, HashMap<&str, usize>> = HashMap::new();
+    let mut short: HashMap<&str, String> = HashMap::new();
+    for (at, id) in sorted.iter().enumerate() {
+        let before = at.checked_sub(1).map_or(0, |b| common(sorted[b], id));
+        let after = sorted.get(at + 1).map_or(0, |next| common(next, id));
+        let mut end = SHORT_ID_MIN.max(before.max(after) + 1);
+        let found = loop {
+            if end >= id.len() {
+                break *id;
+            }
+            if !id.is_char_boundary(end) {
+                end += 1;
+                continue;
+            }
+            let prefix = &id[..end];
+            let ending = enders.entry(end).or_insert_with(|| {
+                let mut counts = HashMap::new();
+                for other in &sorted {
+                    if let Some(tail) = other
+                        .len()
+                        .checked_sub(end)
+                        .and_then(|start| other.get(start..))
+                    {
+                        *counts.entry(tail).or_insert(0) += 1;
+                    }
+                }
+                counts
+            });
+            let own = usize::from(id.ends_with(prefix));
+            if ending.get(prefix).copied().unwrap_or(0) == own {
+                break prefix;
+            }
+            end += 1;
+        };
+        short.insert(id, found.to_owned());
+    }
+    ids.iter()
+        .map(|id| short.get(id).cloned().unwrap_or_else(|| (*id).to_owned()))
+        .collect()
 }
 
 /// The one parent-walk over entries: from `tip` up to its root, returned
@@ -549,5 +606,38 @@ impl SessionError {
             Self::UnsupportedVersion { .. } => "session_version",
             Self::Corrupt { .. } => "session_corrupt",
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_ids_are_the_shortest_prefixes_resolve_id_maps_back() {
+        let ids = [
+            "01a23582-0001-7000-8000-00000000aaaa",
+            "01a23582-0002-7000-8000-00000000bbbb",
+            "01a23582-0002-7000-8000-00000000cccc",
+            "01b00000-0000-7000-8000-000000000000",
+            "short",
+        ];
+        let short = short_ids(&ids);
+        assert_eq!(
+            short,
+            [
+                "01a23582-0001",
+                "01a23582-0002-7000-8000-00000000b",
+                "01a23582-0002-7000-8000-00000000c",
+                "01b00000",
+                "short",
+            ]
+        );
+        for (id, short) in ids.iter().zip(&short) {
+            assert_eq!(unique_id(short, ids.iter().copied()).unwrap(), *id);
+        }
+        // A prefix that ends another id is not unique: resolve_id matches suffixes too.
+        let ids = ["abcdefgh12", "zzzzabcdefgh"];
+        assert_eq!(short_ids(&ids)[0], "abcdefgh1");
     }
 }

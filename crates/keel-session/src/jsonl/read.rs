@@ -236,7 +236,7 @@ impl JsonlStore {
 
     /// The ids of the session files in the directory; anything else there
     /// named like one (a FIFO, a link, a directory) is skipped with a warning.
-    pub(super) fn session_ids(&self) -> Result<Vec<String>, SessionError> {
+    pub fn session_ids(&self) -> Result<Vec<String>, SessionError> {
         let listing = std::fs::read_dir(&self.dir).map_err(|error| io_error(&self.dir, error))?;
         let mut ids = Vec::new();
         for item in listing.flatten() {
