@@ -430,6 +430,12 @@ pub enum SessionCommand {
     ///
     /// With the session's own provider and model (or the ones given).
     Compact(Box<CompactArgs>),
+    /// Remove sessions not active for a while, with their journals.
+    ///
+    /// Never one that is open, whose last run a crash interrupted, that is
+    /// damaged, or whose fork is kept; says what it freed. The age is
+    /// --older-than, else `retention` in config.toml's `[sessions]`.
+    Prune(PruneArgs),
     /// Write the whole session as one JSON document.
     Export {
         /// The session id (or a unique prefix).
@@ -440,6 +446,28 @@ pub enum SessionCommand {
         #[command(flatten)]
         store: StoreArgs,
     },
+}
+
+/// `keel session prune`.
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Remove sessions whose last activity is older than this: a whole
+    /// number and a unit, s, m, h, d or w (e.g. 30d). Default: `retention`
+    /// in config.toml's `[sessions]`.
+    #[arg(long, value_name = "DURATION")]
+    pub older_than: Option<String>,
+    /// Keep the N sessions with the latest activity, however old.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keep: usize,
+    /// Say what would be removed and remove nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
 }
 
 #[derive(Debug, Args)]

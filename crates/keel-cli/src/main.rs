@@ -186,6 +186,7 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
             | SessionCommand::Fork { format, .. }
             | SessionCommand::Salvage { format, .. } => format.output_format,
             SessionCommand::Compact(args) => args.format.output_format,
+            SessionCommand::Prune(args) => args.format.output_format,
             SessionCommand::Export { .. } => return None,
         },
         // stdout carries only protocol messages (rpc), the address (serve)

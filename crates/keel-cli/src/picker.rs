@@ -55,8 +55,12 @@ pub fn pick(
     }
     let mut line = String::new();
     loop {
-        write!(out, "resume which session? [1-{}, Enter = 1, q = none] ", choices.len())
-            .map_err(written)?;
+        write!(
+            out,
+            "resume which session? [1-{}, Enter = 1, q = none] ",
+            choices.len()
+        )
+        .map_err(written)?;
         out.flush().map_err(written)?;
         line.clear();
         if input.read_line(&mut line).map_err(written)? == 0 {
@@ -74,7 +78,10 @@ pub fn pick(
         {
             return Ok(Some(choice.id.clone()));
         }
-        let named: Vec<&Choice> = choices.iter().filter(|c| c.id.starts_with(answer)).collect();
+        let named: Vec<&Choice> = choices
+            .iter()
+            .filter(|c| c.id.starts_with(answer))
+            .collect();
         if let [only] = named[..] {
             return Ok(Some(only.id.clone()));
         }
@@ -111,7 +118,10 @@ mod tests {
         assert!(listing.contains("  1  01a23582-0001  "), "{listing}");
         assert!(listing.contains("title of 01a23582-0002-bbbb"), "{listing}");
         assert_eq!(picked("2\n").0.as_deref(), Some("01a23582-0002-bbbb"));
-        assert_eq!(picked("01a23582-0002\n").0.as_deref(), Some("01a23582-0002-bbbb"));
+        assert_eq!(
+            picked("01a23582-0002\n").0.as_deref(),
+            Some("01a23582-0002-bbbb")
+        );
         let (again, listing) = picked("7\n01a2\n1\n");
         assert_eq!(again.as_deref(), Some("01a23582-0001-aaaa"));
         assert_eq!(listing.matches("not one of the sessions listed").count(), 2);

@@ -88,7 +88,27 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     let (spec, nobody) = warn_if_nobody_to_ask(spec, setup.mode, prompt_from_stdin);
     let received = signals::Received::install();
     let run = kernel.create_run(spec).await?;
-    drive(run, &store, &args.output, &received, nobody).await
+    let code = drive(run, &store, &args.output, &received, nobody).await;
+    apply_retention(&store, setup.retention).await;
+    code
+}
+
+/// Prunes the store by the configured retention once a day
+/// (keel-host's `prune`), after the run so that it never delays one; a
+/// failure is only logged.
+async fn apply_retention(store: &keel_session::JsonlStore, retention: Option<std::time::Duration>) {
+    let Some(retention) = retention else {
+        return;
+    };
+    match keel_host::prune::prune_if_due(store, retention, keel_protocol::now_ms()).await {
+        Ok(Some(report)) if !report.removed.is_empty() => tracing::info!(
+            removed = report.removed.len(),
+            freed_bytes = report.freed(),
+            "pruned sessions past their retention"
+        ),
+        Ok(_) => {}
+        Err(error) => tracing::warn!(%error, "could not prune sessions past their retention"),
+    }
 }
 
 /// Warns (stderr, and a `warning` event of the run) when nobody at a
@@ -255,7 +275,9 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode, StartupError> {
         (kernel.create_run(spec).await?, nobody)
     };
     let (run, nobody) = run;
-    drive(run, &store, &args.output, &received, nobody).await
+    let code = drive(run, &store, &args.output, &received, nobody).await;
+    apply_retention(&store, setup.retention).await;
+    code
 }
 
 /// The most sessions the picker lists.
@@ -289,7 +311,10 @@ async fn pick_session(
     let choices: Vec<picker::Choice> = listed
         .into_iter()
         .map(|info| picker::Choice {
-            short_id: short.get(&info.id).cloned().unwrap_or_else(|| info.id.clone()),
+            short_id: short
+                .get(&info.id)
+                .cloned()
+                .unwrap_or_else(|| info.id.clone()),
             title: info.title.unwrap_or_default(),
             last_activity: info.last_activity,
             id: info.id,

@@ -55,6 +55,96 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
             salvage(&open_store(&store)?, &id, format.data()).await
         }
         SessionCommand::Compact(args) => crate::compact_cmd::run(*args).await,
+        SessionCommand::Prune(args) => prune(args).await,
+    }
+}
+
+/// `keel session prune`: removes old sessions (keel-host's `prune` says
+/// which are never removed) and prints each removed one and what it freed:
+/// as text, one JSON document, or JSON Lines.
+async fn prune(args: crate::args::PruneArgs) -> Result<ExitCode, StartupError> {
+    use keel_host::prune::{self, PruneRequest};
+    let format = args.format.data();
+    let older_than = match &args.older_than {
+        Some(text) => prune::parse_duration(text)
+            .map_err(|message| StartupError::new("usage", format!("--older-than: {message}")))?,
+        None => {
+            let mut sources = keel_host::Sources::default();
+            sources.config_file = args.settings.config.clone();
+            sources.profile = args.settings.profile.clone();
+            sources.overrides = args.settings.overrides.clone();
+            let settings = keel_host::Settings::load(&sources)?;
+            settings.sessions.retention().ok_or_else(|| {
+                StartupError::new(
+                    "usage",
+                    "keel session prune needs --older-than DURATION \
+                     (or `retention` in config.toml's [sessions])",
+                )
+            })?
+        }
+    };
+    let store = open_store(&args.store)?;
+    let mut request = PruneRequest::new(older_than);
+    request.keep = args.keep;
+    request.dry_run = args.dry_run;
+    let report = prune::prune(&store, &request, keel_protocol::now_ms()).await?;
+    let verb = if args.dry_run {
+        "would remove"
+    } else {
+        "removed"
+    };
+    match format {
+        DataFormat::Text => {
+            for (id, bytes) in &report.removed {
+                say(format!("{verb} {id} ({})", human_size(*bytes)));
+            }
+            for (id, why) in &report.kept {
+                say(format!("kept {id}: {}", kept_reason(*why)));
+            }
+            say(format!(
+                "{verb} {} session{}, {} freed; {} kept as old, {} recent",
+                report.removed.len(),
+                if report.removed.len() == 1 { "" } else { "s" },
+                human_size(report.freed()),
+                report.kept.len(),
+                report.recent
+            ));
+        }
+        _ => {
+            let removed: Vec<_> = report
+                .removed
+                .iter()
+                .map(|(id, bytes)| json!({"type": "session_pruned", "id": id, "bytes": bytes}))
+                .collect();
+            let kept: Vec<_> = report
+                .kept
+                .iter()
+                .map(|(id, why)| json!({"type": "session_kept", "id": id, "reason": why.as_str()}))
+                .collect();
+            let summary = json!({
+                "type": "prune_summary", "dry_run": args.dry_run, "removed": report.removed.len(),
+                "freed_bytes": report.freed(), "kept": report.kept.len(), "recent": report.recent,
+            });
+            if format == DataFormat::Json {
+                say(json!({"removed": removed, "kept": kept, "summary": summary}));
+            } else {
+                for line in removed.into_iter().chain(kept).chain([summary]) {
+                    say(line);
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn kept_reason(why: keel_host::prune::KeptBecause) -> &'static str {
+    use keel_host::prune::KeptBecause;
+    match why {
+        KeptBecause::Open => "a run holds it open",
+        KeptBecause::Interrupted => "a crash interrupted its last run (keel resume continues it)",
+        KeptBecause::Damaged => "it does not open (keel session salvage may recover it)",
+        KeptBecause::ParentOfKept => "a kept session is a fork of it",
+        _ => "kept",
     }
 }
 

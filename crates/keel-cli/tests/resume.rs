@@ -873,7 +873,10 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
     ]));
     let first = home.keel(&["run", "first prompt"], &[]);
     assert_eq!(first.status.code(), Some(0));
-    let id = final_result(&first)["session_id"].as_str().unwrap().to_owned();
+    let id = final_result(&first)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     // Other sessions created in the same minute share the id's first 8
     // characters: the listing shows each by a longer prefix, unique in the store.
     let mut others = Vec::new();
@@ -882,7 +885,10 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
         std::fs::create_dir_all(home.sessions()).unwrap();
         let output = other.keel(&["run", "other"], &[]);
         assert_eq!(output.status.code(), Some(0));
-        let other_id = final_result(&output)["session_id"].as_str().unwrap().to_owned();
+        let other_id = final_result(&output)["session_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         others.push(other_id.clone());
         for name in [format!("{other_id}.jsonl"), format!("{other_id}.meta.json")] {
             let from = other.sessions().join(&name);
@@ -904,13 +910,23 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
     }
 
     let second = home.keel(&["resume", &short, "second prompt"], &[]);
-    assert_eq!(second.status.code(), Some(0), "{}", String::from_utf8_lossy(&second.stderr));
+    assert_eq!(
+        second.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
     let result = final_result(&second);
     assert_eq!(result["session_id"], id.as_str());
     assert_eq!(result["message"]["content"][0]["text"], "second answer");
 
     let third = home.keel(&["resume", "--last", "third prompt"], &[]);
-    assert_eq!(third.status.code(), Some(0), "{}", String::from_utf8_lossy(&third.stderr));
+    assert_eq!(
+        third.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&third.stderr)
+    );
     assert_eq!(final_result(&third)["session_id"], id.as_str());
 
     // Nothing interrupted and no prompt: a typed refusal naming the short id.
@@ -940,15 +956,26 @@ fn resume_after_a_crash_recovers_the_run_then_answers_the_prompt_in_the_same_run
     );
     assert!(died.status.code().is_none(), "killed by the failpoint");
     let resumed = home.keel(&["resume", "--last", "--mode", "auto", "now b"], &[]);
-    assert_eq!(resumed.status.code(), Some(0), "{}", String::from_utf8_lossy(&resumed.stderr));
+    assert_eq!(
+        resumed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&resumed.stderr)
+    );
     let stdout = String::from_utf8_lossy(&resumed.stdout);
     assert!(stdout.contains("\"effect_recovered\""), "{stdout}");
     assert_eq!(
-        stdout.lines().filter(|line| line.contains("\"type\":\"result\"")).count(),
+        stdout
+            .lines()
+            .filter(|line| line.contains("\"type\":\"result\""))
+            .count(),
         1,
         "recovery and the prompt are one run: {stdout}"
     );
-    assert_eq!(final_result(&resumed)["message"]["content"][0]["text"], "and b");
+    assert_eq!(
+        final_result(&resumed)["message"]["content"][0]["text"],
+        "and b"
+    );
     assert_eq!(
         std::fs::read_to_string(home.home.path().join("ws/a.txt")).unwrap(),
         "A\n"

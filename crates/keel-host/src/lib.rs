@@ -28,6 +28,7 @@ mod error;
 pub mod modes;
 mod overrides;
 pub mod project;
+pub mod prune;
 pub mod server;
 pub mod sessions;
 pub mod settings;

@@ -53,7 +53,9 @@ pub fn session_file(store: &JsonlStore, session_id: &str) -> Result<PathBuf, Hos
 /// ([`keel_session::short_ids`]): what `keel session list`, the picker and
 /// the view show, which `--session`, `keel resume` and every `session`
 /// command resolve back to the same session.
-pub fn short_ids(store: &JsonlStore) -> Result<std::collections::HashMap<String, String>, HostError> {
+pub fn short_ids(
+    store: &JsonlStore,
+) -> Result<std::collections::HashMap<String, String>, HostError> {
     let ids = store.session_ids()?;
     let names: Vec<&str> = ids.iter().map(String::as_str).collect();
     let short = keel_session::short_ids(&names);

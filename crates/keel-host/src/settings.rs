@@ -34,6 +34,7 @@ use serde::Deserialize;
 
 use keel_tools::untrusted::{self, Limit, Origin};
 
+use crate::prune::SessionSettings;
 use crate::server::ServerSettings;
 use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
 
@@ -41,7 +42,7 @@ use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
 pub const DEFAULT_KEYS: [&str; 5] = ["provider", "model", "mode", "tools", "sandbox_read"];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
-const TABLE_KEYS: [&str; 3] = ["profiles", "providers", "server"];
+const TABLE_KEYS: [&str; 4] = ["profiles", "providers", "server", "sessions"];
 
 /// The values one layer sets; `None` leaves the layer below in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -152,6 +153,8 @@ pub struct Settings {
     pub warnings: Vec<Warning>,
     /// The user's `[server]` table (`keel serve`); never from the project layer.
     pub server: ServerSettings,
+    /// The user's `[sessions]` table (retention); never from the project layer.
+    pub sessions: SessionSettings,
 }
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
@@ -188,6 +191,9 @@ pub struct RunSetup {
     pub mode: PermissionMode,
     /// Remarks to show the user before the run.
     pub warnings: Vec<Warning>,
+    /// How long sessions are kept (`[sessions] retention`), when set: the
+    /// host prunes the store by it ([`crate::prune::prune_if_due`]).
+    pub retention: Option<std::time::Duration>,
 }
 
 impl Settings {
@@ -234,6 +240,7 @@ impl Settings {
             profiles,
             providers,
             server,
+            sessions,
         } = UserFile::split(table, &place)?;
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
@@ -270,6 +277,7 @@ impl Settings {
             catalog,
             warnings,
             server,
+            sessions,
         };
         settings.checked()
     }
@@ -337,6 +345,7 @@ impl Settings {
             config,
             mode: choices.mode.or(defaults.mode).unwrap_or_default(),
             warnings,
+            retention: self.sessions.retention(),
         })
     }
 
@@ -364,6 +373,7 @@ struct UserFile {
     profiles: BTreeMap<String, Defaults>,
     providers: toml::Table,
     server: ServerSettings,
+    sessions: SessionSettings,
 }
 
 impl UserFile {
@@ -388,6 +398,10 @@ impl UserFile {
             Some(value) => ServerSettings::from_value(value, place)?,
             None => ServerSettings::default(),
         };
+        let sessions = match table.remove("sessions") {
+            Some(value) => SessionSettings::from_value(value, place)?,
+            None => SessionSettings::default(),
+        };
         let profiles = match table.remove("profiles") {
             None => BTreeMap::new(),
             Some(toml::Value::Table(profiles)) => profiles
@@ -408,6 +422,7 @@ impl UserFile {
             profiles,
             providers,
             server,
+            sessions,
         })
     }
 }

@@ -47,6 +47,60 @@ impl Drop for OpenSession {
 }
 
 impl JsonlStore {
+    /// Whether a writer holds `session_id` open now: this store, or another
+    /// process (its file is locked). A snapshot: it may change at once.
+    pub fn is_open(&self, session_id: &str) -> bool {
+        let open_here = self
+            .open
+            .lock()
+            .map_or(true, |open| open.contains_key(session_id));
+        if open_here {
+            return true;
+        }
+        let Ok(path) = self.file(session_id) else {
+            return false;
+        };
+        match scan::open_regular(&path, true) {
+            Ok(file) => Flock::lock(file, FlockArg::LockExclusiveNonblock).is_err(),
+            Err(_) => false,
+        }
+    }
+
+    /// Deletes the session `session_id` for good: its file, its summary and
+    /// its journal directory; returns the bytes freed.
+    ///
+    /// Refused while the session is open for writing — here
+    /// ([`SessionError::SessionBusy`]) or by another process
+    /// ([`SessionError::Locked`]): the file is locked like a writer's for
+    /// the whole removal, and deleted last, so a removal cut short leaves
+    /// at worst a session without its summary (rebuilt on the next read)
+    /// or journal (which only an interrupted run needs; the caller keeps
+    /// those). Nothing is followed out of the store: a link in a
+    /// session's name is removed as a link.
+    pub fn remove(&self, session_id: &str) -> Result<u64, SessionError> {
+        let path = self.file(session_id)?;
+        let open_here = self
+            .open
+            .lock()
+            .map_err(|_| SessionError::Unavailable("store lock poisoned".into()))?
+            .contains_key(session_id);
+        if open_here {
+            return Err(SessionError::SessionBusy(session_id.to_owned()));
+        }
+        let file = scan::open_regular(&path, true)?;
+        let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
+            .map_err(|_| SessionError::Locked(session_id.to_owned()))?;
+        let mut freed = lock.metadata().map(|meta| meta.len()).unwrap_or(0);
+        let meta_path = self.meta_file(session_id);
+        freed += remove_entry(&meta_path)?;
+        if let Some(journal) = crate::SessionStore::journal_dir(self, session_id) {
+            freed += remove_entry(&journal)?;
+        }
+        std::fs::remove_file(&path).map_err(|error| io_error(&path, error))?;
+        drop(lock);
+        Ok(freed)
+    }
+
     /// Locks, scans and (only for a proven torn tail) repairs the file, then
     /// starts its writer.
     pub(super) fn open_for_writing_now(
@@ -161,4 +215,27 @@ fn remove_if_present(path: &Path) {
             tracing::warn!(%error, path = %path.display(), "could not remove a leftover file");
         }
     }
+}
+
+/// Removes `path` if it is there — a directory with everything in it, a
+/// file, or a link (never what it points at) — and returns the bytes of
+/// the files removed.
+fn remove_entry(path: &Path) -> Result<u64, SessionError> {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(io_error(path, error)),
+    };
+    if !meta.is_dir() {
+        std::fs::remove_file(path).map_err(|error| io_error(path, error))?;
+        return Ok(if meta.is_file() { meta.len() } else { 0 });
+    }
+    let mut freed = 0;
+    let listing = std::fs::read_dir(path).map_err(|error| io_error(path, error))?;
+    for item in listing {
+        let item = item.map_err(|error| io_error(path, error))?;
+        freed += remove_entry(&item.path())?;
+    }
+    std::fs::remove_dir(path).map_err(|error| io_error(path, error))?;
+    Ok(freed)
 }
