@@ -132,6 +132,14 @@ impl Output {
         }
     }
 
+    /// The run's workspace, where the view looks up the size of a binary
+    /// file the patch does not give.
+    pub fn set_workspace(&self, root: std::path::PathBuf) {
+        if let Form::View(view) = &mut self.state.borrow_mut().form {
+            view.set_workspace(root);
+        }
+    }
+
     /// Prints the run's end: the result with its totals, the workspace's
     /// changes and the session (each when known); writes `-o`'s file.
     pub fn finish(

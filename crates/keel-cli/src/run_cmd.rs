@@ -359,6 +359,7 @@ async fn drive(
     nobody: bool,
 ) -> Result<ExitCode, StartupError> {
     let output = Output::new(output, Answers::on_terminal());
+    output.set_workspace(run.workspace_root().to_path_buf());
     let mut answers = Answers::new(received.cancelled(), nobody);
     let driven = host::drive(&run, &output, async |event: &RunEvent, run: &AgentRun| {
         answers.answer(event, run, &output).await;

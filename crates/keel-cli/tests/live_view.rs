@@ -257,3 +257,85 @@ fn ask_prompts_one_line_and_always_holds_for_the_session() {
     assert_eq!(stored.matches("\"kind\":\"permission_rule\"").count(), 1);
     assert!(stored.contains("\"source\":\"session_rule\""), "{stored}");
 }
+
+/// A run whose answer is Markdown, with a failing command, an edit and a
+/// new binary file.
+fn view_turns() -> Value {
+    let failing = "for i in $(seq 1 30); do echo out line $i; done; exit 3";
+    let binary = "printf '\\211PNG\\r\\n\\032\\n\\000\\001\\002' > logo.png";
+    json!([
+        {"content": [
+            {"type": "tool_call", "name": "bash", "arguments": {"command": failing}}
+        ]},
+        {"content": [
+            {"type": "tool_call", "name": "write", "arguments": {"path": "notes.txt", "content": "alpha\nbeta\n"}}
+        ]},
+        {"content": [
+            {"type": "tool_call", "name": "edit", "arguments": {"path": "notes.txt",
+                "edits": [{"old_text": "beta", "new_text": "gamma"}]}},
+            {"type": "tool_call", "name": "bash", "arguments": {"command": binary}}
+        ]},
+        {"content": [{"type": "text", "text": "## Plan done\n- ran **the checks** with `make`\n"}]}
+    ])
+}
+
+#[test]
+fn the_view_shows_failures_diffs_files_and_markdown() {
+    let (dir, args) = fixture(view_turns(), "auto");
+    let screen = Terminal::start(&args, dir.path(), false).finish();
+    let read = plain(&screen);
+    for shown in [
+        // A failed command: its last lines, not only the last one.
+        "│ out line 25",
+        "out line 30",
+        // The edit's diff, coloured.
+        "-beta",
+        "+gamma",
+        // The patch summary: each file, a binary one by name and size.
+        "── changed 2 files",
+        "A logo.png  binary, 11 B",
+        "A notes.txt  +2 −0",
+        // Markdown rendered: no marks left.
+        "Plan done",
+        "• ran the checks with make",
+    ] {
+        assert!(read.contains(shown), "{shown:?} missing: {read}");
+    }
+    assert!(!read.contains("## Plan"), "{read}");
+    assert!(
+        !read.contains("GIT binary patch") && !read.contains("literal 11"),
+        "{read}"
+    );
+
+    // Without colour the answer is printed as the model wrote it.
+    let (dir, args) = fixture(view_turns(), "auto");
+    let screen = Terminal::start(&args, dir.path(), true).finish();
+    assert!(screen.contains("## Plan done"), "{screen}");
+    assert!(
+        screen.contains("- ran **the checks** with `make`"),
+        "{screen}"
+    );
+}
+
+/// `screen` without escape sequences and carriage returns.
+fn plain(screen: &str) -> String {
+    let mut out = String::new();
+    let mut chars = screen.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\u{1b}' => {
+                if chars.peek() == Some(&'[') {
+                    chars.next();
+                    for c in chars.by_ref() {
+                        if c.is_ascii_alphabetic() {
+                            break;
+                        }
+                    }
+                }
+            }
+            '\r' => {}
+            c => out.push(c),
+        }
+    }
+    out
+}

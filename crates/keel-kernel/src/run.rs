@@ -58,6 +58,7 @@ use crate::{turn_loop, watchdog};
 #[must_use = "dropping an AgentRun cancels the run"]
 pub struct AgentRun {
     shared: Arc<RunShared>,
+    workspace: std::path::PathBuf,
     baseline: Result<Arc<Baseline>, String>,
     events: Mutex<Option<mpsc::UnboundedReceiver<RunEvent>>>,
     result: watch::Receiver<Option<RunResult>>,
@@ -71,6 +72,7 @@ impl AgentRun {
         lease: WriterLease,
     ) -> Self {
         let run_id = new_id();
+        let workspace = parts.workspace.root().to_path_buf();
         let session_id = lease.session_id().to_owned();
         let repair = lease.repair().cloned();
         let (sender, receiver) = mpsc::unbounded_channel();
@@ -105,6 +107,7 @@ impl AgentRun {
         });
         Self {
             shared,
+            workspace,
             baseline,
             events: Mutex::new(Some(receiver)),
             result,
@@ -114,6 +117,11 @@ impl AgentRun {
     /// The run's id.
     pub fn run_id(&self) -> &str {
         &self.shared.run_id
+    }
+
+    /// The workspace the run works in (its canonical root).
+    pub fn workspace_root(&self) -> &std::path::Path {
+        &self.workspace
     }
 
     /// The session the run writes to.

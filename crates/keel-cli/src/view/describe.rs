@@ -71,6 +71,15 @@ pub fn tokens(count: u64) -> String {
     }
 }
 
+/// `512 B`, `1.2 KiB`, `3.4 MiB`.
+pub fn bytes(count: u64) -> String {
+    match count {
+        0..1_024 => format!("{count} B"),
+        1_024..1_048_576 => format!("{:.1} KiB", count as f64 / 1_024.0),
+        _ => format!("{:.1} MiB", count as f64 / 1_048_576.0),
+    }
+}
+
 /// `$0.0123`, or `$1.23` from a dollar up.
 pub fn cost(usd: f64) -> String {
     if usd >= 1.0 {

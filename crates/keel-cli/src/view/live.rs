@@ -39,6 +39,10 @@ pub struct Call {
     pub lines: usize,
     /// When the view last said anything about it (for "still running").
     pub last_said: Instant,
+    /// Time spent waiting for a permission answer, which is not the call's.
+    waited: Duration,
+    /// Since when it waits for one now.
+    waiting_since: Option<Instant>,
 }
 
 impl Call {
@@ -54,6 +58,20 @@ impl Call {
             partial: String::new(),
             lines: 0,
             last_said: now,
+            waited: Duration::ZERO,
+            waiting_since: None,
+        }
+    }
+
+    /// A permission prompt for this call opened at `at`.
+    pub fn wait_from(&mut self, at: Instant) {
+        self.waiting_since.get_or_insert(at);
+    }
+
+    /// The permission prompt was answered at `at`.
+    pub fn wait_until(&mut self, at: Instant) {
+        if let Some(since) = self.waiting_since.take() {
+            self.waited += at.saturating_duration_since(since);
         }
     }
 
@@ -93,9 +111,18 @@ impl Call {
         }
     }
 
-    /// How long it has run.
+    /// How long it has run, not counting waits for a permission answer.
     pub fn elapsed(&self) -> Duration {
-        self.started.elapsed()
+        self.elapsed_at(Instant::now())
+    }
+
+    /// [`Call::elapsed`] as of `now`.
+    pub fn elapsed_at(&self, now: Instant) -> Duration {
+        let waiting = self
+            .waiting_since
+            .map_or(Duration::ZERO, |since| now.saturating_duration_since(since));
+        now.saturating_duration_since(self.started)
+            .saturating_sub(self.waited + waiting)
     }
 }
 
@@ -131,6 +158,24 @@ pub fn block(calls: &[Call], width: usize) -> Vec<BlockLine> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_calls_time_leaves_out_its_permission_waits() {
+        let mut call = Call::new("c".into(), None, "bash x".into());
+        let start = call.started;
+        call.wait_from(start + Duration::from_secs(1));
+        assert_eq!(
+            call.elapsed_at(start + Duration::from_secs(5)),
+            Duration::from_secs(1)
+        );
+        call.wait_until(start + Duration::from_secs(31));
+        call.wait_from(start + Duration::from_secs(32));
+        call.wait_until(start + Duration::from_secs(40));
+        assert_eq!(
+            call.elapsed_at(start + Duration::from_secs(42)),
+            Duration::from_secs(4)
+        );
+    }
 
     #[test]
     fn output_keeps_the_last_lines_and_the_partial_one() {

@@ -15,6 +15,8 @@
 
 mod describe;
 mod live;
+mod markdown;
+mod patch;
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -37,6 +39,12 @@ pub const TICK: Duration = Duration::from_secs(1);
 const STILL_RUNNING: Duration = Duration::from_secs(10);
 /// Output lines printed per call when the view cannot redraw.
 const PRINTED_LINES: usize = 40;
+/// Last lines of a failed call's result shown under it.
+const FAILED_LINES: usize = 12;
+/// Lines of an edit's diff shown under it.
+const DIFF_LINES: usize = 40;
+/// Lines of the end-of-run patch shown (binary parts never are).
+const PATCH_LINES: usize = 200;
 
 /// What is streaming on the current line.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -65,6 +73,14 @@ pub struct View {
     /// Whether the host prompts for permissions itself (then the view does
     /// not repeat the request).
     prompts: bool,
+    /// The answer's Markdown state, and its line not yet complete (held
+    /// back only when Markdown is rendered: a colour terminal).
+    markdown: markdown::Markdown,
+    pending: String,
+    /// The run's workspace, if the host said (for binary files' sizes).
+    root: Option<std::path::PathBuf>,
+    /// The call each open permission request is for (request id → call id).
+    requests: std::collections::HashMap<String, String>,
     buffer: String,
 }
 
@@ -85,8 +101,17 @@ impl View {
             queued: [VecDeque::new(), VecDeque::new()],
             deferred: Vec::new(),
             prompts,
+            markdown: markdown::Markdown::default(),
+            pending: String::new(),
+            root: None,
+            requests: std::collections::HashMap::new(),
             buffer: String::new(),
         }
+    }
+
+    /// The run's workspace (see [`View::changes`]).
+    pub fn set_workspace(&mut self, root: std::path::PathBuf) {
+        self.root = Some(root);
     }
 
     /// Shows one event.
@@ -196,27 +221,65 @@ impl View {
         self.flush();
     }
 
-    /// The workspace's changes after the run: paths, then the patch.
+    /// The workspace's changes after the run: a line per file (what
+    /// happened to it, lines added and removed, a binary file's size), then
+    /// the text parts of the patch, at most [`PATCH_LINES`] lines of them.
     pub fn changes(&mut self, paths: &[String], patch: &str) {
         if paths.is_empty() {
             let line = self.palette.paint(style::DIM, "── no workspace changes");
             self.line(&line);
-        } else {
-            self.line(&format!("── changed: {}", visible(&paths.join(", "))));
-            for line in patch.trim_end().lines() {
-                let style = match line.chars().next() {
-                    Some('+') if !line.starts_with("+++") => style::GOOD,
-                    Some('-') if !line.starts_with("---") => style::BAD,
-                    _ => style::DIM,
-                };
-                let line = self.palette.paint(style, &visible(line));
-                self.line(&line);
-            }
+            self.flush();
+            return;
+        }
+        let files = patch::files(patch);
+        self.line(&format!(
+            "── changed {} file{}",
+            paths.len(),
+            plural(paths.len())
+        ));
+        for path in paths {
+            let line = match files.iter().find(|file| file.path == *path) {
+                Some(file) => {
+                    let what = match file.binary {
+                        Some(bytes) => {
+                            // `Binary files … differ` gives no size: the
+                            // file's own (a link's, never its target's).
+                            let size = Some(bytes).filter(|b| *b > 0).or_else(|| {
+                                let root = self.root.as_ref()?;
+                                let meta = std::fs::symlink_metadata(root.join(path)).ok()?;
+                                Some(meta.len())
+                            });
+                            match size {
+                                Some(bytes) => format!("binary, {}", describe::bytes(bytes)),
+                                None => "binary".to_owned(),
+                            }
+                        }
+                        None => format!(
+                            "{} {}",
+                            self.palette.paint(style::GOOD, &format!("+{}", file.added)),
+                            self.palette
+                                .paint(style::BAD, &format!("−{}", file.removed))
+                        ),
+                    };
+                    format!("  {} {}  {what}", file.status, visible(path))
+                }
+                None => format!("  ? {}", visible(path)),
+            };
+            self.line(&line);
+        }
+        let text: Vec<&str> = files
+            .iter()
+            .filter(|file| file.binary.is_none())
+            .flat_map(|file| file.lines.iter().map(String::as_str))
+            .collect();
+        if !text.is_empty() {
+            self.diff_lines(&text.join("\n"), PATCH_LINES);
         }
         self.flush();
     }
 
     fn show(&mut self, kind: &RunEventKind) {
+        self.time_waits(kind);
         match kind {
             RunEventKind::RunStarted {
                 provider,
@@ -269,6 +332,7 @@ impl View {
                 message: Message::Assistant(message),
             } => {
                 self.close_line();
+                self.markdown = markdown::Markdown::default();
                 self.batch_position = 0;
                 self.batch_size = message.tool_calls().count();
             }
@@ -284,7 +348,12 @@ impl View {
             RunEventKind::ToolExecutionEnd { result } => {
                 let status = result.status;
                 let text = result.text();
-                self.end_call(&result.call_id, &result.tool_name, status, &text);
+                let diff = result
+                    .details
+                    .as_ref()
+                    .and_then(|details| details.get("diff"))
+                    .and_then(|diff| diff.as_str());
+                self.end_call(&result.call_id, &result.tool_name, status, &text, diff);
             }
             RunEventKind::PermissionRequested {
                 tool_name,
@@ -359,6 +428,31 @@ impl View {
         }
     }
 
+    /// Keeps the time a call waits for a permission answer out of its time.
+    fn time_waits(&mut self, kind: &RunEventKind) {
+        let now = Instant::now();
+        match kind {
+            RunEventKind::PermissionRequested {
+                request_id,
+                call_id,
+                ..
+            } => {
+                if let Some(call) = self.calls.iter_mut().find(|call| call.id == *call_id) {
+                    call.wait_from(now);
+                }
+                self.requests.insert(request_id.clone(), call_id.clone());
+            }
+            RunEventKind::PermissionResolved { request_id, .. } => {
+                if let Some(call_id) = self.requests.remove(request_id)
+                    && let Some(call) = self.calls.iter_mut().find(|call| call.id == call_id)
+                {
+                    call.wait_until(now);
+                }
+            }
+            _ => {}
+        }
+    }
+
     fn delta(&mut self, delta: &ProviderEvent) {
         match delta {
             ProviderEvent::ThinkingDelta { delta, .. } => {
@@ -383,7 +477,17 @@ impl View {
                     self.erase();
                 }
                 self.open = Open::Text;
-                self.buffer.push_str(&visible(delta));
+                if !self.palette.color {
+                    self.buffer.push_str(&visible(delta));
+                    return;
+                }
+                self.pending.push_str(delta);
+                while let Some(end) = self.pending.find('\n') {
+                    let line: String = self.pending.drain(..=end).collect();
+                    let shown = self.markdown.line(&visible(&line[..end]), self.palette);
+                    self.buffer.push_str(&shown);
+                    self.buffer.push('\n');
+                }
             }
             _ => {}
         }
@@ -443,7 +547,17 @@ impl View {
         }
     }
 
-    fn end_call(&mut self, id: &str, tool: &str, status: ToolStatus, text: &str) {
+    /// Folds a call into its closing line; under it, the result's last line
+    /// — a failure's last [`FAILED_LINES`] lines, an edit's diff (at most
+    /// [`DIFF_LINES`] lines, coloured).
+    fn end_call(
+        &mut self,
+        id: &str,
+        tool: &str,
+        status: ToolStatus,
+        text: &str,
+        diff: Option<&str>,
+    ) {
         self.erase();
         let call = match self.calls.iter().position(|call| call.id == id) {
             Some(position) => self.calls.remove(position),
@@ -470,19 +584,62 @@ impl View {
                 .paint(style::DIM, &format!("· {}", details.join(" · ")))
         );
         self.line(&line);
-        let last = text.trim_end().lines().last().unwrap_or_default();
-        if !last.trim().is_empty() {
-            let room = self.width.saturating_sub(8);
-            let shown = describe::clip(&visible(last.trim()), room);
-            let style = if status == ToolStatus::Success {
-                style::DIM
+        let room = self.width.saturating_sub(8);
+        let shown_lines = if status == ToolStatus::Success {
+            1
+        } else {
+            FAILED_LINES
+        };
+        let lines: Vec<&str> = text.trim_end().lines().collect();
+        let tail = &lines[lines.len().saturating_sub(shown_lines)..];
+        let tail_style = if status == ToolStatus::Success {
+            style::DIM
+        } else {
+            style
+        };
+        for (index, last) in tail.iter().enumerate() {
+            if tail.len() == 1 && last.trim().is_empty() {
+                break;
+            }
+            let shown = describe::clip(&visible(last.trim_end()), room);
+            let mark = if index + 1 == tail.len() {
+                "└"
             } else {
-                style
+                "│"
             };
-            let line = self.palette.paint(style, &format!("  └ {shown}"));
+            let line = self.palette.paint(tail_style, &format!("  {mark} {shown}"));
             self.line(&line);
         }
+        if let (ToolStatus::Success, Some(diff)) = (status, diff) {
+            self.diff_lines(diff, DIFF_LINES);
+        }
         self.draw();
+    }
+
+    /// A unified diff's lines, coloured by what they do, at most `limit`
+    /// of them (then how many more there are).
+    fn diff_lines(&mut self, diff: &str, limit: usize) {
+        let room = self.width.saturating_sub(6);
+        let lines: Vec<&str> = diff
+            .lines()
+            .filter(|line| !line.starts_with("+++") && !line.starts_with("---"))
+            .collect();
+        for line in lines.iter().take(limit) {
+            let style = match line.chars().next() {
+                Some('+') => style::GOOD,
+                Some('-') => style::BAD,
+                _ => style::DIM,
+            };
+            let shown = describe::clip(&visible(line), room);
+            let line = self.palette.paint(style, &format!("    {shown}"));
+            self.line(&line);
+        }
+        if lines.len() > limit {
+            let more = lines.len() - limit;
+            let line = format!("    … {more} more line{}", plural(more));
+            let line = self.palette.paint(style::DIM, &line);
+            self.line(&line);
+        }
     }
 
     /// Prints a line above the live block, at a line boundary.
@@ -495,6 +652,11 @@ impl View {
 
     /// Ends a streamed line, then prints what waited for a boundary.
     fn close_line(&mut self) {
+        if !self.pending.is_empty() {
+            let line = std::mem::take(&mut self.pending);
+            let shown = self.markdown.line(&visible(&line), self.palette);
+            self.buffer.push_str(&shown);
+        }
         if self.open != Open::Nothing {
             self.buffer.push('\n');
             self.open = Open::Nothing;
