@@ -116,7 +116,7 @@ fn text_off_a_terminal_is_plain_words_without_json_or_escapes() {
         "→ read b.txt",
         "The Answer:\nFile a.txt says Hello World.",
         "── settled · 3 turns · 3.0k in / 150 out tokens · $0.0120 · ",
-        "── changed: b.txt\n",
+        "── changed 1 file\n  A b.txt  +1 −0\n",
         "+More",
         "── session ",
     ] {
