@@ -339,3 +339,79 @@ fn plain(screen: &str) -> String {
     }
     out
 }
+
+#[test]
+fn resume_on_a_terminal_without_a_session_picks_one_from_a_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"by_history": true, "turns": [
+            {"content": [{"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A"}}]},
+            {"content": [{"type": "text", "text": "wrote a"}]}
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let path = |p: &Path| p.display().to_string();
+    let run = |prompt: &str, failpoint: bool| {
+        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        command
+            .args([
+                "run",
+                "--output-format",
+                "json",
+                "--mode",
+                "auto",
+                "--script",
+            ])
+            .arg(&script)
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--session-dir")
+            .arg(dir.path().join("sessions"))
+            .arg(prompt)
+            .current_dir(&ws)
+            .env("XDG_DATA_HOME", dir.path().join("data"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if failpoint {
+            command.env(keel_failpoint::ENV, keel_failpoint::AFTER_EFFECT_STARTED);
+        }
+        command.status().unwrap()
+    };
+    assert!(run("an older task", false).success());
+    std::fs::remove_file(ws.join("a.txt")).unwrap();
+    assert_eq!(run("the task a crash cut short", true).code(), None);
+    let args = vec![
+        "resume".to_owned(),
+        "--script".into(),
+        path(&script),
+        "--mode".into(),
+        "auto".into(),
+        "--color".into(),
+        "never".into(),
+        "--session-dir".into(),
+        path(&dir.path().join("sessions")),
+    ];
+    let mut terminal = Terminal::start(&args, &ws, true);
+    let (listed, _) = terminal.wait_for("resume which session?", 0);
+    let screen = String::from_utf8_lossy(&terminal.seen).into_owned();
+    let first = screen.find("  1  ").unwrap();
+    assert!(
+        screen[first..].contains("the task a crash cut short"),
+        "{screen}"
+    );
+    assert!(screen.contains("an older task"), "{screen}");
+    terminal.type_key("1\n");
+    terminal.wait_for("settled", listed);
+    terminal.finish();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("a.txt")).unwrap(),
+        "A",
+        "the crashed run was recovered"
+    );
+}
