@@ -430,6 +430,22 @@ pub enum SessionCommand {
     ///
     /// With the session's own provider and model (or the ones given).
     Compact(Box<CompactArgs>),
+    /// Tokens, cost, turns, tool calls and time of a session, or of all.
+    ///
+    /// Read from the session's entries; model and tool time come from
+    /// entry timestamps (tool time includes waits for a permission answer).
+    Stats {
+        /// The session id (or a unique prefix).
+        #[arg(required_unless_present = "all")]
+        id: Option<String>,
+        /// Every session of the store, added up.
+        #[arg(long, conflicts_with = "id")]
+        all: bool,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        format: FormatArgs,
+    },
     /// Remove sessions not active for a while, with their journals.
     ///
     /// Never one that is open, whose last run a crash interrupted, that is

@@ -184,7 +184,8 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
             | SessionCommand::Show { format, .. }
             | SessionCommand::Tree { format, .. }
             | SessionCommand::Fork { format, .. }
-            | SessionCommand::Salvage { format, .. } => format.output_format,
+            | SessionCommand::Salvage { format, .. }
+            | SessionCommand::Stats { format, .. } => format.output_format,
             SessionCommand::Compact(args) => args.format.output_format,
             SessionCommand::Prune(args) => args.format.output_format,
             SessionCommand::Export { .. } => return None,

@@ -56,7 +56,109 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
         }
         SessionCommand::Compact(args) => crate::compact_cmd::run(*args).await,
         SessionCommand::Prune(args) => prune(args).await,
+        SessionCommand::Stats {
+            id,
+            all: _,
+            store,
+            format,
+        } => stats(&open_store(&store)?, id.as_deref(), format.data()).await,
     }
+}
+
+/// `keel session stats ID|--all`: the session's (or the store's) tokens,
+/// cost, runs, turns, tool calls, time and permission decisions, as lines
+/// of text or one JSON document (also for `stream-json`: it is one record).
+async fn stats(
+    store: &JsonlStore,
+    wanted: Option<&str>,
+    format: DataFormat,
+) -> Result<ExitCode, StartupError> {
+    use keel_host::stats;
+    let (stats, label, unreadable) = match wanted {
+        Some(wanted) => {
+            let id = resolve_session(store, wanted).await?;
+            let stats = stats::of_session(store, &id).await?;
+            (
+                stats,
+                format!("session {}", sessions::short_id(store, &id)),
+                0,
+            )
+        }
+        None => {
+            let (stats, unreadable) = stats::of_store(store).await?;
+            (stats, "every session".to_owned(), unreadable)
+        }
+    };
+    if format != DataFormat::Text {
+        let mut document = serde_json::to_value(&stats)
+            .map_err(|error| StartupError::new("io", error.to_string()))?;
+        document["mean_turn_ms"] = json!(stats.mean_turn_ms());
+        document["unreadable_sessions"] = json!(unreadable);
+        say(document);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let ms = |ms: u64| format!("{:.1}s", ms as f64 / 1000.0);
+    let runs: Vec<String> = stats
+        .runs
+        .iter()
+        .map(|(state, count)| format!("{count} {state}"))
+        .collect();
+    let run_count: u64 = stats.runs.values().sum();
+    say(match stats.sessions {
+        1 => format!("{label}: {run_count} runs ({})", runs.join(", ")),
+        n => format!("{label} ({n}): {run_count} runs ({})", runs.join(", ")),
+    });
+    say(format!(
+        "turns        {} · model {} · tools {} (from entry timestamps; tool time includes permission waits)",
+        stats.turns,
+        ms(stats.model_ms),
+        ms(stats.tool_ms)
+    ));
+    say(format!(
+        "per turn     mean {} · longest {}",
+        ms(stats.mean_turn_ms()),
+        ms(stats.longest_turn_ms)
+    ));
+    say(format!(
+        "tokens       {} in (+{} cache read, {} cache write) · {} out",
+        stats.input_tokens, stats.cache_read_tokens, stats.cache_write_tokens, stats.output_tokens
+    ));
+    let unknown = match stats.turns_without_cost {
+        0 => String::new(),
+        n => format!(
+            " ({n} turn{} without prices)",
+            if n == 1 { "" } else { "s" }
+        ),
+    };
+    say(format!("cost         ${:.4}{unknown}", stats.cost_usd));
+    let tools: Vec<String> = stats
+        .tool_calls
+        .iter()
+        .map(|(tool, calls)| match calls.failed {
+            0 => format!("{tool} {}", calls.calls),
+            failed => format!("{tool} {} ({failed} failed)", calls.calls),
+        })
+        .collect();
+    say(format!(
+        "tool calls   {}",
+        if tools.is_empty() {
+            "none".to_owned()
+        } else {
+            tools.join(", ")
+        }
+    ));
+    say(format!("compactions  {}", stats.compactions));
+    let p = &stats.permissions;
+    say(format!(
+        "permissions  {} asked ({} approved, {} denied) · {} by the mode's policy · {} by session rules",
+        p.asked, p.approved, p.denied, p.by_policy, p.by_session_rule
+    ));
+    if unreadable > 0 {
+        say(format!(
+            "({unreadable} sessions could not be read: keel session list --all)"
+        ));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `keel session prune`: removes old sessions (keel-host's `prune` says

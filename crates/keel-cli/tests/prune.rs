@@ -5,95 +5,36 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Stdio;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-struct Home {
-    home: tempfile::TempDir,
+use common::home::Home;
+
+/// A run of `turns` in a new session (mode `full`, prompt `name`); its
+/// exit code and session id.
+fn run(home: &Home, name: &str, turns: Value, env: &[(&str, &str)]) -> (Option<i32>, String) {
+    let script = home.script(name, json!({ "turns": turns }));
+    let output = home.run_script(&["run", "--mode", "full", name], &script, env);
+    (output.status.code(), home.newest_id())
 }
 
-impl Home {
-    fn new() -> Self {
-        let home = tempfile::tempdir().unwrap();
-        std::fs::create_dir(home.path().join("ws")).unwrap();
-        Self { home }
-    }
-
-    fn path(&self) -> &Path {
-        self.home.path()
-    }
-
-    fn sessions(&self) -> PathBuf {
-        self.path().join("data/keel/sessions")
-    }
-
-    /// `keel ARGS` in the workspace, HOME and XDG in the home, stdin null.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
-        command
-            .args(args)
-            .env("HOME", self.path())
-            .env("XDG_DATA_HOME", self.path().join("data"))
-            .env("XDG_CONFIG_HOME", self.path().join("config"))
-            .env_remove("KEEL_LOG")
-            .current_dir(self.path().join("ws"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        command
-    }
-
-    /// A run of `turns` in a new session; its id.
-    fn run(&self, name: &str, turns: Value, env: &[(&str, &str)]) -> (Option<i32>, String) {
-        let script = self.path().join(format!("{name}.json"));
-        std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-        let output = self
-            .command(&["run", "--output-format", "stream-json", "--mode", "full"])
-            .arg("--script")
-            .arg(&script)
-            .arg(name)
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
-        (output.status.code(), self.newest_id())
-    }
-
-    fn ids(&self) -> Vec<String> {
-        let mut ids: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(self.sessions())
-            .unwrap()
-            .flatten()
-            .filter_map(|entry| {
-                let name = entry.file_name().into_string().ok()?;
-                let id = name.strip_suffix(".jsonl")?.to_owned();
-                Some((entry.metadata().ok()?.modified().ok()?, id))
-            })
-            .collect();
-        ids.sort();
-        ids.into_iter().map(|(_, id)| id).collect()
-    }
-
-    fn newest_id(&self) -> String {
-        self.ids().pop().unwrap()
-    }
-
-    /// `keel session prune ARGS --output-format json`: the document.
-    fn prune(&self, args: &[&str]) -> Value {
-        let output = self
-            .command(&["session", "prune", "--output-format", "json"])
-            .args(args)
-            .output()
-            .unwrap();
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        serde_json::from_slice(&output.stdout).unwrap()
-    }
+/// `keel session prune ARGS --output-format json`: the document.
+fn prune(home: &Home, args: &[&str]) -> Value {
+    let output = home
+        .command(&["session", "prune", "--output-format", "json"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
 }
 
 fn text(answer: &str) -> Value {
@@ -123,8 +64,9 @@ fn reason(document: &Value, id: &str) -> String {
 fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed() {
     let home = Home::new();
     // A plain old session, and one whose bash call left a journal.
-    let (_, plain) = home.run("plain", text("a"), &[]);
-    let (_, journaled) = home.run(
+    let (_, plain) = run(&home, "plain", text("a"), &[]);
+    let (_, journaled) = run(
+        &home,
         "journaled",
         json!([
             {"content": [{"type": "tool_call", "name": "bash", "arguments": {"command": "echo hi"}}]},
@@ -138,7 +80,8 @@ fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed
             .is_dir()
     );
     // One a crash interrupted.
-    let (code, interrupted) = home.run(
+    let (code, interrupted) = run(
+        &home,
         "interrupted",
         json!([
             {"content": [{"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A"}}]},
@@ -155,7 +98,7 @@ fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed
     )
     .unwrap();
     // A parent whose fork is the newest session (kept by --keep 1).
-    let (_, parent) = home.run("parent", text("p"), &[]);
+    let (_, parent) = run(&home, "parent", text("p"), &[]);
     let forked = home
         .command(&["session", "fork", &parent, "--output-format", "json"])
         .arg(first_entry(
@@ -173,7 +116,7 @@ fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed
     assert_ne!(fork, parent);
 
     std::thread::sleep(Duration::from_millis(20));
-    let dry = home.prune(&["--older-than", "0s", "--keep", "1", "--dry-run"]);
+    let dry = prune(&home, &["--older-than", "0s", "--keep", "1", "--dry-run"]);
     let mut would: Vec<String> = ids_of(&dry, "removed");
     would.sort();
     let mut expected = vec![plain.clone(), journaled.clone()];
@@ -184,7 +127,7 @@ fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed
         "a dry run removes nothing"
     );
 
-    let done = home.prune(&["--older-than", "0s", "--keep", "1"]);
+    let done = prune(&home, &["--older-than", "0s", "--keep", "1"]);
     let mut removed = ids_of(&done, "removed");
     removed.sort();
     assert_eq!(removed, expected, "{done}");
@@ -259,7 +202,7 @@ fn a_session_a_run_holds_open_is_not_pruned() {
     });
     assert!(started, "the run never started");
     let id = home.newest_id();
-    let done = home.prune(&["--older-than", "0s"]);
+    let done = prune(&home, &["--older-than", "0s"]);
     running.kill().unwrap();
     running.wait().unwrap();
     assert_eq!(reason(&done, &id), "open", "{done}");
@@ -269,11 +212,11 @@ fn a_session_a_run_holds_open_is_not_pruned() {
 #[test]
 fn retention_in_the_users_config_prunes_and_the_project_layer_cannot_set_it() {
     let home = Home::new();
-    let (_, old) = home.run("old", text("a"), &[]);
+    let (_, old) = run(&home, "old", text("a"), &[]);
     // A project file that asks for retention is ignored with a warning.
-    std::fs::create_dir(home.path().join("ws/.keel")).unwrap();
+    std::fs::create_dir(home.workspace().join(".keel")).unwrap();
     std::fs::write(
-        home.path().join("ws/.keel/config.toml"),
+        home.workspace().join(".keel/config.toml"),
         "[sessions]\nretention = \"1s\"\n",
     )
     .unwrap();

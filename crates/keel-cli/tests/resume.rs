@@ -6,6 +6,7 @@
 
 mod common;
 
+use common::home::{Home, final_result};
 use common::{sleepers, wait_until};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -794,84 +795,31 @@ fn sigterm_and_sigint_end_keel_resume_while_it_recovers() {
     }
 }
 
-/// `keel resume` as peers mean it, in an isolated home (`common::keel_plain`):
+/// `keel resume` as peers mean it, in an isolated home (`common::home`):
 /// with the session's shortest unique prefix, or `--last`, and a prompt.
-struct Home {
-    home: tempfile::TempDir,
+fn home_with(turns: Value) -> (Home, std::path::PathBuf) {
+    let home = Home::new();
+    let script = home.script("script", json!({"by_history": true, "turns": turns}));
+    (home, script)
 }
 
-impl Home {
-    fn new(turns: Value) -> Self {
-        let home = tempfile::tempdir().unwrap();
-        std::fs::create_dir(home.path().join("ws")).unwrap();
-        let script = json!({"by_history": true, "turns": turns});
-        std::fs::write(home.path().join("script.json"), script.to_string()).unwrap();
-        Self { home }
-    }
-
-    /// `keel ARGS` in the workspace, with HOME and the XDG directories in
-    /// the home, stdin null and stdout and stderr piped.
-    fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
-        command
-            .args(args)
-            .env("HOME", self.home.path())
-            .env("XDG_DATA_HOME", self.home.path().join("data"))
-            .env("XDG_CONFIG_HOME", self.home.path().join("config"))
-            .env_remove("KEEL_LOG")
-            .current_dir(self.home.path().join("ws"))
-            .stdin(Stdio::null());
-        command
-    }
-
-    /// `keel ARGS --output-format stream-json --script … --workspace ws`.
-    fn keel(&self, args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-        self.command(args)
-            .args(["--output-format", "stream-json", "--script"])
-            .arg(self.home.path().join("script.json"))
-            .arg("--workspace")
-            .arg(self.home.path().join("ws"))
-            .envs(env.iter().copied())
-            .output()
-            .unwrap()
-    }
-
-    fn sessions(&self) -> std::path::PathBuf {
-        self.home.path().join("data/keel/sessions")
-    }
-
-    /// The text `keel session list` shows, run in the workspace.
-    fn listing(&self) -> String {
-        let output = self
-            .command(&["session", "list", "--output-format", "text"])
-            .output()
-            .unwrap();
-        String::from_utf8(output.stdout).unwrap()
-    }
-}
-
-fn final_result(output: &std::process::Output) -> Value {
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    stdout
-        .lines()
-        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
-        .find(|line| line["type"] == "result")
-        .unwrap_or_else(|| {
-            panic!(
-                "no result: {stdout} {}",
-                String::from_utf8_lossy(&output.stderr)
-            )
-        })
+/// The text `keel session list` shows, run in the workspace.
+fn listing(home: &Home) -> String {
+    let output = home
+        .command(&["session", "list", "--output-format", "text"])
+        .output()
+        .unwrap();
+    String::from_utf8(output.stdout).unwrap()
 }
 
 #[test]
 fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
-    let home = Home::new(json!([
+    let (home, script) = home_with(json!([
         {"content": [{"type": "text", "text": "first answer"}]},
         {"expect": {"last_user_contains": "second prompt"}, "content": [{"type": "text", "text": "second answer"}]},
         {"expect": {"last_user_contains": "third prompt"}, "content": [{"type": "text", "text": "third answer"}]}
     ]));
-    let first = home.keel(&["run", "first prompt"], &[]);
+    let first = home.run_script(&["run", "first prompt"], &script, &[]);
     assert_eq!(first.status.code(), Some(0));
     let id = final_result(&first)["session_id"]
         .as_str()
@@ -881,9 +829,8 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
     // characters: the listing shows each by a longer prefix, unique in the store.
     let mut others = Vec::new();
     for _ in 0..2 {
-        let other = Home::new(json!([{"content": [{"type": "text", "text": "x"}]}]));
-        std::fs::create_dir_all(home.sessions()).unwrap();
-        let output = other.keel(&["run", "other"], &[]);
+        let (other, other_script) = home_with(common::home::text_turns("x"));
+        let output = other.run_script(&["run", "other"], &other_script, &[]);
         assert_eq!(output.status.code(), Some(0));
         let other_id = final_result(&output)["session_id"]
             .as_str()
@@ -897,7 +844,7 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
             }
         }
     }
-    let listing = home.listing();
+    let listing = listing(&home);
     let short = listing
         .lines()
         .filter_map(|line| line.split_whitespace().next())
@@ -909,7 +856,7 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
         assert!(short.len() > 8, "{short} names several sessions: {listing}");
     }
 
-    let second = home.keel(&["resume", &short, "second prompt"], &[]);
+    let second = home.run_script(&["resume", &short, "second prompt"], &script, &[]);
     assert_eq!(
         second.status.code(),
         Some(0),
@@ -920,7 +867,7 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
     assert_eq!(result["session_id"], id.as_str());
     assert_eq!(result["message"]["content"][0]["text"], "second answer");
 
-    let third = home.keel(&["resume", "--last", "third prompt"], &[]);
+    let third = home.run_script(&["resume", "--last", "third prompt"], &script, &[]);
     assert_eq!(
         third.status.code(),
         Some(0),
@@ -930,32 +877,37 @@ fn resume_with_a_short_id_or_last_and_a_prompt_continues_a_settled_session() {
     assert_eq!(final_result(&third)["session_id"], id.as_str());
 
     // Nothing interrupted and no prompt: a typed refusal naming the short id.
-    let nothing = home.keel(&["resume", &short], &[]);
+    let nothing = home.run_script(&["resume", &short], &script, &[]);
     assert_eq!(nothing.status.code(), Some(2));
     let said = String::from_utf8_lossy(&nothing.stdout);
     assert!(said.contains("nothing_to_resume"), "{said}");
     assert!(said.contains(&format!("keel resume {short}")), "{said}");
     // No session named and no terminal to pick one on: a usage error.
-    let unnamed = home.keel(&["resume"], &[]);
+    let unnamed = home.run_script(&["resume"], &script, &[]);
     assert_eq!(unnamed.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&unnamed.stdout).contains("picker"));
 }
 
 #[test]
 fn resume_after_a_crash_recovers_the_run_then_answers_the_prompt_in_the_same_run() {
-    let home = Home::new(json!([
+    let (home, script) = home_with(json!([
         {"content": [{"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "A\n"}}]},
         {"content": [{"type": "text", "text": "wrote a"}]},
         {"expect": {"last_user_contains": "now b"}, "content": [{"type": "text", "text": "and b"}]}
     ]));
     // The first run dies (SIGKILL, from the failpoint) once the write is
     // journaled, before it happens.
-    let died = home.keel(
+    let died = home.run_script(
         &["run", "--mode", "auto", "write a"],
+        &script,
         &[(keel_failpoint::ENV, keel_failpoint::AFTER_EFFECT_STARTED)],
     );
     assert!(died.status.code().is_none(), "killed by the failpoint");
-    let resumed = home.keel(&["resume", "--last", "--mode", "auto", "now b"], &[]);
+    let resumed = home.run_script(
+        &["resume", "--last", "--mode", "auto", "now b"],
+        &script,
+        &[],
+    );
     assert_eq!(
         resumed.status.code(),
         Some(0),
@@ -977,7 +929,7 @@ fn resume_after_a_crash_recovers_the_run_then_answers_the_prompt_in_the_same_run
         "and b"
     );
     assert_eq!(
-        std::fs::read_to_string(home.home.path().join("ws/a.txt")).unwrap(),
+        std::fs::read_to_string(home.workspace().join("a.txt")).unwrap(),
         "A\n"
     );
 }

@@ -32,6 +32,7 @@ pub mod prune;
 pub mod server;
 pub mod sessions;
 pub mod settings;
+pub mod stats;
 
 pub use assemble::{
     Executors, HostConfig, HostOptions, ProviderChoice, host_sandbox, keel_config_dir,

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod home;
+
 /// What one `keel` invocation printed.
 pub struct Output {
     pub code: i32,
