@@ -402,3 +402,26 @@ fn a_new_repository_with_a_key_no_list_names_is_quarantined() {
         "{written:?}"
     );
 }
+
+#[test]
+fn a_workspace_root_made_a_bare_repository_with_symlinked_objects_loses_its_head() {
+    if !common::sandbox_enforced(
+        "a_workspace_root_made_a_bare_repository_with_symlinked_objects_loses_its_head",
+    ) {
+        return;
+    }
+    let world = World::new();
+    // git follows symlinked `objects` and `refs` when it decides that a
+    // directory is a repository; so does Keel's walk.
+    let command = "mkdir -p store/objects store/refs hooks && ln -s store/objects objects \
+         && ln -s store/refs refs && printf 'ref: refs/heads/main\\n' > HEAD \
+         && printf '#!/bin/sh\\n' > hooks/post-checkout";
+    let run = world.run("auto", command, None);
+    unasked(&run);
+    assert_eq!(run.end()["result"]["status"], "success", "{}", run.end());
+    assert!(!world.ws().join("HEAD").exists(), "{:#?}", run.seen);
+    let moved = world.quarantined_in(".");
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert!(moved[0].starts_with("HEAD.keel-quarantined-"), "{moved:?}");
+    says_quarantined(&run, ".", &moved[0]);
+}

@@ -438,8 +438,16 @@ impl Walk<'_> {
                 .any(|(name, kind)| name.as_bytes() == wanted && ((*kind == Kind::Dir) == dir))
         };
         // git's own test (`is_git_directory`): `HEAD` (a file or a
-        // symlink), `objects` and `refs`. Its insides are not walked.
-        if has(b"HEAD", false) && has(b"objects", true) && has(b"refs", true) {
+        // symlink), `objects` and `refs`, which git follows when they are
+        // symlinks — so a symlink counts here too (a directory Keel cannot
+        // look into is still a repository git would use). Its insides are
+        // not walked.
+        let dir_or_link = |wanted: &[u8]| {
+            entries
+                .iter()
+                .any(|(name, kind)| name.as_bytes() == wanted && *kind != Kind::File)
+        };
+        if has(b"HEAD", false) && dir_or_link(b"objects") && dir_or_link(b"refs") {
             self.repository(rel, rel);
             return;
         }
@@ -620,7 +628,7 @@ impl Walk<'_> {
     /// Notes that `entrance` leads to the recorded `repository`. The root
     /// itself is no entrance (nothing would ever move it).
     fn enter(&mut self, entrance: &Path, repository: &Path) {
-        if entrance.as_os_str().is_empty() || !self.snapshot.repositories.contains_key(repository) {
+        if !self.snapshot.repositories.contains_key(repository) {
             return;
         }
         let identity = match (entrance.parent(), entrance.file_name()) {
@@ -628,7 +636,12 @@ impl Walk<'_> {
                 let stamp = stamp(self.root, parent, name);
                 (stamp.ino, stamp.mode & S_IFMT)
             }
-            _ => (0, 0),
+            // The workspace root as a bare repository: its `HEAD` is what
+            // makes it one, and what quarantine moves.
+            _ => {
+                let stamp = stamp(self.root, Path::new(""), OsStr::new("HEAD"));
+                (stamp.ino, stamp.mode & S_IFMT)
+            }
         };
         self.snapshot
             .entrances
@@ -1196,6 +1209,25 @@ mod tests {
                 ("lib/store", "hooks/post-update"),
                 ("lib/store", "core.fsmonitor"),
             ])
+        );
+    }
+
+    #[test]
+    fn a_bare_repository_with_symlinked_objects_and_refs_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        let bare = root.join("lib/store");
+        std::fs::create_dir_all(root.join("elsewhere/objects")).unwrap();
+        std::fs::create_dir_all(root.join("elsewhere/refs")).unwrap();
+        std::fs::create_dir_all(bare.join("hooks")).unwrap();
+        std::os::unix::fs::symlink("../../elsewhere/objects", bare.join("objects")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent/refs", bare.join("refs")).unwrap();
+        std::fs::write(bare.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(bare.join("hooks/post-update"), "#!/bin/sh").unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[("lib/store", "hooks/post-update")])
         );
     }
 

@@ -49,7 +49,7 @@ const MAX_NAMES: usize = 20;
 #[non_exhaustive]
 pub struct Quarantine {
     /// The `.git` directory, file or symlink, or bare repository, relative
-    /// to the workspace.
+    /// to the workspace (empty for the workspace root, whose `HEAD` moves).
     pub entrance: PathBuf,
     /// The repositories (git directories relative to the workspace) git
     /// reached through it that hold the new code.
@@ -61,6 +61,9 @@ pub struct Quarantine {
 impl Quarantine {
     /// The entrance as shown to people (control characters replaced).
     pub fn shown_entrance(&self) -> String {
+        if self.entrance.as_os_str().is_empty() {
+            return ".".to_owned();
+        }
         printable(&self.entrance.to_string_lossy())
     }
 
@@ -139,13 +142,23 @@ fn tag(call_id: &str) -> String {
 }
 
 /// Renames `entrance` (beneath `handle`) to a free name beside it, if it is
-/// still what `after` saw.
+/// still what `after` saw. The workspace root itself (turned into a bare
+/// repository) cannot be moved: its `HEAD` is, which is what makes git take
+/// a directory for a repository.
 fn move_aside(
     handle: &std::os::fd::OwnedFd,
     entrance: &Path,
     after: &GitCodeSnapshot,
     tag: &str,
 ) -> Result<PathBuf, String> {
+    if entrance.as_os_str().is_empty() {
+        let stat = nix::sys::stat::fstatat(handle, "HEAD", AtFlags::AT_SYMLINK_NOFOLLOW)
+            .map_err(|error| format!("its HEAD cannot be inspected: {}", io::Error::from(error)))?;
+        if !after.is_entrance(entrance, stat.st_ino, stat.st_mode) {
+            return Err("it was replaced before it could be moved".to_owned());
+        }
+        return rename_free(handle, Path::new(""), OsStr::new("HEAD"), tag);
+    }
     let (parent, name) = beneath::split_parent(entrance).map_err(|error| error.to_string())?;
     let dir = beneath::open(
         handle,
@@ -159,6 +172,17 @@ fn move_aside(
     if !after.is_entrance(entrance, stat.st_ino, stat.st_mode) {
         return Err("it was replaced before it could be moved".to_owned());
     }
+    rename_free(&dir, parent, name, tag)
+}
+
+/// Renames `name` in `dir` (which is `parent` in the workspace) to
+/// `<name>.keel-quarantined-<tag>`, numbered when that is taken.
+fn rename_free(
+    dir: &std::os::fd::OwnedFd,
+    parent: &Path,
+    name: &OsStr,
+    tag: &str,
+) -> Result<PathBuf, String> {
     for attempt in 1..=MAX_NAMES {
         let mut new_name = OsString::from(name);
         new_name.push(QUARANTINE_INFIX);
@@ -166,7 +190,7 @@ fn move_aside(
         if attempt > 1 {
             new_name.push(format!("-{attempt}"));
         }
-        match rename_noreplace(&dir, name, &new_name) {
+        match rename_noreplace(dir, name, &new_name) {
             Ok(()) => return Ok(parent.join(new_name)),
             Err(Errno::EEXIST | Errno::ENOTEMPTY) => continue,
             Err(error) => return Err(io::Error::from(error).to_string()),
@@ -267,6 +291,28 @@ mod tests {
                 ("sub/.git", Some("sub/.git.keel-quarantined-ABCDEFGH")),
             ]
         );
+    }
+
+    #[test]
+    fn a_workspace_root_turned_into_a_bare_repository_loses_its_head() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        std::fs::create_dir_all(root.join("objects")).unwrap();
+        std::fs::create_dir_all(root.join("refs")).unwrap();
+        write(&root.join("HEAD"), "ref: refs/heads/main\n");
+        write(&root.join("hooks/post-checkout"), "#!/bin/sh\n");
+        let after = GitCodeSnapshot::capture(root);
+        let moved = quarantine(root, &before, &after, "toolu_01ABCDEFGH");
+        assert_eq!(moved.len(), 1, "{moved:?}");
+        assert_eq!(
+            moved[0].moved_to,
+            Ok(PathBuf::from("HEAD.keel-quarantined-ABCDEFGH"))
+        );
+        assert!(!root.join("HEAD").exists());
+        // git no longer takes the root for a repository: nothing is found.
+        let now = GitCodeSnapshot::capture(root);
+        assert!(now.changes_since(&before, "c").is_empty());
     }
 
     #[test]
