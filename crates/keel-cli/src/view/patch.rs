@@ -44,10 +44,10 @@ pub fn files(patch: &str) -> Vec<FilePatch> {
             continue;
         };
         if in_binary {
-            if let Some(size) = line.strip_prefix("literal ").and_then(|n| n.parse().ok()) {
-                if file.binary == Some(0) {
-                    file.binary = Some(size);
-                }
+            if let Some(size) = line.strip_prefix("literal ").and_then(|n| n.parse().ok())
+                && file.binary == Some(0)
+            {
+                file.binary = Some(size);
             }
             continue;
         }
