@@ -19,16 +19,22 @@ pub fn visible(text: &str) -> Cow<'_, str> {
     for c in text.chars() {
         match c {
             c if !is_hidden_control(c) => shown.push(c),
-            '\u{80}'..='\u{9f}' => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            '\u{80}'..='\u{9f}'
+            | '\u{200e}'..='\u{200f}'
+            | '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}' => shown.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
             c => shown.push_str(&format!("\\x{:02x}", u32::from(c))),
         }
     }
     Cow::Owned(shown)
 }
 
-/// A control character the terminal would act on.
+/// A control character the terminal would act on, or a bidirectional
+/// formatting character that would reorder what is shown (a command that
+/// reads differently from what runs).
 fn is_hidden_control(c: char) -> bool {
-    c != '\n' && c != '\t' && (c.is_control())
+    (c != '\n' && c != '\t' && c.is_control())
+        || matches!(c, '\u{200e}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 #[cfg(test)]
@@ -45,6 +51,10 @@ mod tests {
         assert_eq!(
             visible("a\rb\x08\x7f\u{9b}31m é"),
             "a\\x0db\\x08\\x7f\\u{9b}31m é"
+        );
+        assert_eq!(
+            visible("rm -rf /tmp/x \u{202e}txt.exe\u{2066}"),
+            "rm -rf /tmp/x \\u{202e}txt.exe\\u{2066}"
         );
     }
 }

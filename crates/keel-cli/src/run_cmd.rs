@@ -218,9 +218,10 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode, StartupError> {
     if let (Some(from), Some(to)) = (&moved_from, &workspace) {
         eprintln!(
             "keel: warning: resuming session {session_id} in workspace {}, not in its own \
-             workspace {from}: the interrupted calls are judged against the files in {}",
-            to.display(),
-            to.display()
+             workspace {}: the interrupted calls are judged against the files in {}",
+            crate::escape::visible(&to.display().to_string()),
+            crate::escape::visible(from),
+            crate::escape::visible(&to.display().to_string())
         );
     }
     check_budget(args.max_budget_usd)?;

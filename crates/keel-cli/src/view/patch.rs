@@ -51,6 +51,18 @@ pub fn files(patch: &str) -> Vec<FilePatch> {
             }
             continue;
         }
+        // The header's ` b/` may be part of a name: the `+++`, `---` and
+        // `rename to` lines name the file exactly.
+        if let Some(path) = line
+            .strip_prefix("+++ b/")
+            .or_else(|| line.strip_prefix("rename to "))
+        {
+            file.path = path.trim_end_matches('\t').to_owned();
+        } else if let Some(path) = line.strip_prefix("--- a/")
+            && file.status == 'D'
+        {
+            file.path = path.trim_end_matches('\t').to_owned();
+        }
         if line.starts_with("new file mode") {
             file.status = 'A';
         } else if line.starts_with("deleted file mode") {
@@ -106,6 +118,8 @@ deleted file mode 100644
 ";
         let files = files(patch);
         assert_eq!(files.len(), 3);
+        let decoy = files_of_decoy();
+        assert_eq!(decoy[0].path, "evil b/src/main.rs");
         assert_eq!((files[0].path.as_str(), files[0].status), ("src/a.rs", 'M'));
         assert_eq!(
             (files[0].added, files[0].removed, files[0].binary),
@@ -115,5 +129,17 @@ deleted file mode 100644
         assert_eq!(files[1].binary, Some(1234));
         assert!(files[1].lines.iter().all(|line| !line.contains("zcmV")));
         assert_eq!((files[2].status, files[2].removed), ('D', 1));
+    }
+
+    fn files_of_decoy() -> Vec<FilePatch> {
+        files(
+            "diff --git a/evil b/src/main.rs b/evil b/src/main.rs
+new file mode 100644
+--- /dev/null
++++ b/evil b/src/main.rs
+@@ -0,0 +1 @@
++x
+",
+        )
     }
 }

@@ -111,6 +111,9 @@ impl JsonlStore {
         let file = scan::open_regular(path, true)?;
         let lock = Flock::lock(file, FlockArg::LockExclusiveNonblock)
             .map_err(|_| SessionError::Locked(session_id.to_owned()))?;
+        // A removal (`remove`) holds the lock until the file is unlinked:
+        // a file opened just before that is no longer the session's.
+        still_named(&lock, path, session_id)?;
         let meta_path = self.meta_file(session_id);
         let summary = meta::read(&meta_path);
         let scanned = lock.try_clone().map_err(|error| io_error(path, error))?;
@@ -238,4 +241,16 @@ fn remove_entry(path: &Path) -> Result<u64, SessionError> {
     }
     std::fs::remove_dir(path).map_err(|error| io_error(path, error))?;
     Ok(freed)
+}
+
+/// Refuses a locked `file` that is no longer the one at `path` (removed, or
+/// replaced, while it was being opened).
+fn still_named(file: &File, path: &Path, session_id: &str) -> Result<(), SessionError> {
+    use std::os::unix::fs::MetadataExt;
+    let held = file.metadata().map_err(|error| io_error(path, error))?;
+    match std::fs::symlink_metadata(path) {
+        Ok(named) if named.ino() == held.ino() && named.dev() == held.dev() => Ok(()),
+        Ok(_) => Err(SessionError::Locked(session_id.to_owned())),
+        Err(_) => Err(SessionError::SessionNotFound(session_id.to_owned())),
+    }
 }

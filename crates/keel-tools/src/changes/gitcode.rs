@@ -437,19 +437,24 @@ impl Walk<'_> {
                 .iter()
                 .any(|(name, kind)| name.as_bytes() == wanted && ((*kind == Kind::Dir) == dir))
         };
-        // git's own test (`is_git_directory`): `HEAD` (a file or a
-        // symlink), `objects` and `refs`, which git follows when they are
-        // symlinks — so a symlink counts here too (a directory Keel cannot
-        // look into is still a repository git would use). Its insides are
-        // not walked.
-        let dir_or_link = |wanted: &[u8]| {
-            entries
-                .iter()
-                .any(|(name, kind)| name.as_bytes() == wanted && *kind != Kind::File)
-        };
-        if has(b"HEAD", false) && dir_or_link(b"objects") && dir_or_link(b"refs") {
+        // git's own test (`is_git_directory`): a `HEAD` (a file or a
+        // symlink) here, and `objects` and `refs` — of any kind git can
+        // get through, symlinks followed — in the common directory, which
+        // is this one or the one a `commondir` file names. Keel counts a
+        // `HEAD` that is not a directory beside `objects` and `refs` of any
+        // kind, or beside a `commondir`: when unsure, a repository.
+        let named = |wanted: &[u8]| entries.iter().any(|(name, _)| name.as_bytes() == wanted);
+        let bare =
+            has(b"HEAD", false) && ((named(b"objects") && named(b"refs")) || named(b"commondir"));
+        if bare {
             self.repository(rel, rel);
-            return;
+            // A bare directory inside is bound read-only whole for the next
+            // command (`git_paths`): its insides need no walk. The root is
+            // never bound (the workspace stays writable), so below it the
+            // walk goes on: nested repositories stay protected and checked.
+            if !rel.as_os_str().is_empty() {
+                return;
+            }
         }
         let mut subdirs = Vec::new();
         for (name, kind) in entries {
@@ -486,15 +491,26 @@ impl Walk<'_> {
             self.enter(&link, &link);
             return;
         };
-        // git reads the first line, `gitdir: <path>`; without it git stops
-        // with "invalid gitfile format" and runs nothing.
-        let Some(target) = text
-            .split(|&byte| byte == b'\n')
-            .find_map(|line| line.strip_prefix(b"gitdir:"))
-        else {
+        // As git reads it (`read_gitfile`): the file starts with exactly
+        // `gitdir: `, and the path is the rest with only its trailing line
+        // breaks removed — spaces and inner line breaks are part of it.
+        // Without that start git stops with "invalid gitfile format" and
+        // runs nothing.
+        let Some(target) = text.strip_prefix(b"gitdir: ") else {
             return;
         };
-        let target = target.trim_ascii();
+        let end = target
+            .iter()
+            .rposition(|&byte| byte != b'\n' && byte != b'\r')
+            .map_or(0, |last| last + 1);
+        let target = &target[..end];
+        // A path with control characters (an inner line break) is one
+        // that no tool shows as git reads it: reported, not followed.
+        if target.iter().any(u8::is_ascii_control) {
+            self.flag(&link, GITDIR_OUTSIDE, Sha256::digest(target).into());
+            self.enter(&link, &link);
+            return;
+        }
         match self.resolve(rel, OsStr::from_bytes(target)) {
             Some(inside) => self.repository(&inside, &link),
             None => {
@@ -1228,6 +1244,78 @@ mod tests {
         assert_eq!(
             planted(root, &before),
             pairs(&[("lib/store", "hooks/post-update")])
+        );
+    }
+
+    #[test]
+    fn a_root_that_looks_bare_does_not_hide_the_repositories_below_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        std::fs::create_dir_all(root.join("vendor/lib/.git")).unwrap();
+        std::fs::write(root.join("vendor/lib/.git/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::create_dir_all(root.join("objects")).unwrap();
+        std::fs::create_dir_all(root.join("refs")).unwrap();
+        std::fs::write(root.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        assert!(
+            before
+                .git_paths()
+                .contains(&PathBuf::from("vendor/lib/.git")),
+            "{:?}",
+            before.git_paths()
+        );
+        std::fs::write(
+            root.join("vendor/lib/.git/config"),
+            "[core]\n\tfsmonitor = x\n",
+        )
+        .unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[("vendor/lib/.git", "core.fsmonitor")])
+        );
+    }
+
+    #[test]
+    fn a_head_beside_a_commondir_or_plain_objects_and_refs_files_is_a_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        // git looks for `objects` and `refs` in the common directory.
+        std::fs::create_dir_all(root.join("a/x/objects")).unwrap();
+        std::fs::create_dir_all(root.join("a/x/refs")).unwrap();
+        std::fs::write(root.join("a/x/config"), "[core]\n\tpager = x\n").unwrap();
+        std::fs::write(root.join("a/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join("a/commondir"), "x\n").unwrap();
+        // …and accepts any `objects` and `refs` it can get through.
+        std::fs::create_dir_all(root.join("b")).unwrap();
+        for name in ["HEAD", "objects", "refs"] {
+            std::fs::write(root.join("b").join(name), "ref: refs/heads/main\n").unwrap();
+        }
+        std::fs::write(root.join("b/config"), "[core]\n\tpager = x\n").unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[("a/x", "core.pager"), ("b", "core.pager")])
+        );
+    }
+
+    #[test]
+    fn a_git_file_is_read_as_git_reads_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = &dir.path().canonicalize().unwrap();
+        let before = GitCodeSnapshot::capture(root);
+        // `gitdir:  x`: git uses ` x` (everything after `gitdir: `).
+        std::fs::create_dir_all(root.join(" x")).unwrap();
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::fs::write(root.join(" x/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join(" x/config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::write(root.join("x/HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(root.join(".git"), "gitdir:  x\r\n").unwrap();
+        // A path with a line break inside is reported, not followed.
+        std::fs::create_dir_all(root.join("s")).unwrap();
+        std::fs::write(root.join("s/.git"), "gitdir: a\nb\n").unwrap();
+        assert_eq!(
+            planted(root, &before),
+            pairs(&[(" x", "core.fsmonitor"), ("s/.git", GITDIR_OUTSIDE)])
         );
     }
 
