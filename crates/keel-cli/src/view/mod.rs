@@ -66,6 +66,9 @@ pub struct View {
     /// not repeat the request).
     prompts: bool,
     buffer: String,
+    /// Where the text goes instead of stdout (`keel chat`: above the line
+    /// editor's prompt).
+    sink: Option<Box<dyn FnMut(&str)>>,
 }
 
 impl View {
@@ -86,7 +89,17 @@ impl View {
             deferred: Vec::new(),
             prompts,
             buffer: String::new(),
+            sink: None,
         }
+    }
+
+    /// A view whose text goes to `sink` rather than stdout, never redrawn
+    /// in place (the line editor owns the bottom of the screen): `keel chat`.
+    pub fn with_sink(palette: Palette, prompts: bool, sink: Box<dyn FnMut(&str)>) -> Self {
+        let mut view = Self::new(palette, prompts);
+        view.live = false;
+        view.sink = Some(sink);
+        view
     }
 
     /// Shows one event.
@@ -546,6 +559,11 @@ impl View {
 
     fn flush(&mut self) {
         if self.buffer.is_empty() {
+            return;
+        }
+        if let Some(sink) = &mut self.sink {
+            sink(&self.buffer);
+            self.buffer.clear();
             return;
         }
         let mut stdout = std::io::stdout().lock();

@@ -1,0 +1,312 @@
+//! `keel chat` in a pseudo-terminal (issue 28): prompts answered in one
+//! session, a follow-up typed while a run works, Ctrl-C cancelling a long
+//! command without leaving the chat, `/mode plan` applying to the next
+//! prompt, an unknown command, `/exit` with status 0; `keel` alone on a
+//! terminal opening the chat (Ctrl-D leaves it), and printing help when
+//! not on one.
+//!
+//! The scripted provider checks what each request holds (`expect`); the
+//! test waits for text on the terminal, never for a time: every wait has a
+//! generous deadline and fails with what the terminal showed.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// How long one wait may take before the test fails.
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// `keel` on the slave side of a pseudo-terminal; the test holds the master.
+struct Terminal {
+    child: Child,
+    master: std::fs::File,
+    screen: Arc<Mutex<String>>,
+    /// Where the next wait starts reading.
+    cursor: usize,
+}
+
+impl Terminal {
+    /// Starts `keel ARGS` (isolated under `home`) with the terminal as its
+    /// standard input, output and error.
+    fn start(home: &Path, args: &[&str]) -> Self {
+        let size = nix::pty::Winsize {
+            ws_row: 50,
+            ws_col: 200,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        };
+        let pty = nix::pty::openpty(Some(&size), None).unwrap();
+        let slave = std::fs::File::from(pty.slave);
+        let mut command = common::isolated_keel(home);
+        command
+            .args(["--color", "never"])
+            .args(args)
+            .env("TERM", "xterm")
+            .env_remove("NO_COLOR")
+            .stdin(Stdio::from(slave.try_clone().unwrap()))
+            .stdout(Stdio::from(slave.try_clone().unwrap()))
+            .stderr(Stdio::from(slave));
+        let child = command.spawn().unwrap();
+        // The slave's last copies on this side go with the command.
+        drop(command);
+        let master = std::fs::File::from(pty.master);
+        let mut reader = master.try_clone().unwrap();
+        let screen = Arc::new(Mutex::new(String::new()));
+        let shown = Arc::clone(&screen);
+        std::thread::spawn(move || {
+            let mut buffer = [0u8; 4096];
+            // Ends with EIO once keel and every copy of the slave are gone.
+            while let Ok(read @ 1..) = reader.read(&mut buffer) {
+                shown
+                    .lock()
+                    .unwrap()
+                    .push_str(&String::from_utf8_lossy(&buffer[..read]));
+            }
+        });
+        Self {
+            child,
+            master,
+            screen,
+            cursor: 0,
+        }
+    }
+
+    /// Waits until `wanted` shows after the last text waited for; returns
+    /// the rest of its line.
+    fn expect(&mut self, wanted: &str) -> String {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            {
+                let screen = self.screen.lock().unwrap();
+                if let Some(at) = screen[self.cursor..].find(wanted) {
+                    let start = self.cursor + at + wanted.len();
+                    let rest = &screen[start..];
+                    let end = rest.find(['\r', '\n']).unwrap_or(rest.len());
+                    self.cursor = start;
+                    return rest[..end].to_owned();
+                }
+            }
+            if Instant::now() > deadline {
+                let screen = self.screen.lock().unwrap();
+                panic!(
+                    "{wanted:?} did not show within {LIMIT:?}; after the last wait the terminal showed:\n{}",
+                    &screen[self.cursor..]
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Types `text` (keys as they are: `\r` is Enter, `\x03` Ctrl-C).
+    fn keys(&mut self, text: &str) {
+        self.master.write_all(text.as_bytes()).unwrap();
+        self.master.flush().unwrap();
+    }
+
+    /// Types a line and Enter.
+    fn line(&mut self, text: &str) {
+        self.keys(&format!("{text}\r"));
+    }
+
+    /// The exit code, once keel has ended.
+    fn exit_code(mut self) -> i32 {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code().unwrap_or(-1);
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "keel did not exit; the terminal showed:\n{}",
+                    self.screen.lock().unwrap()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn bash(command: &str) -> Value {
+    json!([{"type": "tool_call", "name": "bash", "arguments": {"command": command}}])
+}
+
+fn text(text: &str) -> Value {
+    json!([{"type": "text", "text": text}])
+}
+
+fn script(dir: &Path, turns: Value) -> String {
+    let path = dir.join("script.json");
+    std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// The session id and file of a `── session ID (PATH)` line's rest.
+fn session(rest: &str) -> (String, PathBuf) {
+    let (id, path) = rest.split_once(" (").expect("a session line");
+    let path = path.strip_suffix(')').expect("a session line ends with )");
+    (id.to_owned(), PathBuf::from(path))
+}
+
+#[test]
+fn a_chat_runs_prompts_in_one_session_follows_up_cancels_and_switches_mode() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = home.path().join("project");
+    std::fs::create_dir(&workspace).unwrap();
+    // A marker only this test's long command has on its command line.
+    let long = "30.0731";
+    let script = script(
+        home.path(),
+        json!([
+            {"expect": {"last_user_contains": "FIRST-PROMPT"}, "content": text("ANSWER-ONE")},
+            {"expect": {"last_user_contains": "SECOND-PROMPT"},
+             "content": bash("while [ ! -e go ]; do sleep 0.05; done; echo waited")},
+            {"expect": {"tool_result_contains": "waited"}, "content": text("ANSWER-TWO")},
+            {"expect": {"last_user_contains": "FOLLOW-UP-TEXT"}, "content": text("ANSWER-FOLLOW")},
+            {"expect": {"last_user_contains": "LONG-PROMPT"}, "content": bash(&format!("sleep {long}"))},
+            {"expect": {"last_user_contains": "PLAN-PROMPT"}, "content": text("ANSWER-PLAN")}
+        ]),
+    );
+    let workspace_arg = workspace.display().to_string();
+    let mut chat = Terminal::start(
+        home.path(),
+        &[
+            "chat",
+            "--mode",
+            "full",
+            "--script",
+            &script,
+            "--workspace",
+            &workspace_arg,
+        ],
+    );
+    chat.expect("keel chat · mode full");
+
+    // Two prompts, one session.
+    chat.line("FIRST-PROMPT: say hello");
+    chat.expect("ANSWER-ONE");
+    chat.expect("── settled");
+    let (first_id, path) = session(&chat.expect("── session "));
+
+    chat.line("SECOND-PROMPT: wait for go");
+    chat.expect("while [ ! -e go ]");
+    // Typed while the run works: a follow-up, queued for the run.
+    chat.line("FOLLOW-UP-TEXT: and then this");
+    chat.expect("+ queued follow-up: FOLLOW-UP-TEXT");
+    std::fs::write(workspace.join("go"), "").unwrap();
+    chat.expect("ANSWER-TWO");
+    chat.expect("ANSWER-FOLLOW");
+    chat.expect("── settled");
+    let (second_id, _) = session(&chat.expect("── session "));
+    assert_eq!(
+        second_id, first_id,
+        "the second prompt continues the session"
+    );
+
+    // Ctrl-C cancels the long command's run; the chat stays.
+    chat.line("LONG-PROMPT: sleep a while");
+    chat.expect(&format!("sleep {long}"));
+    assert!(
+        common::wait_until(LIMIT, || !common::sleepers(long).is_empty()),
+        "the long command started"
+    );
+    chat.keys("\x03");
+    chat.expect("── cancelled");
+    assert!(
+        common::wait_until(LIMIT, || common::sleepers(long).is_empty()),
+        "cancelling the run ended the long command"
+    );
+
+    // /mode plan applies to the next prompt.
+    chat.line("/mode plan");
+    chat.expect("mode plan from the next prompt on");
+    chat.line("PLAN-PROMPT: plan it");
+    chat.expect("· mode plan");
+    chat.expect("ANSWER-PLAN");
+    chat.expect("── settled");
+    let (plan_id, _) = session(&chat.expect("── session "));
+    assert_eq!(plan_id, first_id, "every prompt ran in one session");
+
+    chat.line("/frobnicate");
+    chat.expect("unknown command /frobnicate");
+    chat.line("/exit");
+    assert_eq!(chat.exit_code(), 0, "/exit leaves with status 0");
+
+    // The session file holds every prompt, and the plan run's mode.
+    let stored = std::fs::read_to_string(&path).unwrap();
+    for prompt in [
+        "FIRST-PROMPT",
+        "SECOND-PROMPT",
+        "FOLLOW-UP-TEXT",
+        "LONG-PROMPT",
+        "PLAN-PROMPT",
+    ] {
+        assert!(stored.contains(prompt), "{prompt} is in the session");
+    }
+    // The history: every line typed, readable by its owner only.
+    let history = home.path().join("state/keel/history");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&history).unwrap().permissions(),
+    );
+    assert_eq!(mode & 0o777, 0o600, "the history is its owner's only");
+    let history = std::fs::read_to_string(&history).unwrap();
+    assert!(history.contains("FIRST-PROMPT") && history.contains("/mode plan"));
+}
+
+#[test]
+fn keel_alone_on_a_terminal_is_a_chat_and_ctrl_d_leaves_it() {
+    let home = tempfile::tempdir().unwrap();
+    // A provider from the configuration, as a user has one; never asked
+    // here (no prompt is sent).
+    std::fs::create_dir_all(home.path().join("config/keel")).unwrap();
+    std::fs::write(
+        home.path().join("config/keel/config.toml"),
+        "provider = \"local\"\n[providers.local]\napi = \"openai-chat\"\n\
+         base_url = \"http://127.0.0.1:9/v1\"\ndefault_model = \"local-model\"\n",
+    )
+    .unwrap();
+    let mut chat = Terminal::start(home.path(), &[]);
+    chat.expect("keel chat ·");
+    chat.line("/cost");
+    chat.expect("this chat: 0 turns");
+    chat.keys("\x04");
+    assert_eq!(chat.exit_code(), 0, "Ctrl-D on an empty line leaves with 0");
+}
+
+#[test]
+fn keel_alone_off_a_terminal_prints_help_and_chat_refuses() {
+    let home = tempfile::tempdir().unwrap();
+    let alone = common::isolated_keel(home.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(alone.status.code(), Some(0));
+    let help = String::from_utf8_lossy(&alone.stderr);
+    assert!(help.contains("Usage: keel"), "{help}");
+
+    let chat = common::isolated_keel(home.path())
+        .arg("chat")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(chat.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&chat.stderr);
+    assert!(stderr.contains("keel chat needs a terminal"), "{stderr}");
+}
