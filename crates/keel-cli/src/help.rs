@@ -96,7 +96,7 @@ Keys:
   Ctrl-D           on an empty line: leave (status 0)
   Up / Down        history ($XDG_STATE_HOME/keel/history, mode 0600)
 
-Commands:
+Typed at the prompt:
   /mode MODE  /model NAME  /compact [TEXT]  /fork [ENTRY]  /sessions
   /resume ID  /cost  /help  /exit
 

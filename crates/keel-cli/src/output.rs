@@ -78,7 +78,7 @@ impl Output {
 
     /// The view, its text sent to `sink` (`keel chat`); `prompts`: the
     /// host asks for permissions itself.
-    pub fn view_to(sink: Box<dyn FnMut(&str)>, prompts: bool) -> Self {
+    pub fn view_to(sink: crate::view::Sink, prompts: bool) -> Self {
         let palette = Palette::for_stream(style::choice(), false);
         Self {
             state: RefCell::new(State {

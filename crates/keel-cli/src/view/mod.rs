@@ -68,8 +68,11 @@ pub struct View {
     buffer: String,
     /// Where the text goes instead of stdout (`keel chat`: above the line
     /// editor's prompt).
-    sink: Option<Box<dyn FnMut(&str)>>,
+    sink: Option<Sink>,
 }
+
+/// Where a view's text goes instead of stdout.
+pub type Sink = Box<dyn FnMut(&str)>;
 
 impl View {
     /// A view on stdout, colouring (and redrawing) as `palette` allows.
@@ -95,7 +98,7 @@ impl View {
 
     /// A view whose text goes to `sink` rather than stdout, never redrawn
     /// in place (the line editor owns the bottom of the screen): `keel chat`.
-    pub fn with_sink(palette: Palette, prompts: bool, sink: Box<dyn FnMut(&str)>) -> Self {
+    pub fn with_sink(palette: Palette, prompts: bool, sink: Sink) -> Self {
         let mut view = Self::new(palette, prompts);
         view.live = false;
         view.sink = Some(sink);
