@@ -310,3 +310,73 @@ fn keel_alone_off_a_terminal_prints_help_and_chat_refuses() {
     let stderr = String::from_utf8_lossy(&chat.stderr);
     assert!(stderr.contains("keel chat needs a terminal"), "{stderr}");
 }
+
+#[test]
+fn permission_questions_are_answered_inline_and_sessions_fork_and_resume() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = home.path().join("project");
+    std::fs::create_dir(&workspace).unwrap();
+    let script = script(
+        home.path(),
+        json!([
+            {"expect": {"last_user_contains": "ASK-PROMPT"}, "content": bash("echo PERMITTED-$((40 + 2))")},
+            {"expect": {"tool_result_contains": "PERMITTED-42"}, "content": text("ANSWER-ASK")},
+            {"expect": {"last_user_contains": "DENY-PROMPT"}, "content": bash("echo REFUSED-$((40 + 2))")},
+            {"expect": {"last_user_contains": "DENY-PROMPT"}, "content": text("ANSWER-DENIED")},
+            {"expect": {"last_user_contains": "FORK-PROMPT"}, "content": text("ANSWER-FORK")}
+        ]),
+    );
+    let workspace_arg = workspace.display().to_string();
+    let mut chat = Terminal::start(
+        home.path(),
+        &[
+            "chat",
+            "--mode",
+            "ask",
+            "--script",
+            &script,
+            "--workspace",
+            &workspace_arg,
+        ],
+    );
+    chat.expect("keel chat · mode ask");
+
+    // The question is printed; the next line answers it.
+    chat.line("ASK-PROMPT: run it");
+    chat.expect("? allow");
+    chat.line("y");
+    chat.expect("yes, once");
+    chat.expect("ANSWER-ASK");
+    chat.expect("── settled");
+    let (first_id, path) = session(&chat.expect("── session "));
+
+    chat.line("DENY-PROMPT: run that");
+    chat.expect("? allow");
+    chat.line("n");
+    chat.expect("ANSWER-DENIED");
+    chat.expect("── settled");
+    let stored = std::fs::read_to_string(&path).unwrap();
+    assert!(stored.contains("PERMITTED-42"), "the approved call ran");
+    assert!(
+        !stored.contains("REFUSED-42"),
+        "the denied call did not run"
+    );
+
+    chat.line("/sessions");
+    chat.expect(&format!("* {first_id}"));
+    chat.line("/fork");
+    let forked = chat.expect("forked: now in session ");
+    assert_ne!(forked, first_id, "a fork is a new session");
+    chat.line("FORK-PROMPT: go on in the fork");
+    chat.expect("ANSWER-FORK");
+    let (fork_id, _) = session(&chat.expect("── session "));
+    assert_eq!(fork_id, forked, "the next prompt runs in the fork");
+
+    chat.line(&format!("/resume {first_id}"));
+    let resumed = chat.expect("now in session ");
+    assert_eq!(resumed, first_id);
+    chat.line("/cost");
+    chat.expect("this chat: 5 turns");
+    chat.line("/exit");
+    assert_eq!(chat.exit_code(), 0);
+}
