@@ -99,6 +99,9 @@ pub struct Setup {
 /// Runs the chat until the user leaves; see the module docs.
 pub async fn run(setup: Setup) -> Result<ExitCode, StartupError> {
     let signals = Signals::install()?;
+    // Leaving while the editor reads (SIGTERM, SIGHUP) must not leave the
+    // terminal in the editor's raw mode.
+    let _restore = TerminalRestore::save();
     let connection = setup.broker.connect(Tenant::local());
     connection
         .call("initialize", None)
@@ -120,7 +123,11 @@ pub async fn run(setup: Setup) -> Result<ExitCode, StartupError> {
         asks: VecDeque::new(),
         last_interrupt: None,
         leaving: None,
-        spent: RunTotals::default(),
+        spent: {
+            let mut spent = RunTotals::default();
+            spent.cost_usd = Some(0.0);
+            spent
+        },
         args: setup.args,
         workspace: setup.workspace,
     };
@@ -130,6 +137,34 @@ pub async fn run(setup: Setup) -> Result<ExitCode, StartupError> {
     }
     let code = chat.run(editor, signals).await;
     Ok(ExitCode::from(code))
+}
+
+/// The terminal's settings when the chat started, put back when it ends.
+struct TerminalRestore(Option<nix::sys::termios::Termios>);
+
+impl TerminalRestore {
+    fn save() -> Self {
+        use std::os::fd::AsFd;
+        Self(nix::sys::termios::tcgetattr(std::io::stdin().as_fd()).ok())
+    }
+}
+
+impl Drop for TerminalRestore {
+    fn drop(&mut self) {
+        use std::os::fd::AsFd;
+        if let Some(saved) = &self.0 {
+            let stdin = std::io::stdin();
+            let _ = nix::sys::termios::tcsetattr(
+                stdin.as_fd(),
+                nix::sys::termios::SetArg::TCSADRAIN,
+                saved,
+            );
+            // Bracketed paste, which the editor turns on while it reads.
+            let mut stdout = std::io::stdout().lock();
+            let _ = stdout.write_all(b"\x1b[?2004l");
+            let _ = stdout.flush();
+        }
+    }
 }
 
 /// What the editor thread read.
@@ -666,9 +701,9 @@ impl Chat {
         spent.output_tokens += totals.output_tokens;
         spent.cache_read_tokens += totals.cache_read_tokens;
         spent.cache_write_tokens += totals.cache_write_tokens;
-        spent.cost_usd = match (spent.turns == totals.turns, spent.cost_usd, totals.cost_usd) {
-            (true, _, cost) => cost,
-            (false, Some(sum), Some(cost)) => Some(sum + cost),
+        // Unknown once any run's cost is unknown.
+        spent.cost_usd = match (spent.cost_usd, totals.cost_usd) {
+            (Some(sum), Some(cost)) => Some(sum + cost),
             _ => None,
         };
         self.session = Some(result.session_id.clone());

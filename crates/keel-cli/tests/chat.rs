@@ -286,8 +286,29 @@ fn keel_alone_on_a_terminal_is_a_chat_and_ctrl_d_leaves_it() {
     chat.expect("keel chat ·");
     chat.line("/cost");
     chat.expect("this chat: 0 turns");
+    // One Ctrl-C with no run: the chat stays and says how to leave.
+    chat.keys("\x03");
+    chat.expect("Ctrl-C again within 2 s");
+    chat.line("/help");
+    chat.expect("/fork [ENTRY]");
     chat.keys("\x04");
     assert_eq!(chat.exit_code(), 0, "Ctrl-D on an empty line leaves with 0");
+}
+
+#[test]
+fn a_second_ctrl_c_leaves_the_chat_with_130() {
+    let home = tempfile::tempdir().unwrap();
+    // Never asked: no prompt is sent.
+    let script = script(home.path(), json!([{"content": text("unused")}]));
+    let mut chat = Terminal::start(home.path(), &["chat", "--script", &script]);
+    chat.expect("keel chat ·");
+    chat.keys("\x03");
+    chat.expect("Ctrl-C again within 2 s");
+    // The editor reads again once its prompt is back (a key typed before
+    // may be dropped as the terminal changes mode).
+    chat.expect("› ");
+    chat.keys("\x03");
+    assert_eq!(chat.exit_code(), 130);
 }
 
 #[test]
