@@ -497,10 +497,13 @@ impl Chat {
         } = editor;
         let mut ticks = tokio::time::interval(crate::view::TICK);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        // Whether the editor still reads (not after a leave that waits for
+        // the run to end).
+        let mut reading = true;
         loop {
             let active = self.active.is_some();
             tokio::select! {
-                typed = typed.recv() => {
+                typed = typed.recv(), if reading => {
                     let flow = match typed {
                         Some(Typed::Line(line)) => self.line(line).await,
                         Some(Typed::Interrupted) => self.interrupt().await,
@@ -516,6 +519,7 @@ impl Chat {
                         }
                         Flow::Leave(code) => {
                             let _ = next.send(Next::Stop);
+                            reading = false;
                             if let Some(code) = self.leave(code).await {
                                 return code;
                             }

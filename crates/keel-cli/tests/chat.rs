@@ -116,7 +116,7 @@ impl Terminal {
     }
 
     /// The exit code, once keel has ended.
-    fn exit_code(mut self) -> i32 {
+    fn exit_code(&mut self) -> i32 {
         let deadline = Instant::now() + LIMIT;
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -156,6 +156,15 @@ fn script(dir: &Path, turns: Value) -> String {
     let path = dir.join("script.json");
     std::fs::write(&path, json!({ "turns": turns }).to_string()).unwrap();
     path.display().to_string()
+}
+
+/// Whether the terminal is back in line mode with echo (as keel found it).
+fn in_line_mode(terminal: &Terminal) -> bool {
+    use nix::sys::termios::{LocalFlags, tcgetattr};
+    let settings = tcgetattr(&terminal.master).unwrap();
+    settings
+        .local_flags
+        .contains(LocalFlags::ICANON | LocalFlags::ECHO | LocalFlags::ISIG)
 }
 
 /// The session id and file of a `── session ID (PATH)` line's rest.
@@ -400,4 +409,46 @@ fn permission_questions_are_answered_inline_and_sessions_fork_and_resume() {
     chat.expect("this chat: 5 turns");
     chat.line("/exit");
     assert_eq!(chat.exit_code(), 0);
+}
+
+#[test]
+fn sigterm_during_a_run_cancels_it_and_leaves_with_143_and_the_terminal_as_it_was() {
+    let home = tempfile::tempdir().unwrap();
+    let long = "30.0932";
+    let script = script(
+        home.path(),
+        json!([{"expect": {"last_user_contains": "SLEEP-PROMPT"}, "content": bash(&format!("sleep {long}"))}]),
+    );
+    let workspace = home.path().join("project");
+    std::fs::create_dir(&workspace).unwrap();
+    let workspace = workspace.display().to_string();
+    let mut chat = Terminal::start(
+        home.path(),
+        &[
+            "chat",
+            "--mode",
+            "full",
+            "--script",
+            &script,
+            "--workspace",
+            &workspace,
+        ],
+    );
+    chat.expect("keel chat ·");
+    chat.line("SLEEP-PROMPT: sleep");
+    chat.expect(&format!("sleep {long}"));
+    assert!(
+        common::wait_until(LIMIT, || !common::sleepers(long).is_empty()),
+        "the long command started"
+    );
+    // The editor reads (raw mode) while the run works.
+    assert!(!in_line_mode(&chat));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(chat.child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    assert_eq!(chat.exit_code(), 143, "128 + SIGTERM");
+    assert!(
+        common::wait_until(LIMIT, || common::sleepers(long).is_empty()),
+        "leaving cancelled the run and its command"
+    );
+    assert!(in_line_mode(&chat), "the terminal's settings are put back");
 }
