@@ -452,3 +452,45 @@ fn sigterm_during_a_run_cancels_it_and_leaves_with_143_and_the_terminal_as_it_wa
     );
     assert!(in_line_mode(&chat), "the terminal's settings are put back");
 }
+
+/// A checkpoint summary under Keel's eight headings.
+const SUMMARY: &str = "## Goal\n- answer\n## Constraints and preferences\n- none\n## Done and verified\n- one answer\n## In progress\n- none\n## Blocked\n- none\n## Key decisions\n- none\n## Exact files, symbols, commands and errors\n- none\n## Next steps\n- answer again";
+
+#[test]
+fn compact_in_a_chat_writes_a_checkpoint_into_its_session() {
+    let home = tempfile::tempdir().unwrap();
+    let workspace = home.path().join("project");
+    std::fs::create_dir(&workspace).unwrap();
+    let workspace = workspace.display().to_string();
+    // `/compact` builds its own provider from the same flags, so it reads
+    // the script from its first turn: one turn serves both.
+    let script = script(home.path(), json!([{"content": text(SUMMARY)}]));
+    let mut chat = Terminal::start(
+        home.path(),
+        &[
+            "chat",
+            "--mode",
+            "plan",
+            "--script",
+            &script,
+            "--workspace",
+            &workspace,
+        ],
+    );
+    chat.expect("keel chat ·");
+    chat.line("/compact");
+    chat.expect("nothing to compact before the first prompt");
+    let long = format!(
+        "COMPACT-PROMPT: {}",
+        "keep this long note about the answers in mind; ".repeat(20)
+    );
+    chat.line(&long);
+    chat.expect("── settled");
+    let (id, path) = session(&chat.expect("── session "));
+    chat.line("/compact keep the answers");
+    chat.expect(&format!("session {id}: checkpoint "));
+    chat.line("/exit");
+    assert_eq!(chat.exit_code(), 0);
+    let stored = std::fs::read_to_string(path).unwrap();
+    assert!(stored.contains("\"checkpoint\""), "a checkpoint entry");
+}
