@@ -184,7 +184,7 @@ fn a_chat_runs_prompts_in_one_session_follows_up_cancels_and_switches_mode() {
     let script = script(
         home.path(),
         json!([
-            {"expect": {"last_user_contains": "FIRST-PROMPT"}, "content": text("ANSWER-ONE")},
+            {"expect": {"last_user_contains": "FIRST-PROMPT: say\nhello"}, "content": text("ANSWER-ONE")},
             {"expect": {"last_user_contains": "SECOND-PROMPT"},
              "content": bash("while [ ! -e go ]; do sleep 0.05; done; echo waited")},
             {"expect": {"tool_result_contains": "waited"}, "content": text("ANSWER-TWO")},
@@ -208,8 +208,10 @@ fn a_chat_runs_prompts_in_one_session_follows_up_cancels_and_switches_mode() {
     );
     chat.expect("keel chat · mode full");
 
-    // Two prompts, one session.
-    chat.line("FIRST-PROMPT: say hello");
+    // Two prompts, one session; the first on two lines (a trailing `\`
+    // continues it).
+    chat.line("FIRST-PROMPT: say\\");
+    chat.line("hello");
     chat.expect("ANSWER-ONE");
     chat.expect("── settled");
     let (first_id, path) = session(&chat.expect("── session "));
