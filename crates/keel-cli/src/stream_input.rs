@@ -32,7 +32,8 @@
 //! call (`run/start`, `run/steer`, `run/follow_up`, `run/cancel`,
 //! `permission/resolve`, `session/resume`), and each `run/event`
 //! notification into printed output. So its behaviour and `keel rpc`'s are
-//! defined once.
+//! defined once. `keel chat` (`chat`) is the other such adapter; what both
+//! use is in `broker_run`.
 
 use std::io::BufRead;
 use std::process::ExitCode;
