@@ -459,7 +459,7 @@ fn sigterm_during_a_run_cancels_it_and_leaves_with_143_and_the_terminal_as_it_wa
 const SUMMARY: &str = "## Goal\n- answer\n## Constraints and preferences\n- none\n## Done and verified\n- one answer\n## In progress\n- none\n## Blocked\n- none\n## Key decisions\n- none\n## Exact files, symbols, commands and errors\n- none\n## Next steps\n- answer again";
 
 #[test]
-fn compact_in_a_chat_writes_a_checkpoint_into_its_session() {
+fn model_and_compact_in_a_chat_apply_to_its_session() {
     let home = tempfile::tempdir().unwrap();
     let workspace = home.path().join("project");
     std::fs::create_dir(&workspace).unwrap();
@@ -486,7 +486,11 @@ fn compact_in_a_chat_writes_a_checkpoint_into_its_session() {
         "COMPACT-PROMPT: {}",
         "keep this long note about the answers in mind; ".repeat(20)
     );
+    // /model applies to the next prompt.
+    chat.line("/model chat-test-model");
+    chat.expect("model chat-test-model from the next prompt on");
     chat.line(&long);
+    chat.expect("· chat-test-model · mode plan");
     chat.expect("── settled");
     let (id, path) = session(&chat.expect("── session "));
     chat.line("/compact keep the answers");
