@@ -47,6 +47,15 @@ pub enum Command {
     /// stream-json`, standard input drives the runs instead of PROMPT.
     #[command(after_help = crate::help::RESUME_EXAMPLES)]
     Resume(Deferred<Box<ResumeArgs>>),
+    /// Talk with the agent on the terminal: each prompt a run in one session.
+    ///
+    /// Also `keel` alone when standard input and output are terminals.
+    /// Takes `run`'s flags (mode, model, provider, configuration,
+    /// --session/--continue/--fork); a PROMPT is sent at once. A prompt
+    /// typed while a run works is sent as a follow-up. Type /help in the
+    /// chat for its commands.
+    #[command(after_help = crate::help::CHAT_HELP)]
+    Chat(Deferred<Box<RunArgs>>),
     /// Run a deterministic scenario (no key, no network).
     Demo(Deferred<DemoArgs>),
     /// List the configured providers, models and aliases.

@@ -13,6 +13,8 @@ permission mode you fix, and stores every run in a session.";
 /// What `keel -h` shows after the commands.
 pub const AFTER_HELP: &str = "\
 Modes of running (one line each):
+  keel (or keel chat)          a conversation on the terminal: each prompt a run
+                               in one session
   keel run PROMPT              a run in this directory; a live view on a terminal,
                                only the final message when piped
   keel run -q PROMPT           print only the final message
@@ -32,6 +34,8 @@ More with --help (long form).";
 /// What `keel --help` shows after the commands.
 pub const AFTER_LONG_HELP: &str = "\
 Modes of running (one line each):
+  keel (or keel chat)          a conversation on the terminal: each prompt a run
+                               in one session (/help inside lists its commands)
   keel run PROMPT              a run in this directory; a live view on a terminal,
                                only the final message when piped
   keel run -q PROMPT           print only the final message (also on a terminal)
@@ -93,6 +97,22 @@ Examples:
 
 Sessions are named by the shortest prefix of their id that no other session
 shares, as `keel session list` shows them.";
+
+/// `keel chat --help`'s keys and commands.
+pub const CHAT_HELP: &str = "\
+Keys:
+  Enter            send the prompt (a follow-up while a run works)
+  \\ then Enter     continue the prompt on the next line (Alt-Enter too)
+  Ctrl-C           cancel the current run; twice within 2 s leaves (status 130)
+  Ctrl-D           on an empty line: leave (status 0)
+  Up / Down        history ($XDG_STATE_HOME/keel/history, mode 0600)
+
+Typed at the prompt:
+  /mode MODE  /model NAME  /compact [TEXT]  /fork [ENTRY]  /sessions
+  /resume ID  /cost  /help  /exit
+
+A permission question is answered by the next line: y (once), a (always
+for this session) or n.";
 
 /// `keel demo --help`'s list of cases.
 pub const DEMO_CASES: &str = "\

@@ -8,6 +8,8 @@
 
 mod args;
 mod ask;
+mod broker_run;
+mod chat;
 mod compact_cmd;
 mod demo;
 mod demo_compaction;
@@ -46,6 +48,20 @@ use crate::startup::StartupError;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // `keel` alone (global options at most) on a terminal: a chat.
+        Err(error)
+            if matches!(
+                error.kind(),
+                clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+                    | clap::error::ErrorKind::MissingSubcommand
+            ) && chat::on_terminal() =>
+        {
+            let args = std::env::args_os().chain([OsString::from("chat")]);
+            match Cli::try_parse_from(args) {
+                Ok(cli) => cli,
+                Err(error) => return startup::usage_error(error),
+            }
+        }
         Err(error) => {
             // `args_os`: `std::env::args` panics on an argument that is not
             // UTF-8, which is exactly when clap refuses one.
@@ -101,6 +117,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run_cmd::run(*args.into_inner()).await,
             Command::Resume(args) => run_cmd::resume(*args.into_inner()).await,
+            Command::Chat(args) => run_cmd::chat(*args.into_inner()).await,
             Command::Demo(args) => demo::run(args.into_inner()).await,
             Command::Session(command) => session_cmd::run(command.into_inner()).await,
             Command::Models(args) => models_cmd::run(args.into_inner()),
@@ -149,6 +166,7 @@ fn command_name(command: &Command) -> &'static str {
     match command {
         Command::Run(_) => "run",
         Command::Resume(_) => "resume",
+        Command::Chat(_) => "chat",
         Command::Demo(_) => "demo",
         Command::Models(_) => "models",
         Command::Session(_) => "session",

@@ -76,6 +76,25 @@ impl Output {
         }
     }
 
+    /// The view, its text sent to `sink` (`keel chat`); `prompts`: the
+    /// host asks for permissions itself.
+    pub fn view_to(sink: crate::view::Sink, prompts: bool) -> Self {
+        let palette = Palette::for_stream(style::choice(), false);
+        Self {
+            state: RefCell::new(State {
+                form: Form::View(Box::new(View::with_sink(palette, prompts, sink))),
+                last_message: None,
+                totals: RunTotals::default(),
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// The current (or last) run's totals so far.
+    pub fn totals(&self) -> RunTotals {
+        self.state.borrow().totals.clone()
+    }
+
     /// Whether the view wants [`Output::tick`] called while a call runs.
     pub fn wants_ticks(&self) -> bool {
         matches!(self.state.borrow().form, Form::View(_))

@@ -111,6 +111,55 @@ async fn apply_retention(store: &keel_session::JsonlStore, retention: Option<std
     }
 }
 
+/// `keel chat`: the same settings, session selection and broker as
+/// `run --input-format stream-json`, driven by a person at a terminal
+/// (`chat`).
+pub async fn chat(args: RunArgs) -> Result<ExitCode, StartupError> {
+    check_combinations(&args)?;
+    crate::chat::check_args(&args)?;
+    let first = match args.prompt.as_deref() {
+        Some("-") => {
+            return Err(StartupError::new(
+                "usage",
+                "keel chat reads its prompts from the terminal: `-` does not apply",
+            ));
+        }
+        Some(argument) => Some(prompt(Some(argument))?),
+        None => None,
+    };
+    let setup = run_setup(&args)?;
+    for warning in &setup.warnings {
+        eprintln!("keel: warning: {}", warning.message);
+    }
+    let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
+    let workspace = sessions::workspace_root(args.workspace.as_deref())?;
+    let continued = sessions::continued_session(&store, {
+        let mut resume = Resume::default();
+        resume.session = args.session.as_deref();
+        resume.fork = args.fork.as_deref();
+        resume.latest = args.continue_latest;
+        resume.workspace = Some(&workspace);
+        resume.workspace_given = args.workspace.is_some();
+        resume
+    })
+    .await?;
+    if let Some(repair) = &continued.repair {
+        eprintln!("keel: {}", session_cmd::repaired(repair));
+    }
+    check_budget(args.max_budget_usd)?;
+    let (broker, runs) = stream_broker(&args, setup.mode, &store)?;
+    crate::chat::run(crate::chat::Setup {
+        broker,
+        store,
+        runs,
+        session: continued.session_id,
+        first,
+        args,
+        workspace,
+    })
+    .await
+}
+
 /// Warns (stderr, and a `warning` event of the run) when nobody at a
 /// terminal can answer the run's permission requests ([`ask::nobody_to_ask`]);
 /// whether nobody at all can.
@@ -242,6 +291,13 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode, StartupError> {
         Some(argument) => Some(prompt(Some(argument))?),
         None => None,
     };
+    if !interrupted && then.is_none() && crate::chat::on_terminal() {
+        // Nothing to recover and nothing said: on a terminal, the chat
+        // goes on in the session, as peers' `resume` does.
+        args.session = Some(session_id);
+        args.continue_latest = false;
+        return Box::pin(chat(args)).await;
+    }
     if !interrupted && then.is_none() {
         let short = sessions::short_id(&store, &session_id);
         return Err(StartupError::new(

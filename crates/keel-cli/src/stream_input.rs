@@ -32,22 +32,22 @@
 //! call (`run/start`, `run/steer`, `run/follow_up`, `run/cancel`,
 //! `permission/resolve`, `session/resume`), and each `run/event`
 //! notification into printed output. So its behaviour and `keel rpc`'s are
-//! defined once.
+//! defined once. `keel chat` (`chat`) is the other such adapter; what both
+//! use is in `broker_run`.
 
 use std::io::BufRead;
 use std::process::ExitCode;
 
 use keel_host::broker::{Broker, Caller, Connection, Tenant};
-use keel_protocol::rpc::methods::{
-    EVENTS_LAGGED, EventsLaggedNotification, RUN_EVENT, RunEventNotification, RunStartParams,
-    RunStartResponse, SessionResumeParams,
-};
-use keel_protocol::rpc::{Notification, RpcError};
+use keel_protocol::rpc::RpcError;
+use keel_protocol::rpc::methods::RunStartResponse;
 use keel_protocol::{HostControl, RunEventKind, RunResult};
 use keel_session::JsonlStore;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, watch};
 
+pub use crate::broker_run::Runs;
+use crate::broker_run::{Run, startup_error};
 use crate::host;
 use crate::output::Output;
 use crate::signals;
@@ -67,42 +67,6 @@ pub enum FirstRun {
     Prompt(String),
     /// By continuing the session's interrupted run (`session/resume`).
     Resume,
-}
-
-/// What every run of this invocation asks the broker for: the workspace,
-/// mode, tools and limits of `keel run`'s flags and configuration (the
-/// prompt and session change per run).
-pub struct Runs {
-    /// `run/start`'s parameters without prompt and session.
-    pub template: RunStartParams,
-}
-
-impl Runs {
-    fn start(&self, prompt: String, session: Option<String>) -> Value {
-        let mut params = self.template.clone();
-        params.prompt = prompt;
-        params.session_id = session;
-        params.subscribe = Some(true);
-        serde_json::to_value(params).unwrap_or(Value::Null)
-    }
-
-    fn resume(&self, session: String) -> Value {
-        let template = &self.template;
-        let params = {
-            let mut session_resume_params = SessionResumeParams::default();
-            session_resume_params.session_id = session;
-            session_resume_params.workspace = Some(template.workspace.clone());
-            session_resume_params.provider = template.provider.clone();
-            session_resume_params.model = template.model.clone();
-            session_resume_params.mode = template.mode;
-            session_resume_params.tools = template.tools.clone();
-            session_resume_params.max_turns = template.max_turns;
-            session_resume_params.max_cost_usd = template.max_cost_usd;
-            session_resume_params.subscribe = Some(true);
-            session_resume_params
-        };
-        serde_json::to_value(params).unwrap_or(Value::Null)
-    }
 }
 
 /// Runs until input ends with no run active (or a signal); see the module docs.
@@ -144,17 +108,6 @@ pub async fn run(
             "standard input ended before a user_message: send {\"type\": \"user_message\", \"text\": …}",
         )),
     }
-}
-
-/// A broker error as a startup error: the kernel's or the host's own code
-/// when it names one (`session_interrupted`, `invalid_script`, …).
-fn startup_error(error: &RpcError) -> StartupError {
-    let data = error.data.as_ref();
-    let code = ["kernel_code", "host_code", "code"]
-        .iter()
-        .find_map(|key| data?.get(*key)?.as_str())
-        .unwrap_or("host");
-    StartupError::new(code, error.message.clone())
 }
 
 struct Driver<'a> {
@@ -313,46 +266,7 @@ impl Driver<'_> {
     }
 }
 
-/// The active run, as the broker knows it.
-struct Run {
-    caller: Caller,
-    run_id: String,
-}
-
 impl Run {
-    async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
-        self.caller.call(method, Some(params)).await
-    }
-
-    async fn cancel(&self) {
-        if let Err(error) = self
-            .call("run/cancel", json!({ "run_id": self.run_id }))
-            .await
-        {
-            eprintln!("keel: `cancel` not applied: {}", error.message);
-        }
-    }
-
-    /// This run's event in `note`; a lagged subscription is picked up
-    /// again from the last event printed, so nothing is lost.
-    async fn event_of(&self, note: Notification) -> Option<RunEventNotification> {
-        match note.method.as_str() {
-            RUN_EVENT => {
-                let event: RunEventNotification = serde_json::from_value(note.params).ok()?;
-                (event.run_id == self.run_id).then_some(event)
-            }
-            EVENTS_LAGGED => {
-                let lagged: EventsLaggedNotification = serde_json::from_value(note.params).ok()?;
-                let params = json!({ "run_id": lagged.run_id, "after_seq": lagged.last_seq });
-                if let Err(error) = self.call("run/subscribe", params).await {
-                    eprintln!("keel: the run's events were lost: {}", error.message);
-                }
-                None
-            }
-            _ => None,
-        }
-    }
-
     /// Applies one control message to the active run.
     async fn apply(&self, control: HostControl, pending: &mut Vec<String>) {
         let what = name(&control);
@@ -396,13 +310,6 @@ impl Run {
         if let Err(error) = outcome {
             eprintln!("keel: `{what}` not applied: {}", error.message);
         }
-    }
-
-    /// Denies a request; whether it was still pending (a stale id means
-    /// the run already moved on, e.g. it was cancelled).
-    async fn deny(&self, request_id: &str) -> bool {
-        let params = json!({ "run_id": self.run_id, "request_id": request_id, "decision": "deny" });
-        self.call("permission/resolve", params).await.is_ok()
     }
 }
 

@@ -82,7 +82,13 @@ pub struct View {
     /// The call each open permission request is for (request id → call id).
     requests: std::collections::HashMap<String, String>,
     buffer: String,
+    /// Where the text goes instead of stdout (`keel chat`: above the line
+    /// editor's prompt).
+    sink: Option<Sink>,
 }
+
+/// Where a view's text goes instead of stdout.
+pub type Sink = Box<dyn FnMut(&str)>;
 
 impl View {
     /// A view on stdout, colouring (and redrawing) as `palette` allows.
@@ -106,12 +112,22 @@ impl View {
             root: None,
             requests: std::collections::HashMap::new(),
             buffer: String::new(),
+            sink: None,
         }
     }
 
     /// The run's workspace (see [`View::changes`]).
     pub fn set_workspace(&mut self, root: std::path::PathBuf) {
         self.root = Some(root);
+    }
+
+    /// A view whose text goes to `sink` rather than stdout, never redrawn
+    /// in place (the line editor owns the bottom of the screen): `keel chat`.
+    pub fn with_sink(palette: Palette, prompts: bool, sink: Sink) -> Self {
+        let mut view = Self::new(palette, prompts);
+        view.live = false;
+        view.sink = Some(sink);
+        view
     }
 
     /// Shows one event.
@@ -708,6 +724,11 @@ impl View {
 
     fn flush(&mut self) {
         if self.buffer.is_empty() {
+            return;
+        }
+        if let Some(sink) = &mut self.sink {
+            sink(&self.buffer);
+            self.buffer.clear();
             return;
         }
         let mut stdout = std::io::stdout().lock();

@@ -350,20 +350,30 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// A `keel` command with HOME and the XDG directories (data, config,
+/// state) under `home` and `home` as the current directory, so nothing of
+/// the user's is read or written; its stdio is the caller's to set.
+pub fn isolated_keel(home: &Path) -> Command {
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    command
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env_remove("KEEL_LOG")
+        .env_remove("KEEL_SERVER_TOKEN")
+        .current_dir(home);
+    command
+}
+
 /// A `keel` process started with piped stdio, never inherited: HOME and the
 /// XDG directories under `home`, so nothing of the user's is read or
 /// written; `env` adds variables. The caller owns (and must reap) it.
 pub fn spawn_keel(args: &[&str], home: &Path, env: &[(&str, &str)]) -> std::process::Child {
     use std::process::Stdio;
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = isolated_keel(home);
     command
         .args(with_stream_json(args))
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env_remove("KEEL_LOG")
-        .env_remove("KEEL_SERVER_TOKEN")
-        .current_dir(home)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
