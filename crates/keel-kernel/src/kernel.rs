@@ -20,6 +20,7 @@ use crate::emitter::Emitter;
 use crate::ids::new_id;
 use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
+use crate::user_rules::UserRules;
 use crate::project::Instructions;
 use crate::run::AgentRun;
 use crate::session_writer::SessionWriter;
@@ -443,6 +444,7 @@ pub struct AgentKernelBuilder {
     store: Option<Arc<dyn SessionStore>>,
     workspace: Option<Workspace>,
     policy: Option<Arc<dyn PermissionPolicy>>,
+    user_rules: UserRules,
     sandbox: SandboxConfig,
     retry: RetryPolicy,
     max_output_tokens: Option<u32>,
@@ -567,6 +569,15 @@ impl AgentKernelBuilder {
         self
     }
 
+    /// The permission rules the user wrote (`[permissions]` in the
+    /// configuration), applied after the policy's decision: deny rules
+    /// win, ask rules turn an allow into a question, allow rules answer a
+    /// question the mode would ask ([`crate::user_rules`]). Default: none.
+    pub fn user_rules(mut self, rules: UserRules) -> Self {
+        self.user_rules = rules;
+        self
+    }
+
     /// The OS sandbox settings for commands (default: enforced by Keel with
     /// Landlock and seccomp, system locations readable, and an empty
     /// environment snapshot — commands get only Keel's fixed defaults,
@@ -624,6 +635,7 @@ impl AgentKernelBuilder {
             store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
             workspace,
             policy: self.policy.unwrap_or_else(|| Arc::new(MatrixPolicy)),
+            user_rules: self.user_rules,
             sandbox: Arc::new(self.sandbox),
             retry: self.retry,
             max_output_tokens: self.max_output_tokens,

@@ -77,6 +77,7 @@ mod system_prompt;
 pub mod tokens;
 mod tools;
 mod turn_loop;
+pub mod user_rules;
 mod watchdog;
 
 pub use checkpoint::CompactionSettings;
@@ -89,4 +90,5 @@ pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};
 pub use run::{AgentRun, EventStream};
+pub use user_rules::{RuleError, RuleList, UserRules};
 pub use shared::ControlError;

@@ -53,6 +53,7 @@ use crate::permission::{binding, sha256_hex};
 use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
+use crate::user_rules::CallFacts;
 use crate::shared::RunShared;
 
 pub(crate) struct ToolRunner<'a> {
@@ -177,10 +178,24 @@ impl ToolRunner<'_> {
         let confined = classification.confinable
             && self.mode == PermissionMode::Auto
             && self.parts.sandbox_enforced();
-        let policy = self
+        let matrix = self
             .parts
             .policy
             .evaluate_call(self.mode, &call.name, &intent, confined);
+        // The user's rules, after the mode's matrix: deny rules win, ask
+        // rules make an allow a question, allow rules answer a question.
+        let facts = CallFacts::new(
+            &call.name,
+            &prepared.arguments,
+            &self.parts.workspace,
+            self.parts
+                .sandbox
+                .host_env
+                .get("HOME")
+                .map(std::path::PathBuf::from),
+        );
+        let approved = self.parts.policy.approved_level(self.mode, &intent);
+        let (policy, by_rule) = self.parts.user_rules.apply(matrix, &facts, approved);
         let record = |resolution, reason: String| {
             Some(self.decision(
                 call,
@@ -193,9 +208,10 @@ impl ToolRunner<'_> {
         };
         match policy {
             PolicyDecision::Allow(level) => {
-                let reason = match sandbox_decides(self.mode, &intent, confined) {
-                    true => confined_reason(level, &findings),
-                    false => allowed_reason(self.mode, &intent, level),
+                let reason = match (by_rule, sandbox_decides(self.mode, &intent, confined)) {
+                    (Some(reason), _) => format!("{reason} (sandbox: {})", level.as_str()),
+                    (None, true) => confined_reason(level, &findings),
+                    (None, false) => allowed_reason(self.mode, &intent, level),
                 };
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
