@@ -63,7 +63,12 @@ impl Ran {
     fn errors(&self) -> Vec<String> {
         self.of("tool_execution_end")
             .filter(|line| line["result"]["status"] == "error")
-            .map(|line| line["result"]["error"]["message"].as_str().unwrap().to_owned())
+            .map(|line| {
+                line["result"]["error"]["message"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned()
+            })
             .collect()
     }
 

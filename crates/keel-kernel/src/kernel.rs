@@ -20,10 +20,10 @@ use crate::emitter::Emitter;
 use crate::ids::new_id;
 use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
-use crate::user_rules::UserRules;
 use crate::project::Instructions;
 use crate::run::AgentRun;
 use crate::session_writer::SessionWriter;
+use crate::user_rules::UserRules;
 use keel_provider::retry::RetryPolicy;
 
 /// A configured kernel: provider, tools, store, workspace and policy.

@@ -90,5 +90,5 @@ pub use parts::RunSpec;
 pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};
 pub use run::{AgentRun, EventStream};
-pub use user_rules::{RuleError, RuleList, UserRules};
 pub use shared::ControlError;
+pub use user_rules::{RuleError, RuleList, UserRules};

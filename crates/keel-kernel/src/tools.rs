@@ -53,8 +53,8 @@ use crate::permission::{binding, sha256_hex};
 use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
-use crate::user_rules::CallFacts;
 use crate::shared::RunShared;
+use crate::user_rules::CallFacts;
 
 pub(crate) struct ToolRunner<'a> {
     pub(crate) parts: &'a KernelParts,

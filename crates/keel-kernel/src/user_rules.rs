@@ -221,9 +221,10 @@ impl UserRules {
         let mut labels: Vec<String> = Vec::new();
         for words in &analysis.commands {
             let rule = commands.iter().find(|rule| match &rule.pattern {
-                Some(Pattern::Words { words: pattern, rest }) => {
-                    surely_matches_words(pattern, *rest, words)
-                }
+                Some(Pattern::Words {
+                    words: pattern,
+                    rest,
+                }) => surely_matches_words(pattern, *rest, words),
                 _ => false,
             })?;
             let label = rule.label();
@@ -290,14 +291,12 @@ impl<'a> CallFacts<'a> {
                     Some(Value::String(path)) => path.as_str(),
                     Some(_) => return None,
                 };
-                Some(
-                    match self.workspace.allowing_outside().resolve(written) {
-                        Ok(canonical) => Resolved::Canonical(canonical),
-                        Err(_) => Resolved::Written(shell::paths::normalize(
-                            &self.workspace.root().join(written),
-                        )),
-                    },
-                )
+                Some(match self.workspace.allowing_outside().resolve(written) {
+                    Ok(canonical) => Resolved::Canonical(canonical),
+                    Err(_) => Resolved::Written(shell::paths::normalize(
+                        &self.workspace.root().join(written),
+                    )),
+                })
             })
             .as_ref()
     }
@@ -668,9 +667,7 @@ mod tests {
     fn decide(rules: &UserRules, ws: &Workspace, tool: &str, arguments: Value) -> PolicyDecision {
         let call = CallFacts::new(tool, &arguments, ws, None);
         let asked = PolicyDecision::Ask("asked".into());
-        rules
-            .apply(asked, &call, SandboxLevel::WorkspaceWrite)
-            .0
+        rules.apply(asked, &call, SandboxLevel::WorkspaceWrite).0
     }
 
     #[test]
@@ -679,7 +676,10 @@ mod tests {
         lists.deny = vec!["bash(rm *)".into(), "bash(echo 'x)".into()];
         let error = UserRules::new(lists).unwrap_err();
         assert_eq!((error.list, error.index), (RuleList::Deny, 1));
-        assert_eq!(error.to_string(), "deny[1] \"bash(echo 'x)\": a `'` is not closed");
+        assert_eq!(
+            error.to_string(),
+            "deny[1] \"bash(echo 'x)\": a `'` is not closed"
+        );
         for bad in ["", "(x)", "read(", "read()", "re ad", "read(~bob/x)"] {
             let mut lists = PermissionRuleLists::default();
             lists.allow = vec![bad.into()];

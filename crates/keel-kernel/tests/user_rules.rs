@@ -75,7 +75,9 @@ fn fixture(turns: Vec<Value>, rules: (&[&str], &[&str], &[&str])) -> Fixture {
     }
     let out = outside.display().to_string();
     let fill = |list: &[&str]| -> Vec<String> {
-        list.iter().map(|rule| rule.replace("{out}", &out)).collect()
+        list.iter()
+            .map(|rule| rule.replace("{out}", &out))
+            .collect()
     };
     let (allow, ask, deny) = (fill(rules.0), fill(rules.1), fill(rules.2));
     let mut lists = PermissionRuleLists::default();
@@ -154,7 +156,10 @@ async fn decisions(store: &MemoryStore, session: &str) -> Vec<PermissionDecision
 async fn deny_wins_ask_turns_an_allow_into_a_question_allow_answers_one() {
     let f = fixture(
         vec![
-            turn(&[call("write", json!({"path": "notes/a.txt", "content": "x"}))]),
+            turn(&[call(
+                "write",
+                json!({"path": "notes/a.txt", "content": "x"}),
+            )]),
             turn(&[call("write", json!({"path": "other.txt", "content": "x"}))]),
             turn(&[call("read", json!({"path": "private.txt"}))]),
             turn(&[bash("rm -f notes/a.txt")]),
@@ -209,7 +214,10 @@ async fn a_deny_rule_holds_in_full_mode_and_an_allow_rule_never_undoes_plan() {
     assert!(seen.asked.is_empty());
     assert_eq!(seen.statuses, [ToolStatus::Error, ToolStatus::Success]);
     let decisions = decisions(&f.store, &seen.result.session_id).await;
-    assert_eq!(decisions[0].reason, "denied by rule deny[0] \"bash(curl *)\"");
+    assert_eq!(
+        decisions[0].reason,
+        "denied by rule deny[0] \"bash(curl *)\""
+    );
 
     let f = fixture(
         vec![
@@ -290,7 +298,10 @@ async fn a_path_rule_matches_the_canonical_path_not_the_text() {
 
 #[tokio::test]
 async fn the_rules_are_recorded_in_the_runs_configuration_entry() {
-    let f = fixture(vec![done()], (&["bash(cargo test *)"], &[], &["read(~/.ssh/**)"]));
+    let f = fixture(
+        vec![done()],
+        (&["bash(cargo test *)"], &[], &["read(~/.ssh/**)"]),
+    );
     let seen = run(&f, RunSpec::new("go")).await;
     let configuration = f
         .store
