@@ -361,10 +361,7 @@ fn report_config(config: &ConfigFindings) {
         ("deny", &rules.deny),
     ] {
         for (index, rule) in rules.iter().enumerate() {
-            say(format!(
-                "permissions:     {list}[{index}] {}",
-                format!("{rule:?}")
-            ));
+            say(format!("permissions:     {list}[{index}] {rule:?}"));
         }
     }
     match &config.provider {
