@@ -27,7 +27,8 @@
 //!    accounting),
 //!    `checkpoint` (the rules of compaction), `project` (project
 //!    instructions and the environment), `system_prompt` (the default
-//!    prompt, kept in `system_prompt.md`).
+//!    prompt, kept in `system_prompt.md`), `user_rules` (the permission
+//!    rules the user writes, matched on parsed commands and canonical paths).
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
 //!    `emitter` (the gapless event stream), `journal` (the effect journal's
 //!    records and the pure recovery table), `rules` (session rules: host

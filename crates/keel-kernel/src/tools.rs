@@ -54,7 +54,7 @@ use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
-use crate::user_rules::CallFacts;
+use crate::user_rules::{CallFacts, Matrix, RuleEffect};
 
 pub(crate) struct ToolRunner<'a> {
     pub(crate) parts: &'a KernelParts,
@@ -194,8 +194,15 @@ impl ToolRunner<'_> {
                 .get("HOME")
                 .map(std::path::PathBuf::from),
         );
-        let approved = self.parts.policy.approved_level(self.mode, &intent);
-        let (policy, by_rule) = self.parts.user_rules.apply(matrix, &facts, approved);
+        let (policy, by_rule) = match self.parts.user_rules.effect(matrix_of(&matrix), &facts) {
+            None => (matrix, None),
+            Some(RuleEffect::Deny(reason)) => (PolicyDecision::Deny(reason), None),
+            Some(RuleEffect::Ask(reason)) => (PolicyDecision::Ask(reason), None),
+            Some(RuleEffect::Allow(reason)) => {
+                let approved = self.parts.policy.approved_level(self.mode, &intent);
+                (PolicyDecision::Allow(approved), Some(reason))
+            }
+        };
         let record = |resolution, reason: String| {
             Some(self.decision(
                 call,
@@ -787,6 +794,15 @@ impl ToolRunner<'_> {
 /// of exactly that.
 fn writes_metadata(intent: &OperationIntent) -> bool {
     intent.scope == IntentScope::Metadata
+}
+
+/// A policy decision as the user's rules see it.
+fn matrix_of(decision: &PolicyDecision) -> Matrix {
+    match decision {
+        PolicyDecision::Allow(_) => Matrix::Allow,
+        PolicyDecision::Ask(_) => Matrix::Ask,
+        PolicyDecision::Deny(_) => Matrix::Deny,
+    }
 }
 
 /// The recorded reason of a policy allow, naming the sandbox of commands.

@@ -23,7 +23,7 @@
 //! - Deny rules win over everything, `full` included. Ask rules turn what
 //!   the mode allows into a question. Allow rules answer a question the
 //!   mode would ask, at the level an approval would get
-//!   ([`crate::PermissionPolicy::approved_level`]); a mode's deny stays.
+//!   (`PermissionPolicy::approved_level`); a mode's deny stays.
 //! - An allow rule decides a command only when it surely matches: every
 //!   simple command of it matches some allow rule, the analysis saw all of
 //!   it (parsed, within its caps, every command name known) and knows it
@@ -45,11 +45,8 @@ use std::path::{Component, Path, PathBuf};
 
 use keel_protocol::{IntentKind, IntentScope, PermissionRuleLists};
 use keel_tools::Workspace;
-use keel_tools::sandbox::SandboxLevel;
 use keel_tools::shell::{self, ShellAnalysis};
 use serde_json::Value;
-
-use crate::policy::PolicyDecision;
 
 /// The list a rule is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,52 +137,35 @@ impl UserRules {
         self.lists.is_empty()
     }
 
-    /// The matrix's `decision` on a call after the rules: a deny rule
-    /// refuses it, an ask rule makes an allow a question, an allow rule
-    /// makes a question an allow at `approved`. The second value is the
-    /// reason of an allow the rules made.
-    pub(crate) fn apply(
-        &self,
-        decision: PolicyDecision,
-        call: &CallFacts<'_>,
-        approved: SandboxLevel,
-    ) -> (PolicyDecision, Option<String>) {
+    /// What the rules make of a call the mode's matrix decided as
+    /// `matrix`: a deny rule refuses it, an ask rule makes an allow a
+    /// question, an allow rule makes a question an allow; `None` leaves
+    /// the matrix's decision. Each effect carries its reason, naming the
+    /// rule.
+    pub(crate) fn effect(&self, matrix: Matrix, call: &CallFacts<'_>) -> Option<RuleEffect> {
         if self.is_empty() {
-            return (decision, None);
+            return None;
         }
         if let Some(rule) = self.deny.iter().find(|rule| rule.may_match(call)) {
-            return (
-                PolicyDecision::Deny(format!("denied by rule {}", rule.label())),
-                None,
-            );
+            return Some(RuleEffect::Deny(format!("denied by rule {}", rule.label())));
         }
-        match decision {
-            PolicyDecision::Allow(level) => {
-                match self.ask.iter().find(|rule| rule.may_match(call)) {
-                    Some(rule) => (
-                        PolicyDecision::Ask(format!(
-                            "`{}` is asked about by rule {}",
-                            call.tool,
-                            rule.label()
-                        )),
-                        None,
-                    ),
-                    None => (PolicyDecision::Allow(level), None),
-                }
-            }
-            PolicyDecision::Ask(reason) => {
-                if self.ask.iter().any(|rule| rule.may_match(call)) {
-                    return (PolicyDecision::Ask(reason), None);
-                }
-                match self.allowed_by(call) {
-                    Some(labels) => (
-                        PolicyDecision::Allow(approved),
-                        Some(format!("allowed by rule {}", labels.join(", "))),
-                    ),
-                    None => (PolicyDecision::Ask(reason), None),
-                }
-            }
-            deny @ PolicyDecision::Deny(_) => (deny, None),
+        match matrix {
+            Matrix::Allow => self
+                .ask
+                .iter()
+                .find(|rule| rule.may_match(call))
+                .map(|rule| {
+                    RuleEffect::Ask(format!(
+                        "`{}` is asked about by rule {}",
+                        call.tool,
+                        rule.label()
+                    ))
+                }),
+            Matrix::Ask if self.ask.iter().any(|rule| rule.may_match(call)) => None,
+            Matrix::Ask => self
+                .allowed_by(call)
+                .map(|labels| RuleEffect::Allow(format!("allowed by rule {}", labels.join(", ")))),
+            Matrix::Deny => None,
         }
     }
 
@@ -234,6 +214,25 @@ impl UserRules {
         }
         Some(labels)
     }
+}
+
+/// The mode's matrix decision a rule may change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Matrix {
+    Allow,
+    Ask,
+    Deny,
+}
+
+/// What the rules did to a call, with the reason naming the rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum RuleEffect {
+    /// A deny rule refused it.
+    Deny(String),
+    /// An ask rule made an allowed call a question.
+    Ask(String),
+    /// Allow rules answered a question the mode would ask.
+    Allow(String),
 }
 
 /// What the rules look at in one call; the analysis and the resolved path
@@ -664,10 +663,14 @@ mod tests {
         UserRules::new(lists).unwrap()
     }
 
-    fn decide(rules: &UserRules, ws: &Workspace, tool: &str, arguments: Value) -> PolicyDecision {
+    fn decide(
+        rules: &UserRules,
+        ws: &Workspace,
+        tool: &str,
+        arguments: Value,
+    ) -> Option<RuleEffect> {
         let call = CallFacts::new(tool, &arguments, ws, None);
-        let asked = PolicyDecision::Ask("asked".into());
-        rules.apply(asked, &call, SandboxLevel::WorkspaceWrite).0
+        rules.effect(Matrix::Ask, &call)
     }
 
     #[test]
@@ -699,7 +702,7 @@ mod tests {
         let allowed = |command: &str| {
             matches!(
                 decide(&rules, &ws, "bash", json!({ "command": command })),
-                PolicyDecision::Allow(_)
+                Some(RuleEffect::Allow(_))
             )
         };
         assert!(allowed("git commit"));
@@ -725,7 +728,7 @@ mod tests {
         let denied = |command: &str| {
             matches!(
                 decide(&rules, &ws, "bash", json!({ "command": command })),
-                PolicyDecision::Deny(reason) if reason == "denied by rule deny[0] \"bash(rm -rf *)\""
+                Some(RuleEffect::Deny(reason)) if reason == "denied by rule deny[0] \"bash(rm -rf *)\""
             )
         };
         assert!(denied("echo hi; rm -rf /"));
