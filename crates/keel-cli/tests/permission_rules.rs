@@ -1,7 +1,9 @@
 //! The user's permission rules (`[permissions] allow|ask|deny` in
 //! config.toml) through `keel` as a process: precedence (deny wins, `full`
 //! included; ask makes an allowed call a question; allow answers one), a
-//! compound command allowed only when each simple command matches, the
+//! compound command allowed only when each simple command matches, a path
+//! rule matched on the canonical path (a re-pointed symlink no longer
+//! matches), the
 //! project layer unable to add `allow` (a warning, and the call is still
 //! asked), a rule that cannot be read is a startup error naming its key,
 //! and `keel doctor` shows the rules (text and JSON).
@@ -172,6 +174,42 @@ deny = ["bash(rm *)"]
             .unwrap()
             .contains("denied by rule deny[0] \"bash(rm *)\""),
         "{errors:?}"
+    );
+}
+
+#[test]
+fn a_path_rule_follows_the_canonical_path_and_not_a_repointed_symlink() {
+    let base = tempfile::tempdir().unwrap();
+    let outside = base.path().canonicalize().unwrap();
+    std::fs::write(outside.join("allowed.txt"), "ALLOWED-CONTENTS").unwrap();
+    std::fs::write(outside.join("other.txt"), "OTHER-CONTENTS").unwrap();
+    let home = home(&format!(
+        "[permissions]\nallow = [\"read({})\"]\n",
+        outside.join("allowed.txt").display()
+    ));
+    let link = home.path().join("ws/link");
+    std::os::unix::fs::symlink(outside.join("allowed.txt"), &link).unwrap();
+    let read_link = || vec![call("read", json!({"path": "link"})), done()];
+    let ran = run(home.path(), "auto", read_link());
+    assert!(ran.asked().is_empty(), "{:?}", ran.asked());
+    assert_eq!(ran.statuses(), ["success"]);
+    assert!(
+        ran.lines
+            .iter()
+            .any(|line| line.to_string().contains("ALLOWED-CONTENTS")),
+        "the read went through the link"
+    );
+    // Re-pointed at another file outside: the rule no longer matches.
+    std::fs::remove_file(&link).unwrap();
+    std::os::unix::fs::symlink(outside.join("other.txt"), &link).unwrap();
+    let ran = run(home.path(), "auto", read_link());
+    assert_eq!(ran.asked().len(), 1, "{:?}", ran.asked());
+    assert_eq!(ran.statuses(), ["error"]);
+    assert!(
+        !ran.lines
+            .iter()
+            .any(|line| line.to_string().contains("OTHER-CONTENTS")),
+        "the other file was not read"
     );
 }
 
