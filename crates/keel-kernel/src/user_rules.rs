@@ -616,15 +616,23 @@ fn path_matches(pattern: &str, path: &Path, call: &CallFacts<'_>) -> bool {
     parts_match(&parts, &names)
 }
 
+/// Whether `names` match `parts`, in time bounded by their product (a
+/// project's rule cannot make it explode).
 fn parts_match(parts: &[Part], names: &[String]) -> bool {
-    match parts.split_first() {
-        None => names.is_empty(),
-        Some((Part::Any, rest)) => (0..=names.len()).any(|skip| parts_match(rest, &names[skip..])),
-        Some((Part::One(piece), rest)) => match names.split_first() {
-            Some((name, names)) => glob(piece, name) && parts_match(rest, names),
-            None => false,
-        },
+    // `done[j]`: the parts so far match the first `j` names.
+    let mut done = vec![false; names.len() + 1];
+    done[0] = true;
+    for part in parts {
+        let mut next = vec![false; names.len() + 1];
+        for j in 0..=names.len() {
+            next[j] = match part {
+                Part::Any => done[j] || (j > 0 && next[j - 1]),
+                Part::One(piece) => j > 0 && done[j - 1] && glob(piece, &names[j - 1]),
+            };
+        }
+        done = next;
     }
+    done[names.len()]
 }
 
 /// An absolute path with its longest existing prefix resolved physically
