@@ -365,6 +365,14 @@ impl Rule {
             Some(inner) if inner.trim().is_empty() => {
                 return Err("the pattern in `(…)` is empty".into());
             }
+            Some(_)
+                if tool != "bash"
+                    && glob(&tool.chars().map(glob_piece).collect::<Vec<_>>(), "bash") =>
+            {
+                return Err(
+                    "a command pattern is written `bash(…)`, with the tool named exactly".into(),
+                );
+            }
             Some(inner) if tool == "bash" => {
                 let mut words = split_words(inner)?;
                 let rest = words.last() == Some(&vec![Piece::Star]);
@@ -691,7 +699,15 @@ mod tests {
             error.to_string(),
             "deny[1] \"bash(echo 'x)\": a `'` is not closed"
         );
-        for bad in ["", "(x)", "read(", "read()", "re ad", "read(~bob/x)"] {
+        for bad in [
+            "",
+            "(x)",
+            "read(",
+            "read()",
+            "re ad",
+            "read(~bob/x)",
+            "ba*(rm *)",
+        ] {
             let mut lists = PermissionRuleLists::default();
             lists.allow = vec![bad.into()];
             assert!(UserRules::new(lists).is_err(), "{bad}");
