@@ -63,6 +63,10 @@ struct ConfigFindings {
     /// With `--network`: the base URL and whether (with which status) it
     /// answered.
     network: Option<(String, Result<u16, String>)>,
+    /// The permission rules in force after every layer.
+    permissions: keel_protocol::PermissionRuleLists,
+    /// What the layers could not do (a project's `allow` rules, …).
+    warnings: Vec<String>,
 }
 
 impl ConfigFindings {
@@ -102,6 +106,17 @@ async fn check_config(args: &DoctorArgs) -> ConfigFindings {
             return findings;
         }
     };
+    findings.permissions = settings
+        .defaults
+        .permissions
+        .as_ref()
+        .map(keel_host::Permissions::lists)
+        .unwrap_or_default();
+    findings.warnings = settings
+        .warnings
+        .iter()
+        .map(|warning| format!("{} [{}]", warning.message, warning.code))
+        .collect();
     let Some(name) = settings.defaults.provider.clone() else {
         return findings;
     };
@@ -208,6 +223,12 @@ fn config_json(config: &ConfigFindings) -> serde_json::Value {
         "base_url": config.network.as_ref().map(|(url, _)| url),
         "answered_status": config.network.as_ref().and_then(|(_, answered)| answered.as_ref().ok()),
         "network_error": config.network.as_ref().and_then(|(_, answered)| answered.as_ref().err()),
+        "permissions": {
+            "allow": config.permissions.allow,
+            "ask": config.permissions.ask,
+            "deny": config.permissions.deny,
+        },
+        "warnings": config.warnings,
         "usable": config.usable(),
     })
 }
@@ -326,6 +347,22 @@ fn report_config(config: &ConfigFindings) {
     if let Some(error) = &config.error {
         say(format!("config:          does not load: {error}"));
         return;
+    }
+    for warning in &config.warnings {
+        say(format!("config warning:  {warning}"));
+    }
+    let rules = &config.permissions;
+    if rules.is_empty() {
+        say("permissions:     no rules (`[permissions]` allow, ask, deny)");
+    }
+    for (list, rules) in [
+        ("allow", &rules.allow),
+        ("ask", &rules.ask),
+        ("deny", &rules.deny),
+    ] {
+        for (index, rule) in rules.iter().enumerate() {
+            say(format!("permissions:     {list}[{index}] {rule:?}"));
+        }
     }
     match &config.provider {
         None => say(

@@ -7,7 +7,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use keel_kernel::{AgentKernel, Instructions, RetryPolicy};
+use keel_kernel::{AgentKernel, Instructions, RetryPolicy, UserRules};
+use keel_protocol::PermissionRuleLists;
 use keel_provider::config::{Config, ModelInfo};
 use keel_provider::connect::connect;
 use keel_provider::{Provider, Script, ScriptedProvider};
@@ -173,6 +174,8 @@ pub struct HostConfig {
     pub keep_outputs: bool,
     /// Where `bash` runs its commands (default: on this machine).
     pub bash_executor: Executor,
+    /// The permission rules the user wrote (`[permissions]`; default none).
+    pub permissions: PermissionRuleLists,
 }
 
 impl HostConfig {
@@ -194,6 +197,7 @@ impl HostConfig {
             retry: None,
             keep_outputs: false,
             bash_executor: Executor::Host,
+            permissions: PermissionRuleLists::default(),
         }
     }
 
@@ -239,7 +243,13 @@ impl HostConfig {
                 bash_options
             })?)
             // A run's start snapshot keeps its contents on disk, not in memory.
-            .snapshot_spill_dir(std::env::temp_dir());
+            .snapshot_spill_dir(std::env::temp_dir())
+            .user_rules(UserRules::new(self.permissions.clone()).map_err(|error| {
+                HostError::from(keel_provider::config::ConfigError::Invalid {
+                    path: "the permission rules".to_owned(),
+                    message: format!("permissions.{error}"),
+                })
+            })?);
         if let Some(model) = model {
             builder = builder.model(model);
         }

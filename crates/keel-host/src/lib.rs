@@ -39,4 +39,4 @@ pub use assemble::{
     tools_by_name, user_config_path,
 };
 pub use error::HostError;
-pub use settings::{Choices, RunSetup, Settings, Sources};
+pub use settings::{Choices, Permissions, RunSetup, Settings, Sources};

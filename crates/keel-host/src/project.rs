@@ -7,7 +7,8 @@
 //! configuration defines (it cannot define providers: a provider names a
 //! URL and a key variable), choose a `mode` of no more authority than the
 //! user's (plan < ask < auto < full), keep a subset of the user's `tools`,
-//! and keep a subset of the user's `sandbox_read` directories.
+//! keep a subset of the user's `sandbox_read` directories, and add
+//! `[permissions]` `ask` and `deny` rules (never `allow` ones).
 //!
 //! Anything else is dropped with a [`Warning`] naming the file and the key
 //! or value — never an error, and never silently: a widening attempt
@@ -115,6 +116,19 @@ pub(crate) fn narrow(
             ));
         }
         narrowed.sandbox_read = Some(kept);
+    }
+    if let Some(mut permissions) = project.permissions {
+        if !permissions.allow.is_empty() {
+            widening(format!(
+                "`permissions.allow` ({} rule(s)) is ignored: a project may add only `ask` and `deny` rules",
+                permissions.allow.len()
+            ));
+            permissions.allow.clear();
+        }
+        narrowed.permissions = Some(match narrowed.permissions.take() {
+            Some(own) => own.overlaid(permissions),
+            None => permissions,
+        });
     }
     Ok(narrowed)
 }

@@ -28,7 +28,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use keel_protocol::PermissionMode;
+use keel_kernel::UserRules;
+use keel_protocol::{PermissionMode, PermissionRuleLists};
 use keel_provider::config::{Config, ConfigError};
 use serde::Deserialize;
 
@@ -39,7 +40,14 @@ use crate::server::ServerSettings;
 use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
 
 /// The top-level keys a layer may set.
-pub const DEFAULT_KEYS: [&str; 5] = ["provider", "model", "mode", "tools", "sandbox_read"];
+pub const DEFAULT_KEYS: [&str; 6] = [
+    "provider",
+    "model",
+    "mode",
+    "tools",
+    "sandbox_read",
+    "permissions",
+];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
 const TABLE_KEYS: [&str; 4] = ["profiles", "providers", "server", "sessions"];
@@ -60,7 +68,69 @@ pub struct Defaults {
     pub tools: Option<Vec<String>>,
     /// More directories sandboxed commands may read (absolute, or `~/…`).
     pub sandbox_read: Option<Vec<PathBuf>>,
+    /// The permission rules (`[permissions]`): unioned across layers.
+    pub permissions: Option<Permissions>,
 }
+
+/// The `[permissions]` table of a layer: rule strings by list (the syntax
+/// is [`keel_kernel::user_rules`]'s). Every layer's rules are kept (the
+/// lists are unioned); the project layer may add only `ask` and `deny`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct Permissions {
+    /// Rules that answer a question the mode would ask with yes.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Rules that turn what the mode allows into a question.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Rules that refuse, whatever the mode.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+impl Permissions {
+    /// The lists as the kernel and the session record them.
+    pub fn lists(&self) -> PermissionRuleLists {
+        let mut lists = PermissionRuleLists::default();
+        lists.allow = self.allow.clone();
+        lists.ask = self.ask.clone();
+        lists.deny = self.deny.clone();
+        lists
+    }
+
+    /// These rules and `other`'s (each once).
+    pub(crate) fn overlaid(self, other: Permissions) -> Permissions {
+        let lists = self.lists().union(other.lists());
+        Permissions {
+            allow: lists.allow,
+            ask: lists.ask,
+            deny: lists.deny,
+        }
+    }
+
+    /// Checks that every rule can be read; the error names `place`, the
+    /// key (`permissions.deny[1]`) and the rule.
+    fn checked(&self, place: &str) -> Result<(), HostError> {
+        UserRules::new(self.lists()).map(drop).map_err(|error| {
+            let mut rule: String = error.rule.chars().take(RULE_SHOWN).collect();
+            if rule.len() < error.rule.len() {
+                rule.push('…');
+            }
+            invalid(
+                place,
+                &format!(
+                    "`permissions.{}[{}]` {rule:?}: {}",
+                    error.list, error.index, error.reason
+                ),
+            )
+        })
+    }
+}
+
+/// The most characters of a rule an error shows.
+const RULE_SHOWN: usize = 120;
 
 impl Defaults {
     /// This layer with `over` on top of it.
@@ -81,14 +151,22 @@ impl Defaults {
             mode: over.mode.or(self.mode),
             tools: over.tools.or(self.tools),
             sandbox_read: over.sandbox_read.or(self.sandbox_read),
+            permissions: match (self.permissions, over.permissions) {
+                (Some(below), Some(above)) => Some(below.overlaid(above)),
+                (below, above) => above.or(below),
+            },
         }
     }
 
     /// Parses a layer from a TOML table that holds only [`DEFAULT_KEYS`].
     pub(crate) fn from_table(table: toml::Table, place: &str) -> Result<Self, HostError> {
-        toml::Value::Table(table)
+        let defaults: Defaults = toml::Value::Table(table)
             .try_into()
-            .map_err(|error: toml::de::Error| invalid(place, error.message()))
+            .map_err(|error: toml::de::Error| invalid(place, error.message()))?;
+        if let Some(permissions) = &defaults.permissions {
+            permissions.checked(place)?;
+        }
+        Ok(defaults)
     }
 }
 
@@ -341,6 +419,11 @@ impl Settings {
             .readable
             .extend(defaults.sandbox_read.iter().flatten().cloned());
         config.sandbox.readable.extend(choices.sandbox_read);
+        config.permissions = defaults
+            .permissions
+            .as_ref()
+            .map(Permissions::lists)
+            .unwrap_or_default();
         Ok(RunSetup {
             config,
             mode: choices.mode.or(defaults.mode).unwrap_or_default(),

@@ -580,3 +580,56 @@ fn the_server_table_comes_from_the_user_only() {
         settings.warnings
     );
 }
+
+#[test]
+fn permission_rules_are_unioned_and_the_project_may_add_only_ask_and_deny() {
+    let fixture = Fixture::new(
+        r#"
+        provider = "local"
+
+        [permissions]
+        allow = ["bash(cargo test *)"]
+        deny = ["bash(rm *)"]
+
+        [profiles.strict.permissions]
+        deny = ["bash(curl *)", "bash(rm *)"]
+        "#,
+    );
+    fixture.project(
+        r#"
+        [permissions]
+        allow = ["bash"]
+        ask = ["read(secrets/**)"]
+        deny = ["write(*.lock)"]
+        "#,
+    );
+    let settings = fixture.load(Some("strict"), &[r#"permissions.ask=["mcp__github__*"]"#]);
+    let rules = settings.defaults.permissions.clone().unwrap();
+    assert_eq!(
+        rules.allow,
+        ["bash(cargo test *)"],
+        "the project's `bash` is dropped"
+    );
+    assert_eq!(rules.ask, ["read(secrets/**)", "mcp__github__*"]);
+    assert_eq!(rules.deny, ["bash(rm *)", "bash(curl *)", "write(*.lock)"]);
+    let warning = settings
+        .warnings
+        .iter()
+        .find(|warning| warning.message.contains("`permissions.allow`"))
+        .unwrap();
+    assert_eq!(warning.code, "project_widening");
+    assert!(warning.message.contains(".keel/config.toml"), "{warning:?}");
+    // They reach the host configuration.
+    let setup = settings.resolve(Choices::default()).unwrap();
+    assert_eq!(setup.config.permissions.deny, rules.deny);
+    assert_eq!(setup.config.permissions.allow, rules.allow);
+
+    // A rule that cannot be read names its file, key and index.
+    let fixture = Fixture::new("[permissions]\nask = [\"read\", \"bash(\\\"x)\"]\n");
+    let (code, message) = fixture.error(None, &[]);
+    assert_eq!(code, "config_invalid");
+    assert!(
+        message.contains("config.toml") && message.contains("`permissions.ask[1]`"),
+        "{message}"
+    );
+}

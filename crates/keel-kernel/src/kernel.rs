@@ -23,6 +23,7 @@ use crate::policy::{MatrixPolicy, PermissionPolicy};
 use crate::project::Instructions;
 use crate::run::AgentRun;
 use crate::session_writer::SessionWriter;
+use crate::user_rules::UserRules;
 use keel_provider::retry::RetryPolicy;
 
 /// A configured kernel: provider, tools, store, workspace and policy.
@@ -437,6 +438,7 @@ pub struct AgentKernelBuilder {
     store: Option<Arc<dyn SessionStore>>,
     workspace: Option<Workspace>,
     policy: Option<Arc<dyn PermissionPolicy>>,
+    user_rules: UserRules,
     sandbox: SandboxConfig,
     retry: RetryPolicy,
     max_output_tokens: Option<u32>,
@@ -561,6 +563,15 @@ impl AgentKernelBuilder {
         self
     }
 
+    /// The permission rules the user wrote (`[permissions]` in the
+    /// configuration), applied after the policy's decision: deny rules
+    /// win, ask rules turn an allow into a question, allow rules answer a
+    /// question the mode would ask ([`crate::user_rules`]). Default: none.
+    pub fn user_rules(mut self, rules: UserRules) -> Self {
+        self.user_rules = rules;
+        self
+    }
+
     /// The OS sandbox settings for commands (default: enforced by Keel with
     /// Landlock and seccomp, system locations readable, and an empty
     /// environment snapshot — commands get only Keel's fixed defaults,
@@ -618,6 +629,7 @@ impl AgentKernelBuilder {
             store: self.store.unwrap_or_else(|| Arc::new(MemoryStore::new())),
             workspace,
             policy: self.policy.unwrap_or_else(|| Arc::new(MatrixPolicy)),
+            user_rules: self.user_rules,
             sandbox: Arc::new(self.sandbox),
             retry: self.retry,
             max_output_tokens: self.max_output_tokens,

@@ -27,7 +27,8 @@
 //!    accounting),
 //!    `checkpoint` (the rules of compaction), `project` (project
 //!    instructions and the environment), `system_prompt` (the default
-//!    prompt, kept in `system_prompt.md`).
+//!    prompt, kept in `system_prompt.md`), `user_rules` (the permission
+//!    rules the user writes, matched on parsed commands and canonical paths).
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
 //!    `emitter` (the gapless event stream), `journal` (the effect journal's
 //!    records and the pure recovery table), `rules` (session rules: host
@@ -77,6 +78,7 @@ mod system_prompt;
 pub mod tokens;
 mod tools;
 mod turn_loop;
+pub mod user_rules;
 mod watchdog;
 
 pub use checkpoint::CompactionSettings;
@@ -91,3 +93,4 @@ pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};
 pub use run::{AgentRun, EventStream};
 pub use shared::ControlError;
+pub use user_rules::{RuleError, RuleList, UserRules};

@@ -17,6 +17,7 @@ use keel_tools::{ToolRegistry, Workspace};
 use crate::checkpoint::CompactionSettings;
 use crate::policy::PermissionPolicy;
 use crate::project::Instructions;
+use crate::user_rules::UserRules;
 use keel_provider::retry::RetryPolicy;
 
 /// Everything an [`crate::AgentKernel`] shares with each of its runs.
@@ -28,6 +29,8 @@ pub(crate) struct KernelParts {
     pub(crate) store: Arc<dyn SessionStore>,
     pub(crate) workspace: Arc<Workspace>,
     pub(crate) policy: Arc<dyn PermissionPolicy>,
+    /// The permission rules the user wrote, applied after the policy.
+    pub(crate) user_rules: UserRules,
     pub(crate) sandbox: Arc<SandboxConfig>,
     pub(crate) retry: RetryPolicy,
     pub(crate) max_output_tokens: Option<u32>,

@@ -54,6 +54,7 @@ use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
+use crate::user_rules::{CallFacts, Matrix, RuleEffect};
 
 pub(crate) struct ToolRunner<'a> {
     pub(crate) parts: &'a KernelParts,
@@ -177,10 +178,31 @@ impl ToolRunner<'_> {
         let confined = classification.confinable
             && self.mode == PermissionMode::Auto
             && self.parts.sandbox_enforced();
-        let policy = self
+        let matrix = self
             .parts
             .policy
             .evaluate_call(self.mode, &call.name, &intent, confined);
+        // The user's rules, after the mode's matrix: deny rules win, ask
+        // rules make an allow a question, allow rules answer a question.
+        let facts = CallFacts::new(
+            &call.name,
+            &prepared.arguments,
+            &self.parts.workspace,
+            self.parts
+                .sandbox
+                .host_env
+                .get("HOME")
+                .map(std::path::PathBuf::from),
+        );
+        let (policy, by_rule) = match self.parts.user_rules.effect(matrix_of(&matrix), &facts) {
+            None => (matrix, None),
+            Some(RuleEffect::Deny(reason)) => (PolicyDecision::Deny(reason), None),
+            Some(RuleEffect::Ask(reason)) => (PolicyDecision::Ask(reason), None),
+            Some(RuleEffect::Allow(reason)) => {
+                let approved = self.parts.policy.approved_level(self.mode, &intent);
+                (PolicyDecision::Allow(approved), Some(reason))
+            }
+        };
         let record = |resolution, reason: String| {
             Some(self.decision(
                 call,
@@ -193,9 +215,10 @@ impl ToolRunner<'_> {
         };
         match policy {
             PolicyDecision::Allow(level) => {
-                let reason = match sandbox_decides(self.mode, &intent, confined) {
-                    true => confined_reason(level, &findings),
-                    false => allowed_reason(self.mode, &intent, level),
+                let reason = match (by_rule, sandbox_decides(self.mode, &intent, confined)) {
+                    (Some(reason), _) => format!("{reason} (sandbox: {})", level.as_str()),
+                    (None, true) => confined_reason(level, &findings),
+                    (None, false) => allowed_reason(self.mode, &intent, level),
                 };
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
@@ -771,6 +794,15 @@ impl ToolRunner<'_> {
 /// of exactly that.
 fn writes_metadata(intent: &OperationIntent) -> bool {
     intent.scope == IntentScope::Metadata
+}
+
+/// A policy decision as the user's rules see it.
+fn matrix_of(decision: &PolicyDecision) -> Matrix {
+    match decision {
+        PolicyDecision::Allow(_) => Matrix::Allow,
+        PolicyDecision::Ask(_) => Matrix::Ask,
+        PolicyDecision::Deny(_) => Matrix::Deny,
+    }
 }
 
 /// The recorded reason of a policy allow, naming the sandbox of commands.

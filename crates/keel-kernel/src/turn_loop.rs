@@ -226,6 +226,7 @@ impl<'a> TurnLoop<'a> {
             model: self.parts.model.clone(),
             mode: self.mode,
             tools: self.parts.tools.names(),
+            permissions: self.parts.user_rules.lists().clone(),
         };
         if branch.configuration.as_ref() != Some(&configuration) {
             self.writer

@@ -267,6 +267,7 @@ async fn after_a_provider_switch() {
                     model: "other-model".into(),
                     mode: PermissionMode::Auto,
                     tools: vec!["read".into()],
+                    permissions: Default::default(),
                 },
             ),
             entry("u1", Some("c0"), user("Read notes.txt.")),

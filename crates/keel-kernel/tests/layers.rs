@@ -18,6 +18,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("checkpoint", 1),
     ("project", 1),
     ("system_prompt", 1),
+    ("user_rules", 1),
     ("parts", 2),
     ("emitter", 2),
     ("journal", 2),

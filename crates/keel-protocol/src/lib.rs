@@ -48,7 +48,7 @@ pub use output::{
 };
 pub use permission::{
     DecisionSource, IntentKind, IntentScope, OperationIntent, PermissionDecision, PermissionMode,
-    PermissionResolution, PermissionRule,
+    PermissionResolution, PermissionRule, PermissionRuleLists,
 };
 pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};

@@ -230,3 +230,46 @@ impl PermissionRule {
         }
     }
 }
+
+/// The permission rules the user wrote (`[permissions]` in `config.toml`):
+/// each list holds rule strings such as `bash(git commit *)`,
+/// `read(~/.gitconfig)` or `mcp__github__*`, as written. A deny rule wins
+/// over everything, an ask rule turns an allow into a question, an allow
+/// rule answers a question the mode would ask (never one the mode denies).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[non_exhaustive]
+pub struct PermissionRuleLists {
+    /// Rules that answer a question the mode would ask with yes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    /// Rules that turn what the mode allows into a question.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ask: Vec<String>,
+    /// Rules that refuse, whatever the mode.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deny: Vec<String>,
+}
+
+impl PermissionRuleLists {
+    /// Whether no list holds a rule.
+    pub fn is_empty(&self) -> bool {
+        self.allow.is_empty() && self.ask.is_empty() && self.deny.is_empty()
+    }
+
+    /// These lists with `other`'s rules added after their own, each rule
+    /// kept once (layers of configuration are unioned).
+    pub fn union(mut self, other: PermissionRuleLists) -> Self {
+        for (mine, theirs) in [
+            (&mut self.allow, other.allow),
+            (&mut self.ask, other.ask),
+            (&mut self.deny, other.deny),
+        ] {
+            for rule in theirs {
+                if !mine.contains(&rule) {
+                    mine.push(rule);
+                }
+            }
+        }
+        self
+    }
+}

@@ -12,7 +12,7 @@ use crate::TimestampMs;
 use crate::context::{CheckpointEvidence, CheckpointMetrics};
 use crate::effect::{EffectStarted, RecoveryAction, RunEndState};
 use crate::message::Message;
-use crate::permission::{PermissionDecision, PermissionMode, PermissionRule};
+use crate::permission::{PermissionDecision, PermissionMode, PermissionRule, PermissionRuleLists};
 
 /// One immutable node of the session tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -66,6 +66,9 @@ pub enum EntryPayload {
         mode: PermissionMode,
         /// Names of the active tools.
         tools: Vec<String>,
+        /// The permission rules the user wrote, as written (absent when none).
+        #[serde(default, skip_serializing_if = "PermissionRuleLists::is_empty")]
+        permissions: PermissionRuleLists,
     },
     /// A conversation message.
     Message {
