@@ -194,14 +194,13 @@ impl ToolRunner<'_> {
                 .get("HOME")
                 .map(std::path::PathBuf::from),
         );
-        let (policy, by_rule) = match self.parts.user_rules.effect(matrix_of(&matrix), &facts) {
-            None => (matrix, None),
-            Some(RuleEffect::Deny(reason)) => (PolicyDecision::Deny(reason), None),
-            Some(RuleEffect::Ask(reason)) => (PolicyDecision::Ask(reason), None),
-            Some(RuleEffect::Allow(reason)) => {
-                let approved = self.parts.policy.approved_level(self.mode, &intent);
-                (PolicyDecision::Allow(approved), Some(reason))
-            }
+        // An allow rule is not applied here but just before the call runs
+        // (`authorize_by_host`), against its target as it resolves then:
+        // an earlier call of this batch may have re-pointed it.
+        let policy = match self.parts.user_rules.effect(matrix_of(&matrix), &facts) {
+            None | Some(RuleEffect::Allow(_)) => matrix,
+            Some(RuleEffect::Deny(reason)) => PolicyDecision::Deny(reason),
+            Some(RuleEffect::Ask(reason)) => PolicyDecision::Ask(reason),
         };
         let record = |resolution, reason: String| {
             Some(self.decision(
@@ -215,10 +214,9 @@ impl ToolRunner<'_> {
         };
         match policy {
             PolicyDecision::Allow(level) => {
-                let reason = match (by_rule, sandbox_decides(self.mode, &intent, confined)) {
-                    (Some(reason), _) => format!("{reason} (sandbox: {})", level.as_str()),
-                    (None, true) => confined_reason(level, &findings),
-                    (None, false) => allowed_reason(self.mode, &intent, level),
+                let reason = match sandbox_decides(self.mode, &intent, confined) {
+                    true => confined_reason(level, &findings),
+                    false => allowed_reason(self.mode, &intent, level),
                 };
                 let decision = record(PermissionResolution::Approved, reason);
                 let metadata = writes_metadata(&intent);
@@ -523,6 +521,48 @@ impl ToolRunner<'_> {
                 &self.parts.sandbox.host_env,
             ))
         };
+        // The user's rules, against the call's target as it resolves now.
+        let facts = CallFacts::new(
+            &call.name,
+            arguments,
+            &self.parts.workspace,
+            self.parts
+                .sandbox
+                .host_env
+                .get("HOME")
+                .map(std::path::PathBuf::from),
+        );
+        let by_user_rule = match self.parts.user_rules.effect(Matrix::Ask, &facts) {
+            Some(RuleEffect::Allow(rule)) => {
+                let level = self.parts.policy.approved_level(self.mode, &intent);
+                let reason = format!("{rule} (sandbox: {})", level.as_str());
+                Some((PermissionResolution::Approved, reason, Ok(level)))
+            }
+            Some(RuleEffect::Deny(rule)) => {
+                let error = denied(format!("Permission denied: {rule}"));
+                Some((PermissionResolution::Denied, rule, Err(error)))
+            }
+            Some(RuleEffect::Ask(_)) | None => None,
+        };
+        if let Some((resolution, reason, outcome)) = by_user_rule {
+            let decision = self.decision(
+                call,
+                arguments,
+                intent,
+                resolution,
+                DecisionSource::Policy,
+                reason,
+            );
+            let mut group = vec![(new_id(), EntryPayload::PermissionDecision { decision })];
+            if outcome.is_ok() {
+                group.extend(effect.map(journal));
+            }
+            self.prepare_journal(&group);
+            self.writer
+                .append_identified(&self.shared.emitter, group)
+                .await?;
+            return Ok(outcome);
+        }
         // Computed now, just before the call would run: what the host is
         // asked about, and what a rule must have been made for.
         let binding = bind();

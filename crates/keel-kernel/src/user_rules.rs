@@ -16,8 +16,10 @@
 //!   component and a `**` component matching any number of them. It is
 //!   matched against the call's `path` argument as the kernel resolves it
 //!   (every symlink followed: the canonical path), the workspace root when
-//!   the call has none. The literal part of PATH is resolved the same way
-//!   when the call is decided, so a rule and a call meet on real locations.
+//!   the call has none. For an allow rule, only PATH's anchor (the home
+//!   directory; the workspace root) is resolved and the rest taken as
+//!   written, so a symlink a command plants under it never moves what the
+//!   rule covers; a deny or ask rule also covers what PATH resolves to now.
 //!
 //! Invariants:
 //! - Deny rules win over everything, `full` included. Ask rules turn what
@@ -47,6 +49,14 @@ use keel_protocol::{IntentKind, IntentScope, PermissionRuleLists};
 use keel_tools::Workspace;
 use keel_tools::shell::{self, ShellAnalysis};
 use serde_json::Value;
+
+/// Most rules in one list (`allow`, `ask` or `deny`).
+pub const MAX_RULES: usize = 256;
+/// The longest rule, in bytes.
+pub const MAX_RULE_BYTES: usize = 1024;
+/// The longest command word a rule is matched against; a longer word is
+/// taken as unknown (allow: no match; deny and ask: may match).
+const MAX_WORD_CHARS: usize = 4096;
 
 /// The list a rule is in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,10 +116,26 @@ impl UserRules {
     /// Parses every rule of `lists`; the first that cannot be read is the error.
     pub fn new(lists: PermissionRuleLists) -> Result<Self, RuleError> {
         let parse = |list: RuleList, rules: &[String]| {
+            if let Some(text) = rules.get(MAX_RULES) {
+                return Err(RuleError {
+                    list,
+                    index: MAX_RULES,
+                    rule: text.chars().take(80).collect(),
+                    reason: format!("a list holds at most {MAX_RULES} rules"),
+                });
+            }
             rules
                 .iter()
                 .enumerate()
                 .map(|(index, text)| {
+                    if text.len() > MAX_RULE_BYTES {
+                        return Err(RuleError {
+                            list,
+                            index,
+                            rule: text.chars().take(80).collect(),
+                            reason: format!("a rule is at most {MAX_RULE_BYTES} bytes long"),
+                        });
+                    }
                     Rule::parse(list, index, text).map_err(|reason| RuleError {
                         list,
                         index,
@@ -189,12 +215,25 @@ impl UserRules {
             return None;
         }
         let analysis = call.analysis()?;
-        let whole = !cut(analysis)
-            && analysis.kind != IntentKind::Unknown
-            && matches!(
-                analysis.scope,
-                IntentScope::Workspace | IntentScope::Metadata
-            );
+        // A command's words do not show the variables it sets for a program
+        // (`GIT_CONFIG_*`, `PATH`, `LD_PRELOAD`) nor its redirections: a
+        // command setting one never matches an allow rule, and one with a
+        // redirection only while it stays plain shell in the workspace, so
+        // that the network or a `.git` write it is allowed comes from words
+        // the rule names (`git push`, `git commit`), never from `>
+        // /dev/tcp/…` or `>> .git/config`.
+        let command = call.arguments.get("command").and_then(Value::as_str);
+        let assigns = command.is_none_or(assigns_a_variable);
+        let redirects = command.is_none_or(|command| command.contains(['<', '>']));
+        let whole = !assigns
+            && !cut(analysis)
+            && match (analysis.kind, analysis.scope) {
+                (IntentKind::Unknown, _) => false,
+                (_, IntentScope::Workspace) if !redirects => true,
+                (_, IntentScope::Metadata) if !redirects => true,
+                (IntentKind::Shell, IntentScope::Workspace) => true,
+                _ => false,
+            };
         if !whole {
             return None;
         }
@@ -428,7 +467,8 @@ impl Rule {
             Some(Pattern::Path(pattern)) => match call.path() {
                 None => false,
                 Some(Resolved::Canonical(path) | Resolved::Written(path)) => {
-                    path_matches(pattern, path, call)
+                    path_matches(pattern, path, call, Anchor::Lexical)
+                        || path_matches(pattern, path, call, Anchor::Physical)
                 }
             },
         }
@@ -438,7 +478,7 @@ impl Rule {
     fn surely_matches_path(&self, call: &CallFacts<'_>) -> bool {
         match (&self.pattern, call.path()) {
             (Some(Pattern::Path(pattern)), Some(Resolved::Canonical(path))) => {
-                path_matches(pattern, path, call)
+                path_matches(pattern, path, call, Anchor::Lexical)
             }
             _ => false,
         }
@@ -553,20 +593,85 @@ fn file_glob(word: &str) -> bool {
 fn surely_matches_words(pattern: &[Vec<Piece>], rest: bool, argv: &[String]) -> bool {
     for (index, word) in argv.iter().enumerate() {
         let Some(piece) = pattern.get(index) else {
-            return rest && argv[index..].iter().all(|word| known(word));
+            return rest
+                && argv[index..]
+                    .iter()
+                    .all(|word| known(word) && !runs_a_program(word));
         };
-        if !known(word) || file_glob(word) || !glob(piece, word) {
+        if !known(word)
+            || file_glob(word)
+            || (piece.contains(&Piece::Star) && runs_a_program(word))
+            || !glob(piece, word)
+        {
             return false;
         }
     }
     argv.len() == pattern.len()
 }
 
+/// Options that make a program run another command of their value
+/// (`git fetch --upload-pack=…`, `tar --checkpoint-action=exec=…`): a `*`
+/// of an allow rule does not take them; the rule must name them.
+const PROGRAM_OPTIONS: [&str; 12] = [
+    "--upload-pack",
+    "--receive-pack",
+    "--exec",
+    "--checkpoint-action",
+    "--to-command",
+    "--use-compress-program",
+    "--compress-program",
+    "--rsh",
+    "--rsync-path",
+    "--config",
+    "--run",
+    "--command",
+];
+
+/// Whether `word` is (or starts with) a [`PROGRAM_OPTIONS`] option, or is
+/// too long to match in bounded time.
+fn runs_a_program(word: &str) -> bool {
+    word.chars().count() > MAX_WORD_CHARS
+        || PROGRAM_OPTIONS.iter().any(|option| {
+            word.strip_prefix(option)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('='))
+        })
+}
+
+/// Whether a command's text has a word that sets a variable (`NAME=…`),
+/// read as the shell splits words at blanks — on the safe side: a quoted
+/// `a=b` counts too.
+fn assigns_a_variable(command: &str) -> bool {
+    command
+        .split(|c: char| c.is_whitespace() || matches!(c, ';' | '&' | '|' | '(' | ')'))
+        .any(|word| {
+            let name = word.split_once('=').map_or("", |(name, _)| name);
+            !name.is_empty()
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !name.starts_with(|c: char| c.is_ascii_digit())
+        })
+}
+
 /// Whether `argv` may match the pattern: the words up to the first one
 /// not known statically (or a file-name glob) match.
 fn may_match_words(pattern: &[Vec<Piece>], rest: bool, argv: &[String]) -> bool {
+    // A program named by its path (`/bin/rm`) is the program: matched by
+    // its name too.
+    if let Some((first, others)) = argv.split_first()
+        && let Some((_, name)) = first.rsplit_once('/')
+        && !name.is_empty()
+    {
+        let mut by_name = vec![name.to_owned()];
+        by_name.extend(others.iter().cloned());
+        if may_match_words_as_given(pattern, rest, &by_name) {
+            return true;
+        }
+    }
+    may_match_words_as_given(pattern, rest, argv)
+}
+
+fn may_match_words_as_given(pattern: &[Vec<Piece>], rest: bool, argv: &[String]) -> bool {
     for (index, word) in argv.iter().enumerate() {
-        if !known(word) || file_glob(word) {
+        if !known(word) || file_glob(word) || word.chars().count() > MAX_WORD_CHARS {
             return true;
         }
         match pattern.get(index) {
@@ -586,14 +691,31 @@ enum Part {
     One(Vec<Piece>),
 }
 
+/// How a path rule's literal part is placed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Anchor {
+    /// Its anchor (the home directory, or the workspace root, which is
+    /// canonical) resolved, the rest taken as written: what an allow rule
+    /// means. A symlink a command planted under the anchor never moves
+    /// what the rule covers (a `notes` made a link to `~/.ssh` does not
+    /// make `write(notes/*)` cover `~/.ssh`).
+    Lexical,
+    /// Resolved as it is now, every symlink followed: what a deny or ask
+    /// rule also covers (`~/.ssh` being a link to elsewhere).
+    Physical,
+}
+
 /// Whether the absolute `path` matches the path `pattern`: `~` expanded
 /// with the call's home (no home: a `~` rule matches nothing), a relative
 /// pattern under the workspace root, its literal leading components
-/// resolved as they are now.
-fn path_matches(pattern: &str, path: &Path, call: &CallFacts<'_>) -> bool {
+/// placed as `anchor` says.
+fn path_matches(pattern: &str, path: &Path, call: &CallFacts<'_>, anchor: Anchor) -> bool {
     let absolute = match pattern.strip_prefix('~') {
         Some(rest) => match &call.home {
-            Some(home) => home.join(rest.trim_start_matches('/')),
+            Some(home) => {
+                let home = std::fs::canonicalize(home).unwrap_or_else(|_| home.clone());
+                home.join(rest.trim_start_matches('/'))
+            }
             None => return false,
         },
         None => call.workspace.root().join(pattern),
@@ -614,7 +736,11 @@ fn path_matches(pattern: &str, path: &Path, call: &CallFacts<'_>) -> bool {
             parts.push(Part::One(name.chars().map(glob_piece).collect()));
         }
     }
-    let Ok(rest) = path.strip_prefix(resolve_now(&literal)) else {
+    let literal = match anchor {
+        Anchor::Lexical => literal,
+        Anchor::Physical => resolve_now(&literal),
+    };
+    let Ok(rest) = path.strip_prefix(&literal) else {
         return false;
     };
     let names: Vec<String> = rest

@@ -64,7 +64,7 @@ impl Fixture {
 
 /// A workspace `ws` and a directory `outside` beside it, holding
 /// `allowed.txt`, `other.txt` and `secret.txt`; rules built from `rules`
-/// with `{out}` standing for `outside`.
+/// (and the script's turns) with `{out}` standing for `outside`.
 fn fixture(turns: Vec<Value>, rules: (&[&str], &[&str], &[&str])) -> Fixture {
     let base = tempfile::tempdir().unwrap();
     std::fs::create_dir(base.path().join("ws")).unwrap();
@@ -87,7 +87,7 @@ fn fixture(turns: Vec<Value>, rules: (&[&str], &[&str], &[&str])) -> Fixture {
     let script = json!({ "turns": turns });
     let kernel = AgentKernel::builder()
         .provider(Arc::new(ScriptedProvider::new(
-            Script::from_json(&script.to_string()).unwrap(),
+            Script::from_json(&script.to_string().replace("{out}", &out)).unwrap(),
         )))
         .workspace(Workspace::new(base.path().join("ws")).unwrap())
         .store(store.clone())
@@ -318,4 +318,100 @@ async fn the_rules_are_recorded_in_the_runs_configuration_entry() {
         configuration,
         lists(&["bash(cargo test *)"], &[], &["read(~/.ssh/**)"])
     );
+}
+
+/// Attacks an attacker's review found, each now asked or denied.
+#[tokio::test]
+async fn a_planted_symlink_never_moves_what_an_allow_rule_covers() {
+    let f = fixture(
+        vec![
+            // The command makes `notes` a link out of the workspace…
+            turn(&[bash("rm -rf notes && ln -s {out} notes")]),
+            // …and a write under `notes/` would land outside.
+            turn(&[call(
+                "write",
+                json!({"path": "notes/planted.txt", "content": "x"}),
+            )]),
+            // In one batch: re-point `link` at the secret, then read it.
+            turn(&[
+                bash("ln -sfn {out}/secret.txt link"),
+                call("read", json!({"path": "link"})),
+            ]),
+            done(),
+        ],
+        (
+            &["write(notes/*)", "read({out}/allowed.txt)", "bash"],
+            &[],
+            &[],
+        ),
+    );
+    let outside = f.outside();
+    std::fs::create_dir(f.ws().join("notes")).unwrap();
+    symlink(outside.join("allowed.txt"), f.ws().join("link")).unwrap();
+    let seen = run(&f, RunSpec::new("go").mode(PermissionMode::Ask)).await;
+    assert!(!outside.join("planted.txt").exists(), "{:?}", seen.asked);
+    assert!(
+        seen.asked.iter().any(|asked| asked.contains("planted.txt")),
+        "{:?}",
+        seen.asked
+    );
+    let entries = f.store.entries(&seen.result.session_id).await.unwrap();
+    let read_secret = entries.iter().any(|entry| {
+        serde_json::to_string(&entry.payload)
+            .unwrap()
+            .contains("contents of secret.txt")
+    });
+    assert!(
+        !read_secret,
+        "the re-pointed link was read under the allow rule"
+    );
+}
+
+#[tokio::test]
+async fn allow_rules_never_cover_redirections_assignments_or_program_options() {
+    let f = fixture(
+        vec![
+            turn(&[bash("echo '[core]' >> .git/config")]),
+            turn(&[bash("echo leak > /dev/tcp/127.0.0.1/9")]),
+            turn(&[bash("GIT_CONFIG_COUNT=1 git status")]),
+            turn(&[bash("git fetch --upload-pack='touch ran' .")]),
+            turn(&[bash("echo fine > a.txt")]),
+            done(),
+        ],
+        (
+            &["bash(echo *)", "bash(git status *)", "bash(git fetch *)"],
+            &[],
+            &[],
+        ),
+    );
+    std::fs::create_dir(f.ws().join(".git")).unwrap();
+    let seen = run(&f, RunSpec::new("go").mode(PermissionMode::Ask)).await;
+    assert_eq!(seen.asked.len(), 4, "{:?}", seen.asked);
+    assert_eq!(
+        std::fs::read_to_string(f.ws().join("a.txt")).unwrap(),
+        "fine\n",
+        "a plain redirection inside the workspace is still allowed"
+    );
+    assert!(!f.ws().join("ran").exists());
+}
+
+#[tokio::test]
+async fn a_deny_rule_matches_a_program_named_by_its_path() {
+    let f = fixture(
+        vec![turn(&[bash("/bin/rm -f keep.txt")]), done()],
+        (&[], &[], &["bash(rm *)"]),
+    );
+    std::fs::write(f.ws().join("keep.txt"), "k").unwrap();
+    let seen = run(&f, RunSpec::new("go").mode(PermissionMode::Full)).await;
+    assert_eq!(seen.statuses, [ToolStatus::Error]);
+    assert!(f.ws().join("keep.txt").exists());
+}
+
+#[test]
+fn rules_are_bounded_in_length_and_number() {
+    let long = format!("bash({})", "a".repeat(2000));
+    assert!(UserRules::new(lists(&[], &[], &[&long])).is_err());
+    let many: Vec<String> = (0..300).map(|n| format!("bash(x{n})")).collect();
+    let many: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert!(UserRules::new(lists(&many, &[], &[])).is_err());
 }
