@@ -184,16 +184,7 @@ impl ToolRunner<'_> {
             .evaluate_call(self.mode, &call.name, &intent, confined);
         // The user's rules, after the mode's matrix: deny rules win, ask
         // rules make an allow a question, allow rules answer a question.
-        let facts = CallFacts::new(
-            &call.name,
-            &prepared.arguments,
-            &self.parts.workspace,
-            self.parts
-                .sandbox
-                .host_env
-                .get("HOME")
-                .map(std::path::PathBuf::from),
-        );
+        let facts = self.rule_facts(call, &prepared.arguments);
         // An allow rule is not applied here but just before the call runs
         // (`authorize_by_host`), against its target as it resolves then:
         // an earlier call of this batch may have re-pointed it.
@@ -501,6 +492,37 @@ impl ToolRunner<'_> {
         self.shared.add_git_code(changes);
     }
 
+    /// What the user's rules look at in `call` (`~` being the `HOME` of the
+    /// host's environment snapshot).
+    fn rule_facts<'a>(&'a self, call: &'a ToolCall, arguments: &'a Value) -> CallFacts<'a> {
+        CallFacts::new(
+            &call.name,
+            arguments,
+            &self.parts.workspace,
+            self.parts
+                .sandbox
+                .host_env
+                .get("HOME")
+                .map(std::path::PathBuf::from),
+        )
+    }
+
+    /// Appends a decision made without asking the host (by a rule), with
+    /// the journal record of the effect it lets start, as one group.
+    async fn record_decision(
+        &self,
+        decision: PermissionDecision,
+        effect: Option<(String, EffectStarted)>,
+    ) -> Result<(), SessionError> {
+        let mut group = vec![(new_id(), EntryPayload::PermissionDecision { decision })];
+        group.extend(effect.map(|(id, effect)| (id, EntryPayload::EffectStarted { effect })));
+        self.prepare_journal(&group);
+        self.writer
+            .append_identified(&self.shared.emitter, group)
+            .await?;
+        Ok(())
+    }
+
     /// Decides by a session rule whose binding still holds, else asks the
     /// host and records its decision; the level to run at, or why not.
     async fn authorize_by_host(
@@ -522,16 +544,7 @@ impl ToolRunner<'_> {
             ))
         };
         // The user's rules, against the call's target as it resolves now.
-        let facts = CallFacts::new(
-            &call.name,
-            arguments,
-            &self.parts.workspace,
-            self.parts
-                .sandbox
-                .host_env
-                .get("HOME")
-                .map(std::path::PathBuf::from),
-        );
+        let facts = self.rule_facts(call, arguments);
         let by_user_rule = match self.parts.user_rules.effect(Matrix::Ask, &facts) {
             Some(RuleEffect::Allow(rule)) => {
                 let level = self.parts.policy.approved_level(self.mode, &intent);
@@ -553,13 +566,7 @@ impl ToolRunner<'_> {
                 DecisionSource::Policy,
                 reason,
             );
-            let mut group = vec![(new_id(), EntryPayload::PermissionDecision { decision })];
-            if outcome.is_ok() {
-                group.extend(effect.map(journal));
-            }
-            self.prepare_journal(&group);
-            self.writer
-                .append_identified(&self.shared.emitter, group)
+            self.record_decision(decision, outcome.is_ok().then_some(effect).flatten())
                 .await?;
             return Ok(outcome);
         }
@@ -572,13 +579,7 @@ impl ToolRunner<'_> {
         {
             RuleMatch::Matches(rule) => {
                 let (allowed, decision) = self.by_rule(call, arguments, intent, &rule);
-                let mut group = vec![(new_id(), EntryPayload::PermissionDecision { decision })];
-                if allowed.is_ok() {
-                    group.extend(effect.map(journal));
-                }
-                self.prepare_journal(&group);
-                self.writer
-                    .append_identified(&self.shared.emitter, group)
+                self.record_decision(decision, allowed.is_ok().then_some(effect).flatten())
                     .await?;
                 return Ok(allowed);
             }
