@@ -23,18 +23,7 @@ fn run(home: &Home, name: &str, turns: Value, env: &[(&str, &str)]) -> (Option<i
 
 /// `keel session prune ARGS --output-format json`: the document.
 fn prune(home: &Home, args: &[&str]) -> Value {
-    let output = home
-        .command(&["session", "prune", "--output-format", "json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    home.json(&["session", "prune"], args)
 }
 
 fn text(answer: &str) -> Value {

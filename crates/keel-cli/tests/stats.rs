@@ -7,19 +7,9 @@ mod common;
 use common::home::{Home, final_result};
 use serde_json::{Value, json};
 
+/// `keel session stats ARGS --output-format json`: the document.
 fn stats(home: &Home, args: &[&str]) -> Value {
-    let output = home
-        .command(&["session", "stats", "--output-format", "json"])
-        .args(args)
-        .output()
-        .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
+    home.json(&["session", "stats"], args)
 }
 
 #[test]

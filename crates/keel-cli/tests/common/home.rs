@@ -75,6 +75,24 @@ impl Home {
             .unwrap()
     }
 
+    /// `keel SUBCOMMAND --output-format json ARGS`, which must exit 0: the
+    /// document it printed.
+    pub fn json(&self, subcommand: &[&str], args: &[&str]) -> Value {
+        let output = self
+            .command(subcommand)
+            .args(["--output-format", "json"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        serde_json::from_slice(&output.stdout).unwrap()
+    }
+
     /// The session ids of the store, oldest file first.
     pub fn ids(&self) -> Vec<String> {
         let mut ids: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(self.sessions())
