@@ -155,9 +155,7 @@ pub fn of_entries(entries: &[Entry]) -> Stats {
             EntryPayload::Message {
                 message: Message::Assistant(message),
             } => {
-                if let Some(done) = turn_ms.take() {
-                    stats.longest_turn_ms = stats.longest_turn_ms.max(done);
-                }
+                end_turn(&mut stats, &mut turn_ms);
                 let model = since_parent(entry);
                 stats.model_ms += model;
                 turn_ms = Some(model);
@@ -219,20 +217,23 @@ pub fn of_entries(entries: &[Entry]) -> Stats {
             }
             EntryPayload::Message { .. } => {
                 // A user message ends the turn before it.
-                if let Some(done) = turn_ms.take() {
-                    stats.longest_turn_ms = stats.longest_turn_ms.max(done);
-                }
+                end_turn(&mut stats, &mut turn_ms);
             }
             _ => {}
         }
     }
-    if let Some(done) = turn_ms {
-        stats.longest_turn_ms = stats.longest_turn_ms.max(done);
-    }
+    end_turn(&mut stats, &mut turn_ms);
     if started > ended {
         stats.runs.insert("unfinished".to_owned(), started - ended);
     }
     stats
+}
+
+/// Ends the turn being timed, if any, keeping the longest.
+fn end_turn(stats: &mut Stats, turn_ms: &mut Option<u64>) {
+    if let Some(done) = turn_ms.take() {
+        stats.longest_turn_ms = stats.longest_turn_ms.max(done);
+    }
 }
 
 /// Counts `ms` as tool time of the turn being timed (none before the first
