@@ -754,6 +754,18 @@ pub struct ConfigArgs {
     pub overrides: Vec<String>,
 }
 
+impl ConfigArgs {
+    /// The configuration sources these flags name (no workspace: the
+    /// caller adds the one whose project layer applies).
+    pub fn sources(&self) -> keel_host::Sources {
+        let mut sources = keel_host::Sources::default();
+        sources.config_file = self.config.clone();
+        sources.profile = self.profile.clone();
+        sources.overrides = self.overrides.clone();
+        sources
+    }
+}
+
 /// How `keel run` reads standard input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum InputFormat {

@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use keel_host::{Choices, Settings, Sources, sessions};
+use keel_host::{Choices, Settings, sessions};
 use keel_kernel::KernelError;
 use keel_protocol::{CompactionFailedLine, CompactionLine, EntryPayload, HostLine};
 
@@ -58,10 +58,7 @@ pub async fn run(args: CompactArgs) -> Result<ExitCode, StartupError> {
             text.split_once('=')
                 .is_some_and(|(key, _)| matches!(key.trim(), "provider" | "model"))
         });
-    let mut sources = Sources::default();
-    sources.config_file = args.settings.config;
-    sources.profile = args.settings.profile;
-    sources.overrides = args.settings.overrides;
+    let mut sources = args.settings.sources();
     sources.workspace = workspace.clone().or_else(|| std::env::current_dir().ok());
     let settings = Settings::load(&sources)?;
     let (provider, model) = match (&args.provider, layered) {

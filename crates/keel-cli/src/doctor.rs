@@ -94,10 +94,7 @@ async fn check_config(args: &DoctorArgs) -> ConfigFindings {
             .map(|path| path.display().to_string()),
         ..ConfigFindings::default()
     };
-    let mut sources = keel_host::Sources::default();
-    sources.config_file = args.settings.config.clone();
-    sources.profile = args.settings.profile.clone();
-    sources.overrides = args.settings.overrides.clone();
+    let mut sources = args.settings.sources();
     sources.workspace = std::env::current_dir().ok();
     let settings = match keel_host::Settings::load(&sources) {
         Ok(settings) => settings,

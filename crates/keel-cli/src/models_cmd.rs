@@ -9,7 +9,7 @@
 
 use std::process::ExitCode;
 
-use keel_host::{Settings, Sources};
+use keel_host::Settings;
 use serde_json::json;
 
 use crate::args::{DataFormat, ModelsArgs};
@@ -18,12 +18,7 @@ use crate::startup::StartupError;
 
 pub fn run(args: ModelsArgs) -> Result<ExitCode, StartupError> {
     let format = args.format.data();
-    let args = args.settings;
-    let mut sources = Sources::default();
-    sources.config_file = args.config;
-    sources.profile = args.profile;
-    sources.overrides = args.overrides;
-    let settings = Settings::load(&sources)?;
+    let settings = Settings::load(&args.settings.sources())?;
     let config = settings.catalog;
     let mut providers = Vec::new();
     for (name, provider) in &config.providers {

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use keel_host::sessions::Resume;
-use keel_host::{Choices, RunSetup, Settings, Sources, sessions};
+use keel_host::{Choices, RunSetup, Settings, sessions};
 use keel_kernel::{AgentRun, RunSpec};
 use keel_protocol::{PermissionMode, RunEvent};
 
@@ -554,10 +554,7 @@ fn run_setup(args: &RunArgs) -> Result<RunSetup, StartupError> {
         Some(workspace) => Some(workspace.clone()),
         None => std::env::current_dir().ok(),
     };
-    let mut sources = Sources::default();
-    sources.config_file = args.settings.config.clone();
-    sources.profile = args.settings.profile.clone();
-    sources.overrides = args.settings.overrides.clone();
+    let mut sources = args.settings.sources();
     sources.workspace = workspace;
     let settings = Settings::load(&sources)?;
     Ok(settings.resolve({

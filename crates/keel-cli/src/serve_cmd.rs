@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use keel_host::broker::admission::Quota;
 use keel_host::broker::{Authority, Broker, BrokerConfig};
-use keel_host::{HostOptions, Settings, Sources};
+use keel_host::{HostOptions, Settings};
 use keel_server::{ServeFlags, ServePlan};
 
 use crate::args::{BrokerArgs, RpcArgs, ServeArgs};
@@ -33,11 +33,7 @@ pub async fn rpc(args: RpcArgs) -> Result<ExitCode, StartupError> {
 
 /// `keel serve`: listens until SIGTERM or SIGINT, then drains.
 pub async fn serve(args: ServeArgs) -> Result<ExitCode, StartupError> {
-    let mut sources = Sources::default();
-    sources.config_file = args.broker.settings.config.clone();
-    sources.profile = args.broker.settings.profile.clone();
-    sources.overrides = args.broker.settings.overrides.clone();
-    let settings = Settings::load(&sources)?;
+    let settings = Settings::load(&args.broker.settings.sources())?;
     let mut flags = ServeFlags::default();
     flags.listen = args.listen.clone();
     flags.token_file = args.token_file.clone();

@@ -171,11 +171,7 @@ async fn prune(args: crate::args::PruneArgs) -> Result<ExitCode, StartupError> {
         Some(text) => prune::parse_duration(text)
             .map_err(|message| StartupError::new("usage", format!("--older-than: {message}")))?,
         None => {
-            let mut sources = keel_host::Sources::default();
-            sources.config_file = args.settings.config.clone();
-            sources.profile = args.settings.profile.clone();
-            sources.overrides = args.settings.overrides.clone();
-            let settings = keel_host::Settings::load(&sources)?;
+            let settings = keel_host::Settings::load(&args.settings.sources())?;
             settings.sessions.retention().ok_or_else(|| {
                 StartupError::new(
                     "usage",
