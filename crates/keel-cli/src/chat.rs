@@ -55,6 +55,8 @@ use crate::view::call_title;
 
 /// The prompt shown by the line editor.
 const PROMPT: &str = "› ";
+/// The largest history file read; a larger one is not read (noted).
+const HISTORY_BYTES: u64 = 16 * 1024 * 1024;
 /// History entries kept in the file (older ones are dropped on load).
 const HISTORY_KEPT: usize = 1000;
 /// Exit code after a second Ctrl-C.
@@ -375,12 +377,18 @@ impl History {
                 .mode(0o700)
                 .create(dir);
         }
-        let mut entries: Vec<String> = match std::fs::read_to_string(&path) {
-            Ok(text) => text
+        // Read as a file something else could have put there: a regular
+        // file only, never through a symlink, without blocking, capped.
+        let read = keel_tools::untrusted::read(
+            keel_tools::untrusted::Origin::NoFollow(&path),
+            keel_tools::untrusted::Limit::Refuse(HISTORY_BYTES),
+        );
+        let mut entries: Vec<String> = match read {
+            Ok(contents) => String::from_utf8_lossy(&contents.bytes)
                 .lines()
                 .filter_map(|line| serde_json::from_str(line).ok())
                 .collect(),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(error) if error.is_not_found() => Vec::new(),
             Err(error) => {
                 eprintln!(
                     "keel: the chat history {} is not read: {error}",
@@ -393,7 +401,8 @@ impl History {
             entries.drain(..entries.len() - HISTORY_KEPT);
         }
         // A file made by an older keel, or by hand: owner only.
-        if let Ok(metadata) = std::fs::metadata(&path)
+        if let Ok(metadata) = std::fs::symlink_metadata(&path)
+            && metadata.is_file()
             && metadata.permissions().mode() & 0o077 != 0
         {
             let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600));
@@ -411,6 +420,8 @@ impl History {
             .create(true)
             .append(true)
             .mode(0o600)
+            // Never written through a link put in its place, never blocked on a FIFO.
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
             .open(&self.path)
             .and_then(|mut file| file.write_all(format!("{line}\n").as_bytes()));
         if let Err(error) = written {
@@ -979,5 +990,19 @@ mod tests {
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
         assert_eq!(History::open(path).entries, ["first", "two\nlines"]);
+    }
+
+    #[test]
+    fn a_history_that_is_a_symlink_is_neither_read_nor_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "\"planted\"\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("keel")).unwrap();
+        let path = dir.path().join("keel/history");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let history = History::open(path);
+        assert!(history.entries.is_empty());
+        history.append("secret prompt");
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "\"planted\"\n");
     }
 }

@@ -262,7 +262,14 @@ impl View {
                             // file's own (a link's, never its target's).
                             let size = Some(bytes).filter(|b| *b > 0).or_else(|| {
                                 let root = self.root.as_ref()?;
-                                let meta = std::fs::symlink_metadata(root.join(path)).ok()?;
+                                // Only a file still inside the workspace: a
+                                // directory on the way re-pointed elsewhere
+                                // since is not followed out.
+                                let file = root.join(path);
+                                let parent = std::fs::canonicalize(file.parent()?).ok()?;
+                                let name = file.file_name()?;
+                                parent.starts_with(root).then_some(())?;
+                                let meta = std::fs::symlink_metadata(parent.join(name)).ok()?;
                                 Some(meta.len())
                             });
                             match size {
