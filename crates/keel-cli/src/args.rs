@@ -47,6 +47,15 @@ pub enum Command {
     /// stream-json`, standard input drives the runs instead of PROMPT.
     #[command(after_help = crate::help::RESUME_EXAMPLES)]
     Resume(Deferred<Box<ResumeArgs>>),
+    /// Put a session's workspace and conversation back to an earlier entry.
+    ///
+    /// Records the workspace as it is first (the undo point it prints),
+    /// then puts back every file the session changed since then — also
+    /// through `bash` — and moves the session's leaf there. An entry inside
+    /// a run means the moment before that run. Files the session never
+    /// touched stay; a file changed outside the session is reported as a
+    /// conflict and left as it is (exit 1).
+    Rewind(Deferred<RewindArgs>),
     /// Talk with the agent on the terminal: each prompt a run in one session.
     ///
     /// Also `keel` alone when standard input and output are terminals.
@@ -311,6 +320,21 @@ pub struct ModelsArgs {
     pub format: FormatArgs,
 }
 
+/// `keel rewind`.
+#[derive(Debug, Clone, Args)]
+pub struct RewindArgs {
+    /// The session id (or a unique prefix).
+    pub session: String,
+    /// The entry id (or a unique prefix) to go back to, as `keel session
+    /// show` lists them.
+    #[arg(long, value_name = "ENTRY")]
+    pub to: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
 /// `keel doctor`.
 #[derive(Debug, Clone, Args)]
 pub struct DoctorArgs {
@@ -461,6 +485,24 @@ pub enum SessionCommand {
     /// damaged, or whose fork is kept; says what it freed. The age is
     /// --older-than, else `retention` in config.toml's `[sessions]`.
     Prune(PruneArgs),
+    /// Write a workspace snapshot of the session into a new directory.
+    ///
+    /// The snapshot in force at ENTRY (the latest recorded at or before it;
+    /// the leaf's without --at), byte for byte with file modes.
+    Restore {
+        /// The session id (or a unique prefix).
+        id: String,
+        /// The entry id (or a unique prefix) whose workspace to write.
+        #[arg(long, value_name = "ENTRY")]
+        at: Option<String>,
+        /// A new or empty directory to write it into.
+        #[arg(long, value_name = "DIR")]
+        into: PathBuf,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        format: FormatArgs,
+    },
     /// Write the whole session as one JSON document.
     Export {
         /// The session id (or a unique prefix).

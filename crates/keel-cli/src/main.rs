@@ -25,6 +25,7 @@ mod install;
 mod models_cmd;
 mod output;
 mod picker;
+mod rewind_cmd;
 mod run_cmd;
 mod serve_cmd;
 mod session_cmd;
@@ -118,6 +119,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run_cmd::run(*args.into_inner()).await,
             Command::Resume(args) => run_cmd::resume(*args.into_inner()).await,
             Command::Chat(args) => run_cmd::chat(*args.into_inner()).await,
+            Command::Rewind(args) => rewind_cmd::rewind(args.into_inner()).await,
             Command::Demo(args) => demo::run(args.into_inner()).await,
             Command::Session(command) => session_cmd::run(command.into_inner()).await,
             Command::Models(args) => models_cmd::run(args.into_inner()),
@@ -167,6 +169,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Run(_) => "run",
         Command::Resume(_) => "resume",
         Command::Chat(_) => "chat",
+        Command::Rewind(_) => "rewind",
         Command::Demo(_) => "demo",
         Command::Models(_) => "models",
         Command::Session(_) => "session",
@@ -195,6 +198,7 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
         (Some(output), _) => output.output_format,
         (None, Command::Models(args)) => args.format.output_format,
         (None, Command::Doctor(args)) => args.format.output_format,
+        (None, Command::Rewind(args)) => args.format.output_format,
         (None, Command::Version(args)) if args.json => OutputFormat::Json,
         (None, Command::Version(args)) => args.format.output_format,
         (None, Command::Session(command)) => match &**command {
@@ -203,7 +207,8 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
             | SessionCommand::Tree { format, .. }
             | SessionCommand::Fork { format, .. }
             | SessionCommand::Salvage { format, .. }
-            | SessionCommand::Stats { format, .. } => format.output_format,
+            | SessionCommand::Stats { format, .. }
+            | SessionCommand::Restore { format, .. } => format.output_format,
             SessionCommand::Compact(args) => args.format.output_format,
             SessionCommand::Prune(args) => args.format.output_format,
             SessionCommand::Export { .. } => return None,

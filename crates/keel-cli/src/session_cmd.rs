@@ -56,6 +56,22 @@ pub async fn run(command: SessionCommand) -> Result<ExitCode, StartupError> {
         }
         SessionCommand::Compact(args) => crate::compact_cmd::run(*args).await,
         SessionCommand::Prune(args) => prune(args).await,
+        SessionCommand::Restore {
+            id,
+            at,
+            into,
+            store,
+            format,
+        } => {
+            crate::rewind_cmd::restore(
+                open_store(&store)?,
+                &id,
+                at.as_deref(),
+                &into,
+                format.data(),
+            )
+            .await
+        }
         SessionCommand::Stats {
             id,
             all: _,

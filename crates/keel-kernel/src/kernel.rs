@@ -10,13 +10,15 @@ use keel_protocol::{CompactionTrigger, RunError};
 use keel_provider::Provider;
 use keel_session::{MemoryStore, NewSession, SessionError, SessionStore, WriterLease};
 use keel_tools::changes::Baseline;
+use keel_tools::changes::record::RecordLimits;
 use keel_tools::outputs::OutputStore;
 use keel_tools::sandbox::{HolderPool, SandboxConfig};
-use keel_tools::{Tool, ToolRegistry, Workspace, registry::RegistryError};
+use keel_tools::{Tool, ToolRegistry, Workspace};
 
 use crate::checkpoint::CompactionSettings;
 use crate::compaction::{ContextBudget, Interrupted, Seams};
 use crate::emitter::Emitter;
+pub use crate::error::KernelError;
 use crate::ids::new_id;
 use crate::parts::{KernelParts, RunSpec};
 use crate::policy::{MatrixPolicy, PermissionPolicy};
@@ -32,60 +34,6 @@ use keel_provider::retry::RetryPolicy;
 #[derive(Clone)]
 pub struct AgentKernel {
     pub(crate) inner: Arc<KernelParts>,
-}
-
-/// Why a kernel could not be built or a run could not start.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum KernelError {
-    /// A required part was not given to the builder.
-    #[error("the kernel needs a {0}")]
-    Missing(&'static str),
-    /// A tool could not be registered.
-    #[error(transparent)]
-    Tool(#[from] RegistryError),
-    /// The session store refused.
-    #[error(transparent)]
-    Session(#[from] SessionError),
-    /// The prompt has no non-blank text and no image.
-    #[error("the prompt is empty")]
-    EmptyPrompt,
-    /// The session's last run was interrupted with tool calls left without
-    /// results: it must be resumed first.
-    #[error(
-        "session {0} ends in an interrupted run; continue it with `keel resume {0}` \
-         before starting a new one"
-    )]
-    Interrupted(String),
-    /// The session already has a writer in this process (a live run or a
-    /// compaction): a session has one writer, so a second is refused until
-    /// the first ends.
-    #[error(
-        "session {0} is busy: a run (or compaction) is writing it in this process; \
-         wait for its result or cancel it, then try again"
-    )]
-    SessionBusy(String),
-    /// `resume` was asked for a session whose last run is not interrupted.
-    #[error("session {0} has no interrupted run to resume")]
-    NotInterrupted(String),
-    /// A manual compaction wrote nothing (the error says why).
-    #[error("{0}")]
-    Compaction(RunError),
-    /// The session store keeps its command journal where a sandboxed
-    /// command of the run could write (issue 21): it could forge receipts
-    /// or plant links in it, so Keel refuses to run.
-    #[error(
-        "the session directory {journal} is inside {root}, which sandboxed commands may \
-         write, so a command could forge Keel's command journal; keep sessions outside \
-         it (e.g. `--session-dir DIR` or XDG_DATA_HOME elsewhere) or use a workspace \
-         that does not contain them"
-    )]
-    JournalExposed {
-        /// Where the store keeps sessions and their journals.
-        journal: std::path::PathBuf,
-        /// The writable root that contains it.
-        root: std::path::PathBuf,
-    },
 }
 
 /// The model context a run on a session would start from
@@ -130,23 +78,6 @@ pub struct CompactionReport {
     pub tokens_after: u64,
     /// Entries the checkpoint covers.
     pub covered_entries: usize,
-}
-
-impl KernelError {
-    /// A stable snake_case code for startup error lines.
-    pub fn code(&self) -> &'static str {
-        match self {
-            Self::Missing(_) => "kernel_incomplete",
-            Self::Tool(_) => "tool_registration",
-            Self::Session(error) => error.code(),
-            Self::EmptyPrompt => "empty_prompt",
-            Self::Interrupted(_) => "session_interrupted",
-            Self::NotInterrupted(_) => "nothing_to_resume",
-            Self::SessionBusy(_) => "session_busy",
-            Self::Compaction(error) => error.code.as_str(),
-            Self::JournalExposed { .. } => "session_dir_writable",
-        }
-    }
 }
 
 impl AgentKernel {
@@ -216,6 +147,29 @@ impl AgentKernel {
                 "compaction failed: cancelled",
             ))),
         }
+    }
+
+    /// Writes the workspace snapshot in force at `at` into `into`
+    /// ([`crate::restore_snapshot`], over this kernel's store).
+    pub async fn restore_snapshot(
+        &self,
+        session_id: &str,
+        at: Option<&str>,
+        into: &Path,
+    ) -> Result<crate::snapshots::Restored, KernelError> {
+        crate::snapshots::restore_snapshot(&self.inner.store, session_id, at, into).await
+    }
+
+    /// Rewinds code and conversation together ([`crate::rewind`], over this
+    /// kernel's store and workspace).
+    pub async fn rewind(
+        &self,
+        session_id: &str,
+        to: &str,
+    ) -> Result<crate::snapshots::Rewound, KernelError> {
+        let limits = self.inner.workspace_snapshots.clone().unwrap_or_default();
+        let root = self.inner.workspace.root();
+        crate::snapshots::rewind(&self.inner.store, root, &limits, session_id, to).await
     }
 
     /// The request the next turn of a run on `session_id` would send,
@@ -451,6 +405,7 @@ pub struct AgentKernelBuilder {
     outputs: Option<OutputStore>,
     shell: Option<String>,
     snapshot_spill: Option<std::path::PathBuf>,
+    workspace_snapshots: Option<Option<RecordLimits>>,
 }
 
 impl AgentKernelBuilder {
@@ -463,6 +418,16 @@ impl AgentKernelBuilder {
     /// contents stay in memory (up to 64 MiB per run).
     pub fn snapshot_spill_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.snapshot_spill = Some(dir.into());
+        self
+    }
+
+    /// The caps on the workspace snapshot each run records in its session
+    /// at its start and end (SPEC §5: the base of `rewind` and of restoring
+    /// a run's workspace elsewhere); `None` records none. By default each
+    /// snapshot keeps files up to 16 MiB, 512 MiB in all, and lists what it
+    /// left out. Only stores with a [`SessionStore::snapshot_dir`] keep them.
+    pub fn workspace_snapshots(mut self, limits: Option<RecordLimits>) -> Self {
+        self.workspace_snapshots = Some(limits);
         self
     }
 
@@ -643,6 +608,9 @@ impl AgentKernelBuilder {
             holders: HolderPool::new(),
             shell: self.shell,
             snapshot_spill: self.snapshot_spill,
+            workspace_snapshots: self
+                .workspace_snapshots
+                .unwrap_or_else(|| Some(RecordLimits::default())),
             enforceable: std::sync::OnceLock::new(),
         };
         Ok(AgentKernel {

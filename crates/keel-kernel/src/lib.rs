@@ -21,7 +21,7 @@
 //! 0. `context` — the context branch as a run holds it (entries whose
 //!    messages are shared with every request) and its projection; the
 //!    modules that read the branch take it in this form.
-//! 1. `ids` — run, entry and tool-call ids and the clock (the only place
+//! 1. `error` — [`KernelError`]; `ids` — run, entry and tool-call ids and the clock (the only place
 //!    the kernel reads either); `accumulator`, `permission`, `policy` —
 //!    pure data and rules over keel-protocol types; `tokens` (token
 //!    accounting),
@@ -40,7 +40,8 @@
 //! 4. `session_writer` — the run's appends and its in-memory context branch;
 //!    `watchdog` — fails a run that makes no progress (`run_stalled`).
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
-//!    `compaction` — token budgets and checkpoints, driven.
+//!    `compaction` — token budgets and checkpoints, driven; `snapshots` —
+//!    the workspace snapshots recorded in the session, restore and rewind.
 //! 6. `recovery` — completes the batch a crash interrupted, before a
 //!    resumed run's next turn.
 //! 7. `turn_loop` — stream, persist, run tools, inject, repeat.
@@ -60,6 +61,7 @@ mod checkpoint;
 mod compaction;
 mod context;
 mod emitter;
+mod error;
 mod fork;
 mod ids;
 pub mod journal;
@@ -74,6 +76,7 @@ mod rules;
 mod run;
 mod session_writer;
 mod shared;
+mod snapshots;
 mod system_prompt;
 pub mod tokens;
 mod tools;
@@ -84,6 +87,7 @@ mod watchdog;
 pub use checkpoint::CompactionSettings;
 pub use fork::{Fork, fork_session};
 pub use keel_provider::retry::RetryPolicy;
+pub use keel_tools::changes::record::RecordLimits;
 pub use kernel::{
     AgentKernel, AgentKernelBuilder, CompactionReport, ContextView, KernelError, RequestPreview,
     session_interrupted,
@@ -93,4 +97,5 @@ pub use policy::{MatrixPolicy, PermissionPolicy, PolicyDecision};
 pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};
 pub use run::{AgentRun, EventStream};
 pub use shared::ControlError;
+pub use snapshots::{Restored, Rewound, SnapshotError, Written, restore_snapshot, rewind};
 pub use user_rules::{RuleError, RuleList, UserRules};

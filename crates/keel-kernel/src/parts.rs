@@ -56,6 +56,9 @@ pub(crate) struct KernelParts {
     /// contents it keeps (a private directory is made under it); in
     /// memory when `None`.
     pub(crate) snapshot_spill: Option<std::path::PathBuf>,
+    /// The caps on the workspace snapshots each run records in the session
+    /// (the `snapshots` module); `None`: none are recorded.
+    pub(crate) workspace_snapshots: Option<keel_tools::changes::record::RecordLimits>,
     /// Whether Keel's OS sandbox is enforceable on this machine, probed
     /// on first need.
     pub(crate) enforceable: std::sync::OnceLock<bool>,

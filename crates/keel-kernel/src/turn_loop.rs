@@ -12,8 +12,8 @@ use std::sync::atomic::AtomicU64;
 use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
-    ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind, StopReason,
-    ToolCall, UserContent, UserMessage, WorkspaceMove,
+    ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind,
+    SnapshotReason, StopReason, ToolCall, UserContent, UserMessage, WorkspaceMove,
 };
 use keel_provider::ModelRequest;
 use keel_provider::retry::Attempts;
@@ -237,7 +237,8 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn drive(&mut self, prompt: Vec<UserContent>) -> Result<AssistantMessage, Stop> {
-        self.add_user_message(UserMessage::new(prompt), None)
+        let snapshot = self.record_snapshot(SnapshotReason::RunStart).await;
+        self.add_user_message(UserMessage::new(prompt), None, snapshot)
             .await?;
         self.continue_run().await
     }
@@ -295,8 +296,39 @@ impl<'a> TurnLoop<'a> {
             run_id: self.shared.run_id.clone(),
             state,
         };
-        if let Err(error) = self.writer.append(&self.shared.emitter, vec![end]).await {
+        let mut group: Vec<EntryPayload> = self
+            .record_snapshot(SnapshotReason::RunEnd)
+            .await
+            .into_iter()
+            .collect();
+        group.push(end);
+        if let Err(error) = self.writer.append(&self.shared.emitter, group).await {
             tracing::warn!(%error, "the run's end could not be recorded");
+        }
+    }
+
+    /// Records the workspace as it is now in the session's snapshots
+    /// (`crate::snapshots`); a failure is a `snapshot_failed` warning, never
+    /// the run's end.
+    async fn record_snapshot(&self, reason: SnapshotReason) -> Option<EntryPayload> {
+        let recorded = crate::snapshots::record_for_run(
+            self.parts.store.as_ref(),
+            &self.shared.session_id,
+            self.parts.workspace.root(),
+            self.parts.workspace_snapshots.as_ref(),
+            reason,
+        )
+        .await;
+        match recorded {
+            Ok(payload) => payload,
+            Err(error) => {
+                tracing::warn!(%error, "no workspace snapshot was recorded");
+                self.shared.emitter.emit(RunEventKind::Warning {
+                    code: "snapshot_failed".into(),
+                    message: format!("the workspace snapshot was not recorded: {error}"),
+                });
+                None
+            }
         }
     }
 
@@ -317,7 +349,7 @@ impl<'a> TurnLoop<'a> {
             let settled = self.run_turns().await?;
             match self.shared.take_pending_or_close() {
                 Some((queue, text)) => {
-                    self.add_user_message(UserMessage::text(text), Some(queue))
+                    self.add_user_message(UserMessage::text(text), Some(queue), None)
                         .await?;
                 }
                 None => return Ok(settled),
@@ -359,7 +391,7 @@ impl<'a> TurnLoop<'a> {
             }
             let steering = self.shared.take_steering();
             for text in &steering {
-                self.add_user_message(UserMessage::text(text), Some(QueueKind::Steer))
+                self.add_user_message(UserMessage::text(text), Some(QueueKind::Steer), None)
                     .await?;
             }
             if calls.is_empty() && steering.is_empty() {
@@ -403,14 +435,17 @@ impl<'a> TurnLoop<'a> {
     }
 
     /// Persists a user message (the prompt or an injected one) and reports it.
-    /// The prompt (no queue) opens the run: its `run_start` goes in the same group.
+    /// The prompt (no queue) opens the run: the workspace snapshot the run
+    /// starts from and its `run_start` go first in the same group.
     async fn add_user_message(
         &self,
         message: UserMessage,
         queue: Option<QueueKind>,
+        snapshot: Option<EntryPayload>,
     ) -> Result<(), Stop> {
         let message = Message::User(message);
         let mut group = Vec::new();
+        group.extend(snapshot);
         if queue.is_none() {
             group.push(self.run_start());
         }

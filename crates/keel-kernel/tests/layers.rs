@@ -10,6 +10,7 @@ use std::path::PathBuf;
 /// Each module and its layer, as the crate doc lists them.
 const LAYERS: &[(&str, u32)] = &[
     ("context", 0),
+    ("error", 1),
     ("ids", 1),
     ("accumulator", 1),
     ("permission", 1),
@@ -30,6 +31,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("watchdog", 4),
     ("tools", 5),
     ("compaction", 5),
+    ("snapshots", 5),
     ("recovery", 6),
     ("turn_loop", 7),
     ("run", 8),

@@ -28,6 +28,7 @@ pub mod run;
 pub mod sandbox;
 pub mod schema;
 pub mod session;
+pub mod snapshot;
 pub mod tool;
 
 pub use context::{
@@ -54,6 +55,7 @@ pub use provider_event::{ProviderError, ProviderErrorKind, ProviderEvent};
 pub use run::{RunResult, RunState};
 pub use sandbox::{SandboxLevel, SandboxMode};
 pub use session::{Entry, EntryPayload, WorkspaceMove};
+pub use snapshot::{ExclusionReason, SnapshotExclusion, SnapshotReason, WorkspaceSnapshot};
 pub use tool::{ExecutionMode, ToolErrorCode, ToolResultError, ToolSpec, ToolStatus};
 
 /// Milliseconds since the Unix epoch, the one timestamp unit on the wire.

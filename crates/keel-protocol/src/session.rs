@@ -13,6 +13,7 @@ use crate::context::{CheckpointEvidence, CheckpointMetrics};
 use crate::effect::{EffectStarted, RecoveryAction, RunEndState};
 use crate::message::Message;
 use crate::permission::{PermissionDecision, PermissionMode, PermissionRule, PermissionRuleLists};
+use crate::snapshot::WorkspaceSnapshot;
 
 /// One immutable node of the session tree.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -164,6 +165,12 @@ pub enum EntryPayload {
         /// Why, in one sentence.
         reason: String,
     },
+    /// A snapshot of the workspace was recorded (format version 3): at a
+    /// run's start and end, and around a rewind.
+    WorkspaceSnapshot {
+        /// The snapshot.
+        snapshot: WorkspaceSnapshot,
+    },
     /// An extension's own entry kind, validated by that extension.
     Custom {
         /// The registered kind name.
@@ -221,6 +228,7 @@ impl EntryPayload {
             Self::RunEnd { .. } => "run_end",
             Self::EffectStarted { .. } => "effect_started",
             Self::EffectRecovered { .. } => "effect_recovered",
+            Self::WorkspaceSnapshot { .. } => "workspace_snapshot",
             Self::Custom { .. } => "custom",
         }
     }

@@ -136,6 +136,14 @@ pub trait SessionStore: Send + Sync {
         None
     }
 
+    /// The session's workspace snapshot directory (content-addressed
+    /// objects beside the session, SPEC §5), or `None` when this store
+    /// keeps no snapshots (runs then record none). It need not exist yet:
+    /// its user creates it (mode 0700) on first use.
+    fn snapshot_dir(&self, _session_id: &str) -> Option<PathBuf> {
+        None
+    }
+
     /// Starts a new session holding the path from the root to `entry_id`
     /// (same entry ids), naming `session_id` as its parent and keeping its
     /// workspace; returns its id.

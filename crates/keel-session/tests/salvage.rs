@@ -418,7 +418,7 @@ fn a_file_cut_inside_an_earlier_batch_reports_the_bytes_its_sidecar_acknowledged
 fn header_versions_no_keel_writes_or_newer_ones_are_refused_and_never_appended_to() {
     for (version, message) in [
         (0, "which no Keel writes"),
-        (3, "written by a newer Keel"),
+        (4, "written by a newer Keel"),
         (u64::MAX, "written by a newer Keel"),
     ] {
         let file = Writer::new(version).one("a", None);

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 /// The format name in every header.
 pub(crate) const FORMAT: &str = "keel-session";
 /// The newest format version this build writes and reads.
-pub(crate) const VERSION: u32 = 2;
+pub(crate) const VERSION: u32 = 3;
 /// The oldest format version any Keel wrote (and this build reads): a
 /// header claiming less (version 0) was never written by Keel.
 pub(crate) const OLDEST_VERSION: u32 = 1;
@@ -271,6 +271,7 @@ const KINDS: &[&str] = &[
     "run_end",
     "effect_started",
     "effect_recovered",
+    "workspace_snapshot",
     "custom",
 ];
 

@@ -428,6 +428,11 @@ impl SessionStore for JsonlStore {
         Some(self.dir.join(format!("{session_id}.journal")))
     }
 
+    fn snapshot_dir(&self, session_id: &str) -> Option<PathBuf> {
+        check_id(session_id).ok()?;
+        Some(self.dir.join(format!("{session_id}.snapshots")))
+    }
+
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
             // Only the header is written: the session opens for writing when

@@ -96,6 +96,9 @@ impl JsonlStore {
         if let Some(journal) = crate::SessionStore::journal_dir(self, session_id) {
             freed += remove_entry(&journal)?;
         }
+        if let Some(snapshots) = crate::SessionStore::snapshot_dir(self, session_id) {
+            freed += remove_entry(&snapshots)?;
+        }
         std::fs::remove_file(&path).map_err(|error| io_error(&path, error))?;
         drop(lock);
         Ok(freed)

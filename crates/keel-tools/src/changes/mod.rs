@@ -66,6 +66,7 @@ mod files;
 mod git;
 pub mod gitcode;
 pub mod quarantine;
+pub mod record;
 mod scan;
 mod shadow;
 mod spill;

@@ -62,6 +62,11 @@ impl Stamp {
         self.mtime_ns < limit && self.ctime_ns < limit
     }
 
+    /// The file's permission bits (`0o7777`).
+    pub(super) fn permissions(&self) -> u32 {
+        self.mode & 0o7777
+    }
+
     /// Same size and modification time: how an unread file is compared.
     pub(super) fn same_size_and_time(&self, other: &Stamp) -> bool {
         self.len == other.len && self.mtime_ns == other.mtime_ns
