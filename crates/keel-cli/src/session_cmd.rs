@@ -983,6 +983,19 @@ pub fn describe(entry: &Entry) -> String {
             format!("label {}: {label}", short_id(target_id))
         }
         EntryPayload::Custom { custom_kind, .. } => format!("custom: {custom_kind}"),
+        EntryPayload::WorkspaceSnapshot { snapshot } => {
+            let left_out = match snapshot.excluded_count {
+                0 => String::new(),
+                count => format!(", {count} left out"),
+            };
+            format!(
+                "workspace snapshot ({}): {} files, {} bytes ({} new){left_out}",
+                wire_name(&snapshot.reason),
+                snapshot.files,
+                snapshot.bytes,
+                snapshot.new_bytes
+            )
+        }
         // Kinds added later show their name until described here.
         other => other.kind().to_owned(),
     };

@@ -125,8 +125,9 @@ fn a_run_is_stored_and_a_second_run_continues_it() {
         .collect();
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0]["title"], "hello");
-    // Two runs: configuration, then per run run_start, user, assistant, run_end.
-    assert_eq!(sessions[0]["entries"], 9);
+    // Two runs: configuration, then per run its start snapshot, run_start,
+    // user, assistant, its end snapshot and run_end.
+    assert_eq!(sessions[0]["entries"], 13);
 }
 
 #[test]
@@ -141,10 +142,10 @@ fn fork_tree_show_and_export() {
     let branch = shown["branch"].as_array().unwrap();
     assert_eq!(
         branch.len(),
-        5,
-        "configuration, run_start, user, assistant, run_end"
+        7,
+        "configuration, workspace_snapshot, run_start, user, assistant, workspace_snapshot, run_end"
     );
-    let user_entry = branch[2]["id"].as_str().unwrap().to_owned();
+    let user_entry = branch[3]["id"].as_str().unwrap().to_owned();
 
     // Fork at the user message (by the short suffix the tree shows) and continue there.
     let mut script = serde_json::from_str::<Value>(SCRIPT).unwrap();
@@ -181,7 +182,7 @@ fn fork_tree_show_and_export() {
     let exported: Value =
         serde_json::from_str(&std::fs::read_to_string(&export_path).unwrap()).unwrap();
     assert_eq!(exported["id"], id.as_str());
-    assert_eq!(exported["entries"].as_array().unwrap().len(), 5);
+    assert_eq!(exported["entries"].as_array().unwrap().len(), 7);
 
     let (code, forked_again) = fixture.session(&["fork", &id, short]);
     assert_eq!(code, 0);
@@ -316,11 +317,12 @@ fn torn_session(fixture: &Fixture) -> (String, Vec<u8>) {
     let id = session_line(&first)["id"].as_str().unwrap().to_owned();
     let path = fixture.session_file(&id);
     let full = std::fs::read(&path).unwrap();
-    // Drop the run's last group (its `run_end`), then tear the assistant
-    // message's line, as a crash while it was written would.
-    let body = &full[..full.len() - 1];
-    let last_line = body.iter().rposition(|&byte| byte == b'\n').unwrap() + 1;
-    let torn = full[..last_line - 10].to_vec();
+    // Drop the run's last group (its end snapshot and `run_end`, two
+    // lines), then tear the assistant message's line, as a crash while it
+    // was written would.
+    let line_start = |end: usize| full[..end].iter().rposition(|&byte| byte == b'\n').unwrap() + 1;
+    let last_group = line_start(line_start(full.len() - 1) - 1);
+    let torn = full[..last_group - 10].to_vec();
     std::fs::write(&path, &torn).unwrap();
     let _ = std::fs::remove_file(path.with_extension("meta.json"));
     (id, torn)
@@ -554,8 +556,9 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
     assert_eq!(first.code, 0, "{:?}", first.result);
     let id = session_line(&first)["id"].as_str().unwrap().to_owned();
     let path = fixture.session_file(&id);
-    // A flipped byte in the assistant message's line (line 5 of 6): the
-    // configuration, run_start and user message before it stay intact.
+    // A flipped byte in the assistant message's line (line 6 of 8): the
+    // configuration, start snapshot, run_start and user message before it
+    // stay intact.
     let mut bytes = std::fs::read(&path).unwrap();
     let newlines: Vec<usize> = bytes
         .iter()
@@ -563,7 +566,7 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
         .filter(|(_, byte)| **byte == b'\n')
         .map(|(at, _)| at)
         .collect();
-    bytes[newlines[3] + 20] ^= 0x01;
+    bytes[newlines[4] + 20] ^= 0x01;
     std::fs::write(&path, &bytes).unwrap();
     let hint = format!("keel session salvage {id}");
 
@@ -625,12 +628,12 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
     let salvaged: Value = serde_json::from_str(&salvaged).unwrap();
     assert_eq!(salvaged["type"], "salvage");
     assert_eq!(salvaged["source"]["id"], id.as_str());
-    assert_eq!(salvaged["kept"]["entries"], 3, "{salvaged}");
-    assert_eq!(salvaged["lost"]["lines"], 2, "{salvaged}");
-    assert_eq!(salvaged["lost"]["spans"][0]["line"], 5, "{salvaged}");
+    assert_eq!(salvaged["kept"]["entries"], 4, "{salvaged}");
+    assert_eq!(salvaged["lost"]["lines"], 3, "{salvaged}");
+    assert_eq!(salvaged["lost"]["spans"][0]["line"], 6, "{salvaged}");
     assert_eq!(
         salvaged["lost"]["spans"][0]["offset"],
-        newlines[3] + 1,
+        newlines[4] + 1,
         "{salvaged}"
     );
     assert_eq!(
@@ -644,7 +647,7 @@ fn a_damaged_session_is_refused_naming_salvage_and_salvage_writes_a_new_one() {
     assert_eq!(code, 0, "{shown}");
     let shown: Value = serde_json::from_str(&shown).unwrap();
     assert_eq!(shown["parent_session"], id.as_str());
-    assert_eq!(shown["branch"].as_array().unwrap().len(), 3, "{shown}");
+    assert_eq!(shown["branch"].as_array().unwrap().len(), 4, "{shown}");
     assert_eq!(shown["leaf"], salvaged["session"]["leaf"]);
 
     // The salvaged session goes on: the model sees the first user message
@@ -669,7 +672,7 @@ fn a_header_version_no_keel_writes_is_refused_and_left_byte_identical() {
         ("0", "which no Keel writes"),
         ("7", "written by a newer Keel"),
     ] {
-        let edited = text.replacen("\"version\":2", &format!("\"version\":{version}"), 1);
+        let edited = text.replacen("\"version\":3", &format!("\"version\":{version}"), 1);
         assert_ne!(edited, text);
         std::fs::write(&path, &edited).unwrap();
         let run = fixture.run(&["--session", &id], "hi");

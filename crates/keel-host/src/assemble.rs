@@ -176,6 +176,9 @@ pub struct HostConfig {
     pub bash_executor: Executor,
     /// The permission rules the user wrote (`[permissions]`; default none).
     pub permissions: PermissionRuleLists,
+    /// Whether each run records workspace snapshots in its session
+    /// (`[sessions] snapshots`; default true).
+    pub workspace_snapshots: bool,
 }
 
 impl HostConfig {
@@ -198,6 +201,7 @@ impl HostConfig {
             keep_outputs: false,
             bash_executor: Executor::Host,
             permissions: PermissionRuleLists::default(),
+            workspace_snapshots: true,
         }
     }
 
@@ -244,6 +248,10 @@ impl HostConfig {
             })?)
             // A run's start snapshot keeps its contents on disk, not in memory.
             .snapshot_spill_dir(std::env::temp_dir())
+            .workspace_snapshots(
+                self.workspace_snapshots
+                    .then(keel_kernel::RecordLimits::default),
+            )
             .user_rules(UserRules::new(self.permissions.clone()).map_err(|error| {
                 HostError::from(keel_provider::config::ConfigError::Invalid {
                     path: "the permission rules".to_owned(),

@@ -41,6 +41,9 @@ pub struct SessionSettings {
     /// How long a session is kept after its last activity, e.g. `"30d"`
     /// ([`parse_duration`]); unset, sessions are kept until pruned.
     pub retention: Option<String>,
+    /// Whether each run records workspace snapshots in its session (the
+    /// base of `keel rewind` and `keel session restore`); default true.
+    pub snapshots: Option<bool>,
 }
 
 impl SessionSettings {

@@ -419,6 +419,7 @@ impl Settings {
             .readable
             .extend(defaults.sandbox_read.iter().flatten().cloned());
         config.sandbox.readable.extend(choices.sandbox_read);
+        config.workspace_snapshots = self.sessions.snapshots.unwrap_or(true);
         config.permissions = defaults
             .permissions
             .as_ref()

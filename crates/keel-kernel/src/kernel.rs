@@ -422,7 +422,7 @@ impl AgentKernelBuilder {
     }
 
     /// The caps on the workspace snapshot each run records in its session
-    /// at its start and end (SPEC §5: the base of `rewind` and of restoring
+    /// at its start and end (docs/session-format.md, "Workspace snapshots": the base of `rewind` and of restoring
     /// a run's workspace elsewhere); `None` records none. By default each
     /// snapshot keeps files up to 16 MiB, 512 MiB in all, and lists what it
     /// left out. Only stores with a [`SessionStore::snapshot_dir`] keep them.

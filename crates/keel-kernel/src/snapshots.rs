@@ -1,4 +1,4 @@
-//! Workspace snapshots in the session (SPEC §5): recorded at each run's
+//! Workspace snapshots in the session (docs/session-format.md): recorded at each run's
 //! start and end, materialised elsewhere, and put back in place by a
 //! rewind together with the session's leaf.
 //!
@@ -221,7 +221,7 @@ pub async fn restore_snapshot(
     })
 }
 
-/// Rewinds code and conversation together (SPEC §5) in the workspace at
+/// Rewinds code and conversation together (docs/session-format.md) in the workspace at
 /// `root`: records the workspace as it is (a `before_rewind` snapshot, so
 /// the rewind can be undone by rewinding to it), puts back every file the
 /// session changed since the snapshot in force at `to` — through `bash`

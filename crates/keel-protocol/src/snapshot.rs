@@ -1,4 +1,4 @@
-//! Workspace snapshots recorded in a session (SPEC §5): what the workspace
+//! Workspace snapshots recorded in a session (docs/session-format.md): what the workspace
 //! held at a run's start and end, and around a rewind.
 //!
 //! The snapshot itself (its manifest and the files' bytes) is stored as

@@ -137,7 +137,7 @@ pub trait SessionStore: Send + Sync {
     }
 
     /// The session's workspace snapshot directory (content-addressed
-    /// objects beside the session, SPEC §5), or `None` when this store
+    /// objects beside the session, docs/session-format.md), or `None` when this store
     /// keeps no snapshots (runs then record none). It need not exist yet:
     /// its user creates it (mode 0700) on first use.
     fn snapshot_dir(&self, _session_id: &str) -> Option<PathBuf> {

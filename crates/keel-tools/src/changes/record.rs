@@ -377,9 +377,11 @@ pub fn record(
     limits: &RecordLimits,
     objects: &ObjectDir,
 ) -> Result<Recorded, SnapshotError> {
-    let mut scan_limits = SnapshotLimits::default();
-    scan_limits.max_file = limits.max_file;
-    scan_limits.budget = limits.budget;
+    let scan_limits = SnapshotLimits {
+        max_file: limits.max_file,
+        budget: limits.budget,
+        ..SnapshotLimits::default()
+    };
     let scan = Scan::new(root, &scan_limits)?;
     let mut files = BTreeMap::new();
     let mut excluded = Vec::new();
@@ -452,9 +454,9 @@ pub fn record(
             }
         },
     )
-    .or_else(|error| match failure.take() {
-        Some(stored) => Err(stored),
-        None => Err(SnapshotError::Scan(error)),
+    .map_err(|error| match failure.take() {
+        Some(stored) => stored,
+        None => SnapshotError::Scan(error),
     })?;
     let manifest = Manifest {
         version: MANIFEST_VERSION,
@@ -586,7 +588,11 @@ pub fn rewind(
         if target.files.keys().any(|p| p.starts_with(&prefix)) {
             continue;
         }
-        let _ = unlinkat(&handle, dir.as_str(), UnlinkatFlags::RemoveDir);
+        // Through its parent opened beneath the root: a component swapped
+        // for a link meanwhile fails the open instead of leading outside.
+        if let Ok((parent, name)) = open_parent(&handle, root, dir, false) {
+            let _ = unlinkat(&parent, name, UnlinkatFlags::RemoveDir);
+        }
     }
     Ok(done)
 }
