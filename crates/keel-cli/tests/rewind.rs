@@ -268,6 +268,40 @@ fn rewind_refuses_what_it_cannot_do_and_changes_nothing() {
     );
     assert!(String::from_utf8_lossy(&output.stderr).contains("no_snapshot"));
     assert_eq!(std::fs::read(ws.join("f.txt")).unwrap(), b"two\n");
+
+    // A run resumed in another workspace records its snapshots there: a
+    // rewind of the session's own workspace to them is refused.
+    let other = home.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let output = home.run_script(
+        &[
+            "resume",
+            &id,
+            "--workspace",
+            other.to_str().unwrap(),
+            "elsewhere",
+        ],
+        &script,
+        &[],
+    );
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let elsewhere = branch(&home, &id)
+        .into_iter()
+        .rev()
+        .find(|(_, kind, e)| kind == "workspace_snapshot" && e["snapshot"]["reason"] == "run_start")
+        .unwrap();
+    let output = home
+        .command(&["rewind", &id, "--to", &elsewhere.0])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("workspace_mismatch"));
+    assert_eq!(std::fs::read(ws.join("f.txt")).unwrap(), b"two\n");
 }
 
 #[test]

@@ -84,6 +84,19 @@ pub enum KernelError {
          before it to move the leaf to; nothing was changed"
     )]
     NothingBefore(String),
+    /// A rewind between snapshots recorded in another workspace than the
+    /// one it would change.
+    #[error(
+        "the snapshots this rewind needs were recorded in {recorded}, not in {root}; \
+         rewind there, or use `keel session restore` to write them elsewhere; nothing \
+         was changed"
+    )]
+    OtherWorkspace {
+        /// Where the snapshots were recorded.
+        recorded: String,
+        /// The workspace the rewind would change.
+        root: String,
+    },
     /// A snapshot could not be recorded, read or written back.
     #[error(transparent)]
     Snapshot(#[from] keel_tools::changes::record::SnapshotError),
@@ -105,6 +118,7 @@ impl KernelError {
             Self::NoSnapshot { .. } => "no_snapshot",
             Self::NoSuchEntry { .. } => "entry_not_found",
             Self::NothingBefore(_) => "nothing_before",
+            Self::OtherWorkspace { .. } => "workspace_mismatch",
             Self::Snapshot(keel_tools::changes::record::SnapshotError::NotEmpty { .. }) => {
                 "directory_not_empty"
             }

@@ -3,7 +3,7 @@
 //! rewind together with the session's leaf.
 //!
 //! The objects live in the store's [`SessionStore::snapshot_dir`]; a store
-//! that keeps none (the in-memory store without a journal root) records no
+//! that keeps none (the in-memory store) records no
 //! snapshots, and a rewind there is refused. Recording never fails a run:
 //! a snapshot that cannot be taken is reported as a `snapshot_failed`
 //! warning and the run goes on without it (a rewind across that run then
@@ -36,12 +36,13 @@ pub(crate) fn record_blocking(
 ) -> Result<EntryPayload, SnapshotError> {
     let objects = ObjectDir::create(dir)?;
     let recorded = record::record(root, limits, &objects)?;
-    Ok(payload(&recorded, reason))
+    Ok(payload(root, &recorded, reason))
 }
 
 /// The entry payload of a recorded snapshot.
-pub(crate) fn payload(recorded: &Recorded, reason: SnapshotReason) -> EntryPayload {
+pub(crate) fn payload(root: &Path, recorded: &Recorded, reason: SnapshotReason) -> EntryPayload {
     let mut snapshot = WorkspaceSnapshot::new(recorded.id.clone(), reason);
+    snapshot.workspace = Some(root.display().to_string());
     snapshot.files = recorded.manifest.files.len() as u64;
     snapshot.bytes = recorded.manifest.bytes();
     snapshot.new_bytes = recorded.new_bytes;
@@ -273,6 +274,18 @@ pub async fn rewind(
         .unwrap_or_default();
     let branch = store.active_branch(session_id).await?;
     let (_, reference) = latest(&branch).ok_or_else(|| no_snapshot("its leaf".into()))?;
+    // Snapshots recorded in another workspace (a run resumed with
+    // `--workspace`) say nothing about this one.
+    for snapshot in [wanted, reference] {
+        if let Some(recorded) = &snapshot.workspace
+            && Path::new(recorded) != root
+        {
+            return Err(KernelError::OtherWorkspace {
+                recorded: recorded.clone(),
+                root: root.display().to_string(),
+            });
+        }
+    }
     let dirs = snapshot_dirs(store.as_ref(), session_id).await?;
     let (wanted_id, reference_id) = (wanted.manifest.clone(), reference.manifest.clone());
     let (task_root, task_dir, task_limits) = (root.to_path_buf(), dir.clone(), limits.clone());
@@ -281,7 +294,7 @@ pub async fn rewind(
         let (_, reference) = load(&dirs, &reference_id)?;
         let own = ObjectDir::create(&task_dir)?;
         let now = record::record(&task_root, &task_limits, &own)?;
-        let before = payload(&now, SnapshotReason::BeforeRewind);
+        let before = payload(&task_root, &now, SnapshotReason::BeforeRewind);
         Ok((before, (objects, target, reference, now.manifest)))
     })
     .await?;
@@ -299,7 +312,7 @@ pub async fn rewind(
         record::record(&task_root, &task_limits, &objects)
     })
     .await
-    .map(|recorded| payload(&recorded, SnapshotReason::Rewind))?;
+    .map(|recorded| payload(root, &recorded, SnapshotReason::Rewind))?;
     if let EntryPayload::WorkspaceSnapshot { snapshot } = &mut after {
         snapshot.undo_entry_id = Some(undo_entry_id.clone());
     }

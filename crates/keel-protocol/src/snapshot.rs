@@ -87,6 +87,10 @@ pub struct WorkspaceSnapshot {
     /// How many paths were left out in all.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub excluded_count: u64,
+    /// The workspace root it was recorded in (absent in none Keel writes;
+    /// a rewind refuses snapshots of another workspace).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspace: Option<String>,
     /// For a `rewind` snapshot: the `before_rewind` entry that undoes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub undo_entry_id: Option<String>,
@@ -110,6 +114,7 @@ impl WorkspaceSnapshot {
             new_bytes: 0,
             excluded: Vec::new(),
             excluded_count: 0,
+            workspace: None,
             undo_entry_id: None,
         }
     }

@@ -154,11 +154,6 @@ impl SessionStore for MemoryStore {
         Some(root.join(session_id))
     }
 
-    fn snapshot_dir(&self, session_id: &str) -> Option<PathBuf> {
-        let journal = self.journal_dir(session_id)?;
-        Some(journal.with_extension("snapshots"))
-    }
-
     fn create<'a>(&'a self, new: NewSession) -> StoreFuture<'a, String> {
         Box::pin(async move {
             let id = new.id.unwrap_or_else(uuid_like);

@@ -345,6 +345,41 @@ fn classify(origin: Origin<'_>, path: &Path, error: io::Error) -> UntrustedError
     }
 }
 
+/// The most an ignore file may hold before a walk refuses it.
+pub const MAX_IGNORE_FILE: u64 = 1 << 20;
+
+/// Whether the ignore files `names` of directory `dir` (e.g. `.gitignore`)
+/// are safe for the `ignore` crate to read, which opens them by path,
+/// follows symlinks, blocks on a FIFO and reads without a cap: each must be
+/// missing or a regular file of at most [`MAX_IGNORE_FILE`] bytes (checked
+/// with `lstat`, so a symlink is refused, never followed). `Err` names the
+/// file and why, never its contents. A walk over a tree a command could
+/// have written calls it for every directory before descending; the window
+/// between this check and the crate's open is open only to a process that
+/// runs while Keel walks.
+pub fn ignore_files_are_plain(dir: &Path, names: &[&str]) -> Result<(), String> {
+    for name in names {
+        let path = dir.join(name);
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            Err(error) => return Err(format!("{} cannot be checked: {error}", path.display())),
+        };
+        let kind = meta.file_type();
+        let why = if kind.is_symlink() {
+            "a symbolic link"
+        } else if !kind.is_file() {
+            "not a regular file"
+        } else if meta.len() > MAX_IGNORE_FILE {
+            "larger than 1 MiB"
+        } else {
+            continue;
+        };
+        return Err(format!("the ignore file {} is {why}", path.display()));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -94,6 +94,8 @@ impl Tool for FindTool {
                     )
                 })?
                 .compile_matcher();
+            walk::start_is_safe(context.workspace.root(), &start)
+                .map_err(|why| ToolError::new(ToolErrorCode::ToolError, why))?;
             // Cancelled with the run, or when the deadline drops this call.
             let cancel = context.cancel.child_token();
             let _stop_on_drop = cancel.clone().drop_guard();

@@ -171,6 +171,8 @@ impl Search {
             Some(glob) => Some(compile_glob(glob)?),
             None => None,
         };
+        walk::start_is_safe(workspace.root(), &start)
+            .map_err(|why| ToolError::new(ToolErrorCode::ToolError, why))?;
         Ok(Self {
             workspace: Arc::clone(workspace),
             root: workspace.root().to_path_buf(),

@@ -7,6 +7,22 @@ use std::path::{Path, PathBuf};
 
 use ignore::{WalkBuilder, WalkParallel};
 
+/// The ignore files the walker reads in each directory.
+const IGNORE_FILES: &[&str] = &[".gitignore", ".ignore"];
+
+/// Whether a walk may start at `start` inside the workspace `root`: the
+/// ignore files of `start` and of its ancestors up to `root` are read
+/// before any entry is filtered ([`crate::untrusted::ignore_files_are_plain`]).
+pub(super) fn start_is_safe(root: &Path, start: &Path) -> Result<(), String> {
+    for dir in start.ancestors() {
+        crate::untrusted::ignore_files_are_plain(dir, IGNORE_FILES)?;
+        if dir == root || !dir.starts_with(root) {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// A parallel walker over `root` with the rules above.
 pub(super) fn parallel(root: &Path) -> WalkParallel {
     WalkBuilder::new(root)
@@ -18,7 +34,15 @@ pub(super) fn parallel(root: &Path) -> WalkParallel {
         .ignore(true)
         .parents(true)
         .follow_links(false)
-        .filter_entry(|entry| entry.file_name() != ".git")
+        // A directory whose ignore files are not plain small files (a FIFO,
+        // a link, a huge file a command planted) is not entered: the
+        // `ignore` crate would open them by path and block or read forever.
+        .filter_entry(|entry| {
+            entry.file_name() != ".git"
+                && !(entry.file_type().is_some_and(|t| t.is_dir())
+                    && crate::untrusted::ignore_files_are_plain(entry.path(), IGNORE_FILES)
+                        .is_err())
+        })
         .threads(std::thread::available_parallelism().map_or(2, usize::from))
         .build_parallel()
 }

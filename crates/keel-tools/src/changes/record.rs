@@ -18,9 +18,11 @@
 //!   [`RecordLimits::max_total`], or whose path is not UTF-8 is left out and
 //!   listed in [`Manifest::excluded`];
 //! - an object is written to a private temporary file (0600 in a 0700
-//!   directory), fsynced and renamed into place; [`ObjectDir::sync`] makes
-//!   the directories durable, so a session entry that names a manifest is
-//!   appended only after the manifest and its objects are on disk;
+//!   directory) and gets its name only in [`ObjectDir::sync`], after one
+//!   `syncfs` made every new object's bytes durable; the directories are
+//!   synced after the renames, so a session entry that names a manifest is
+//!   appended only after the manifest and its objects are on disk, and a
+//!   named object is never incomplete;
 //! - objects are never trusted when read back: each is opened without
 //!   following a symlink, must be a regular file no larger than the manifest
 //!   says, and must hash to its name ([`SnapshotError::Damaged`] otherwise);
@@ -132,6 +134,12 @@ pub struct Manifest {
     /// The paths left out, sorted. Ignored paths (git's ignore rules) and
     /// `.git` are never walked, so they are not listed one by one.
     pub excluded: Vec<Exclusion>,
+    /// A SHA-256 of the ignore rules the walk applied (every `.gitignore`
+    /// it recorded and `.git/info/exclude`): a path missing from a snapshot
+    /// is known to be absent only against snapshots taken under the same
+    /// rules; under others it may have been ignored ([`rewind`]).
+    #[serde(default)]
+    pub ignore_rules: String,
 }
 
 impl Manifest {
@@ -207,8 +215,9 @@ pub struct Recorded {
 pub struct ObjectDir {
     path: PathBuf,
     handle: OwnedFd,
-    /// Fan-out directories written to since the last [`ObjectDir::sync`].
-    dirty: Mutex<BTreeSet<String>>,
+    /// Objects written since the last [`ObjectDir::sync`], under their
+    /// temporary names: `(id, temporary name)`.
+    pending: Mutex<Vec<(String, String)>>,
 }
 
 /// Distinguishes this process's temporary object files.
@@ -237,23 +246,27 @@ impl ObjectDir {
         Ok(ObjectDir {
             path: objects,
             handle,
-            dirty: Mutex::new(BTreeSet::new()),
+            pending: Mutex::new(Vec::new()),
         })
     }
 
-    /// Stores `bytes`; returns the object id and whether it was new.
+    /// Stores `bytes`; returns the object id and whether it was new. The
+    /// object is readable, and durable, once [`ObjectDir::sync`] returns.
     pub fn put(&self, bytes: &[u8]) -> Result<(String, bool), SnapshotError> {
         let id = hex(&Sha256::digest(bytes));
+        let mut pending = self
+            .pending
+            .lock()
+            .map_err(|_| io_error("storing", &self.path, io::Error::other("lock poisoned")))?;
+        if pending.iter().any(|(queued, _)| *queued == id) {
+            return Ok((id, false));
+        }
         let (fan, rest) = id.split_at(2);
         let name = format!("{fan}/{rest}");
         match beneath::open(&self.handle, Path::new(&name), OFlag::O_PATH, Mode::empty()) {
             Ok(_) => return Ok((id, false)),
             Err(error) if error.kind() == io::ErrorKind::NotFound => {}
             Err(error) => return Err(io_error("looking up", &self.path.join(&name), error)),
-        }
-        match mkdirat(&self.handle, fan, Mode::from_bits_truncate(0o700)) {
-            Ok(()) | Err(Errno::EEXIST) => {}
-            Err(error) => return Err(io_error("creating", &self.path.join(fan), error)),
         }
         let temp = format!(
             "tmp-{}-{}",
@@ -268,21 +281,12 @@ impl ObjectDir {
             Mode::from_bits_truncate(0o600),
         )
         .map(File::from)
-        .and_then(|mut file| {
-            file.write_all(bytes)?;
-            file.sync_all()
-        })
-        .and_then(|()| {
-            renameat(&self.handle, temp.as_str(), &self.handle, name.as_str())
-                .map_err(io::Error::from)
-        });
+        .and_then(|mut file| file.write_all(bytes));
         if let Err(error) = written {
             let _ = unlinkat(&self.handle, temp.as_str(), UnlinkatFlags::NoRemoveDir);
-            return Err(io_error("writing", &self.path.join(&name), error));
+            return Err(io_error("writing", &self.path.join(&temp), error));
         }
-        if let Ok(mut dirty) = self.dirty.lock() {
-            dirty.insert(fan.to_owned());
-        }
+        pending.push((id.clone(), temp));
         Ok((id, true))
     }
 
@@ -319,14 +323,34 @@ impl ObjectDir {
         Ok(bytes)
     }
 
-    /// Makes every object written since the last call durable (fsyncs the
-    /// directories their names were added to).
+    /// Makes every object written since the last call durable and gives
+    /// it its name: one `syncfs` for all their bytes (instead of an
+    /// `fsync` per object), then each renamed into place, then the
+    /// directories synced. An object therefore never has its name before
+    /// its bytes are on disk, so a crash leaves at worst a temporary file,
+    /// never a named object that is incomplete.
     pub fn sync(&self) -> Result<(), SnapshotError> {
-        let dirty = match self.dirty.lock() {
-            Ok(mut dirty) => std::mem::take(&mut *dirty),
-            Err(_) => BTreeSet::new(),
+        let pending = match self.pending.lock() {
+            Ok(mut pending) => std::mem::take(&mut *pending),
+            Err(_) => Vec::new(),
         };
-        for fan in &dirty {
+        if pending.is_empty() {
+            return Ok(());
+        }
+        nix::unistd::syncfs(&self.handle).map_err(|e| io_error("syncing", &self.path, e))?;
+        let mut fans = BTreeSet::new();
+        for (id, temp) in &pending {
+            let (fan, rest) = id.split_at(2);
+            match mkdirat(&self.handle, fan, Mode::from_bits_truncate(0o700)) {
+                Ok(()) | Err(Errno::EEXIST) => {}
+                Err(error) => return Err(io_error("creating", &self.path.join(fan), error)),
+            }
+            let name = format!("{fan}/{rest}");
+            renameat(&self.handle, temp.as_str(), &self.handle, name.as_str())
+                .map_err(|e| io_error("naming", &self.path.join(&name), e))?;
+            fans.insert(fan.to_owned());
+        }
+        for fan in &fans {
             let dir = beneath::open(
                 &self.handle,
                 Path::new(fan),
@@ -336,9 +360,7 @@ impl ObjectDir {
             .map_err(|e| io_error("opening", &self.path.join(fan), e))?;
             nix::unistd::fsync(&dir).map_err(|e| io_error("syncing", &self.path.join(fan), e))?;
         }
-        if !dirty.is_empty() {
-            nix::unistd::fsync(&self.handle).map_err(|e| io_error("syncing", &self.path, e))?;
-        }
+        nix::unistd::fsync(&self.handle).map_err(|e| io_error("syncing", &self.path, e))?;
         Ok(())
     }
 
@@ -458,10 +480,12 @@ pub fn record(
         Some(stored) => stored,
         None => SnapshotError::Scan(error),
     })?;
+    let ignore_rules = ignore_rules(root, &files, &excluded);
     let manifest = Manifest {
         version: MANIFEST_VERSION,
         files,
         excluded,
+        ignore_rules,
     };
     let bytes = serde_json::to_vec(&manifest).map_err(|e| SnapshotError::Damaged {
         id: String::new(),
@@ -479,6 +503,45 @@ pub fn record(
         new_objects,
         new_bytes,
     })
+}
+
+/// The fingerprint of the ignore rules a walk of `root` applied: each
+/// recorded or left-out `.gitignore` by path and content, and the
+/// repository's `.git/info/exclude` (read beneath the root, regular, at
+/// most 1 MiB). The user's global excludes file is not included: the
+/// session's commands cannot write it.
+fn ignore_rules(root: &Path, files: &BTreeMap<String, Node>, excluded: &[Exclusion]) -> String {
+    let is_rules = |path: &str| path == ".gitignore" || path.ends_with("/.gitignore");
+    let mut digest = Sha256::new();
+    for (path, node) in files.iter().filter(|(path, _)| is_rules(path)) {
+        digest.update(path.as_bytes());
+        digest.update([0]);
+        match node {
+            Node::File { object, .. } => digest.update(object.as_bytes()),
+            Node::Symlink { target } => digest.update(target.as_bytes()),
+        }
+        digest.update([0]);
+    }
+    for left_out in excluded.iter().filter(|e| is_rules(&e.path)) {
+        digest.update(left_out.path.as_bytes());
+        digest.update(b"\0left out\0");
+    }
+    let exclude = beneath::open_root(root).and_then(|handle| {
+        let mut file = beneath::open_read(&handle, Path::new(".git/info/exclude"))?;
+        match beneath::regular(&file)? {
+            Ok(_) => beneath::read_bounded(&mut file, 1 << 20),
+            Err(_) => Ok(Err(0)),
+        }
+    });
+    match exclude {
+        Ok(Ok(bytes)) => {
+            digest.update(b"exclude\0");
+            digest.update(&bytes);
+        }
+        Ok(Err(_)) => digest.update(b"exclude unreadable\0"),
+        Err(_) => {}
+    }
+    hex(&digest.finalize())
 }
 
 /// What writing a snapshot back did.
@@ -506,6 +569,16 @@ pub fn materialize(
 ) -> Result<Written, SnapshotError> {
     match std::fs::DirBuilder::new().mode(0o700).create(into) {
         Ok(()) => {}
+        Err(error)
+            if error.kind() == io::ErrorKind::AlreadyExists
+                && std::fs::symlink_metadata(into).is_ok_and(|m| m.file_type().is_symlink()) =>
+        {
+            return Err(io_error(
+                "refusing to write through the symbolic link",
+                into,
+                io::Error::new(io::ErrorKind::InvalidInput, "name a directory itself"),
+            ));
+        }
         Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {
             let mut entries = std::fs::read_dir(into).map_err(|e| io_error("reading", into, e))?;
             if entries.next().is_some() {
@@ -532,6 +605,13 @@ pub fn materialize(
 /// workspace as it is) shows it changed since `reference` — then it is a
 /// conflict and left alone. Paths that do not differ between the two are
 /// never touched.
+///
+/// A path missing from a snapshot may only have been ignored. So unless
+/// all three were taken under the same ignore rules
+/// ([`Manifest::ignore_rules`]), a path missing from any of them is
+/// `unknown` and left alone: only files present in all three are put back.
+/// A path that cannot be written (a directory stands where a file was) is
+/// a conflict too; the others are still put back.
 pub fn rewind(
     root: &Path,
     target: &Manifest,
@@ -551,32 +631,54 @@ pub fn rewind(
         .collect();
     let mut done = Written::default();
     let mut removed_dirs = BTreeSet::new();
+    let same_rules = !target.ignore_rules.is_empty()
+        && target.ignore_rules == reference.ignore_rules
+        && reference.ignore_rules == now.ignore_rules;
     for path in paths {
-        let (want, was) = (target.state(path), reference.state(path));
+        let (want, was, is) = (target.state(path), reference.state(path), now.state(path));
         if want == was {
             continue;
         }
-        if want == State::Unknown || was == State::Unknown {
+        let absent = [want, was, is].contains(&State::Absent);
+        if want == State::Unknown || was == State::Unknown || (absent && !same_rules) {
             done.unknown.push(path.to_owned());
             continue;
         }
-        if now.state(path) != was {
+        if is != was {
             done.conflicts.push(path.to_owned());
             continue;
         }
         match want {
             State::Node(node) => {
-                put_node(&handle, root, path, node, objects, true)?;
-                done.written.push(path.to_owned());
+                match put_node(&handle, root, path, node, objects, true) {
+                    Ok(()) => done.written.push(path.to_owned()),
+                    // Damaged objects stop the rewind; what stands in the
+                    // way of one path is that path's conflict.
+                    Err(error @ SnapshotError::Damaged { .. }) => return Err(error),
+                    Err(error) => {
+                        tracing::warn!(%error, "a path could not be put back");
+                        done.conflicts.push(path.to_owned());
+                    }
+                }
             }
             State::Absent => {
-                let (parent, name) = open_parent(&handle, root, path, false)?;
-                match unlinkat(&parent, name, UnlinkatFlags::NoRemoveDir) {
-                    Ok(()) | Err(Errno::ENOENT) => {}
-                    Err(error) => return Err(io_error("removing", &root.join(path), error)),
+                let removed =
+                    open_parent(&handle, root, path, false).and_then(
+                        |(parent, name)| match unlinkat(&parent, name, UnlinkatFlags::NoRemoveDir) {
+                            Ok(()) | Err(Errno::ENOENT) => Ok(()),
+                            Err(error) => Err(io_error("removing", &root.join(path), error)),
+                        },
+                    );
+                match removed {
+                    Ok(()) => {
+                        done.removed.push(path.to_owned());
+                        removed_dirs.extend(ancestors(path));
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, "a path could not be removed");
+                        done.conflicts.push(path.to_owned());
+                    }
                 }
-                done.removed.push(path.to_owned());
-                removed_dirs.extend(ancestors(path));
             }
             State::Unknown => {}
         }
@@ -896,6 +998,80 @@ mod tests {
     }
 
     #[test]
+    fn a_changed_ignore_rule_makes_missing_paths_unknown_not_deleted() {
+        let work = tempfile::tempdir().unwrap();
+        let store = tempfile::tempdir().unwrap();
+        let objects = ObjectDir::create(&store.path().join("s.snapshots")).unwrap();
+        let limits = RecordLimits::default();
+        write(work.path(), "notes.txt", b"v1\n", 0o644);
+        write(work.path(), ".gitignore", b".env\n", 0o644);
+        write(work.path(), ".env", b"KEY=x\n", 0o600);
+        write(work.path(), "code.rs", b"fn a() {}\n", 0o644);
+        let start = record(work.path(), &limits, &objects).unwrap().manifest;
+        // The run hides notes.txt, un-hides .env, and edits code.rs.
+        write(work.path(), ".gitignore", b"notes.txt\n", 0o644);
+        write(work.path(), "code.rs", b"fn b() {}\n", 0o644);
+        let end = record(work.path(), &limits, &objects).unwrap().manifest;
+        // The user edits the now ignored notes.txt.
+        write(work.path(), "notes.txt", b"v2 the user's\n", 0o644);
+        let now = record(work.path(), &limits, &objects).unwrap().manifest;
+        let done = rewind(work.path(), &start, &end, &now, &objects).unwrap();
+        assert_eq!(done.written, [".gitignore", "code.rs"]);
+        assert_eq!(done.unknown, [".env", "notes.txt"]);
+        assert!(
+            done.removed.is_empty() && done.conflicts.is_empty(),
+            "{done:?}"
+        );
+        assert_eq!(
+            std::fs::read(work.path().join("notes.txt")).unwrap(),
+            b"v2 the user's\n"
+        );
+        assert_eq!(std::fs::read(work.path().join(".env")).unwrap(), b"KEY=x\n");
+        assert_eq!(
+            std::fs::read(work.path().join("code.rs")).unwrap(),
+            b"fn a() {}\n"
+        );
+    }
+
+    #[test]
+    fn a_planted_ignore_file_fails_the_snapshot_instead_of_hanging_it() {
+        let store = tempfile::tempdir().unwrap();
+        let objects = ObjectDir::create(&store.path().join("s.snapshots")).unwrap();
+        let limits = RecordLimits::default();
+        for place in ["", "sub/"] {
+            let work = tempfile::tempdir().unwrap();
+            write(work.path(), "sub/f", b"x", 0o644);
+            let at = work.path().join(format!("{place}.gitignore"));
+            nix::unistd::mkfifo(&at, Mode::from_bits_truncate(0o600)).unwrap();
+            let error = record(work.path(), &limits, &objects).unwrap_err();
+            assert!(error.to_string().contains("not a regular file"), "{error}");
+            std::fs::remove_file(&at).unwrap();
+            symlink("/dev/zero", &at).unwrap();
+            let error = record(work.path(), &limits, &objects).unwrap_err();
+            assert!(error.to_string().contains("symbolic link"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_directory_in_the_way_is_a_conflict_and_the_rest_is_put_back() {
+        let work = tempfile::tempdir().unwrap();
+        let store = tempfile::tempdir().unwrap();
+        let objects = ObjectDir::create(&store.path().join("s.snapshots")).unwrap();
+        let limits = RecordLimits::default();
+        write(work.path(), "a", b"orig\n", 0o644);
+        write(work.path(), "f", b"orig\n", 0o644);
+        let start = record(work.path(), &limits, &objects).unwrap().manifest;
+        write(work.path(), "a", b"changed\n", 0o644);
+        std::fs::remove_file(work.path().join("f")).unwrap();
+        write(work.path(), "f/x", b"inside\n", 0o644);
+        let end = record(work.path(), &limits, &objects).unwrap().manifest;
+        let done = rewind(work.path(), &start, &end, &end, &objects).unwrap();
+        assert_eq!(done.conflicts, ["f"]);
+        assert_eq!(done.written, ["a"]);
+        assert_eq!(std::fs::read(work.path().join("a")).unwrap(), b"orig\n");
+    }
+
+    #[test]
     fn rewind_never_writes_through_a_planted_symlink() {
         let work = tempfile::tempdir().unwrap();
         let outside = tempfile::tempdir().unwrap();
@@ -912,8 +1088,8 @@ mod tests {
         std::fs::remove_dir_all(work.path().join("d")).unwrap();
         symlink(outside.path(), work.path().join("d")).unwrap();
         std::fs::write(outside.path().join("f"), b"two\n").unwrap();
-        let result = rewind(work.path(), &start, &end, &end, &objects);
-        assert!(result.is_err(), "{result:?}");
+        let done = rewind(work.path(), &start, &end, &end, &objects).unwrap();
+        assert_eq!(done.conflicts, ["d/f"], "refused, reported as a conflict");
         assert_eq!(std::fs::read(outside.path().join("f")).unwrap(), b"two\n");
     }
 }

@@ -147,7 +147,22 @@ impl<'a> Scan<'a> {
     }
 
     /// Regular files and symlinks under the root, sorted, relative.
+    ///
+    /// Fails when a directory's `.gitignore` is not a plain, small, regular
+    /// file ([`crate::untrusted::ignore_files_are_plain`]): a FIFO would
+    /// block the walk, a link to `/dev/zero` would fill memory, and
+    /// skipping the directory instead would make its files look deleted.
     fn walk(&self) -> Result<BTreeSet<Vec<u8>>, ChangesError> {
+        let refused = |why: String| {
+            io_err(
+                "reading the workspace's ignore rules".into(),
+                std::io::Error::other(why),
+            )
+        };
+        crate::untrusted::ignore_files_are_plain(self.root, &[".gitignore"]).map_err(refused)?;
+        let unsafe_ignore: std::sync::Arc<std::sync::Mutex<Option<String>>> =
+            std::sync::Arc::default();
+        let found = std::sync::Arc::clone(&unsafe_ignore);
         let walker = ignore::WalkBuilder::new(self.root)
             .hidden(false)
             .ignore(false)
@@ -157,7 +172,21 @@ impl<'a> Scan<'a> {
             .git_global(true)
             .parents(true)
             .follow_links(false)
-            .filter_entry(|entry| entry.file_name() != ".git")
+            .filter_entry(move |entry| {
+                if entry.file_name() == ".git" {
+                    return false;
+                }
+                if entry.file_type().is_some_and(|t| t.is_dir())
+                    && let Err(why) =
+                        crate::untrusted::ignore_files_are_plain(entry.path(), &[".gitignore"])
+                {
+                    if let Ok(mut found) = found.lock() {
+                        found.get_or_insert(why);
+                    }
+                    return false;
+                }
+                true
+            })
             .build();
         let mut paths = BTreeSet::new();
         for entry in walker {
@@ -178,6 +207,9 @@ impl<'a> Scan<'a> {
             if let Ok(rel) = entry.path().strip_prefix(self.root) {
                 paths.insert(rel.as_os_str().as_bytes().to_vec());
             }
+        }
+        if let Some(why) = unsafe_ignore.lock().ok().and_then(|mut found| found.take()) {
+            return Err(refused(why));
         }
         Ok(paths)
     }
