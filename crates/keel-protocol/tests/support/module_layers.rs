@@ -12,9 +12,11 @@
 //! and inline `mod name { … }` blocks within it). Comments, strings and
 //! character literals are skipped; `$crate` (a macro's own crate) is not a
 //! use. Only `.rs` files are modules: `system_prompt.md` beside
-//! `system_prompt.rs` is not one. A use of a module within the user's own
-//! top-level module, or of a name that is no module of the crate (an item
-//! re-exported at the root), is no edge.
+//! `system_prompt.rs` is not one. A name the crate root re-exports from a
+//! module (`pub use execution::ShellExecution;` in `lib.rs`) counts as a use
+//! of that module (root globs and aliases are not followed). A use of a
+//! module within the using file's own top-level module, or of a name that
+//! is no module of the crate, is no edge.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -347,6 +349,34 @@ pub fn sources(src: &Path) -> Vec<(Vec<String>, String)> {
         .collect()
 }
 
+/// The names the crate root (`root`, the text of `lib.rs`) re-exports from
+/// its own `modules`, each with the module it comes from: `pub use
+/// a::{X, b::Y};` maps `X` and `Y` to `a`.
+pub fn root_exports(root: &str, modules: &BTreeSet<String>) -> BTreeMap<String, String> {
+    let tokens = tokens(root);
+    let mut exports = BTreeMap::new();
+    for (i, token) in tokens.iter().enumerate() {
+        if !matches!(token, Token::Ident(word) if word == "use") {
+            continue;
+        }
+        let mut paths = Vec::new();
+        tree(&tokens, i + 1, &[], &mut paths);
+        for path in paths {
+            let path: Vec<&String> = path
+                .iter()
+                .skip_while(|segment| matches!(segment.as_str(), "crate" | "self"))
+                .collect();
+            if let (Some(module), Some(name)) = (path.first(), path.last())
+                && path.len() >= 2
+                && modules.contains(*module)
+            {
+                exports.insert((*name).clone(), (*module).clone());
+            }
+        }
+    }
+    exports
+}
+
 /// The crate's top-level modules and, for each, the other top-level
 /// modules its files use.
 pub fn edges(sources: &[(Vec<String>, String)]) -> BTreeMap<String, BTreeSet<String>> {
@@ -354,6 +384,11 @@ pub fn edges(sources: &[(Vec<String>, String)]) -> BTreeMap<String, BTreeSet<Str
         .iter()
         .filter_map(|(module, _)| module.first().cloned())
         .collect();
+    let exports = sources
+        .iter()
+        .find(|(module, _)| module.is_empty())
+        .map(|(_, root)| root_exports(root, &modules))
+        .unwrap_or_default();
     let mut edges: BTreeMap<String, BTreeSet<String>> = modules
         .iter()
         .map(|module| (module.clone(), BTreeSet::new()))
@@ -361,10 +396,12 @@ pub fn edges(sources: &[(Vec<String>, String)]) -> BTreeMap<String, BTreeSet<Str
     for (module, text) in sources {
         let Some(own) = module.first() else { continue };
         for path in uses(module, text) {
-            if let Some(target) = path.first()
-                && target != own
-                && modules.contains(target)
-            {
+            let Some(first) = path.first() else { continue };
+            let target = match exports.get(first) {
+                Some(module) if !modules.contains(first) => module,
+                _ => first,
+            };
+            if target != own && modules.contains(target) {
                 edges.get_mut(own).unwrap().insert(target.clone());
             }
         }
@@ -500,9 +537,17 @@ pub fn self_test() {
     // The check: edges between top-level modules only, upward or sideways
     // ones reported, and the table kept complete both ways.
     let sources = vec![
+        (
+            Vec::new(),
+            "mod high; pub use high::Exported; pub use peer::{Root as Other};".to_owned(),
+        ),
         (module("low"), "use crate::high::X;".to_owned()),
         (module("high"), "use crate::{low::Y, peer};".to_owned()),
-        (module("peer"), "use crate::Root;".to_owned()),
+        (
+            module("peer"),
+            "use crate::Other; fn f() { crate::Missing::g() }".to_owned(),
+        ),
+        (module("user"), "use crate::Exported;".to_owned()),
         (
             module("high::inner"),
             "use super::super::low::Z; use super::W;".to_owned(),
@@ -514,8 +559,17 @@ pub fn self_test() {
         graph["high"],
         BTreeSet::from(["low".to_owned(), "peer".to_owned()])
     );
-    assert!(graph["peer"].is_empty(), "a root re-export is no edge");
-    let layers = [("low", 0), ("peer", 1), ("high", 1), ("gone", 2)];
+    // A name the root re-exports from a module is a use of that module
+    // (an alias is not followed, a name nobody exports is no edge).
+    assert_eq!(graph["user"], BTreeSet::from(["high".to_owned()]));
+    assert!(graph["peer"].is_empty(), "{:?}", graph["peer"]);
+    let layers = [
+        ("low", 0),
+        ("peer", 1),
+        ("high", 1),
+        ("user", 2),
+        ("gone", 2),
+    ];
     let found = violations(&graph, &layers);
     assert_eq!(
         found,
