@@ -15,8 +15,9 @@
 //! # Layers
 //!
 //! The modules form layers; each uses only modules of the layers above it,
-//! so there is no import cycle (`tests/layers.rs` reads every `crate::`
-//! path and fails on an edge that points sideways or up):
+//! so there is no import cycle (`tests/layers.rs` reads every `crate::`,
+//! `super::` and `self::` path, `use` groups included, and fails on an
+//! edge that points sideways or up):
 //!
 //! 0. `context` — the context branch as a run holds it (entries whose
 //!    messages are shared with every request) and its projection; the

@@ -41,7 +41,9 @@ use keel_tools::changes::gitcode::GitCodeSnapshot;
 use keel_tools::changes::quarantine::{self, Quarantine};
 use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
-use keel_tools::{CallReceipt, PreparedCall, ProgressSink, ToolContext, ToolError, ToolOutput};
+use keel_tools::{
+    CallReceipt, PreparedCall, ProgressSink, ShellExecution, ToolContext, ToolError, ToolOutput,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
@@ -710,17 +712,22 @@ impl ToolRunner<'_> {
                 } else {
                     self.parts.workspace.clone()
                 },
-                sandbox.clone(),
             );
             tool_context.cancel = self.shared.cancel.child_token();
             tool_context.progress = ProgressSink::new(call.id.clone(), sender);
-            tool_context.holders = self.parts.holders.clone();
             tool_context.outputs = self.parts.outputs.clone();
-            tool_context.receipts = self
+            // What only `bash` understands: the sandbox at the decision's
+            // level, the kernel's namespace holders, the call's receipts.
+            let receipts = self
                 .writer
                 .receipts()
                 .zip(receipt_key)
                 .map(|(receipts, key)| CallReceipt::new(receipts, key));
+            tool_context.extensions.insert(
+                ShellExecution::new(sandbox.clone())
+                    .holders(self.parts.holders.clone())
+                    .receipts(receipts),
+            );
             tool_context
         };
         let execution = prepared.tool.execute(prepared.arguments, context);

@@ -14,7 +14,7 @@ use keel_protocol::{
 use keel_provider::{Script, ScriptedProvider};
 use keel_session::{MemoryStore, SessionStore};
 use keel_tools::builtin::{BashOptions, default_tools};
-use keel_tools::{Tool, ToolContext, ToolFuture, ToolOutput, Workspace};
+use keel_tools::{ShellExecution, Tool, ToolContext, ToolFuture, ToolOutput, Workspace};
 use serde_json::{Value, json};
 
 /// A tool whose intent is whatever its arguments say; it reports the
@@ -39,11 +39,12 @@ impl Tool for Probe {
     }
     fn execute(&self, _arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(async move {
-            let metadata = match context.sandbox.metadata_writable {
+            let sandbox = &context.extension::<ShellExecution>().unwrap().sandbox;
+            let metadata = match sandbox.metadata_writable {
                 true => "+metadata",
                 false => "",
             };
-            let level = context.sandbox.level.as_str();
+            let level = sandbox.level.as_str();
             Ok(ToolOutput::text(format!("{level}{metadata}")))
         })
     }

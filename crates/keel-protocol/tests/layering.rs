@@ -21,23 +21,28 @@ const RANKS: &[(&str, u32)] = &[
     ("keel-protocol", 0),
     // Test-only crash points, compiled to nothing outside test builds.
     ("keel-failpoint", 0),
+    // The Tool API: what every tool implements, over the vocabulary only.
+    ("keel-tool-api", 1),
     // Engines and stores that speak only the vocabulary.
     ("keel-provider", 1),
     ("keel-session", 1),
-    ("keel-sandbox", 1),
-    ("keel-shell", 1),
-    // The Tool API and built-in tools, a facade over sandbox and shell.
-    ("keel-tools", 2),
+    // The engines behind `bash`: the OS sandbox (the host's environment
+    // snapshot is the Tool API's) and the shell analysis (its path helpers
+    // are the rooted workspace's, in the Tool API).
+    ("keel-sandbox", 2),
+    ("keel-shell", 2),
+    // The built-in tools on the Tool API, a facade over sandbox and shell.
+    ("keel-tools", 3),
     // The agent loop, over providers, sessions and tools.
-    ("keel-kernel", 3),
+    ("keel-kernel", 4),
     // Assembling a kernel from configuration, for every host.
-    ("keel-host", 4),
+    ("keel-host", 5),
     // Transports over the broker (the host protocol, authentication).
-    ("keel-server", 5),
+    ("keel-server", 6),
     // The SWE-bench evaluator: a host over the broker.
-    ("keel-swebench", 5),
+    ("keel-swebench", 6),
     // The `keel` binary.
-    ("keel-cli", 6),
+    ("keel-cli", 7),
 ];
 
 fn rank(name: &str) -> Option<u32> {
@@ -119,7 +124,13 @@ fn crate_dependencies_point_down_only() {
         .filter_map(|package| package["name"].as_str())
         .collect();
     // The check must see the workspace, not an empty or partial listing.
-    for expected in ["keel-protocol", "keel-tools", "keel-kernel", "keel-cli"] {
+    for expected in [
+        "keel-protocol",
+        "keel-tool-api",
+        "keel-tools",
+        "keel-kernel",
+        "keel-cli",
+    ] {
         assert!(
             names.contains(&expected),
             "{expected} missing from {names:?}"
@@ -150,7 +161,7 @@ fn the_check_catches_an_upward_edge_and_an_unknown_crate() {
     ];
     let found = violations(&packages);
     assert_eq!(found.len(), 3, "{found:#?}");
-    assert!(found[0].starts_with("keel-shell (rank 1) -> keel-sandbox (rank 1), a dev dependency"));
-    assert!(found[1].starts_with("keel-protocol (rank 0) -> keel-kernel (rank 3), a build"));
+    assert!(found[0].starts_with("keel-shell (rank 2) -> keel-sandbox (rank 2), a dev dependency"));
+    assert!(found[1].starts_with("keel-protocol (rank 0) -> keel-kernel (rank 4), a build"));
     assert!(found[2].contains("`keel-mystery` is not in the rank table"));
 }

@@ -121,10 +121,17 @@ const FROZEN: &[(&str, &str, &str)] = &[
          fourth outcome",
     ),
     (
-        "keel-tools",
+        "keel-tool-api",
         "PathState",
         "what is at a path: nothing, a regular file, or something else; \
          complete by construction",
+    ),
+    (
+        "keel-tool-api",
+        "FileKind",
+        "the kinds of file an open handle can be (regular, directory, FIFO, \
+         socket, device, symlink): POSIX's file types, complete by \
+         construction, and matched exhaustively where a refusal names one",
     ),
     (
         "keel-sandbox",

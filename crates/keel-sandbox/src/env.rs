@@ -2,7 +2,8 @@
 //! host's environment snapshot ([`HostEnv`]).
 //!
 //! This library never reads the process environment: the host captures it
-//! once ([`HostEnv::new`], keel-host from `std::env::vars_os`) and hands it
+//! once ([`HostEnv::new`], keel-host from `std::env::vars_os`; the type is
+//! the Tool API's, `keel_tool_api::env`, re-exported here) and hands it
 //! over in [`SandboxConfig::host_env`](crate::SandboxConfig::host_env). An
 //! empty snapshot (the default, for a kernel built without keel-host) means
 //! commands see only Keel's fixed defaults: [`DEFAULT_PATH`] and, in the
@@ -20,80 +21,7 @@
 //! ([`SHELL_STARTUP_VARIABLES`], exported `BASH_FUNC_*` functions), even when
 //! listed, since the shell analysis could not see them.
 
-use std::ffi::{OsStr, OsString};
-use std::sync::Arc;
-
-/// The `PATH` commands get, and programs are looked up on, when the host's
-/// snapshot has none (an empty [`HostEnv`], say).
-pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
-
-/// A snapshot of the host process's environment, taken once by the host.
-///
-/// It is where every value a child process or a lookup on its behalf needs
-/// comes from: the allowlisted part a command receives ([`child_env`]), the
-/// `PATH` and `HOME` an approval binding resolves with, the `PATH` Keel's
-/// own git is found on. It may hold secrets (every variable of the host),
-/// so its `Debug` shows only how many variables it holds, and only
-/// [`child_env`] decides what leaves it. Cloning is cheap (shared).
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct HostEnv {
-    vars: Arc<Vec<(OsString, OsString)>>,
-}
-
-impl HostEnv {
-    /// A snapshot holding `vars` (a later duplicate name wins, as in
-    /// `std::process::Command::env`).
-    pub fn new<K, V>(vars: impl IntoIterator<Item = (K, V)>) -> Self
-    where
-        K: Into<OsString>,
-        V: Into<OsString>,
-    {
-        let mut kept: Vec<(OsString, OsString)> = Vec::new();
-        for (name, value) in vars {
-            let (name, value) = (name.into(), value.into());
-            kept.retain(|(old, _)| *old != name);
-            kept.push((name, value));
-        }
-        Self {
-            vars: Arc::new(kept),
-        }
-    }
-
-    /// An empty snapshot: commands see only Keel's fixed defaults.
-    pub fn empty() -> Self {
-        Self::default()
-    }
-
-    /// The value of `name`, when the snapshot holds it.
-    pub fn get(&self, name: &str) -> Option<&OsStr> {
-        self.vars
-            .iter()
-            .find(|(key, _)| key == name)
-            .map(|(_, value)| value.as_os_str())
-    }
-
-    /// The `PATH` commands search, as [`child_env`] passes it: the
-    /// snapshot's when it is valid UTF-8, else [`DEFAULT_PATH`].
-    pub fn search_path(&self) -> &OsStr {
-        self.get("PATH")
-            .filter(|path| path.to_str().is_some())
-            .unwrap_or(OsStr::new(DEFAULT_PATH))
-    }
-
-    /// Whether the snapshot holds no variable.
-    pub fn is_empty(&self) -> bool {
-        self.vars.is_empty()
-    }
-}
-
-impl std::fmt::Debug for HostEnv {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        // Never the values (secrets), nor the names.
-        f.debug_struct("HostEnv")
-            .field("variables", &self.vars.len())
-            .finish()
-    }
-}
+pub use keel_tool_api::env::{DEFAULT_PATH, HostEnv};
 
 /// Variables every child may receive: these names exactly.
 pub const ALLOWED: &[&str] = &[
@@ -162,8 +90,7 @@ pub fn filter(
 /// has none (or none that is valid UTF-8).
 pub fn child_env(host: &HostEnv, listed: &[String]) -> Vec<(String, String)> {
     let vars = host
-        .vars
-        .iter()
+        .vars()
         .filter_map(|(name, value)| Some((name.to_str()?.to_owned(), value.to_str()?.to_owned())));
     let mut env = filter(vars, listed);
     if !env.iter().any(|(name, _)| name == "PATH") {

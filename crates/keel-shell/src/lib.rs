@@ -38,9 +38,10 @@
 //!   re-exports it as `keel_tools::shell`. It runs nothing, spawns nothing
 //!   and writes nothing; the file system is only looked at (metadata, link
 //!   targets, directory listings for globs). It depends on `keel-protocol`
-//!   for the intent words and on nothing of the sandbox, so a crate that
-//!   needs the analysis never builds Landlock or seccomp. [`paths`] holds
-//!   the path helpers the rooted workspace shares with it.
+//!   for the intent words and on `keel-tool-api` for [`paths`], the path
+//!   helpers the rooted workspace shares with it (defined there, beside the
+//!   `Workspace` that uses them), and on nothing of the sandbox, so a crate
+//!   that needs the analysis never builds Landlock or seccomp.
 
 // Every `pub` item is part of the public API (tests/public_api.rs in
 // keel-cli checks what that API promises).
@@ -55,7 +56,7 @@ mod git;
 mod lex;
 mod packages;
 mod parse;
-pub mod paths;
+pub use keel_tool_api::paths;
 mod redact;
 mod report;
 mod resolve;

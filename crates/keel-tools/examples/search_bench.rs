@@ -113,11 +113,7 @@ async fn measure(tool: &dyn Tool, root: &Path, arguments: Value) -> (Vec<Duratio
     let mut times = Vec::new();
     let mut details = Value::Null;
     for run in 0..8 {
-        let context = ToolContext::new(
-            "bench",
-            workspace.clone(),
-            keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-        );
+        let context = ToolContext::new("bench", workspace.clone());
         let started = Instant::now();
         let output = tool.execute(arguments.clone(), context).await.unwrap();
         if run > 0 {

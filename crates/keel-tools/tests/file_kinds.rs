@@ -15,11 +15,7 @@ use keel_tools::{Tool, ToolContext, ToolError, ToolOutput, Workspace};
 use serde_json::{Value, json};
 
 fn context(workspace: Workspace) -> ToolContext {
-    ToolContext::new(
-        "c",
-        Arc::new(workspace),
-        keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-    )
+    ToolContext::new("c", Arc::new(workspace))
 }
 
 /// Runs one call; fails the test if it hangs (no answer within five seconds).

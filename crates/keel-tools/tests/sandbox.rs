@@ -12,7 +12,7 @@ use std::time::Duration;
 use keel_protocol::UserContent;
 use keel_tools::builtin::{BashOptions, BashTool};
 use keel_tools::sandbox::{Sandbox, SandboxConfig, SandboxLevel};
-use keel_tools::{Tool, ToolContext, ToolError, ToolOutput, Workspace};
+use keel_tools::{ShellExecution, Tool, ToolContext, ToolError, ToolOutput, Workspace};
 use serde_json::json;
 
 struct Setup {
@@ -29,12 +29,12 @@ fn setup() -> Setup {
 }
 
 async fn bash(root: &Path, level: SandboxLevel, command: &str) -> Result<ToolOutput, ToolError> {
-    let context = ToolContext::new(
-        "c",
-        Arc::new(Workspace::new(root).unwrap()),
-        Sandbox::new(level)
-            .with_config(Arc::new(SandboxConfig::default()))
-            .with_metadata_writable(false),
+    let context = ToolContext::new("c", Arc::new(Workspace::new(root).unwrap())).with_extension(
+        ShellExecution::new(
+            Sandbox::new(level)
+                .with_config(Arc::new(SandboxConfig::default()))
+                .with_metadata_writable(false),
+        ),
     );
     BashTool::new(BashOptions::default())
         .execute(json!({ "command": command, "timeout": 20 }), context)

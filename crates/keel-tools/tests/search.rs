@@ -42,11 +42,7 @@ static OUTPUTS: std::sync::LazyLock<keel_tools::outputs::OutputStore> =
 
 async fn call(tool: &dyn Tool, root: &Path, arguments: Value) -> Result<ToolOutput, ToolError> {
     let context = {
-        let mut tool_context = ToolContext::new(
-            "c",
-            Arc::new(Workspace::new(root).unwrap()),
-            keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxLevel::ReadOnly),
-        );
+        let mut tool_context = ToolContext::new("c", Arc::new(Workspace::new(root).unwrap()));
         tool_context.outputs = OUTPUTS.clone();
         tool_context
     };

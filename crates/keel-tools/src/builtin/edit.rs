@@ -103,7 +103,7 @@ impl Tool for EditTool {
             .and_then(|bytes| String::from_utf8(bytes).ok())
             .and_then(|text| edited(&text, &arguments.edits, &arguments.path).ok())
             .map(|(_, _, content)| content.into_bytes());
-        vec![crate::evidence::PlannedFile { abs, after }]
+        vec![crate::evidence::PlannedFile::new(abs, after)]
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {

@@ -289,24 +289,16 @@ fn binary(display: &str, kind: &str, refusal: &str) -> ToolError {
 mod test_support {
     use std::sync::Arc;
 
-    use tokio_util::sync::CancellationToken;
-
-    use crate::tool::{ProgressSink, ToolContext};
+    use crate::tool::ToolContext;
     use crate::workspace::Workspace;
 
     /// A temporary workspace and a context rooted in it.
     pub(crate) fn setup() -> (tempfile::TempDir, ToolContext) {
         let dir = tempfile::tempdir().unwrap();
-        let context = ToolContext {
-            call_id: "call-1".to_owned(),
-            workspace: Arc::new(Workspace::new(dir.path()).unwrap()),
-            cancel: CancellationToken::new(),
-            progress: ProgressSink::discard(),
-            sandbox: crate::sandbox::Sandbox::new(crate::sandbox::SandboxLevel::WorkspaceWrite),
-            receipts: None,
-            holders: crate::sandbox::HolderPool::default(),
-            outputs: crate::outputs::OutputStore::default(),
-        };
+        let context = ToolContext::new("call-1", Arc::new(Workspace::new(dir.path()).unwrap()))
+            .with_extension(crate::ShellExecution::new(crate::sandbox::Sandbox::new(
+                crate::sandbox::SandboxLevel::WorkspaceWrite,
+            )));
         (dir, context)
     }
 

@@ -145,15 +145,13 @@ fn image_output(display: &str, mime: &str, bytes: &[u8]) -> Result<ToolOutput, T
             ),
         ));
     }
-    let output = ToolOutput {
-        content: vec![
-            UserContent::Text {
-                text: format!("Read image `{display}` ({mime}, {} bytes).", bytes.len()),
-            },
-            UserContent::Image(ImageContent::new(mime.to_owned(), image::base64(bytes))),
-        ],
-        details: Some(json!({"path": display, "mime_type": mime, "bytes": bytes.len()})),
-    };
+    let output = ToolOutput::new(vec![
+        UserContent::Text {
+            text: format!("Read image `{display}` ({mime}, {} bytes).", bytes.len()),
+        },
+        UserContent::Image(ImageContent::new(mime.to_owned(), image::base64(bytes))),
+    ])
+    .with_details(json!({"path": display, "mime_type": mime, "bytes": bytes.len()}));
     Ok(output)
 }
 

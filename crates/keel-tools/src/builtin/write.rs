@@ -72,10 +72,10 @@ impl Tool for WriteTool {
         let Ok(abs) = workspace.resolve(&arguments.path) else {
             return Vec::new();
         };
-        vec![crate::evidence::PlannedFile {
+        vec![crate::evidence::PlannedFile::new(
             abs,
-            after: Some(arguments.content.into_bytes()),
-        }]
+            Some(arguments.content.into_bytes()),
+        )]
     }
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {

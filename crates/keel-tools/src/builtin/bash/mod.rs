@@ -41,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 use super::output::{Collected, Collector, Limits};
 use super::parse_arguments;
 use super::process::{Confined, Exit, GroupKiller, Pipes, Process, Reader};
+use crate::ShellExecution;
 use crate::env::{HostEnv, child_env};
 use crate::sandbox::{CallSpec, HolderPool, SANDBOX_TMPDIR, Sandbox, SandboxLevel};
 use crate::shell;
@@ -280,17 +281,23 @@ impl Tool for BashTool {
                 .timeout
                 .map_or(self.options.default_timeout, Duration::from_secs)
                 .min(self.options.max_timeout);
+            let Some(execution) = context.extension::<ShellExecution>() else {
+                return Err(ToolError::new(
+                    ToolErrorCode::SandboxUnavailable,
+                    "The host gave this call no sandbox to run a command in; nothing ran",
+                ));
+            };
             let root = context.workspace.root();
             let mut listed = self.options.env_passthrough.clone();
-            listed.extend(context.sandbox.config.env.iter().cloned());
+            listed.extend(execution.sandbox.config.env.iter().cloned());
             let (mut process, mut pipes) = self.spawn(
                 &arguments.command,
                 root,
-                &context.sandbox,
-                &context.holders,
+                &execution.sandbox,
+                &execution.holders,
                 &listed,
             )?;
-            let recorder = context
+            let recorder = execution
                 .receipts
                 .as_ref()
                 .and_then(|call| Recorder::start(call, &process, self.options.log_limit));
@@ -328,10 +335,10 @@ impl Tool for BashTool {
             } = sink;
             let collected = collector.finish().await;
             let (ended, exit_code) = receipt::describe(&ending);
-            let confined = context
+            let confined = execution
                 .sandbox
                 .is_enforced()
-                .then_some(context.sandbox.level);
+                .then_some(execution.sandbox.level);
             let result = outcome(
                 ending,
                 collected,

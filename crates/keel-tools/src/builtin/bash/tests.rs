@@ -16,12 +16,24 @@ use crate::env::is_allowed;
 use crate::sandbox::{Sandbox, SandboxLevel};
 use crate::tool::ProgressSink;
 
+/// What the test context gives `bash` (a context from `setup` has one).
+fn shell(context: &ToolContext) -> ShellExecution {
+    context.extension::<ShellExecution>().unwrap().clone()
+}
+
+/// The same context, its [`ShellExecution`] changed by `change`.
+fn with_shell(context: &ToolContext, change: impl FnOnce(&mut ShellExecution)) -> ToolContext {
+    let mut execution = shell(context);
+    change(&mut execution);
+    context.clone().with_extension(execution)
+}
+
 /// The same context, running commands without the OS sandbox: its
 /// process-group kill is what these cases check, by PID.
 fn unsandboxed(context: &ToolContext) -> ToolContext {
-    let mut context = context.clone();
-    context.sandbox = Sandbox::new(SandboxLevel::Unsandboxed);
-    context
+    with_shell(context, |execution| {
+        execution.sandbox = Sandbox::new(SandboxLevel::Unsandboxed);
+    })
 }
 
 /// Waits `delay`, then asserts that nothing wrote `marker`: a process a
@@ -65,6 +77,31 @@ async fn assert_all_dead(pid_file: &Path) {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The Tool API's context names no sandbox: without the kernel's
+/// [`ShellExecution`] a command has nowhere to be confined, so it is not run.
+#[tokio::test]
+async fn a_context_without_a_shell_execution_runs_nothing() {
+    let (dir, context) = setup();
+    let bare = ToolContext::new("call-1", context.workspace.clone());
+    let marker = dir.path().join("ran");
+    let error = bash(
+        &bare,
+        json!({"command": format!("touch {}", marker.display())}),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(error.code, ToolErrorCode::SandboxUnavailable);
+    assert!(!marker.exists());
+    // The same command with the execution runs.
+    bash(
+        &context,
+        json!({"command": format!("touch {}", marker.display())}),
+    )
+    .await
+    .unwrap();
+    assert!(marker.exists());
 }
 
 #[tokio::test]
@@ -264,11 +301,11 @@ async fn child_environment_is_allowlisted() {
 
 /// The same context with `host_env` as the host's environment snapshot.
 fn with_host_env(context: &ToolContext, host_env: HostEnv) -> ToolContext {
-    let mut context = context.clone();
-    let mut config = (*context.sandbox.config).clone();
-    config.host_env = host_env;
-    context.sandbox.config = std::sync::Arc::new(config);
-    context
+    with_shell(context, |execution| {
+        let mut config = (*execution.sandbox.config).clone();
+        config.host_env = host_env;
+        execution.sandbox.config = std::sync::Arc::new(config);
+    })
 }
 
 #[tokio::test]
@@ -432,8 +469,9 @@ async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_key() {
     let journal = tempfile::tempdir().unwrap();
     let receipts = Receipts::new(journal.path().join("session"));
     for context in [context.clone(), unsandboxed(&context)] {
-        let mut context = context;
-        context.receipts = Some(CallReceipt::new(receipts.clone(), "../../evil call"));
+        let context = with_shell(&context, |execution| {
+            execution.receipts = Some(CallReceipt::new(receipts.clone(), "../../evil call"));
+        });
         let outcome = bash(
             &context,
             json!({"command": "echo out; echo err >&2; exit 4"}),
@@ -443,7 +481,10 @@ async fn a_command_leaves_a_receipt_named_by_the_hash_of_its_key() {
         assert_eq!(error.code, ToolErrorCode::ProcessFailed);
 
         let started = receipts.started("../../evil call").unwrap();
-        assert_eq!(started.pid.is_some(), !context.sandbox.is_enforced());
+        assert_eq!(
+            started.pid.is_some(),
+            !shell(&context).sandbox.is_enforced()
+        );
         let exit = receipts.exit("../../evil call").unwrap();
         assert_eq!((exit.ending.as_str(), exit.exit_code), ("exited", Some(4)));
         assert_eq!(exit.output_bytes, 8);

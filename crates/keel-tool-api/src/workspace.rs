@@ -20,7 +20,7 @@
 //! after the check makes the open fail instead of sending it outside.
 //!
 //! The lexical normalization and the hard-link check come from
-//! [`keel_shell::paths`]: the shell analysis uses the same two, so a path in
+//! [`crate::paths`]: the shell analysis uses the same two, so a path in
 //! a command and a path in a file tool are placed against the root alike.
 
 mod open;
@@ -30,8 +30,8 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::paths::{hard_links, is_metadata, normalize};
 use keel_protocol::IntentScope;
-use keel_shell::paths::{hard_links, is_metadata, normalize};
 
 /// A directory that roots every path a tool may touch.
 #[derive(Debug, Clone)]
@@ -230,7 +230,7 @@ impl Workspace {
 
     /// Whether `abs` (a resolved path) is Keel's or git's own metadata,
     /// which a file tool may write only once the host approved exactly that
-    /// (see [`keel_shell::paths::is_metadata`], which the shell analysis
+    /// (see [`crate::paths::is_metadata`], which the shell analysis
     /// uses too).
     pub fn is_protected(&self, abs: &Path) -> bool {
         abs.strip_prefix(&self.root).is_ok_and(is_metadata)
@@ -336,7 +336,7 @@ fn is_missing(error: &io::Error) -> bool {
 
 /// An owned copy of `error` that keeps what a caller matches on: the OS
 /// error number when there is one, else the kind and the message.
-pub(crate) fn owned(error: &io::Error) -> io::Error {
+pub fn owned(error: &io::Error) -> io::Error {
     match error.raw_os_error() {
         Some(code) => io::Error::from_raw_os_error(code),
         None => io::Error::new(error.kind(), error.to_string()),

@@ -1,6 +1,6 @@
 //! Full outputs of truncated tool results, kept where `read` can reach them.
 //!
-//! Every tool shares one output budget ([`crate::truncate`]); when a result
+//! Every tool shares one output budget (keel-tools' `truncate`); when a result
 //! is cut, the whole output is saved in the call's [`OutputStore`]
 //! ([`crate::ToolContext::outputs`]) and the result names it as
 //! `keel-output:<name>`. `read` resolves that reference in the same store

@@ -14,9 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::env::HostEnv;
 use crate::evidence::PlannedFile;
+use crate::extensions::Extensions;
 use crate::outputs::OutputStore;
-use crate::receipt::CallReceipt;
-use crate::sandbox::{HolderPool, Sandbox};
 use crate::workspace::{Workspace, WorkspaceError};
 
 /// The future a tool's execution returns.
@@ -68,8 +67,8 @@ pub trait Tool: Send + Sync {
     /// while that call's binding is the same, so a rule never follows a
     /// re-pointed symlink. `None` binds to nothing: the answer then decides
     /// no later call. `env` is the host's environment snapshot the call
-    /// would run with ([`SandboxConfig::host_env`](crate::sandbox::SandboxConfig::host_env)):
-    /// where a command's programs and `~` resolve. The default binds a
+    /// would run with (the one the sandbox configuration holds): where a
+    /// command's programs and `~` resolve. The default binds a
     /// string `path` argument ([`crate::binding::path`]) and otherwise only
     /// the arguments' text.
     fn approval_binding(
@@ -154,34 +153,38 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Where streamed output goes.
     pub progress: ProgressSink,
-    /// The OS sandbox processes of this call run in (only `bash` spawns any).
-    pub sandbox: Sandbox,
-    /// The kernel's namespace holders, which sandboxed commands start in.
-    pub holders: HolderPool,
     /// The kernel's store of full outputs: a cut result is saved here, and
     /// `read` resolves `keel-output:` references here and nowhere else.
     pub outputs: OutputStore,
-    /// Where this call's command receipts go (docs/recovery.md): the session's
-    /// journal and the call's key, the id of its `effect_started` entry;
-    /// `None`: none are kept.
-    pub receipts: Option<CallReceipt>,
+    /// What only some tools understand, by type ([`Extensions`]): the
+    /// kernel puts keel-tools' `ShellExecution` here (the OS sandbox, its
+    /// namespace holders and the call's command receipts) for `bash`.
+    pub extensions: Extensions,
 }
 
 impl ToolContext {
-    /// The context of call `call_id` in `workspace` under `sandbox`: never
-    /// cancelled, output discarded, holders and output store of its own,
-    /// no receipts.
-    pub fn new(call_id: impl Into<String>, workspace: Arc<Workspace>, sandbox: Sandbox) -> Self {
+    /// The context of call `call_id` in `workspace`: never cancelled,
+    /// output discarded, an output store of its own, no extensions.
+    pub fn new(call_id: impl Into<String>, workspace: Arc<Workspace>) -> Self {
         Self {
             call_id: call_id.into(),
             workspace,
             cancel: CancellationToken::new(),
             progress: ProgressSink::discard(),
-            sandbox,
-            holders: HolderPool::default(),
             outputs: OutputStore::default(),
-            receipts: None,
+            extensions: Extensions::new(),
         }
+    }
+
+    /// The same context with `value` among its [`Extensions`].
+    pub fn with_extension<T: std::any::Any + Send + Sync>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    /// The extension of type `T`, if the context carries one.
+    pub fn extension<T: std::any::Any + Send + Sync>(&self) -> Option<&T> {
+        self.extensions.get::<T>()
     }
 }
 
@@ -233,6 +236,14 @@ pub struct ToolOutput {
 }
 
 impl ToolOutput {
+    /// An output holding `content` (text, images) and no details.
+    pub fn new(content: Vec<UserContent>) -> Self {
+        Self {
+            content,
+            details: None,
+        }
+    }
+
     /// An output holding one text block.
     pub fn text(text: impl Into<String>) -> Self {
         Self {

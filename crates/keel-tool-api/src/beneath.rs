@@ -41,7 +41,7 @@ fn resolve_flags() -> ResolveFlag {
 
 /// Opens `rel` beneath `dir` with `flags` (`O_CLOEXEC` and `O_NOFOLLOW` are
 /// always added); `mode` is used when `flags` create a file.
-pub(crate) fn open(dir: impl AsFd, rel: &Path, flags: OFlag, mode: Mode) -> io::Result<OwnedFd> {
+pub fn open(dir: impl AsFd, rel: &Path, flags: OFlag, mode: Mode) -> io::Result<OwnedFd> {
     let rel = if rel.as_os_str().is_empty() {
         Path::new(".")
     } else {
@@ -103,7 +103,7 @@ fn open_stepwise(
 
 /// Opens `rel` beneath `dir` for reading without blocking on a FIFO or a
 /// device; the caller checks what it is with [`regular`].
-pub(crate) fn open_read(dir: impl AsFd, rel: &Path) -> io::Result<File> {
+pub fn open_read(dir: impl AsFd, rel: &Path) -> io::Result<File> {
     let flags = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_NOCTTY;
     open(dir, rel, flags, Mode::empty()).map(File::from)
 }
@@ -111,9 +111,9 @@ pub(crate) fn open_read(dir: impl AsFd, rel: &Path) -> io::Result<File> {
 /// Opens `rel` beneath `dir` for reading without blocking, following a
 /// symlink only while it stays beneath `dir` (`RESOLVE_BENEATH` without
 /// `RESOLVE_NO_SYMLINKS`; magic links never): for files Keel did not create
-/// and did not check beforehand ([`crate::untrusted`]). Where `openat2` is
+/// and did not check beforehand (keel-tools' `untrusted`). Where `openat2` is
 /// missing, no symlink is followed at all.
-pub(crate) fn open_read_inside(dir: impl AsFd, rel: &Path) -> io::Result<File> {
+pub fn open_read_inside(dir: impl AsFd, rel: &Path) -> io::Result<File> {
     if rel.is_absolute() {
         return Err(io::Error::from(Errno::EXDEV));
     }
@@ -131,13 +131,13 @@ pub(crate) fn open_read_inside(dir: impl AsFd, rel: &Path) -> io::Result<File> {
 }
 
 /// Opens a directory by absolute path as the handle later opens go beneath.
-pub(crate) fn open_root(path: &Path) -> io::Result<OwnedFd> {
+pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
     let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
     nix::fcntl::open(path, flags, Mode::empty()).map_err(io::Error::from)
 }
 
 /// Reads the symlink `rel` beneath `dir` (its parent opened beneath `dir`).
-pub(crate) fn read_link(dir: impl AsFd, rel: &Path) -> io::Result<Vec<u8>> {
+pub fn read_link(dir: impl AsFd, rel: &Path) -> io::Result<Vec<u8>> {
     let (parent, name) = split_parent(rel)?;
     let parent = open(
         dir,
@@ -151,7 +151,7 @@ pub(crate) fn read_link(dir: impl AsFd, rel: &Path) -> io::Result<Vec<u8>> {
 }
 
 /// `rel`'s parent (possibly empty) and its last component.
-pub(crate) fn split_parent(rel: &Path) -> io::Result<(&Path, &OsStr)> {
+pub fn split_parent(rel: &Path) -> io::Result<(&Path, &OsStr)> {
     match (rel.parent(), rel.file_name()) {
         (Some(parent), Some(name)) => Ok((parent, name)),
         _ => Err(io::Error::new(
@@ -163,7 +163,7 @@ pub(crate) fn split_parent(rel: &Path) -> io::Result<(&Path, &OsStr)> {
 
 /// What kind of file an open handle is, for refusing non-regular files.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum FileKind {
+pub enum FileKind {
     /// A regular file.
     Regular,
     /// A directory.
@@ -180,7 +180,7 @@ pub(crate) enum FileKind {
 
 impl FileKind {
     /// The kind of `metadata`.
-    pub(crate) fn of(metadata: &std::fs::Metadata) -> FileKind {
+    pub fn of(metadata: &std::fs::Metadata) -> FileKind {
         use std::os::unix::fs::FileTypeExt;
         let kind = metadata.file_type();
         if kind.is_file() {
@@ -199,7 +199,7 @@ impl FileKind {
     }
 
     /// The kind as words, e.g. "a named pipe (FIFO)".
-    pub(crate) fn describe(self) -> &'static str {
+    pub fn describe(self) -> &'static str {
         match self {
             FileKind::Regular => "a regular file",
             FileKind::Directory => "a directory",
@@ -212,7 +212,7 @@ impl FileKind {
 }
 
 /// The open file's metadata if it is a regular file, else its kind.
-pub(crate) fn regular(file: &File) -> io::Result<Result<std::fs::Metadata, FileKind>> {
+pub fn regular(file: &File) -> io::Result<Result<std::fs::Metadata, FileKind>> {
     let metadata = file.metadata()?;
     Ok(match FileKind::of(&metadata) {
         FileKind::Regular => Ok(metadata),
@@ -222,7 +222,7 @@ pub(crate) fn regular(file: &File) -> io::Result<Result<std::fs::Metadata, FileK
 
 /// Reads at most `limit` bytes of `file`; `Err(len)` when it holds more,
 /// whatever its metadata said (it may grow while being read).
-pub(crate) fn read_bounded(file: &mut File, limit: u64) -> io::Result<Result<Vec<u8>, u64>> {
+pub fn read_bounded(file: &mut File, limit: u64) -> io::Result<Result<Vec<u8>, u64>> {
     use std::io::Read as _;
     let hint = file.metadata().map(|m| m.len()).unwrap_or(0).min(limit);
     let mut bytes = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
@@ -235,7 +235,7 @@ pub(crate) fn read_bounded(file: &mut File, limit: u64) -> io::Result<Result<Vec
 }
 
 /// The number of hard links of a regular file, when more than one.
-pub(crate) fn extra_links(metadata: &std::fs::Metadata) -> Option<u64> {
+pub fn extra_links(metadata: &std::fs::Metadata) -> Option<u64> {
     (metadata.is_file() && metadata.nlink() > 1).then(|| metadata.nlink())
 }
 

@@ -3,7 +3,8 @@
 //! Both place a path against the workspace root the same way: `..` is
 //! removed lexically, before any symlink is looked at, and a regular file
 //! with several hard links counts as possibly outside (another of its names
-//! may lie anywhere). `keel-tools`' `Workspace` calls these functions, so the
+//! may lie anywhere). [`Workspace`](crate::Workspace) calls these functions,
+//! and so does keel-shell (which re-exports this module), so the
 //! analysis of `cat ../x` and a `read` of `../x` cannot disagree — nor
 //! `echo > .git/config` and a `write` of `.git/config` ([`is_metadata`]).
 //!

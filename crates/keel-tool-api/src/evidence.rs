@@ -24,6 +24,13 @@ pub struct PlannedFile {
     pub after: Option<Vec<u8>>,
 }
 
+impl PlannedFile {
+    /// The target `abs` and, where the tool can tell, what it will hold.
+    pub fn new(abs: PathBuf, after: Option<Vec<u8>>) -> Self {
+        Self { abs, after }
+    }
+}
+
 /// The current content of `abs` beneath the workspace, `None` when it does
 /// not exist, cannot be read as a regular file, or holds more than
 /// [`STATE_READ_LIMIT`] bytes (a command may have planted a sparse file of
