@@ -429,7 +429,7 @@ fn header_versions_no_keel_writes_or_newer_ones_are_refused_and_never_appended_t
         assert!(
             matches!(
                 error,
-                SessionError::UnsupportedVersion { found, oldest: 1, supported: 2, .. }
+                SessionError::UnsupportedVersion { found, oldest: 1, supported: 3, .. }
                     if found == version
             ),
             "{version}: {error:?}"

@@ -362,7 +362,13 @@ pub fn ignore_files_are_plain(dir: &Path, names: &[&str]) -> Result<(), String> 
         let path = dir.join(name);
         let meta = match std::fs::symlink_metadata(&path) {
             Ok(meta) => meta,
-            Err(error) if error.kind() == io::ErrorKind::NotFound => continue,
+            // Missing, or `dir` is a file (a walk may start at one).
+            Err(error)
+                if error.kind() == io::ErrorKind::NotFound
+                    || error.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+            {
+                continue;
+            }
             Err(error) => return Err(format!("{} cannot be checked: {error}", path.display())),
         };
         let kind = meta.file_type();

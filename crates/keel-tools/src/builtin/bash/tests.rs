@@ -542,10 +542,21 @@ async fn a_container_executor_runs_the_command_through_a_strict_exec_argv() {
         ..BashOptions::default()
     });
     let command = "cd sub && echo \"$HOME\" ; rm -rf /";
-    let output = tool
-        .execute(json!({ "command": command }), context)
-        .await
-        .unwrap();
+    // Another test thread that forks while the script was being written
+    // holds its write handle until it execs: `Text file busy` for a moment.
+    let mut attempts = 0;
+    let output = loop {
+        match tool
+            .execute(json!({ "command": command }), context.clone())
+            .await
+        {
+            Err(error) if error.message.contains("Text file busy") && attempts < 20 => {
+                attempts += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+            other => break other.unwrap(),
+        }
+    };
     let text = text_of(&output.content);
     let expected =
         format!("<exec>\n<--workdir>\n</testbed>\n<ctr-1>\n</bin/bash>\n<-lc>\n<{command}>");
