@@ -49,8 +49,10 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::scan::{Content, Scan};
+use super::spill::hex;
 use super::{ChangesError, SnapshotLimits, io_err};
 use crate::beneath;
+use crate::untrusted::{Limit, Origin};
 
 /// The manifest format this Keel writes and reads.
 pub const MANIFEST_VERSION: u32 = 1;
@@ -215,9 +217,9 @@ pub struct Recorded {
 pub struct ObjectDir {
     path: PathBuf,
     handle: OwnedFd,
-    /// Objects written since the last [`ObjectDir::sync`], under their
-    /// temporary names: `(id, temporary name)`.
-    pending: Mutex<Vec<(String, String)>>,
+    /// Objects written since the last [`ObjectDir::sync`]: id → the
+    /// temporary name it was written under.
+    pending: Mutex<BTreeMap<String, String>>,
 }
 
 /// Distinguishes this process's temporary object files.
@@ -246,7 +248,7 @@ impl ObjectDir {
         Ok(ObjectDir {
             path: objects,
             handle,
-            pending: Mutex::new(Vec::new()),
+            pending: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -258,7 +260,7 @@ impl ObjectDir {
             .pending
             .lock()
             .map_err(|_| io_error("storing", &self.path, io::Error::other("lock poisoned")))?;
-        if pending.iter().any(|(queued, _)| *queued == id) {
+        if pending.contains_key(&id) {
             return Ok((id, false));
         }
         let (fan, rest) = id.split_at(2);
@@ -286,7 +288,7 @@ impl ObjectDir {
             let _ = unlinkat(&self.handle, temp.as_str(), UnlinkatFlags::NoRemoveDir);
             return Err(io_error("writing", &self.path.join(&temp), error));
         }
-        pending.push((id.clone(), temp));
+        pending.insert(id.clone(), temp);
         Ok((id, true))
     }
 
@@ -332,7 +334,7 @@ impl ObjectDir {
     pub fn sync(&self) -> Result<(), SnapshotError> {
         let pending = match self.pending.lock() {
             Ok(mut pending) => std::mem::take(&mut *pending),
-            Err(_) => Vec::new(),
+            Err(_) => BTreeMap::new(),
         };
         if pending.is_empty() {
             return Ok(());
@@ -383,14 +385,6 @@ impl ObjectDir {
         }
         Ok(manifest)
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut out, b| {
-        let _ = write!(out, "{b:02x}");
-        out
-    })
 }
 
 /// Records a snapshot of `root` into `objects` and makes it durable.
@@ -526,20 +520,20 @@ fn ignore_rules(root: &Path, files: &BTreeMap<String, Node>, excluded: &[Exclusi
         digest.update(left_out.path.as_bytes());
         digest.update(b"\0left out\0");
     }
-    let exclude = beneath::open_root(root).and_then(|handle| {
-        let mut file = beneath::open_read(&handle, Path::new(".git/info/exclude"))?;
-        match beneath::regular(&file)? {
-            Ok(_) => beneath::read_bounded(&mut file, 1 << 20),
-            Err(_) => Ok(Err(0)),
-        }
-    });
+    let exclude = crate::untrusted::read(
+        Origin::Beneath {
+            root,
+            rel: Path::new(".git/info/exclude"),
+        },
+        Limit::Refuse(1 << 20),
+    );
     match exclude {
-        Ok(Ok(bytes)) => {
+        Ok(contents) => {
             digest.update(b"exclude\0");
-            digest.update(&bytes);
+            digest.update(&contents.bytes);
         }
-        Ok(Err(_)) => digest.update(b"exclude unreadable\0"),
-        Err(_) => {}
+        Err(error) if error.is_not_found() => {}
+        Err(_) => digest.update(b"exclude unreadable\0"),
     }
     hex(&digest.finalize())
 }

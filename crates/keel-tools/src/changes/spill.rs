@@ -114,8 +114,9 @@ pub(super) fn same_content(id: &ContentId, bytes: &[u8]) -> bool {
     Sha256::digest(bytes).as_slice() == id.as_slice()
 }
 
-fn hex(id: &ContentId) -> String {
-    id.iter().map(|b| format!("{b:02x}")).collect()
+/// `bytes` in lowercase hex (content ids name files by it).
+pub(super) fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]
