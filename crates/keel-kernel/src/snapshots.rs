@@ -125,8 +125,13 @@ pub(crate) fn path_to(entries: &[Entry], entry_id: &str) -> Option<Vec<Entry>> {
     Some(path.into_iter().cloned().collect())
 }
 
+/// The leaf a rewind moves to (`None`: nothing precedes the run), and the
+/// snapshot entry and snapshot it puts the workspace back to.
+pub(crate) type Destination<'a> = (Option<&'a Entry>, &'a Entry, &'a WorkspaceSnapshot);
+
 /// Where a rewind to the last entry of `path` goes: the entry the leaf
-/// moves to and the snapshot the workspace is put back to.
+/// moves to, and the snapshot entry (with its snapshot) the workspace is
+/// put back to.
 ///
 /// An entry inside a run (from its start snapshot through the entry before
 /// its `run_end`) stands for the moment before that run began: the leaf
@@ -134,7 +139,7 @@ pub(crate) fn path_to(entries: &[Entry], entry_id: &str) -> Option<Vec<Entry>> {
 /// snapshot — so the branch never ends inside a run (which would read as
 /// interrupted). Any other entry is taken as it is, with the latest
 /// snapshot at or before it.
-pub(crate) fn destination(path: &[Entry]) -> Option<(Option<&Entry>, &WorkspaceSnapshot)> {
+pub(crate) fn destination(path: &[Entry]) -> Option<Destination<'_>> {
     let mut run_began: Option<usize> = None;
     for (at, entry) in path.iter().enumerate() {
         let opens = match &entry.payload {
@@ -157,8 +162,8 @@ pub(crate) fn destination(path: &[Entry]) -> Option<(Option<&Entry>, &WorkspaceS
         Some(begin) => (begin.checked_sub(1).map(|p| &path[p]), begin + 1),
         None => (path.last(), path.len()),
     };
-    let (_, snapshot) = latest(&path[..upto])?;
-    Some((leaf, snapshot))
+    let (entry, snapshot) = latest(&path[..upto])?;
+    Some((leaf, entry, snapshot))
 }
 
 /// What [`crate::AgentKernel::restore_snapshot`] wrote.
@@ -260,18 +265,13 @@ pub async fn rewind(
         .ok_or_else(|| no_snapshot("any entry".into()))?;
     let target_path = entry_path(store.as_ref(), session_id, to).await?;
     let target_id = target_path.last().map(|e| e.id.clone()).unwrap_or_default();
-    let (leaf, wanted) =
+    let (leaf, wanted_entry, wanted) =
         destination(&target_path).ok_or_else(|| no_snapshot(format!("entry {target_id}")))?;
     let leaf = leaf
         .ok_or_else(|| KernelError::NothingBefore(target_id.clone()))?
         .id
         .clone();
-    let snapshot_entry_id = target_path
-        .iter()
-        .rev()
-        .find(|e| matches!(&e.payload, EntryPayload::WorkspaceSnapshot { snapshot } if snapshot == wanted))
-        .map(|e| e.id.clone())
-        .unwrap_or_default();
+    let snapshot_entry_id = wanted_entry.id.clone();
     let branch = store.active_branch(session_id).await?;
     let (_, reference) = latest(&branch).ok_or_else(|| no_snapshot("its leaf".into()))?;
     // Snapshots recorded in another workspace (a run resumed with
