@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use common::home::Home;
+use common::home::{Home, assert_success};
 
 /// A run of `turns` in a new session (mode `full`, prompt `name`); its
 /// exit code and session id.
@@ -95,12 +95,7 @@ fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed
         ))
         .output()
         .unwrap();
-    assert_eq!(
-        forked.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&forked.stderr)
-    );
+    assert_success(&forked);
     let fork = home.newest_id();
     assert_ne!(fork, parent);
 
@@ -156,12 +151,7 @@ fn prune_removes_old_sessions_with_their_journals_and_keeps_what_is_still_needed
         .arg(home.path().join("interrupted.json"))
         .output()
         .unwrap();
-    assert_eq!(
-        resumed.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&resumed.stderr)
-    );
+    assert_success(&resumed);
 }
 
 #[test]
@@ -244,12 +234,7 @@ fn retention_in_the_users_config_prunes_and_the_project_layer_cannot_set_it() {
         .arg("third")
         .output()
         .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let third = home.newest_id();
     assert!(
         !home.sessions().join(format!("{old}.jsonl")).exists(),

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
-use common::home::{Home, final_result};
+use common::home::{Home, assert_success, final_result};
 use serde_json::{Value, json};
 
 /// Every regular file under `root` (`.`-prefixed ones too) with its mode
@@ -100,12 +100,7 @@ fn rewind_puts_back_write_edit_and_bash_changes_and_can_be_undone() {
         ]}),
     );
     let run = home.run_script(&["run", "--mode", "auto", "change things"], &script, &[]);
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    assert_success(&run);
     let id = final_result(&run)["session_id"]
         .as_str()
         .unwrap()
@@ -136,12 +131,7 @@ fn rewind_puts_back_write_edit_and_bash_changes_and_can_be_undone() {
         .arg(&restored)
         .output()
         .unwrap();
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     assert_eq!(files(&restored), start);
     assert_eq!(
         std::fs::read_link(restored.join("link")).unwrap(),
@@ -201,12 +191,7 @@ fn rewind_puts_back_write_edit_and_bash_changes_and_can_be_undone() {
     let before = objects(&home, &id);
     let again = home.script("again", json!({"turns": common::home::text_turns("ok")}));
     let output = home.run_script(&["resume", &id, "again"], &again, &[]);
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     assert_eq!(objects(&home, &id), before);
     let last_start = branch(&home, &id)
         .into_iter()
@@ -284,12 +269,7 @@ fn rewind_refuses_what_it_cannot_do_and_changes_nothing() {
         &script,
         &[],
     );
-    assert_eq!(
-        output.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert_success(&output);
     let elsewhere = branch(&home, &id)
         .into_iter()
         .rev()
@@ -316,12 +296,7 @@ fn snapshots_can_be_turned_off_in_the_users_configuration() {
     std::fs::write(home.workspace().join("f.txt"), "one\n").unwrap();
     let script = home.script("s", json!({"turns": common::home::text_turns("hi")}));
     let run = home.run_script(&["run", "hello"], &script, &[]);
-    assert_eq!(
-        run.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&run.stderr)
-    );
+    assert_success(&run);
     let id = final_result(&run)["session_id"]
         .as_str()
         .unwrap()

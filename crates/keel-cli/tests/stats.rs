@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::home::{Home, final_result};
+use common::home::{Home, assert_success, final_result};
 use serde_json::{Value, json};
 
 /// `keel session stats ARGS --output-format json`: the document.
@@ -35,12 +35,7 @@ fn stats_count_what_the_session_records() {
         &script,
         &[],
     );
-    assert_eq!(
-        second.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&second.stderr)
-    );
+    assert_success(&second);
 
     let one = stats(&home, &[&id[..13]]);
     assert_eq!(one["sessions"], 1);

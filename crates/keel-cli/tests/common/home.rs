@@ -84,12 +84,7 @@ impl Home {
             .args(args)
             .output()
             .unwrap();
-        assert_eq!(
-            output.status.code(),
-            Some(0),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
+        assert_success(&output);
         serde_json::from_slice(&output.stdout).unwrap()
     }
 
@@ -112,6 +107,16 @@ impl Home {
     pub fn newest_id(&self) -> String {
         self.ids().pop().unwrap()
     }
+}
+
+/// Asserts that the process of `output` exited 0, showing its stderr if not.
+pub fn assert_success(output: &std::process::Output) {
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// The `result` line of a stream-json run.
