@@ -146,6 +146,44 @@ async fn a_device_is_refused_even_where_outside_access_was_allowed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_skips_a_directory_whose_gitignore_is_a_fifo_or_a_link_and_refuses_such_a_start() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
+    for sub in ["fifo", "link"] {
+        std::fs::create_dir(dir.path().join(sub)).unwrap();
+        std::fs::write(dir.path().join(sub).join("b.txt"), "needle\n").unwrap();
+    }
+    mkfifo(&dir.path().join("fifo/.gitignore"));
+    std::os::unix::fs::symlink("/dev/zero", dir.path().join("link/.gitignore")).unwrap();
+    let workspace = Workspace::new(dir.path()).unwrap();
+    // `quick` fails a call that takes seconds: a blocked open or an endless
+    // read of the ignore file would.
+    let output = quick(
+        &GrepTool::default(),
+        workspace.clone(),
+        json!({"pattern": "needle"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        output.details.unwrap()["matches"],
+        1,
+        "only a.txt is searched"
+    );
+    let refused = quick(
+        &GrepTool::default(),
+        workspace,
+        json!({"pattern": "needle", "path": "fifo"}),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        refused.message.contains("not a regular file"),
+        "{refused:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grep_skips_a_fifo_in_the_tree() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
