@@ -27,6 +27,7 @@ pub(crate) struct Accumulator {
     by_index: HashMap<usize, usize>,
     usage: Usage,
     model: Option<String>,
+    response_id: Option<String>,
     provider: Option<String>,
 }
 
@@ -58,7 +59,10 @@ impl Accumulator {
         event: &ProviderEvent,
     ) -> Result<Option<Finished>, ProviderError> {
         match event {
-            ProviderEvent::Start { model } => self.model.clone_from(model),
+            ProviderEvent::Start { model, response_id } => {
+                self.model.clone_from(model);
+                self.response_id.clone_from(response_id);
+            }
             ProviderEvent::TextStart { index } => {
                 self.open(*index, Partial::Text(String::new()))?
             }
@@ -154,6 +158,7 @@ impl Accumulator {
         message.usage = self.usage;
         message.model = self.model.take();
         message.provider = self.provider.take();
+        message.response_id = self.response_id.take();
         message
     }
 }
@@ -184,7 +189,10 @@ mod tests {
     fn accumulates_split_tool_arguments_and_keeps_bad_json_as_text() {
         let mut acc = Accumulator::default();
         let events = [
-            ProviderEvent::Start { model: None },
+            ProviderEvent::Start {
+                model: None,
+                response_id: None,
+            },
             ProviderEvent::ToolCallStart {
                 index: 0,
                 id: "a".into(),

@@ -105,6 +105,10 @@ pub struct AssistantMessage {
     /// The provider that answered (its configured name).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// The provider's id of the response, when it gave one: what a trace's
+    /// `chat` span calls `gen_ai.response.id`, so a trace leads here.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_id: Option<String>,
 }
 
 impl AssistantMessage {

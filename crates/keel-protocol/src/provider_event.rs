@@ -21,6 +21,10 @@ pub enum ProviderEvent {
         /// The model that answers, when known.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         model: Option<String>,
+        /// The provider's id of this response (`gen_ai.response.id`), when
+        /// it gives one.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        response_id: Option<String>,
     },
     /// A text block starts at `index`.
     TextStart {

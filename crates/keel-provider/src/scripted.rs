@@ -61,6 +61,10 @@ pub struct ScriptTurn {
     /// Usage to report.
     #[serde(default)]
     pub usage: Option<Usage>,
+    /// The response id to report in `start` (a real provider's
+    /// `msg_…`/`chatcmpl-…`/`resp_…`).
+    #[serde(default)]
+    pub response_id: Option<String>,
 }
 
 /// A scripted content block.
@@ -312,6 +316,7 @@ fn cancelled_event() -> ProviderEvent {
 fn turn_events(turn_index: usize, turn: &ScriptTurn, chunk: usize) -> Vec<ProviderEvent> {
     let mut events = vec![ProviderEvent::Start {
         model: Some("scripted".into()),
+        response_id: turn.response_id.clone(),
     }];
     let mut calls = 0;
     for (index, block) in turn.content.iter().enumerate() {

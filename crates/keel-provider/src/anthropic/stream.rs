@@ -50,11 +50,11 @@ impl AnthropicFormat {
     }
 
     /// `start`, unless it was already emitted.
-    fn start(&mut self, model: Option<String>) -> Vec<ProviderEvent> {
+    fn start(&mut self, model: Option<String>, response_id: Option<String>) -> Vec<ProviderEvent> {
         if std::mem::replace(&mut self.started, true) {
             Vec::new()
         } else {
-            vec![ProviderEvent::Start { model }]
+            vec![ProviderEvent::Start { model, response_id }]
         }
     }
 
@@ -66,7 +66,10 @@ impl AnthropicFormat {
         let model = message
             .and_then(|message| str_field(message, "model"))
             .map(str::to_owned);
-        self.start(model)
+        let id = message
+            .and_then(|message| str_field(message, "id"))
+            .map(str::to_owned);
+        self.start(model, id)
     }
 
     fn block_start(&mut self, value: &Value) -> Result<Vec<ProviderEvent>, ProviderError> {
@@ -77,7 +80,7 @@ impl AnthropicFormat {
         if self.blocks.contains(index) {
             return Err(protocol(format!("content block {index} started twice")));
         }
-        let mut out = self.start(None);
+        let mut out = self.start(None, None);
         let (state, events) = open_block(index, block)?;
         self.blocks.insert(index, state);
         out.extend(events);
@@ -207,7 +210,7 @@ impl AnthropicFormat {
     }
 
     fn message_stop(&mut self) -> Vec<ProviderEvent> {
-        let mut out = self.start(None);
+        let mut out = self.start(None, None);
         out.push(ProviderEvent::Usage { usage: self.usage });
         out.push(ProviderEvent::Done {
             stop_reason: self.stop_reason,

@@ -24,6 +24,7 @@ fn head_events(adapter: &dyn WireAdapter, text: &str) -> Vec<ProviderEvent> {
     vec![
         ProviderEvent::Start {
             model: Some(adapter.request().model),
+            response_id: adapter.response_id(),
         },
         ProviderEvent::TextStart { index: 0 },
         ProviderEvent::TextDelta {

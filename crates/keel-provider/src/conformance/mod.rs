@@ -55,9 +55,14 @@ pub trait WireAdapter: Send + Sync {
 
     /// The start of a response whose first text is `text`: everything up to
     /// and including that one text delta, nothing that ends the response.
-    /// Its events are `start` (naming the request's model), `text_start` at
-    /// block 0 and one `text_delta` of `text`.
+    /// Its events are `start` (naming the request's model and
+    /// [`WireAdapter::response_id`]), `text_start` at block 0 and one
+    /// `text_delta` of `text`.
     fn stream_head(&self, text: &str) -> String;
+
+    /// The response id [`WireAdapter::stream_head`] carries (`None` when the
+    /// wire format has none), which `start` must report.
+    fn response_id(&self) -> Option<String>;
 
     /// A whole response that answers `text` and stops normally (stop reason
     /// `stop`). It begins with `stream_head(text)`.

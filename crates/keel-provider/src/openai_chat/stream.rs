@@ -96,7 +96,8 @@ impl ChatFormat {
         let mut events = Vec::new();
         if !self.started {
             let model = chunk.model.map(|model| model.0.into_owned());
-            self.ensure_started(model, &mut events);
+            let id = chunk.id.map(|id| id.0.into_owned());
+            self.ensure_started(model, id, &mut events);
         }
         if let Some(usage) = chunk.usage {
             self.usage = Some(usage.normalised());
@@ -120,10 +121,15 @@ impl ChatFormat {
         Ok(events)
     }
 
-    fn ensure_started(&mut self, model: Option<String>, events: &mut Vec<ProviderEvent>) {
+    fn ensure_started(
+        &mut self,
+        model: Option<String>,
+        response_id: Option<String>,
+        events: &mut Vec<ProviderEvent>,
+    ) {
         if !self.started {
             self.started = true;
-            events.push(ProviderEvent::Start { model });
+            events.push(ProviderEvent::Start { model, response_id });
         }
     }
 
@@ -303,7 +309,7 @@ impl ChatFormat {
     /// The end of the response: close blocks, report usage, `done`.
     fn finish(&mut self) -> Vec<ProviderEvent> {
         let mut events = Vec::new();
-        self.ensure_started(None, &mut events);
+        self.ensure_started(None, None, &mut events);
         self.close_all(&mut events);
         if let Some(usage) = self.usage.take() {
             events.push(ProviderEvent::Usage { usage });
@@ -493,6 +499,8 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for First<T> {
 /// One streamed chunk; unknown fields are ignored.
 #[derive(Debug, Deserialize)]
 struct Chunk<'a> {
+    #[serde(borrow, default)]
+    id: Option<JsonStr<'a>>,
     #[serde(borrow, default)]
     model: Option<JsonStr<'a>>,
     #[serde(default)]

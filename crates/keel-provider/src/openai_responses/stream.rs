@@ -135,7 +135,8 @@ impl ResponsesFormat {
         match kind {
             "response.created" => {
                 let model = value.pointer("/response/model").and_then(Value::as_str);
-                self.start(model, out);
+                let id = value.pointer("/response/id").and_then(Value::as_str);
+                self.start_with(model, id, out);
             }
             "response.output_item.added" => self.item_added(value, out)?,
             "response.output_text.delta" | "response.refusal.delta" => {
@@ -158,10 +159,16 @@ impl ResponsesFormat {
 
     /// Emits `start` once, before anything else.
     fn start(&mut self, model: Option<&str>, out: &mut Vec<ProviderEvent>) {
+        self.start_with(model, None, out);
+    }
+
+    /// [`Self::start`] with the response's id, which `response.created` gives.
+    fn start_with(&mut self, model: Option<&str>, id: Option<&str>, out: &mut Vec<ProviderEvent>) {
         if !self.started {
             self.started = true;
             out.push(ProviderEvent::Start {
                 model: model.map(str::to_owned),
+                response_id: id.map(str::to_owned),
             });
         }
     }
@@ -516,7 +523,10 @@ mod tests {
     #[test]
     fn the_typed_path_matches_the_generic_one() {
         let opened = [
-            ProviderEvent::Start { model: None },
+            ProviderEvent::Start {
+                model: None,
+                response_id: None,
+            },
             ProviderEvent::TextStart { index: 0 },
         ];
         let text = |delta: &str| ProviderEvent::TextDelta {

@@ -49,7 +49,10 @@ pub fn assemble(events: &[ProviderEvent]) -> AssistantMessage {
     let mut arguments: BTreeMap<usize, String> = BTreeMap::new();
     for event in events {
         match event {
-            ProviderEvent::Start { model } => message.model.clone_from(model),
+            ProviderEvent::Start { model, response_id } => {
+                message.model.clone_from(model);
+                message.response_id.clone_from(response_id);
+            }
             ProviderEvent::TextStart { index } => open(
                 &mut blocks,
                 *index,
@@ -180,6 +183,7 @@ mod tests {
         let events = [
             ProviderEvent::Start {
                 model: Some("m".into()),
+                response_id: None,
             },
             ProviderEvent::ThinkingStart { index: 0 },
             ProviderEvent::ThinkingDelta {

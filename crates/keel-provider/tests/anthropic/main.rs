@@ -204,6 +204,10 @@ impl WireAdapter for Messages {
         );
     }
 
+    fn response_id(&self) -> Option<String> {
+        Some("msg_01".into())
+    }
+
     fn stream_head(&self, text: &str) -> String {
         [
             message_start(small_usage()),
@@ -299,7 +303,8 @@ async fn streams_text_and_sends_a_minimal_body() {
         events,
         vec![
             ProviderEvent::Start {
-                model: Some("claude-sonnet-4-5".into())
+                model: Some("claude-sonnet-4-5".into()),
+                response_id: Some("msg_01".into()),
             },
             ProviderEvent::TextStart { index: 0 },
             ProviderEvent::TextDelta {

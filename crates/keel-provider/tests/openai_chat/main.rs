@@ -127,6 +127,10 @@ impl WireAdapter for Chat {
         assert_sent_with(recorded, key, &simple_body("q"));
     }
 
+    fn response_id(&self) -> Option<String> {
+        Some("chatcmpl-1".into())
+    }
+
     fn stream_head(&self, text: &str) -> String {
         sse(&[chunk(json!({ "content": text }), None)])
     }
@@ -175,7 +179,8 @@ async fn streams_text_with_usage_and_done() {
         events,
         [
             ProviderEvent::Start {
-                model: Some(MODEL.into())
+                model: Some(MODEL.into()),
+                response_id: Some("chatcmpl-1".into()),
             },
             ProviderEvent::TextStart { index: 0 },
             ProviderEvent::TextDelta {

@@ -177,6 +177,10 @@ impl WireAdapter for Responses {
         );
     }
 
+    fn response_id(&self) -> Option<String> {
+        Some("resp_1".into())
+    }
+
     fn stream_head(&self, text: &str) -> String {
         transcript(vec![
             created("gpt-5"),
@@ -225,7 +229,8 @@ async fn streamed_text_becomes_one_text_block() {
         events,
         vec![
             ProviderEvent::Start {
-                model: Some("gpt-5-2025-08-07".into())
+                model: Some("gpt-5-2025-08-07".into()),
+                response_id: Some("resp_1".into()),
             },
             ProviderEvent::TextStart { index: 0 },
             ProviderEvent::TextDelta {
@@ -307,7 +312,8 @@ async fn reasoning_keeps_its_encrypted_content_and_goes_back_on_the_next_request
         events,
         vec![
             ProviderEvent::Start {
-                model: Some("o4-mini-2025-04-16".into())
+                model: Some("o4-mini-2025-04-16".into()),
+                response_id: Some("resp_1".into()),
             },
             ProviderEvent::ThinkingStart { index: 0 },
             ProviderEvent::ThinkingDelta {
@@ -583,7 +589,8 @@ async fn errors_inside_the_stream_are_classified() {
         first[..3],
         [
             ProviderEvent::Start {
-                model: Some("gpt-5".into())
+                model: Some("gpt-5".into()),
+                response_id: Some("resp_1".into()),
             },
             ProviderEvent::TextStart { index: 0 },
             ProviderEvent::TextDelta {

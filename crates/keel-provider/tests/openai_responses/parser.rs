@@ -21,7 +21,8 @@ fn items_that_arrive_whole_are_emitted_whole() {
         events,
         vec![
             ProviderEvent::Start {
-                model: Some("local-model".into())
+                model: Some("local-model".into()),
+                response_id: Some("resp_1".into()),
             },
             ProviderEvent::ThinkingStart { index: 0 },
             ProviderEvent::ThinkingDelta {
