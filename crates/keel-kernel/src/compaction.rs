@@ -38,6 +38,7 @@ use keel_protocol::{
 };
 use keel_provider::ModelRequest;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
 use crate::checkpoint::{self, Budget, CompactionSettings};
@@ -48,6 +49,7 @@ use crate::parts::KernelParts;
 use crate::pipeline::Frame;
 use crate::session_writer::SessionWriter;
 use crate::tokens::{Estimate, Ledger, Method};
+use crate::trace::wire_name;
 
 /// The window assumed for budgets when none is known (a manual compaction
 /// of a session whose model the catalog does not know).
@@ -319,7 +321,33 @@ impl ContextBudget {
             tokens_before: before.tokens,
             window: self.window(),
         });
-        let outcome = self.write_checkpoint(seams, trigger, instructions).await;
+        let span = tracing::info_span!(
+            "keel.compaction",
+            otel.name = "compaction",
+            keel.compaction.trigger = wire_name(&trigger).as_str(),
+            keel.compaction.tokens_before = before.tokens,
+            keel.compaction.tokens_after = tracing::field::Empty,
+            keel.entry.id = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
+        );
+        let outcome = self
+            .write_checkpoint(seams, trigger, instructions)
+            .instrument(span.clone())
+            .await;
+        match &outcome {
+            Ok(done) => {
+                span.record("keel.compaction.tokens_after", done.tokens_after);
+                span.record("keel.entry.id", done.entry_id.as_str());
+            }
+            Err(Interrupted::Failed(error)) => {
+                span.record("error.type", error.code.as_str());
+                span.record("otel.status_code", "ERROR");
+            }
+            Err(Interrupted::Cancelled) => {
+                span.record("error.type", "cancelled");
+            }
+        }
         if outcome.is_ok() {
             self.backoff = None;
         }

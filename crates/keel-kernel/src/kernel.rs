@@ -406,6 +406,7 @@ pub struct AgentKernelBuilder {
     shell: Option<String>,
     snapshot_spill: Option<std::path::PathBuf>,
     workspace_snapshots: Option<Option<RecordLimits>>,
+    capture_content: bool,
 }
 
 impl AgentKernelBuilder {
@@ -418,6 +419,16 @@ impl AgentKernelBuilder {
     /// contents stay in memory (up to 64 MiB per run).
     pub fn snapshot_spill_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
         self.snapshot_spill = Some(dir.into());
+        self
+    }
+
+    /// Whether the run's trace spans carry content: the request's messages
+    /// and the response on each `chat` span (`gen_ai.input.messages`,
+    /// `gen_ai.output.messages`), a call's arguments and result on each
+    /// `execute_tool` span. Off by default: a trace then holds names,
+    /// ids, sizes, tokens and times, never what the user or the model wrote.
+    pub fn capture_content(mut self, capture: bool) -> Self {
+        self.capture_content = capture;
         self
     }
 
@@ -611,6 +622,7 @@ impl AgentKernelBuilder {
             workspace_snapshots: self
                 .workspace_snapshots
                 .unwrap_or_else(|| Some(RecordLimits::default())),
+            capture_content: self.capture_content,
             enforceable: std::sync::OnceLock::new(),
         };
         Ok(AgentKernel {

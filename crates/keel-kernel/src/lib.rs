@@ -21,7 +21,8 @@
 //!
 //! 0. `context` — the context branch as a run holds it (entries whose
 //!    messages are shared with every request) and its projection; the
-//!    modules that read the branch take it in this form.
+//!    modules that read the branch take it in this form; `trace` — what the
+//!    trace spans say (names, attributes, what content is captured).
 //! 1. `error` — [`KernelError`]; `ids` — run, entry and tool-call ids and the clock (the only place
 //!    the kernel reads either); `accumulator`, `permission`, `policy` —
 //!    pure data and rules over keel-protocol types; `tokens` (token
@@ -81,6 +82,7 @@ mod snapshots;
 mod system_prompt;
 pub mod tokens;
 mod tools;
+mod trace;
 mod turn_loop;
 pub mod user_rules;
 mod watchdog;

@@ -59,6 +59,8 @@ pub(crate) struct KernelParts {
     /// The caps on the workspace snapshots each run records in the session
     /// (the `snapshots` module); `None`: none are recorded.
     pub(crate) workspace_snapshots: Option<keel_tools::changes::record::RecordLimits>,
+    /// Whether trace spans carry prompt, output and argument content.
+    pub(crate) capture_content: bool,
     /// Whether Keel's OS sandbox is enforceable on this machine, probed
     /// on first need.
     pub(crate) enforceable: std::sync::OnceLock<bool>,

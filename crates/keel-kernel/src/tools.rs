@@ -56,6 +56,7 @@ use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
+use crate::trace::wire_name;
 use crate::user_rules::{CallFacts, Matrix, RuleEffect};
 
 pub(crate) struct ToolRunner<'a> {
@@ -288,6 +289,20 @@ impl ToolRunner<'_> {
         source: DecisionSource,
         reason: String,
     ) -> PermissionDecision {
+        // A permission decision is a moment, not an operation: its span
+        // is opened and closed here, under the run's or the call's span.
+        tracing::info_span!(
+            "keel.permission",
+            otel.name = "permission",
+            gen_ai.tool.name = %call.name,
+            gen_ai.tool.call.id = %call.id,
+            keel.run.id = %self.shared.run_id,
+            keel.permission.mode = self.mode.as_str(),
+            keel.permission.resolution = wire_name(&resolution).as_str(),
+            keel.permission.source = wire_name(&source).as_str(),
+            keel.intent = wire_name(&intent.kind).as_str(),
+        )
+        .in_scope(|| {});
         {
             let mut permission_decision = PermissionDecision::new(
                 call.id.clone(),
@@ -315,7 +330,21 @@ impl ToolRunner<'_> {
             gen_ai.operation.name = "execute_tool",
             gen_ai.tool.name = %call.name,
             gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.type = "function",
+            keel.run.id = %self.shared.run_id,
+            keel.tool.status = tracing::field::Empty,
+            gen_ai.tool.call.arguments = tracing::field::Empty,
+            gen_ai.tool.call.result = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
+        if self.parts.capture_content {
+            span.record(
+                "gen_ai.tool.call.arguments",
+                serde_json::to_string(&call.arguments).unwrap_or_default(),
+            );
+        }
+        let traced = span.clone();
         async {
             self.shared.emitter.emit(RunEventKind::ToolExecutionStart {
                 call_id: call.id.clone(),
@@ -324,6 +353,17 @@ impl ToolRunner<'_> {
                 batch_mode,
             });
             let result = to_result(call, self.settle(call, verdict).await?);
+            traced.record("keel.tool.status", wire_name(&result.status).as_str());
+            if let Some(error) = &result.error {
+                traced.record("error.type", error.code.as_str());
+                traced.record("otel.status_code", "ERROR");
+            }
+            if self.parts.capture_content {
+                traced.record(
+                    "gen_ai.tool.call.result",
+                    serde_json::to_string(&result.content).unwrap_or_default(),
+                );
+            }
             self.shared.emitter.emit(RunEventKind::ToolExecutionEnd {
                 result: result.clone(),
             });

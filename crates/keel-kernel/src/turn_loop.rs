@@ -31,6 +31,7 @@ use crate::rules::SessionRules;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
+use crate::trace::wire_name;
 
 /// What a compaction works with, borrowed field by field from a
 /// `TurnLoop` so that its `budget` stays mutable.
@@ -52,6 +53,16 @@ enum Stop {
     Failed(RunError),
 }
 
+impl Stop {
+    /// The failure's code; `None` for a cancel.
+    fn clone_code(&self) -> Option<RunErrorCode> {
+        match self {
+            Stop::Cancelled => None,
+            Stop::Failed(error) => Some(error.code),
+        }
+    }
+}
+
 impl From<Interrupted> for Stop {
     fn from(interrupted: Interrupted) -> Self {
         match interrupted {
@@ -71,6 +82,21 @@ impl From<SessionError> for Stop {
     }
 }
 
+/// Records a run's terminal state (`settled`, `failed`, `cancelled`) on
+/// its `invoke_agent` span, with the error's code as `error.type`.
+fn record_outcome(span: &tracing::Span, result: &Result<(), Option<RunErrorCode>>) {
+    let outcome = match result {
+        Ok(()) => "settled",
+        Err(None) => "cancelled",
+        Err(Some(code)) => {
+            span.record("error.type", code.as_str());
+            span.record("otel.status_code", "ERROR");
+            "failed"
+        }
+    };
+    span.record("keel.run.outcome", outcome);
+}
+
 /// Drives one run to its outcome.
 pub(crate) async fn run(
     parts: Arc<KernelParts>,
@@ -80,22 +106,32 @@ pub(crate) async fn run(
 ) -> Outcome {
     let span = tracing::info_span!(
         "invoke_agent",
+        otel.name = "invoke_agent keel",
         gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = "keel",
         gen_ai.provider.name = %parts.provider.name(),
         gen_ai.request.model = %parts.model,
         gen_ai.conversation.id = %shared.session_id,
+        keel.run.id = %shared.run_id,
+        keel.run.resume = spec.resume,
+        keel.run.outcome = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
     );
     let mut run = match TurnLoop::open(&parts, &shared, &spec, repair)
         .instrument(span.clone())
         .await
     {
         Ok(run) => run,
-        Err(stop) => return stop.into_outcome(None),
+        Err(stop) => {
+            record_outcome(&span, &Err(stop.clone_code()));
+            return stop.into_outcome(None);
+        }
     };
     let result = if spec.resume {
-        run.resume().instrument(span).await
+        run.resume().instrument(span.clone()).await
     } else {
-        run.drive(spec.prompt_blocks()).instrument(span).await
+        run.drive(spec.prompt_blocks()).instrument(span.clone()).await
     };
     // A cancel the stall watchdog caused is recorded as the failure it is.
     let result = match (result, shared.stall_error()) {
@@ -103,6 +139,10 @@ pub(crate) async fn run(
         (result, _) => result,
     };
     run.record_run_end(&result).await;
+    record_outcome(
+        &span,
+        &result.as_ref().map(|_| ()).map_err(|stop| stop.clone_code()),
+    );
     match result {
         Ok(message) => Outcome::Settled(message),
         Err(stop) => {
@@ -264,7 +304,17 @@ impl<'a> TurnLoop<'a> {
             workspace_moved.clone_from(&self.workspace_moved);
         }
         let runner = self.tool_runner();
-        let recovered = recovery::recover(&runner, &self.writer, run_start).await?;
+        let span = tracing::info_span!(
+            "keel.recovery",
+            otel.name = "recovery",
+            keel.run.id = %self.shared.run_id,
+            gen_ai.conversation.id = %self.shared.session_id,
+            keel.recovery.results = tracing::field::Empty,
+        );
+        let recovered = recovery::recover(&runner, &self.writer, run_start)
+            .instrument(span.clone())
+            .await?;
+        span.record("keel.recovery.results", recovered.results.len());
         for result in recovered.results {
             self.report_complete(Message::ToolResult(result));
         }
@@ -532,11 +582,40 @@ impl<'a> TurnLoop<'a> {
         let span = tracing::info_span!(
             "chat",
             otel.name = format!("chat {}", request.model),
+            otel.kind = "client",
             gen_ai.operation.name = "chat",
+            gen_ai.provider.name = %self.parts.provider.name(),
             gen_ai.request.model = %request.model,
+            gen_ai.conversation.id = %self.shared.session_id,
+            keel.run.id = %self.shared.run_id,
+            keel.attempt = attempts.attempt(),
+            gen_ai.response.model = tracing::field::Empty,
+            gen_ai.response.id = tracing::field::Empty,
+            gen_ai.response.finish_reasons = tracing::field::Empty,
             gen_ai.usage.input_tokens = tracing::field::Empty,
             gen_ai.usage.output_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_read.input_tokens = tracing::field::Empty,
+            gen_ai.usage.cache_creation.input_tokens = tracing::field::Empty,
+            keel.time_to_first_chunk_ms = tracing::field::Empty,
+            gen_ai.input.messages = tracing::field::Empty,
+            gen_ai.output.messages = tracing::field::Empty,
+            error.type = tracing::field::Empty,
+            otel.status_code = tracing::field::Empty,
         );
+        if self.parts.capture_content {
+            span.record(
+                "gen_ai.input.messages",
+                serde_json::to_string(
+                    &request
+                        .messages
+                        .iter()
+                        .map(|message| message.as_ref())
+                        .collect::<Vec<&Message>>(),
+                )
+                .unwrap_or_default(),
+            );
+        }
+        let asked = std::time::Instant::now();
         let mut stream = attempts.bound(
             self.parts
                 .provider
@@ -551,13 +630,18 @@ impl<'a> TurnLoop<'a> {
                 let event = ids.assign(event);
                 if !started && !matches!(event, keel_protocol::ProviderEvent::Error { .. }) {
                     started = true;
+                    let waited = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX);
+                    tracing::Span::current().record("keel.time_to_first_chunk_ms", waited);
                     self.shared.emitter.emit(RunEventKind::MessageStart {
                         message: Message::Assistant(AssistantMessage::default()),
                     });
                 }
                 let finished = match accumulator.apply(&event) {
                     Ok(finished) => finished,
-                    Err(error) => return Err(error),
+                    Err(error) => {
+                        trace_failure(error.kind);
+                        return Err(error);
+                    }
                 };
                 if !matches!(event, keel_protocol::ProviderEvent::Error { .. }) {
                     self.shared
@@ -567,16 +651,17 @@ impl<'a> TurnLoop<'a> {
                 match finished {
                     Some(Finished::Message(mut message)) => {
                         ids.attach(&mut message);
-                        tracing::Span::current()
-                            .record("gen_ai.usage.input_tokens", message.usage.input_tokens);
-                        tracing::Span::current()
-                            .record("gen_ai.usage.output_tokens", message.usage.output_tokens);
+                        self.trace_response(&message);
                         return Ok(message);
                     }
-                    Some(Finished::Error(error)) => return Err(error),
+                    Some(Finished::Error(error)) => {
+                        trace_failure(error.kind);
+                        return Err(error);
+                    }
                     None => {}
                 }
             }
+            trace_failure(ProviderErrorKind::StreamDropped);
             Err(ProviderError::new(
                 ProviderErrorKind::StreamDropped,
                 "the provider stream ended before `done`",
@@ -585,6 +670,32 @@ impl<'a> TurnLoop<'a> {
         .instrument(span)
         .await;
         Ok(result)
+    }
+
+    /// Records a finished response on the current `chat` span.
+    fn trace_response(&self, message: &AssistantMessage) {
+        let span = tracing::Span::current();
+        if let Some(model) = &message.model {
+            span.record("gen_ai.response.model", model.as_str());
+        }
+        if let Some(id) = &message.response_id {
+            span.record("gen_ai.response.id", id.as_str());
+        }
+        span.record(
+            "gen_ai.response.finish_reasons",
+            wire_name(&message.stop_reason).as_str(),
+        );
+        let usage = &message.usage;
+        span.record("gen_ai.usage.input_tokens", usage.input_tokens);
+        span.record("gen_ai.usage.output_tokens", usage.output_tokens);
+        span.record("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens);
+        span.record("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens);
+        if self.parts.capture_content {
+            span.record(
+                "gen_ai.output.messages",
+                serde_json::to_string(&message.content).unwrap_or_default(),
+            );
+        }
     }
 
     async fn persist_assistant(&self, message: AssistantMessage) -> Result<AssistantMessage, Stop> {
@@ -686,4 +797,11 @@ fn cut_reply_text(message: &AssistantMessage, calls: usize) -> String {
         "the model's reply was cut at its output limit ({} output tokens): {what}",
         message.usage.output_tokens
     )
+}
+
+/// Records a provider failure on the current `chat` span.
+fn trace_failure(kind: ProviderErrorKind) {
+    let span = tracing::Span::current();
+    span.record("error.type", wire_name(&kind).as_str());
+    span.record("otel.status_code", "ERROR");
 }

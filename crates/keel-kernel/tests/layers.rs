@@ -13,6 +13,7 @@ mod module_layers;
 /// Each module and its layer, as the crate doc lists them.
 const LAYERS: &[(&str, u32)] = &[
     ("context", 0),
+    ("trace", 0),
     ("error", 1),
     ("ids", 1),
     ("accumulator", 1),
