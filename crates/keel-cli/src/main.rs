@@ -98,7 +98,11 @@ fn main() -> ExitCode {
     if let Some(error) = quiet_conflict(&cli.command) {
         return startup::usage_error(error);
     }
-    if let Err(error) = init_tracing(cli.log_file.as_deref()) {
+    let telemetry = match start_telemetry(&cli.command) {
+        Ok(telemetry) => telemetry,
+        Err(error) => return error.report(),
+    };
+    if let Err(error) = init_tracing(cli.log_file.as_deref(), telemetry.as_ref()) {
         return error.report();
     }
     tracing::info!(
@@ -140,6 +144,10 @@ fn main() -> ExitCode {
     // tool outputs), but would also wait for a blocked read of standard
     // input for ever: wait a bounded time instead.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // What is still queued goes out now, within the export timeout.
+    if let Some(telemetry) = telemetry {
+        telemetry.shutdown();
+    }
     match outcome {
         Ok(code) => code,
         Err(error) => error.report(),
@@ -252,16 +260,71 @@ fn quiet_conflict(command: &Command) -> Option<clap::Error> {
     ))
 }
 
+/// The export of the runs' traces and metrics, for a command that runs
+/// agents and a user who configured one (`[telemetry]` or the standard
+/// `OTEL_EXPORTER_OTLP_*` variables; keel-host resolves both). Started
+/// before the runtime: the exporter batches on threads of its own.
+///
+/// A configuration file that does not load is left to the command, which
+/// reports it as it always does; a telemetry setting that is wrong fails
+/// here.
+fn start_telemetry(command: &Command) -> Result<Option<keel_telemetry::Telemetry>, StartupError> {
+    let Some(sources) = agent_sources(command) else {
+        return Ok(None);
+    };
+    let Ok(settings) = keel_host::Settings::load(&sources) else {
+        return Ok(None);
+    };
+    let telemetry =
+        |error: &dyn std::fmt::Display| StartupError::new("telemetry", error.to_string());
+    let Some(config) = settings
+        .telemetry
+        .export()
+        .map_err(|error| telemetry(&error))?
+    else {
+        return Ok(None);
+    };
+    keel_telemetry::Telemetry::start(&config, env!("CARGO_PKG_VERSION"))
+        .map(Some)
+        .map_err(|error| telemetry(&error))
+}
+
+/// The configuration sources of a command that runs agents (`None` for
+/// one that runs none). The project layer never matters here: it cannot
+/// set `[telemetry]`.
+fn agent_sources(command: &Command) -> Option<keel_host::Sources> {
+    let settings = match command {
+        Command::Run(args) | Command::Chat(args) => &args.settings,
+        Command::Resume(args) => &args.run.settings,
+        Command::Rpc(args) => &args.broker.settings,
+        Command::Serve(args) => &args.broker.settings,
+        Command::Swebench(command) => match &**command {
+            swebench_cmd::SwebenchCommand::Run(args) => &args.settings,
+            _ => return None,
+        },
+        Command::Demo(_) => return Some(keel_host::Sources::default()),
+        _ => return None,
+    };
+    Some(settings.sources())
+}
+
 /// Diagnostics, filtered by `KEEL_LOG`: to stderr (off unless `KEEL_LOG`
 /// asks, coloured only on a terminal), or to `--log-file` (`info` unless
-/// `KEEL_LOG` says otherwise, never coloured).
-fn init_tracing(log_file: Option<&std::path::Path>) -> Result<(), StartupError> {
+/// `KEEL_LOG` says otherwise, never coloured); and, with `telemetry`, the
+/// runs' spans to its exporter whatever `KEEL_LOG` says.
+fn init_tracing(
+    log_file: Option<&std::path::Path>,
+    telemetry: Option<&keel_telemetry::Telemetry>,
+) -> Result<(), StartupError> {
     use std::io::IsTerminal;
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::fmt::writer::BoxMakeWriter;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let default = if log_file.is_some() { "info" } else { "off" };
     let filter = tracing_subscriber::EnvFilter::try_from_env("KEEL_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match log_file {
+    let (writer, ansi) = match log_file {
         Some(path) => {
             let file = std::fs::OpenOptions::new()
                 .create(true)
@@ -273,15 +336,20 @@ fn init_tracing(log_file: Option<&std::path::Path>) -> Result<(), StartupError> 
                         format!("cannot open the log file {}: {error}", path.display()),
                     )
                 })?;
-            builder
-                .with_ansi(false)
-                .with_writer(std::sync::Mutex::new(file))
-                .init();
+            (BoxMakeWriter::new(std::sync::Mutex::new(file)), false)
         }
-        None => builder
-            .with_ansi(std::io::stderr().is_terminal())
-            .with_writer(std::io::stderr)
-            .init(),
-    }
+        None => (
+            BoxMakeWriter::new(std::io::stderr),
+            std::io::stderr().is_terminal(),
+        ),
+    };
+    let log = tracing_subscriber::fmt::layer()
+        .with_ansi(ansi)
+        .with_writer(writer)
+        .with_filter(filter);
+    let _ = tracing_subscriber::registry()
+        .with(log)
+        .with(telemetry.map(keel_telemetry::Telemetry::layer))
+        .try_init();
     Ok(())
 }

@@ -179,6 +179,9 @@ pub struct HostConfig {
     /// Whether each run records workspace snapshots in its session
     /// (`[sessions] snapshots`; default true).
     pub workspace_snapshots: bool,
+    /// Whether the runs' trace spans carry content (`[telemetry]
+    /// capture_content`; default false).
+    pub capture_content: bool,
 }
 
 impl HostConfig {
@@ -202,6 +205,7 @@ impl HostConfig {
             bash_executor: Executor::Host,
             permissions: PermissionRuleLists::default(),
             workspace_snapshots: true,
+            capture_content: false,
         }
     }
 
@@ -248,6 +252,7 @@ impl HostConfig {
             })?)
             // A run's start snapshot keeps its contents on disk, not in memory.
             .snapshot_spill_dir(std::env::temp_dir())
+            .capture_content(self.capture_content)
             .workspace_snapshots(
                 self.workspace_snapshots
                     .then(keel_kernel::RecordLimits::default),

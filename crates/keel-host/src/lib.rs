@@ -33,6 +33,7 @@ pub mod server;
 pub mod sessions;
 pub mod settings;
 pub mod stats;
+pub mod telemetry;
 
 pub use assemble::{
     Executors, HostConfig, HostOptions, ProviderChoice, host_sandbox, keel_config_dir,

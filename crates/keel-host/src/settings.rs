@@ -37,6 +37,7 @@ use keel_tools::untrusted::{self, Limit, Origin};
 
 use crate::prune::SessionSettings;
 use crate::server::ServerSettings;
+use crate::telemetry::TelemetrySettings;
 use crate::{HostConfig, HostError, ProviderChoice, overrides, project};
 
 /// The top-level keys a layer may set.
@@ -50,7 +51,7 @@ pub const DEFAULT_KEYS: [&str; 6] = [
 ];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
-const TABLE_KEYS: [&str; 4] = ["profiles", "providers", "server", "sessions"];
+const TABLE_KEYS: [&str; 5] = ["profiles", "providers", "server", "sessions", "telemetry"];
 
 /// The values one layer sets; `None` leaves the layer below in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -233,6 +234,8 @@ pub struct Settings {
     pub server: ServerSettings,
     /// The user's `[sessions]` table (retention); never from the project layer.
     pub sessions: SessionSettings,
+    /// The user's `[telemetry]` table; never from the project layer.
+    pub telemetry: TelemetrySettings,
 }
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
@@ -319,6 +322,7 @@ impl Settings {
             providers,
             server,
             sessions,
+            telemetry,
         } = UserFile::split(table, &place)?;
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
@@ -356,6 +360,7 @@ impl Settings {
             warnings,
             server,
             sessions,
+            telemetry,
         };
         settings.checked()
     }
@@ -420,6 +425,7 @@ impl Settings {
             .extend(defaults.sandbox_read.iter().flatten().cloned());
         config.sandbox.readable.extend(choices.sandbox_read);
         config.workspace_snapshots = self.sessions.snapshots.unwrap_or(true);
+        config.capture_content = self.telemetry.capture_content();
         config.permissions = defaults
             .permissions
             .as_ref()
@@ -458,6 +464,7 @@ struct UserFile {
     providers: toml::Table,
     server: ServerSettings,
     sessions: SessionSettings,
+    telemetry: TelemetrySettings,
 }
 
 impl UserFile {
@@ -486,6 +493,10 @@ impl UserFile {
             Some(value) => SessionSettings::from_value(value, place)?,
             None => SessionSettings::default(),
         };
+        let telemetry = match table.remove("telemetry") {
+            Some(value) => TelemetrySettings::from_value(value, place)?,
+            None => TelemetrySettings::default(),
+        };
         let profiles = match table.remove("profiles") {
             None => BTreeMap::new(),
             Some(toml::Value::Table(profiles)) => profiles
@@ -507,6 +518,7 @@ impl UserFile {
             providers,
             server,
             sessions,
+            telemetry,
         })
     }
 }

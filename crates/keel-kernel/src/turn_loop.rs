@@ -131,7 +131,9 @@ pub(crate) async fn run(
     let result = if spec.resume {
         run.resume().instrument(span.clone()).await
     } else {
-        run.drive(spec.prompt_blocks()).instrument(span.clone()).await
+        run.drive(spec.prompt_blocks())
+            .instrument(span.clone())
+            .await
     };
     // A cancel the stall watchdog caused is recorded as the failure it is.
     let result = match (result, shared.stall_error()) {
@@ -141,7 +143,10 @@ pub(crate) async fn run(
     run.record_run_end(&result).await;
     record_outcome(
         &span,
-        &result.as_ref().map(|_| ()).map_err(|stop| stop.clone_code()),
+        &result
+            .as_ref()
+            .map(|_| ())
+            .map_err(|stop| stop.clone_code()),
     );
     match result {
         Ok(message) => Outcome::Settled(message),
@@ -688,8 +693,14 @@ impl<'a> TurnLoop<'a> {
         let usage = &message.usage;
         span.record("gen_ai.usage.input_tokens", usage.input_tokens);
         span.record("gen_ai.usage.output_tokens", usage.output_tokens);
-        span.record("gen_ai.usage.cache_read.input_tokens", usage.cache_read_tokens);
-        span.record("gen_ai.usage.cache_creation.input_tokens", usage.cache_write_tokens);
+        span.record(
+            "gen_ai.usage.cache_read.input_tokens",
+            usage.cache_read_tokens,
+        );
+        span.record(
+            "gen_ai.usage.cache_creation.input_tokens",
+            usage.cache_write_tokens,
+        );
         if self.parts.capture_content {
             span.record(
                 "gen_ai.output.messages",

@@ -53,9 +53,9 @@ impl Provider for Flaky {
             self.sim.requests.lock().unwrap().push(request);
             return futures::stream::iter(vec![
                 ProviderEvent::Start {
-                model: None,
-                response_id: None,
-            },
+                    model: None,
+                    response_id: None,
+                },
                 ProviderEvent::TextStart { index: 0 },
                 ProviderEvent::TextDelta {
                     index: 0,

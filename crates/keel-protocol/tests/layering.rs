@@ -21,6 +21,9 @@ const RANKS: &[(&str, u32)] = &[
     ("keel-protocol", 0),
     // Test-only crash points, compiled to nothing outside test builds.
     ("keel-failpoint", 0),
+    // The export configuration and (behind `export`) the OTLP exporter of
+    // the kernel's spans: no keel dependency, so any host can name it.
+    ("keel-telemetry", 0),
     // The Tool API: what every tool implements, over the vocabulary only.
     ("keel-tool-api", 1),
     // Engines and stores that speak only the vocabulary.

@@ -52,11 +52,11 @@ impl Home {
             .env("XDG_DATA_HOME", self.path().join("data"))
             .env("XDG_CONFIG_HOME", self.path().join("config"))
             .env("XDG_STATE_HOME", self.path().join("state"))
-            .env_remove("KEEL_LOG")
             .current_dir(self.workspace())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        super::scrub_env(&mut command);
         command
     }
 

@@ -360,10 +360,28 @@ pub fn isolated_keel(home: &Path) -> Command {
         .env("XDG_DATA_HOME", home.join("data"))
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_STATE_HOME", home.join("state"))
-        .env_remove("KEEL_LOG")
         .env_remove("KEEL_SERVER_TOKEN")
         .current_dir(home);
+    scrub_env(&mut command);
     command
+}
+
+/// The variables of the developer's environment that would change what a
+/// `keel` under test does (its log, its telemetry export) are removed.
+pub fn scrub_env(command: &mut Command) {
+    for name in [
+        "KEEL_LOG",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "OTEL_SDK_DISABLED",
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT",
+    ] {
+        command.env_remove(name);
+    }
 }
 
 /// A `keel` process started with piped stdio, never inherited: HOME and the

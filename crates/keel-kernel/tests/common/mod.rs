@@ -38,9 +38,9 @@ impl Reply {
     /// The provider events of this reply, with `usage` reported.
     pub fn events(&self, usage: Option<Usage>) -> Vec<ProviderEvent> {
         let mut events = vec![ProviderEvent::Start {
-                model: None,
-                response_id: None,
-            }];
+            model: None,
+            response_id: None,
+        }];
         let stop = match self {
             Self::Text(text) => {
                 events.push(ProviderEvent::TextStart { index: 0 });

@@ -1,0 +1,357 @@
+//! Telemetry export as a user configures it: `keel run` as a process
+//! exporting its spans and metrics over OTLP/HTTP to a real receiver
+//! (tests/telemetry/receiver.rs), by the standard variables or the user's
+//! `[telemetry]` table, in protobuf and JSON.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+#[path = "telemetry/receiver.rs"]
+mod receiver;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::home::{Home, assert_success, final_result};
+use receiver::{Receiver, all_values, attribute};
+use serde_json::{Value, json};
+
+const PROMPT_MARKER: &str = "PROMPT-MARKER-7f3a";
+const FILE_MARKER: &str = "FILE-MARKER-91bc";
+
+/// 3 model requests and 3 tool calls: `ls` and `find`, then `read`, then
+/// the answer.
+fn three_by_three(home: &Home) -> std::path::PathBuf {
+    std::fs::write(home.workspace().join("a.txt"), FILE_MARKER).unwrap();
+    let usage = json!({"input_tokens": 100, "output_tokens": 10, "cache_read_tokens": 40});
+    home.script(
+        "script",
+        json!({"turns": [
+            {"response_id": "resp-1", "usage": usage, "content": [
+                {"type": "tool_call", "name": "ls", "arguments": {}},
+                {"type": "tool_call", "name": "find", "arguments": {"pattern": "*.txt"}}]},
+            {"response_id": "resp-2", "usage": usage, "content": [
+                {"type": "tool_call", "name": "read", "arguments": {"path": "a.txt"}}]},
+            {"response_id": "resp-3", "usage": usage, "content": [
+                {"type": "text", "text": "done"}]}
+        ]}),
+    )
+}
+
+fn run(home: &Home, env: &[(&str, &str)], extra: &[&str]) -> (std::process::Output, Value) {
+    let script = three_by_three(home);
+    let mut args = vec!["run", "--tools", "ls,find,read"];
+    args.extend_from_slice(extra);
+    args.push(PROMPT_MARKER);
+    let output = home.run_script(&args, &script, env);
+    assert_success(&output);
+    let result = final_result(&output);
+    (output, result)
+}
+
+#[test]
+fn a_run_exports_one_agent_span_with_its_chat_and_tool_spans_and_metrics() {
+    let receiver = Receiver::start();
+    let home = Home::new();
+    let endpoint = receiver.endpoint();
+    let (_, result) = run(&home, &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)], &[]);
+    let session = result["session_id"].as_str().unwrap();
+
+    let spans = receiver.spans();
+    let named = |prefix: &str| -> Vec<_> {
+        spans
+            .iter()
+            .filter(|span| span.name.starts_with(prefix))
+            .collect()
+    };
+    let agents = named("invoke_agent");
+    assert_eq!(agents.len(), 1, "{:?}", names(&spans));
+    let agent = agents[0];
+    assert_eq!(agent.name, "invoke_agent keel");
+    for (key, expected) in [
+        ("gen_ai.operation.name", Some("invoke_agent")),
+        ("gen_ai.agent.name", Some("keel")),
+        ("gen_ai.conversation.id", Some(session)),
+        ("gen_ai.provider.name", Some("scripted")),
+        ("keel.run.outcome", Some("settled")),
+        ("gen_ai.request.model", None),
+        ("keel.run.id", None),
+    ] {
+        let value = attribute(agent, key).unwrap_or_else(|| panic!("invoke_agent lacks {key}"));
+        if let Some(expected) = expected {
+            assert_eq!(value, expected, "{key}");
+        }
+    }
+    let run_id = attribute(agent, "keel.run.id").unwrap();
+
+    let chats = named("chat ");
+    assert_eq!(chats.len(), 3, "{:?}", names(&spans));
+    let mut response_ids = Vec::new();
+    for chat in &chats {
+        assert_eq!(
+            chat.parent_span_id, agent.span_id,
+            "chat's parent is the run"
+        );
+        assert_eq!(chat.trace_id, agent.trace_id);
+        let model = attribute(chat, "gen_ai.request.model").unwrap();
+        assert_eq!(chat.name, format!("chat {model}"));
+        assert_eq!(attribute(chat, "gen_ai.operation.name").unwrap(), "chat");
+        assert_eq!(attribute(chat, "gen_ai.provider.name").unwrap(), "scripted");
+        assert_eq!(attribute(chat, "gen_ai.usage.input_tokens").unwrap(), "100");
+        assert_eq!(attribute(chat, "gen_ai.usage.output_tokens").unwrap(), "10");
+        assert_eq!(
+            attribute(chat, "gen_ai.usage.cache_read.input_tokens").unwrap(),
+            "40"
+        );
+        assert_eq!(attribute(chat, "gen_ai.conversation.id").unwrap(), session);
+        assert_eq!(attribute(chat, "keel.run.id").unwrap(), run_id);
+        for key in [
+            "gen_ai.response.model",
+            "gen_ai.response.finish_reasons",
+            "keel.time_to_first_chunk_ms",
+        ] {
+            assert!(attribute(chat, key).is_some(), "chat lacks {key}");
+        }
+        response_ids.push(attribute(chat, "gen_ai.response.id").unwrap());
+    }
+    response_ids.sort();
+    assert_eq!(response_ids, ["resp-1", "resp-2", "resp-3"]);
+
+    let tools = named("execute_tool ");
+    assert_eq!(tools.len(), 3, "{:?}", names(&spans));
+    let mut tool_names = Vec::new();
+    for tool in &tools {
+        assert_eq!(
+            tool.parent_span_id, agent.span_id,
+            "a call's parent is the run"
+        );
+        let name = attribute(tool, "gen_ai.tool.name").unwrap();
+        assert_eq!(tool.name, format!("execute_tool {name}"));
+        assert_eq!(
+            attribute(tool, "gen_ai.operation.name").unwrap(),
+            "execute_tool"
+        );
+        assert_eq!(attribute(tool, "gen_ai.tool.type").unwrap(), "function");
+        assert!(attribute(tool, "gen_ai.tool.call.id").is_some());
+        tool_names.push(name);
+    }
+    tool_names.sort();
+    assert_eq!(tool_names, ["find", "ls", "read"]);
+
+    // The trace leads to the session record: the response ids and call ids
+    // are the stored messages'.
+    let file = home.sessions().join(format!("{session}.jsonl"));
+    let stored = std::fs::read_to_string(file).unwrap();
+    for id in ["resp-1", "resp-2", "resp-3"] {
+        assert!(
+            stored.contains(&format!("\"response_id\":\"{id}\"")),
+            "{id}"
+        );
+    }
+    for tool in &tools {
+        let call = attribute(tool, "gen_ai.tool.call.id").unwrap();
+        assert!(
+            stored.contains(&format!("\"call_id\":\"{call}\"")),
+            "{call}"
+        );
+    }
+
+    // Permission decisions are spans of their own, under the run.
+    assert_eq!(named("permission").len(), 3, "{:?}", names(&spans));
+
+    // No content unless asked.
+    let values = all_values(&spans);
+    for marker in [PROMPT_MARKER, FILE_MARKER] {
+        assert!(
+            !values.contains(marker),
+            "{marker} exported without capture"
+        );
+    }
+
+    let metrics = receiver.metric_names();
+    for expected in [
+        "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
+        "keel.client.time_to_first_chunk",
+        "keel.tool.duration",
+        "keel.runs",
+        "keel.permission.decisions",
+    ] {
+        assert!(
+            metrics.iter().any(|name| name == expected),
+            "{expected} not in {metrics:?}"
+        );
+    }
+}
+
+#[test]
+fn content_is_captured_only_when_the_user_opts_in() {
+    let receiver = Receiver::start();
+    let home = Home::new();
+    let endpoint = receiver.endpoint();
+    run(
+        &home,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+        &["-c", "telemetry.capture_content=true"],
+    );
+    let spans = receiver.spans();
+    let chat_inputs: Vec<String> = spans
+        .iter()
+        .filter_map(|span| attribute(span, "gen_ai.input.messages"))
+        .collect();
+    assert_eq!(chat_inputs.len(), 3);
+    assert!(
+        chat_inputs
+            .iter()
+            .all(|input| input.contains(PROMPT_MARKER))
+    );
+    let results: String = spans
+        .iter()
+        .filter_map(|span| attribute(span, "gen_ai.tool.call.result"))
+        .collect();
+    assert!(results.contains(FILE_MARKER), "{results}");
+    assert!(spans.iter().any(|span| {
+        attribute(span, "gen_ai.tool.call.arguments").is_some_and(|args| args.contains("a.txt"))
+    }));
+}
+
+#[test]
+fn the_user_table_exports_json_with_headers_from_the_environment() {
+    let receiver = Receiver::start();
+    let home = Home::new();
+    let config = home.path().join("config/keel");
+    std::fs::create_dir_all(&config).unwrap();
+    std::fs::write(
+        config.join("config.toml"),
+        format!(
+            "[telemetry]\nendpoint = \"{}\"\nprotocol = \"http/json\"\nheaders_env = \"MY_OTLP_HEADERS\"\n",
+            receiver.endpoint()
+        ),
+    )
+    .unwrap();
+    let (output, _) = run(
+        &home,
+        &[("MY_OTLP_HEADERS", "authorization=Bearer%20tok-123")],
+        &[],
+    );
+    let spans = receiver.spans();
+    assert_eq!(
+        spans.iter().filter(|s| s.name.starts_with("chat ")).count(),
+        3,
+        "{:?}",
+        names(&spans)
+    );
+    receiver.with_received(|received| {
+        assert!(!received.requests.is_empty());
+        for (content_type, authorization) in &received.requests {
+            assert!(
+                content_type.starts_with("application/json"),
+                "{content_type}"
+            );
+            assert_eq!(authorization.as_deref(), Some("Bearer tok-123"));
+        }
+        assert!(!received.metrics.is_empty(), "metrics arrive as JSON too");
+    });
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("tok-123"), "{stderr}");
+}
+
+#[test]
+fn a_collector_that_never_answers_neither_fails_nor_holds_the_run() {
+    let receiver = Receiver::hanging();
+    let home = Home::new();
+    let script = three_by_three(&home);
+    let endpoint = receiver.endpoint();
+    let mut child = home
+        .command(&[
+            "run",
+            "--tools",
+            "ls,find,read",
+            "--output-format",
+            "stream-json",
+            "--script",
+        ])
+        .arg(&script)
+        .arg(PROMPT_MARKER)
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
+        .env("KEEL_LOG", "keel_telemetry=warn")
+        .spawn()
+        .unwrap();
+    // A hang guard, not a timing claim: bounded by the export timeout, the
+    // exit comes in seconds; without the bound it would never come.
+    let exited = common::wait_until(Duration::from_secs(60), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        exited,
+        "keel did not exit with a collector that never answers"
+    );
+    assert_success(&output);
+    assert_eq!(final_result(&output)["state"], "settled");
+    assert!(
+        receiver.with_received(|received| !received.requests.is_empty()),
+        "the exporter did try"
+    );
+    // Failures are logged once per signal, not per span or batch.
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let failures = stderr.matches("telemetry export failed").count();
+    assert!(failures <= 2, "{failures} failure lines:\n{stderr}");
+}
+
+#[test]
+fn a_project_cannot_turn_export_on() {
+    let receiver = Receiver::start();
+    let home = Home::new();
+    let project = home.workspace().join(".keel");
+    std::fs::create_dir_all(&project).unwrap();
+    std::fs::write(
+        project.join("config.toml"),
+        format!(
+            "[telemetry]\nendpoint = \"{}\"\ncapture_content = true\n",
+            receiver.endpoint()
+        ),
+    )
+    .unwrap();
+    let (output, _) = run(&home, &[], &[]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains(".keel/config.toml: `telemetry` is ignored"),
+        "{stderr}"
+    );
+    assert!(receiver.with_received(|received| received.requests.is_empty()));
+}
+
+#[test]
+fn a_wrong_telemetry_setting_is_a_startup_error_naming_it() {
+    let home = Home::new();
+    let script = three_by_three(&home);
+    for (name, value) in [
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "no-equals-secret"),
+    ] {
+        let output = home
+            .command(&["run", "--tools", "ls", "--script"])
+            .arg(&script)
+            .arg("hi")
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+            .env(name, value)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{name}");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(stderr.contains(name), "{stderr}");
+        assert!(!stderr.contains("secret"), "{stderr}");
+    }
+}
+
+fn names(spans: &[opentelemetry_proto::tonic::trace::v1::Span]) -> BTreeMap<String, usize> {
+    let mut names = BTreeMap::new();
+    for span in spans {
+        *names.entry(span.name.clone()).or_insert(0) += 1;
+    }
+    names
+}
