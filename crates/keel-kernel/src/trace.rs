@@ -1,6 +1,7 @@
 //! What the kernel's trace spans say, in one place.
 //!
-//! The spans follow the OpenTelemetry GenAI semantic conventions (SPEC §10):
+//! The spans follow the OpenTelemetry GenAI semantic conventions
+//! (`docs/telemetry.md` lists every span and attribute):
 //! `invoke_agent` per run, `chat {model}` per provider request,
 //! `execute_tool {name}` per call; `keel.permission`, `keel.compaction` and
 //! `keel.recovery` are Keel's own. Attribute names are written out at each

@@ -19,6 +19,9 @@
 //!   collector does.
 //! - Header values (tokens) are never logged, echoed or put in an error.
 
+// Every `pub` item is part of the public API.
+#![warn(unreachable_pub)]
+
 mod config;
 #[cfg(feature = "export")]
 mod export;
