@@ -355,3 +355,43 @@ fn names(spans: &[opentelemetry_proto::tonic::trace::v1::Span]) -> BTreeMap<Stri
     }
     names
 }
+
+#[test]
+fn compaction_and_recovery_have_spans_of_their_own() {
+    let receiver = Receiver::start();
+    let home = Home::new();
+    let endpoint = receiver.endpoint();
+    for demo in ["context-compaction", "crash-recovery"] {
+        let output = home
+            .command(&["demo", demo, "--output-format", "json"])
+            .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+            .output()
+            .unwrap();
+        assert_success(&output);
+    }
+    let spans = receiver.spans();
+    let compactions: Vec<_> = spans.iter().filter(|s| s.name == "compaction").collect();
+    assert!(!compactions.is_empty(), "{:?}", names(&spans));
+    for span in &compactions {
+        assert!(attribute(span, "keel.compaction.trigger").is_some());
+        assert!(attribute(span, "keel.compaction.tokens_before").is_some());
+    }
+    assert!(
+        compactions
+            .iter()
+            .any(|span| attribute(span, "keel.entry.id").is_some()),
+        "a compaction that succeeded names its checkpoint"
+    );
+    let recoveries: Vec<_> = spans.iter().filter(|s| s.name == "recovery").collect();
+    assert_eq!(recoveries.len(), 1, "{:?}", names(&spans));
+    let recovery = recoveries[0];
+    let parent = spans
+        .iter()
+        .find(|span| span.span_id == recovery.parent_span_id)
+        .expect("the recovery span's parent was exported");
+    assert_eq!(parent.name, "invoke_agent keel");
+    assert_eq!(
+        attribute(parent, "keel.run.resume").as_deref(),
+        Some("true")
+    );
+}
