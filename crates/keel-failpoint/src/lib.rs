@@ -30,7 +30,13 @@ pub const AFTER_RESULT: &str = "after_result";
 /// group reached the file and before the rest of the group did.
 pub const BETWEEN_GROUP_RECORDS: &str = "between_group_records";
 
-/// Every point, for a test that picks one at random.
+/// In a workspace snapshot's object store, after an object was renamed to
+/// its name and before the rest were (each rename hits it): armed by name
+/// only (tests/snapshot_crash.rs), not among the run points of [`POINTS`].
+pub const IN_SNAPSHOT_NAMING: &str = "in_snapshot_naming";
+
+/// The points of a run's turn loop and session writer, for a test that
+/// picks one at random.
 pub const POINTS: &[&str] = &[
     AFTER_MESSAGE_END,
     AFTER_EFFECT_STARTED,

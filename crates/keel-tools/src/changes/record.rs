@@ -227,7 +227,9 @@ static TEMP: AtomicU64 = AtomicU64::new(0);
 
 impl ObjectDir {
     /// Opens `path`'s object directory, creating it (and `path`, mode 0700)
-    /// when missing. The parent of `path` must exist.
+    /// when missing, to write to. The parent of `path` must exist. The
+    /// temporary files of a writer that died before naming them (a crash
+    /// in [`ObjectDir::sync`]) are removed.
     pub fn create(path: &Path) -> Result<ObjectDir, SnapshotError> {
         for dir in [path.to_path_buf(), path.join("objects")] {
             match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
@@ -236,7 +238,33 @@ impl ObjectDir {
                 Err(error) => return Err(io_error("creating", &dir, error)),
             }
         }
-        Self::open(path)
+        let objects = Self::open(path)?;
+        objects.remove_orphans();
+        Ok(objects)
+    }
+
+    /// Removes `tmp-PID-N` files whose process is gone. Best effort: what
+    /// cannot be listed or removed stays (and is never read as an object).
+    fn remove_orphans(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.path) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(pid) = name
+                .to_str()
+                .and_then(|name| name.strip_prefix("tmp-"))
+                .and_then(|rest| rest.split('-').next())
+                .and_then(|pid| pid.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let gone =
+                nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None) == Err(Errno::ESRCH);
+            if gone {
+                let _ = unlinkat(&self.handle, name.as_os_str(), UnlinkatFlags::NoRemoveDir);
+            }
+        }
     }
 
     /// Opens `path`'s existing object directory (never through a symlink).
@@ -350,6 +378,7 @@ impl ObjectDir {
             let name = format!("{fan}/{rest}");
             renameat(&self.handle, temp.as_str(), &self.handle, name.as_str())
                 .map_err(|e| io_error("naming", &self.path.join(&name), e))?;
+            keel_failpoint::hit(keel_failpoint::IN_SNAPSHOT_NAMING);
             fans.insert(fan.to_owned());
         }
         for fan in &fans {
