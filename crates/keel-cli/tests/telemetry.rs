@@ -181,6 +181,45 @@ fn a_run_exports_one_agent_span_with_its_chat_and_tool_spans_and_metrics() {
             "{expected} not in {metrics:?}"
         );
     }
+    // The values are the run's: 3 requests of 100 input and 10 output
+    // tokens, one settled run, 3 calls by tool, 3 decisions by the policy.
+    let tokens = receiver.points("gen_ai.client.token.usage");
+    let by_type = |kind: &str| -> (f64, u64) {
+        tokens
+            .iter()
+            .filter(|p| p.attributes.get("gen_ai.token.type").map(String::as_str) == Some(kind))
+            .fold((0.0, 0), |(sum, count), p| (sum + p.value, count + p.count))
+    };
+    assert_eq!(by_type("input"), (300.0, 3));
+    assert_eq!(by_type("output"), (30.0, 3));
+    let runs = receiver.points("keel.runs");
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].value, 1.0);
+    assert_eq!(runs[0].attributes["keel.run.outcome"], "settled");
+    let tools = receiver.points("keel.tool.duration");
+    let calls: BTreeMap<String, u64> = tools
+        .iter()
+        .map(|p| (p.attributes["gen_ai.tool.name"].clone(), p.count))
+        .collect();
+    assert_eq!(
+        calls,
+        BTreeMap::from([("find".into(), 1), ("ls".into(), 1), ("read".into(), 1)])
+    );
+    let decisions = receiver.points("keel.permission.decisions");
+    assert_eq!(decisions.iter().map(|p| p.value).sum::<f64>(), 3.0);
+    assert!(
+        decisions
+            .iter()
+            .all(|p| p.attributes["keel.permission.source"] == "policy")
+    );
+    // No metric carries an id.
+    for name in &metrics {
+        for point in receiver.points(name) {
+            for key in point.attributes.keys() {
+                assert!(!key.ends_with(".id"), "{name} carries {key}");
+            }
+        }
+    }
 }
 
 #[test]

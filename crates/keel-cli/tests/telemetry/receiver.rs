@@ -232,3 +232,60 @@ async fn metrics(
         Err(error) => (StatusCode::BAD_REQUEST, error).into_response(),
     }
 }
+
+/// One data point of a metric: its attributes as text, its value (a sum's
+/// value, a histogram's sum) and its count (1 for a sum).
+pub struct Point {
+    pub attributes: std::collections::BTreeMap<String, String>,
+    pub value: f64,
+    pub count: u64,
+}
+
+impl Receiver {
+    /// The data points of metric `name` in the latest export that has it
+    /// (the metrics are cumulative: the latest holds the totals).
+    pub fn points(&self, name: &str) -> Vec<Point> {
+        use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point};
+        let attributes = |kvs: &[opentelemetry_proto::tonic::common::v1::KeyValue]| {
+            kvs.iter()
+                .filter_map(|kv| Some((kv.key.clone(), text(kv.value.as_ref()?)?)))
+                .collect()
+        };
+        self.with_received(|received| {
+            let metric = received
+                .metrics
+                .iter()
+                .rev()
+                .flat_map(|request| &request.resource_metrics)
+                .flat_map(|resource| &resource.scope_metrics)
+                .flat_map(|scope| &scope.metrics)
+                .find(|metric| metric.name == name)?;
+            Some(match metric.data.as_ref()? {
+                metric::Data::Histogram(histogram) => histogram
+                    .data_points
+                    .iter()
+                    .map(|point| Point {
+                        attributes: attributes(&point.attributes),
+                        value: point.sum.unwrap_or_default(),
+                        count: point.count,
+                    })
+                    .collect(),
+                metric::Data::Sum(sum) => sum
+                    .data_points
+                    .iter()
+                    .map(|point| Point {
+                        attributes: attributes(&point.attributes),
+                        value: match point.value {
+                            Some(number_data_point::Value::AsInt(i)) => i as f64,
+                            Some(number_data_point::Value::AsDouble(d)) => d,
+                            None => 0.0,
+                        },
+                        count: 1,
+                    })
+                    .collect(),
+                _ => Vec::new(),
+            })
+        })
+        .unwrap_or_default()
+    }
+}
