@@ -302,6 +302,10 @@ fn agent_sources(command: &Command) -> Option<keel_host::Sources> {
             swebench_cmd::SwebenchCommand::Run(args) => &args.settings,
             _ => return None,
         },
+        Command::Session(command) => match &**command {
+            args::SessionCommand::Compact(args) => &args.settings,
+            _ => return None,
+        },
         Command::Demo(_) => return Some(keel_host::Sources::default()),
         _ => return None,
     };
