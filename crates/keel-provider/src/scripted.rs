@@ -498,6 +498,7 @@ mod tests {
             )))],
             tools: vec![],
             max_output_tokens: None,
+            purpose: crate::RequestPurpose::Turn,
         }
     }
 
