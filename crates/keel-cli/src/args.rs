@@ -70,7 +70,9 @@ pub enum Command {
     /// The replay's entries are compared with the recorded ones, in order,
     /// as JSON without their ids, parent ids and timestamps, entry and run
     /// ids they mention replaced by positions, and without the providers'
-    /// own call ids (`wire_id`). Labels and snapshots other than a run's
+    /// own call ids (`wire_id`) and a checkpoint's token estimates (they
+    /// count the system prompt, which names the workspace directory and the
+    /// date). Labels and snapshots other than a run's
     /// start and end are left out; of a snapshot, its workspace path and
     /// `new_bytes`. Without --live-tools the workspace never changes, so
     /// workspace snapshots and the file evidence of `effect_started`

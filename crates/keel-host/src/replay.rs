@@ -7,7 +7,9 @@
 //!
 //! - The model is the replay provider ([`keel_provider::ReplayProvider`]):
 //!   each run's recorded assistant messages answer its turn requests and
-//!   its checkpoints' summaries its summary requests.
+//!   its checkpoints' summaries its summary requests; a checkpoint written
+//!   after a context overflow also stands for the refused request before
+//!   it, which the replay refuses again as too long.
 //! - Tools are the recorded run's tools by name. By default each is wrapped
 //!   ([`RecordedTool`]): the kernel sees the real tool's name, spec, intent
 //!   and binding, so permission decisions come out as in a normal run, but
@@ -33,7 +35,10 @@
 //! every entry id it mentions replaced by the entry's position among the
 //! compared entries and every run id by the run's position, and without
 //! the call ids providers gave (`wire_id`: the replay streams the
-//! session's own call ids). `label` entries and workspace snapshots other
+//! session's own call ids), and without a checkpoint's token estimates
+//! (`tokens_before`, `tokens_after`: they count the system prompt, which
+//! names the workspace directory and the date, both the replay's own).
+//! `label` entries and workspace snapshots other
 //! than a run's start and end are left out; of a snapshot, the workspace
 //! path and `new_bytes` (what the store already held) are left out. When
 //! tools are served from the record the workspace never changes, so
@@ -46,11 +51,12 @@ use std::sync::{Arc, Mutex};
 
 use keel_kernel::RunSpec;
 use keel_protocol::{
-    AssistantMessage, ContentBlock, DecisionSource, Entry, EntryPayload, Message, PermissionAnswer,
-    PermissionMode, PermissionResolution, PermissionRuleLists, PermissionScope, RunEventKind,
-    RunState, SnapshotReason, ToolErrorCode, ToolResultMessage, ToolStatus, UserContent,
+    AssistantMessage, CompactionTrigger, ContentBlock, DecisionSource, Entry, EntryPayload,
+    Message, PermissionAnswer, PermissionMode, PermissionResolution, PermissionRuleLists,
+    PermissionScope, ProviderError, ProviderErrorKind, RunEventKind, RunState, SnapshotReason,
+    ToolErrorCode, ToolResultMessage, ToolStatus, UserContent,
 };
-use keel_provider::Recording;
+use keel_provider::{Answer, Recording};
 use keel_session::{JsonlStore, SessionStore};
 use keel_tools::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput};
 use serde_json::{Map, Value, json};
@@ -372,11 +378,14 @@ pub async fn replay(
             session_id: session_id.to_owned(),
         });
     }
+    // The window a compaction by threshold worked with; one after an
+    // overflow states the window learned from the provider's error, which
+    // the replay learns again from the recorded failure.
     let window = branch.iter().find_map(|entry| match &entry.payload {
         EntryPayload::Checkpoint {
             metrics: Some(metrics),
             ..
-        } => metrics.window,
+        } if metrics.trigger != CompactionTrigger::Overflow => metrics.window,
         _ => None,
     });
     let answers = host_answers(&branch);
@@ -556,7 +565,9 @@ fn recorded_runs(branch: &[Entry]) -> Vec<RecordedRun> {
                         run.prompt = user.content.clone();
                     }
                     Message::User(user) => run.follow_ups.push(user.plain_text()),
-                    Message::Assistant(assistant) => run.recording.turns.push(assistant.clone()),
+                    Message::Assistant(assistant) => {
+                        run.recording.turns.push(assistant.clone().into());
+                    }
                     Message::ToolResult(_) => {}
                 }
             }
@@ -564,6 +575,19 @@ fn recorded_runs(branch: &[Entry]) -> Vec<RecordedRun> {
                 summary, metrics, ..
             } if in_run => {
                 let Some(run) = runs.last_mut() else { continue };
+                // A compaction after an overflow: the turn request before
+                // it was refused as too long, stating the window.
+                if let Some(metrics) = metrics
+                    && metrics.trigger == CompactionTrigger::Overflow
+                {
+                    let stated = metrics.window.map_or_else(String::new, |window| {
+                        format!(": the maximum context length is {window} tokens")
+                    });
+                    run.recording.turns.push(Answer::Failure(ProviderError::new(
+                        ProviderErrorKind::ContextOverflow,
+                        format!("replay: the recorded request was refused as too long{stated}"),
+                    )));
+                }
                 // The kernel keeps only the last answer of a compaction's
                 // summary requests: each request gets the kept summary,
                 // the first one the summed usage.
@@ -580,7 +604,7 @@ fn recorded_runs(branch: &[Entry]) -> Vec<RecordedRun> {
                     {
                         answer.usage = metrics.summary_usage;
                     }
-                    run.recording.summaries.push(answer);
+                    run.recording.summaries.push(answer.into());
                 }
             }
             _ => {}
@@ -698,10 +722,20 @@ impl Comparison {
     /// The compared entries of `branch`: each with its id, as the JSON
     /// that is compared.
     fn normalise(&self, branch: &[Entry]) -> Vec<(String, Value)> {
-        let kept: Vec<&Entry> = branch.iter().filter(|entry| self.keeps(entry)).collect();
         let mut names: HashMap<String, String> = HashMap::new();
-        for (position, entry) in kept.iter().enumerate() {
-            names.insert(entry.id.clone(), format!("<entry {}>", position + 1));
+        let mut kept = Vec::new();
+        for entry in branch {
+            if self.keeps(entry) {
+                kept.push(entry);
+                names.insert(entry.id.clone(), format!("<entry {}>", kept.len()));
+            } else {
+                // Named by the compared entry before it, so a mention of
+                // it still compares.
+                names.insert(
+                    entry.id.clone(),
+                    format!("<left-out entry after entry {}>", kept.len()),
+                );
+            }
         }
         let mut runs = 0;
         for entry in branch {
@@ -742,6 +776,10 @@ impl Comparison {
 
     /// Removes the fields of an entry's JSON that are not compared.
     fn strip(&self, entry: &mut Map<String, Value>) {
+        if let Some(Value::Object(metrics)) = entry.get_mut("metrics") {
+            metrics.remove("tokens_before");
+            metrics.remove("tokens_after");
+        }
         if let Some(Value::Object(snapshot)) = entry.get_mut("snapshot") {
             snapshot.remove("workspace");
             snapshot.remove("new_bytes");

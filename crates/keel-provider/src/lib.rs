@@ -65,7 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "http")]
 pub use endpoint::Endpoint;
-pub use replay::{Recording, ReplayError, ReplayProvider};
+pub use replay::{Answer, Recording, ReplayError, ReplayProvider};
 pub use scripted::{Script, ScriptError, ScriptedProvider};
 
 /// The stream of events a provider returns for one request.

@@ -1,17 +1,19 @@
 //! The replay provider: answers from a recorded run instead of a model.
 //!
 //! A [`Recording`] is plain data — the assistant messages a session
-//! recorded, in order, and the summaries its compactions recorded — so
+//! recorded, in order, the provider failures it implies (a compaction
+//! after a context overflow), and the summaries its compactions recorded — so
 //! this crate needs nothing of the session store; the host that reads a
 //! session builds it (`keel replay`, keel-host's `replay` module).
 //!
 //! Each request takes the next recorded answer of its kind, told apart by
 //! the request's explicit [`RequestPurpose`] (never by its content): a
-//! [`RequestPurpose::Turn`] the next assistant message, a
-//! [`RequestPurpose::Summary`] the next summary. The answer streams as a
+//! [`RequestPurpose::Turn`] the next turn answer, a
+//! [`RequestPurpose::Summary`] the next summary. A message streams as a
 //! provider would stream it — `start`, each content block as a
 //! `*_start`/`*_delta`/`*_end` triple, `usage`, `done` with the recorded
-//! stop reason — so the kernel's accumulator rebuilds the same message. A
+//! stop reason — so the kernel's accumulator rebuilds the same message; a
+//! recorded failure streams as that one error event. A
 //! request past the end of the recording fails its stream with a
 //! `protocol` error saying so ([`ReplayError`]), which ends the run like
 //! any provider failure that is not retried.
@@ -32,18 +34,33 @@ use crate::{ModelRequest, Provider, ProviderStream, RequestPurpose};
 #[derive(Debug, Clone, PartialEq, Default)]
 #[non_exhaustive]
 pub struct Recording {
-    /// The assistant messages of the conversation, oldest first: one per
-    /// turn request.
-    pub turns: Vec<AssistantMessage>,
-    /// The compactions' summaries as the answers that produced them, oldest
-    /// first: one per summary request.
-    pub summaries: Vec<AssistantMessage>,
+    /// The answers to the conversation's turn requests, oldest first.
+    pub turns: Vec<Answer>,
+    /// The answers to the compactions' summary requests, oldest first.
+    pub summaries: Vec<Answer>,
 }
 
 impl Recording {
     /// A recording of `turns` and `summaries`.
-    pub fn new(turns: Vec<AssistantMessage>, summaries: Vec<AssistantMessage>) -> Self {
+    pub fn new(turns: Vec<Answer>, summaries: Vec<Answer>) -> Self {
         Self { turns, summaries }
+    }
+}
+
+/// One recorded answer to a request.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Answer {
+    /// The model answered with this message.
+    Message(AssistantMessage),
+    /// The provider refused the request with this error (e.g. a context
+    /// overflow the session records by the compaction that followed it).
+    Failure(ProviderError),
+}
+
+impl From<AssistantMessage> for Answer {
+    fn from(message: AssistantMessage) -> Self {
+        Self::Message(message)
     }
 }
 
@@ -110,7 +127,7 @@ impl ReplayProvider {
     }
 
     /// The next answer for a request of `purpose`, counted as served.
-    fn next(&self, purpose: RequestPurpose) -> Result<AssistantMessage, ReplayError> {
+    fn next(&self, purpose: RequestPurpose) -> Result<Answer, ReplayError> {
         let mut served = self.served.lock().map_err(|_| ReplayError::Poisoned)?;
         let (label, answers, count) = match purpose {
             RequestPurpose::Summary => {
@@ -138,7 +155,8 @@ impl Provider for ReplayProvider {
 
     fn stream(&self, request: ModelRequest, cancel: CancellationToken) -> ProviderStream {
         let events = match self.next(request.purpose) {
-            Ok(message) => message_events(&message),
+            Ok(Answer::Message(message)) => message_events(&message),
+            Ok(Answer::Failure(error)) => vec![ProviderEvent::Error { error }],
             Err(error) => vec![ProviderEvent::Error {
                 error: error.into(),
             }],
@@ -276,7 +294,7 @@ mod tests {
         message.usage.input_tokens = 12;
         let provider = ReplayProvider::new(
             "deepseek",
-            Recording::new(vec![message.clone()], Vec::new()),
+            Recording::new(vec![message.clone().into()], Vec::new()),
         );
         assert_eq!(provider.name(), "deepseek");
         let events = play(&provider, RequestPurpose::Turn).await;
@@ -334,10 +352,7 @@ mod tests {
         let provider = ReplayProvider::new(
             "p",
             Recording::new(
-                vec![assistant(
-                    vec![ContentBlock::ToolCall(call)],
-                    StopReason::ToolUse,
-                )],
+                vec![assistant(vec![ContentBlock::ToolCall(call)], StopReason::ToolUse).into()],
                 Vec::new(),
             ),
         );
@@ -362,7 +377,8 @@ mod tests {
             }],
             StopReason::Stop,
         );
-        let provider = ReplayProvider::new("p", Recording::new(vec![turn], vec![summary]));
+        let provider =
+            ReplayProvider::new("p", Recording::new(vec![turn.into()], vec![summary.into()]));
         // The summary comes first although the turn was recorded first:
         // the purpose decides, not the order or the content.
         let first = play(&provider, RequestPurpose::Summary).await;
@@ -381,7 +397,10 @@ mod tests {
     async fn a_request_beyond_the_recording_fails_with_a_protocol_error_naming_it() {
         let provider = ReplayProvider::new(
             "p",
-            Recording::new(vec![assistant(Vec::new(), StopReason::Stop)], Vec::new()),
+            Recording::new(
+                vec![assistant(Vec::new(), StopReason::Stop).into()],
+                Vec::new(),
+            ),
         );
         play(&provider, RequestPurpose::Turn).await;
         let events = play(&provider, RequestPurpose::Turn).await;
@@ -406,10 +425,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_recorded_failure_is_streamed_as_that_error() {
+        let overflow = ProviderError::new(
+            ProviderErrorKind::ContextOverflow,
+            "maximum context length is 6144 tokens",
+        );
+        let provider = ReplayProvider::new(
+            "p",
+            Recording::new(
+                vec![
+                    Answer::Failure(overflow.clone()),
+                    assistant(Vec::new(), StopReason::Stop).into(),
+                ],
+                Vec::new(),
+            ),
+        );
+        let events = play(&provider, RequestPurpose::Turn).await;
+        assert_eq!(error_of(&events), &overflow);
+        let events = play(&provider, RequestPurpose::Turn).await;
+        assert!(matches!(events.last(), Some(ProviderEvent::Done { .. })));
+    }
+
+    #[tokio::test]
     async fn a_cancelled_request_ends_with_cancelled() {
         let provider = ReplayProvider::new(
             "p",
-            Recording::new(vec![assistant(Vec::new(), StopReason::Stop)], Vec::new()),
+            Recording::new(
+                vec![assistant(Vec::new(), StopReason::Stop).into()],
+                Vec::new(),
+            ),
         );
         let cancel = CancellationToken::new();
         cancel.cancel();
