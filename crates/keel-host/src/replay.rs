@@ -904,6 +904,81 @@ impl Divergence {
 mod tests {
     use super::*;
 
+    fn record_of(arguments: Value, result: Option<ToolResultMessage>) -> CallRecord {
+        let record = CallRecord::default();
+        record.calls.lock().unwrap().insert(
+            "c1".to_owned(),
+            RecordedCall {
+                name: "bash".to_owned(),
+                arguments,
+                result,
+                served: false,
+            },
+        );
+        record
+    }
+
+    fn failed(outcome: Result<ToolOutput, ToolError>) -> ToolError {
+        match outcome {
+            Ok(output) => panic!("expected a failure, got {output:?}"),
+            Err(error) => error,
+        }
+    }
+
+    #[test]
+    fn a_served_call_returns_its_recorded_result_once() {
+        let mut result = ToolResultMessage::new(
+            "c1",
+            "bash",
+            ToolStatus::Error,
+            vec![UserContent::Text {
+                text: "out\n\nCommand exited with code 1".into(),
+            }],
+        );
+        result.error = Some(keel_protocol::ToolResultError::new(
+            ToolErrorCode::ProcessFailed,
+            "Command exited with code 1",
+        ));
+        result.details = Some(json!({"exit_code": 1}));
+        let arguments = json!({"command": "false"});
+        let record = record_of(arguments.clone(), Some(result.clone()));
+        let error = failed(record.serve("c1", "bash", &arguments));
+        assert_eq!(error.code, ToolErrorCode::ProcessFailed);
+        assert_eq!(error.message, "Command exited with code 1");
+        assert_eq!(error.content, result.content);
+        assert_eq!(error.details, result.details);
+        assert!(record.notes.lock().unwrap().is_empty());
+        let again = failed(record.serve("c1", "bash", &arguments));
+        assert!(again.message.contains("ran twice"), "{}", again.message);
+    }
+
+    #[test]
+    fn a_call_that_disagrees_with_the_record_fails_as_a_divergence_and_is_noted() {
+        let arguments = json!({"command": "ls"});
+        let result = ToolResultMessage::new("c1", "bash", ToolStatus::Success, Vec::new());
+        let record = record_of(arguments.clone(), Some(result));
+        let other = failed(record.serve("c1", "bash", &json!({"command": "ls -a"})));
+        assert!(
+            other
+                .message
+                .starts_with("replay divergence: call c1 (bash) was recorded with arguments")
+        );
+        let renamed = failed(record.serve("c1", "read", &arguments));
+        assert!(
+            renamed
+                .message
+                .contains("recorded to `bash`, the replay calls `read`")
+        );
+        let unknown = failed(record.serve("c9", "bash", &arguments));
+        assert!(unknown.message.contains("has no call c9"));
+        assert_eq!(record.notes.lock().unwrap().len(), 3);
+        // The call still runs once, as recorded.
+        assert!(record.serve("c1", "bash", &arguments).is_ok());
+        let missing = record_of(arguments.clone(), None);
+        let error = failed(missing.serve("c1", "bash", &arguments));
+        assert!(error.message.contains("no result for call c1"));
+    }
+
     #[test]
     fn the_first_difference_is_found_by_pointer() {
         let a = json!({"message": {"content": [{"text": "a"}, {"text": "b"}]}});
