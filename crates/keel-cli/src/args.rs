@@ -76,7 +76,8 @@ pub enum Command {
     /// start and end are left out; of a snapshot, its workspace path and
     /// `new_bytes`. Without --live-tools the workspace never changes, so
     /// workspace snapshots and the file evidence of `effect_started`
-    /// entries are left out too (docs/sessions.md, "Replay").
+    /// entries are left out too (docs/contract.md,
+    /// "Replay").
     ///
     /// Exit codes: 0 identical, 1 the first divergence (both sides, the
     /// entry and the tool call it concerns), 2 the replay could not be made.
