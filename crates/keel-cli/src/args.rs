@@ -56,6 +56,33 @@ pub enum Command {
     /// touched stay; a file changed outside the session is reported as a
     /// conflict and left as it is (exit 1).
     Rewind(Deferred<RewindArgs>),
+    /// Replay a recorded session through the kernel and compare.
+    ///
+    /// Each run on the session's active branch is driven again, in order,
+    /// by a replay provider that answers with the recorded assistant
+    /// messages (and compaction summaries), in the recorded mode and
+    /// configuration. Tool calls get their recorded results from tools
+    /// that keep the real ones' specs and intents; with --live-tools the
+    /// real tools run again in a temporary copy of the recorded run-start
+    /// workspace. The replay is written to memory: the recorded session is
+    /// only read.
+    ///
+    /// The replay's entries are compared with the recorded ones, in order,
+    /// as JSON without their ids, parent ids and timestamps, entry and run
+    /// ids they mention replaced by positions, and without the providers'
+    /// own call ids (`wire_id`) and a checkpoint's token estimates (they
+    /// count the system prompt, which names the workspace directory and the
+    /// date). Labels and snapshots other than a run's
+    /// start and end are left out; of a snapshot, its workspace path and
+    /// `new_bytes`. Without --live-tools the workspace never changes, so
+    /// workspace snapshots and the file evidence of `effect_started`
+    /// entries are left out too (docs/contract.md,
+    /// "Replay").
+    ///
+    /// Exit codes: 0 identical, 1 the first divergence (both sides, the
+    /// entry and the tool call it concerns), 2 the replay could not be made.
+    #[command(after_help = crate::help::REPLAY_EXAMPLES)]
+    Replay(Deferred<ReplayArgs>),
     /// Talk with the agent on the terminal: each prompt a run in one session.
     ///
     /// Also `keel` alone when standard input and output are terminals.
@@ -329,6 +356,25 @@ pub struct RewindArgs {
     /// show` lists them.
     #[arg(long, value_name = "ENTRY")]
     pub to: String,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
+/// `keel replay`.
+#[derive(Debug, Clone, Args)]
+pub struct ReplayArgs {
+    /// The session id (or a unique prefix).
+    pub session: String,
+    /// Run the real tools again, in a temporary copy of the workspace the
+    /// session recorded at its first run's start, instead of serving the
+    /// recorded results.
+    #[arg(long)]
+    pub live_tools: bool,
+    /// The same as `--output-format json`: one JSON object.
+    #[arg(long, conflicts_with = "output_format")]
+    pub json: bool,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]

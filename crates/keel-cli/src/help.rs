@@ -87,6 +87,18 @@ command or path are allowed without asking while they resolve to the same
 files and programs) or n. Piped, one JSON answer
 per line (the request ids are in --output-format stream-json): {\"request_id\": \"…\", \"decision\": \"approve\"} (or \"deny\").";
 
+/// `keel replay --help`'s examples.
+pub const REPLAY_EXAMPLES: &str = "\
+Examples:
+  keel replay 01a23582-7b               tools answered from the record
+  keel replay 01a23582-7b --live-tools  the real tools again, in a copy of the start workspace
+  keel replay 01a23582-7b --json | jq .divergence
+
+A replay checks that this Keel drives a recorded session the same way
+(debugging a run offline, or an old session under a new version). A tool
+whose output is not deterministic (time, random bytes) diverges under
+--live-tools at its call.";
+
 /// `keel resume --help`'s examples.
 pub const RESUME_EXAMPLES: &str = "\
 Examples:

@@ -25,6 +25,7 @@ mod install;
 mod models_cmd;
 mod output;
 mod picker;
+mod replay_cmd;
 mod rewind_cmd;
 mod run_cmd;
 mod serve_cmd;
@@ -124,6 +125,7 @@ fn main() -> ExitCode {
             Command::Resume(args) => run_cmd::resume(*args.into_inner()).await,
             Command::Chat(args) => run_cmd::chat(*args.into_inner()).await,
             Command::Rewind(args) => rewind_cmd::rewind(args.into_inner()).await,
+            Command::Replay(args) => replay_cmd::run(args.into_inner()).await,
             Command::Demo(args) => demo::run(args.into_inner()).await,
             Command::Session(command) => session_cmd::run(command.into_inner()).await,
             Command::Models(args) => models_cmd::run(args.into_inner()),
@@ -178,6 +180,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Resume(_) => "resume",
         Command::Chat(_) => "chat",
         Command::Rewind(_) => "rewind",
+        Command::Replay(_) => "replay",
         Command::Demo(_) => "demo",
         Command::Models(_) => "models",
         Command::Session(_) => "session",
@@ -207,6 +210,8 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
         (None, Command::Models(args)) => args.format.output_format,
         (None, Command::Doctor(args)) => args.format.output_format,
         (None, Command::Rewind(args)) => args.format.output_format,
+        (None, Command::Replay(args)) if args.json => OutputFormat::Json,
+        (None, Command::Replay(args)) => args.format.output_format,
         (None, Command::Version(args)) if args.json => OutputFormat::Json,
         (None, Command::Version(args)) => args.format.output_format,
         (None, Command::Session(command)) => match &**command {

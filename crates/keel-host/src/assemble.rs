@@ -11,7 +11,7 @@ use keel_kernel::{AgentKernel, Instructions, RetryPolicy, UserRules};
 use keel_protocol::PermissionRuleLists;
 use keel_provider::config::{Config, ModelInfo};
 use keel_provider::connect::connect;
-use keel_provider::{Provider, Script, ScriptedProvider};
+use keel_provider::{Provider, Recording, ReplayProvider, Script, ScriptedProvider};
 use keel_session::SessionStore;
 use keel_tools::builtin::{BashOptions, Executor, all_tools, default_tools};
 use keel_tools::env::HostEnv;
@@ -52,6 +52,16 @@ pub enum ProviderChoice {
         /// The catalog.
         catalog: Arc<Config>,
     },
+    /// The replay provider answering from a recorded run (`keel replay`,
+    /// [`crate::replay`]), named as the recorded provider was.
+    Replay {
+        /// The recorded provider's name.
+        name: String,
+        /// The recorded answers.
+        recording: Recording,
+        /// The recorded model id.
+        model: Option<String>,
+    },
 }
 
 impl ProviderChoice {
@@ -75,6 +85,16 @@ impl ProviderChoice {
                     retry: None,
                 })
             }
+            Self::Replay {
+                name,
+                recording,
+                model,
+            } => Ok(Connected {
+                provider: Arc::new(ReplayProvider::new(name.clone(), recording.clone())),
+                model: model.clone(),
+                info: ModelInfo::default(),
+                retry: None,
+            }),
             Self::Configured {
                 name,
                 model,
@@ -217,6 +237,17 @@ impl HostConfig {
 
     /// Assembles the kernel, its runs stored in `store`.
     pub fn kernel(&self, store: Arc<dyn SessionStore>) -> Result<AgentKernel, HostError> {
+        self.kernel_with(store, |tools| tools)
+    }
+
+    /// [`HostConfig::kernel`] with the tools chosen passed through `wrap`
+    /// (a replay serves recorded results through tools that keep the real
+    /// ones' names, specs and intents).
+    pub(crate) fn kernel_with(
+        &self,
+        store: Arc<dyn SessionStore>,
+        wrap: impl FnOnce(Vec<Arc<dyn Tool>>) -> Vec<Arc<dyn Tool>>,
+    ) -> Result<AgentKernel, HostError> {
         let Connected {
             provider,
             model,
@@ -245,11 +276,11 @@ impl HostConfig {
             .sandbox(self.sandbox.clone())
             .workspace(workspace)
             .store(store)
-            .tools(tools_with(self.tools.as_deref(), {
+            .tools(wrap(tools_with(self.tools.as_deref(), {
                 let mut bash_options = BashOptions::default();
                 bash_options.executor = self.bash_executor.clone();
                 bash_options
-            })?)
+            })?))
             // A run's start snapshot keeps its contents on disk, not in memory.
             .snapshot_spill_dir(std::env::temp_dir())
             .capture_content(self.capture_content)

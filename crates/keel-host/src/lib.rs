@@ -29,6 +29,7 @@ pub mod modes;
 mod overrides;
 pub mod project;
 pub mod prune;
+pub mod replay;
 pub mod server;
 pub mod sessions;
 pub mod settings;

@@ -116,6 +116,7 @@ impl Frame {
             );
             model_request.tools = Vec::new();
             model_request.max_output_tokens = Some(max_output_tokens);
+            model_request.purpose = keel_provider::RequestPurpose::Summary;
             model_request
         }
     }

@@ -48,6 +48,7 @@ mod json;
 pub mod openai_chat;
 #[cfg(feature = "http")]
 pub mod openai_responses;
+pub mod replay;
 pub mod retry;
 pub mod scripted;
 #[cfg(feature = "http")]
@@ -64,6 +65,7 @@ use tokio_util::sync::CancellationToken;
 
 #[cfg(feature = "http")]
 pub use endpoint::Endpoint;
+pub use replay::{Answer, Recording, ReplayError, ReplayProvider};
 pub use scripted::{Script, ScriptError, ScriptedProvider};
 
 /// The stream of events a provider returns for one request.
@@ -88,6 +90,22 @@ pub struct ModelRequest {
     pub tools: Vec<ToolSpec>,
     /// The output token limit, when set.
     pub max_output_tokens: Option<u32>,
+    /// What the request is for: a conversation turn (the default) or a
+    /// compaction's summary. Adapters send both alike; a provider that
+    /// answers from a record ([`replay`]) tells them apart by it.
+    pub purpose: RequestPurpose,
+}
+
+/// What a [`ModelRequest`] is for, stated by the kernel that builds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum RequestPurpose {
+    /// A turn of the conversation: its answer becomes an assistant message.
+    #[default]
+    Turn,
+    /// A compaction's summary request: its answer becomes a checkpoint's
+    /// summary, not a message.
+    Summary,
 }
 
 impl ModelRequest {
@@ -104,6 +122,7 @@ impl ModelRequest {
             messages,
             tools: Vec::new(),
             max_output_tokens: None,
+            purpose: RequestPurpose::Turn,
         }
     }
 }

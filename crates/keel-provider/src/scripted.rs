@@ -503,6 +503,7 @@ mod tests {
             )))],
             tools: vec![],
             max_output_tokens: None,
+            purpose: crate::RequestPurpose::Turn,
         }
     }
 

@@ -217,6 +217,9 @@ fn key_of(config: &HostConfig, workspace: &Path, store: &Path) -> Key {
             base_url,
             ..
         } => (name.clone(), model.clone(), base_url.clone(), None),
+        ProviderChoice::Replay { name, model, .. } => {
+            (format!("{name} (replayed)"), model.clone(), None, None)
+        }
     };
     Key {
         workspace: workspace.to_path_buf(),

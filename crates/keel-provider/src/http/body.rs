@@ -254,6 +254,7 @@ mod tests {
             messages: messages.into_iter().map(Arc::new).collect(),
             tools: Vec::new(),
             max_output_tokens: None,
+            purpose: crate::RequestPurpose::Turn,
         }
     }
 
