@@ -182,6 +182,7 @@ impl Provider for ReplayProvider {
 pub fn message_events(message: &AssistantMessage) -> Vec<ProviderEvent> {
     let mut events = vec![ProviderEvent::Start {
         model: message.model.clone(),
+        response_id: message.response_id.clone(),
     }];
     for (index, block) in message.content.iter().enumerate() {
         match block {
@@ -304,7 +305,8 @@ mod tests {
             events,
             vec![
                 ProviderEvent::Start {
-                    model: Some("recorded-model".into())
+                    model: Some("recorded-model".into()),
+                    response_id: None,
                 },
                 ProviderEvent::ThinkingStart { index: 0 },
                 ProviderEvent::ThinkingDelta {
