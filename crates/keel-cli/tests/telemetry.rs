@@ -86,6 +86,7 @@ fn a_run_exports_one_agent_span_with_its_chat_and_tool_spans_and_metrics() {
     let chats = named("chat ");
     assert_eq!(chats.len(), 3, "{:?}", names(&spans));
     let mut response_ids = Vec::new();
+    let mut finish_reasons = Vec::new();
     for chat in &chats {
         assert_eq!(
             chat.parent_span_id, agent.span_id,
@@ -104,17 +105,19 @@ fn a_run_exports_one_agent_span_with_its_chat_and_tool_spans_and_metrics() {
         );
         assert_eq!(attribute(chat, "gen_ai.conversation.id").unwrap(), session);
         assert_eq!(attribute(chat, "keel.run.id").unwrap(), run_id);
-        for key in [
-            "gen_ai.response.model",
-            "gen_ai.response.finish_reasons",
-            "keel.time_to_first_chunk_ms",
-        ] {
+        // The conventions type the finish reasons as a string array.
+        let reasons = receiver::string_array(chat, "gen_ai.response.finish_reasons")
+            .expect("finish reasons are a string array");
+        finish_reasons.extend(reasons);
+        for key in ["gen_ai.response.model", "keel.time_to_first_chunk_ms"] {
             assert!(attribute(chat, key).is_some(), "chat lacks {key}");
         }
         response_ids.push(attribute(chat, "gen_ai.response.id").unwrap());
     }
     response_ids.sort();
     assert_eq!(response_ids, ["resp-1", "resp-2", "resp-3"]);
+    finish_reasons.sort();
+    assert_eq!(finish_reasons, ["stop", "tool_use", "tool_use"]);
 
     let tools = named("execute_tool ");
     assert_eq!(tools.len(), 3, "{:?}", names(&spans));

@@ -161,6 +161,23 @@ impl Telemetry {
     }
 }
 
+/// The attribute the GenAI conventions type as a string array, which a
+/// `tracing` field cannot carry: the kernel records it as one string.
+const FINISH_REASONS: &str = "gen_ai.response.finish_reasons";
+
+/// Gives a span's attributes the types the conventions ask for: the finish
+/// reasons, recorded as one string, are exported as an array of it.
+fn conventions(span: &mut SpanData) {
+    for attribute in &mut span.attributes {
+        if attribute.key.as_str() == FINISH_REASONS
+            && let opentelemetry::Value::String(reason) = &attribute.value
+        {
+            attribute.value =
+                opentelemetry::Value::Array(opentelemetry::Array::String(vec![reason.clone()]));
+        }
+    }
+}
+
 /// An exporter whose failures are logged once, not per batch: the first
 /// failure after a success (or at the start), and the first success after
 /// a failure.
@@ -197,7 +214,8 @@ impl<E> Logged<E> {
 }
 
 impl<E: SpanExporter> SpanExporter for Logged<E> {
-    async fn export(&self, batch: Vec<SpanData>) -> OTelSdkResult {
+    async fn export(&self, mut batch: Vec<SpanData>) -> OTelSdkResult {
+        batch.iter_mut().for_each(conventions);
         let result = self.inner.export(batch).await;
         self.note(&result);
         result

@@ -123,6 +123,23 @@ pub fn attribute(span: &Span, key: &str) -> Option<String> {
         .and_then(text)
 }
 
+/// A span attribute that is an array of strings, or `None` if it is absent
+/// or of another type.
+pub fn string_array(span: &Span, key: &str) -> Option<Vec<String>> {
+    let value = span.attributes.iter().find(|kv| kv.key == key)?;
+    match value.value.as_ref()?.value.as_ref()? {
+        any_value::Value::ArrayValue(array) => array
+            .values
+            .iter()
+            .map(|item| match item.value.as_ref()? {
+                any_value::Value::StringValue(s) => Some(s.clone()),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
 fn text(value: &AnyValue) -> Option<String> {
     match value.value.as_ref()? {
         any_value::Value::StringValue(s) => Some(s.clone()),
