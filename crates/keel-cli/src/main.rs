@@ -148,12 +148,44 @@ fn main() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     // What is still queued goes out now, within the export timeout.
     if let Some(telemetry) = telemetry {
-        telemetry.shutdown();
+        flush_telemetry(telemetry);
     }
     match outcome {
         Ok(code) => code,
         Err(error) => error.report(),
     }
+}
+
+/// Flushes what telemetry still holds, within the export timeout — or less:
+/// Ctrl-C or SIGTERM during the flush ends the wait at once (what is unsent
+/// is dropped), since the runtime and its signal handlers are gone by now
+/// and would otherwise leave those signals doing nothing.
+fn flush_telemetry(telemetry: keel_telemetry::Telemetry) {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(_) => return telemetry.shutdown(),
+    };
+    runtime.block_on(async {
+        use tokio::signal::unix::{SignalKind, signal};
+        let flush = tokio::task::spawn_blocking(move || telemetry.shutdown());
+        let terminate = async {
+            match signal(SignalKind::terminate()) {
+                Ok(mut terminate) => {
+                    terminate.recv().await;
+                }
+                Err(_) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = flush => {}
+            _ = tokio::signal::ctrl_c() => {}
+            () = terminate => {}
+        }
+    });
+    runtime.shutdown_background();
 }
 
 /// Whether arguments that did not parse still ask for JSON

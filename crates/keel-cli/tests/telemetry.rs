@@ -345,6 +345,86 @@ fn a_collector_that_never_answers_neither_fails_nor_holds_the_run() {
 }
 
 #[test]
+fn a_redirecting_collector_gets_no_second_request_and_no_headers_elsewhere() {
+    // reqwest strips only `authorization` on a redirect to another host;
+    // vendor keys (`x-api-key`, `dd-api-key`, …) would go along, so the
+    // exporter follows no redirect at all.
+    let elsewhere = Receiver::start();
+    let collector = Receiver::redirecting(&elsewhere.endpoint());
+    let home = Home::new();
+    let (output, result) = run(
+        &home,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &collector.endpoint()),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s3cret-key"),
+            ("KEEL_LOG", "keel_telemetry=warn"),
+        ],
+        &[],
+    );
+    assert_eq!(result["state"], "settled");
+    assert!(
+        collector.with_received(|received| !received.requests.is_empty()),
+        "the exporter did try"
+    );
+    assert!(
+        elsewhere.with_received(|received| received.requests.is_empty()),
+        "a redirect was followed"
+    );
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("s3cret-key"), "{stderr}");
+}
+
+#[test]
+fn a_tool_name_no_tool_has_is_exported_as_other_and_ids_are_bounded() {
+    // The model chooses tool names and call ids: under prompt injection a
+    // name can carry file contents, and without content capture it must
+    // not reach the collector (nor become a metric series of its own).
+    let receiver = Receiver::start();
+    let home = Home::new();
+    let planted = format!("read-{FILE_MARKER}");
+    let long_id = "i".repeat(10_000);
+    let script = home.script(
+        "script",
+        json!({"turns": [
+            {"response_id": "r".repeat(10_000), "content": [
+                {"type": "tool_call", "id": long_id, "name": planted, "arguments": {}},
+                {"type": "tool_call", "name": "ls", "arguments": {}}]},
+            {"content": [{"type": "text", "text": "done"}]}
+        ]}),
+    );
+    let output = home.run_script(
+        &["run", "--tools", "ls", "x"],
+        &script,
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint())],
+    );
+    assert_success(&output);
+    let spans = receiver.spans();
+    let values = all_values(&spans);
+    assert!(!values.contains(FILE_MARKER), "{values}");
+    assert!(values.contains("execute_tool _OTHER"), "{values}");
+    assert!(values.contains("execute_tool ls"), "{values}");
+    for span in &spans {
+        for kv in &span.attributes {
+            let text = kv
+                .value
+                .as_ref()
+                .map(|v| format!("{v:?}"))
+                .unwrap_or_default();
+            assert!(text.len() < 1_000, "{} is {} bytes", kv.key, text.len());
+        }
+    }
+    let tools: Vec<_> = receiver
+        .points("keel.tool.duration")
+        .into_iter()
+        .map(|point| point.attributes["gen_ai.tool.name"].clone())
+        .collect();
+    assert!(
+        tools.contains(&"_OTHER".to_owned()) && !tools.iter().any(|t| t.contains(FILE_MARKER)),
+        "{tools:?}"
+    );
+}
+
+#[test]
 fn a_project_cannot_turn_export_on() {
     let receiver = Receiver::start();
     let home = Home::new();
@@ -374,6 +454,18 @@ fn a_wrong_telemetry_setting_is_a_startup_error_naming_it() {
     for (name, value) in [
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "no-equals-secret"),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://user:secret@127.0.0.1:9",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "secret-pasted-in-the-wrong-place",
+        ),
+        (
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http://127.0.0.1:9/?key=secret",
+        ),
     ] {
         let output = home
             .command(&["run", "--tools", "ls", "--script"])
@@ -388,6 +480,59 @@ fn a_wrong_telemetry_setting_is_a_startup_error_naming_it() {
         assert!(stderr.contains(name), "{stderr}");
         assert!(!stderr.contains("secret"), "{stderr}");
     }
+    // The timeout also bounds the wait at exit: past a minute is refused.
+    let output = home
+        .command(&["run", "--tools", "ls", "--script"])
+        .arg(&script)
+        .arg("hi")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "18446744073709551615")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("60000 ms"), "{stderr}");
+}
+
+#[test]
+fn a_signal_ends_the_wait_for_a_collector_at_exit() {
+    let receiver = Receiver::hanging();
+    let home = Home::new();
+    let script = three_by_three(&home);
+    let mut child = home
+        .command(&[
+            "run",
+            "--tools",
+            "ls,find,read",
+            "--output-format",
+            "stream-json",
+            "--script",
+        ])
+        .arg(&script)
+        .arg("hi")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
+        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
+        .spawn()
+        .unwrap();
+    // The run's final result is printed before the flush at exit begins.
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    let settled = lines.any(|line| line.unwrap().contains("\"type\":\"result\""));
+    assert!(settled, "no result line");
+    // Give the flush a moment to start waiting, then ask keel to stop.
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap());
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    // A hang guard, not a timing claim: without the signal ending the wait
+    // keel would wait the whole minute.
+    let exited = common::wait_until(Duration::from_secs(30), || {
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    assert!(exited, "SIGTERM did not end the wait for the collector");
 }
 
 fn names(spans: &[opentelemetry_proto::tonic::trace::v1::Span]) -> BTreeMap<String, usize> {

@@ -46,6 +46,10 @@ pub struct TelemetrySettings {
     pub timeout_ms: Option<u64>,
 }
 
+/// The longest export timeout: it also bounds how long a process waits at
+/// exit for a collector that does not answer.
+const MAX_TIMEOUT_MS: u64 = 60_000;
+
 impl TelemetrySettings {
     /// Reads the `[telemetry]` table.
     pub(crate) fn from_value(value: toml::Value, place: &str) -> Result<Self, HostError> {
@@ -116,8 +120,11 @@ impl TelemetrySettings {
             None => self.timeout_ms,
         };
         if let Some(ms) = timeout_ms {
-            if ms == 0 {
-                return Err(invalid("the telemetry timeout", "must be at least 1 ms"));
+            if ms == 0 || ms > MAX_TIMEOUT_MS {
+                return Err(invalid(
+                    "the telemetry timeout",
+                    "must be between 1 and 60000 ms (it also bounds how long an exit waits)",
+                ));
             }
             config.timeout = Duration::from_millis(ms);
         }

@@ -56,7 +56,7 @@ use crate::policy::{PolicyDecision, sandbox_decides};
 use crate::rules::{RuleMatch, SessionRules, binding_sha256, rule_for};
 use crate::session_writer::SessionWriter;
 use crate::shared::RunShared;
-use crate::trace::wire_name;
+use crate::trace::{OTHER, bounded, wire_name};
 use crate::user_rules::{CallFacts, Matrix, RuleEffect};
 
 pub(crate) struct ToolRunner<'a> {
@@ -294,8 +294,8 @@ impl ToolRunner<'_> {
         tracing::info_span!(
             "keel.permission",
             otel.name = "permission",
-            gen_ai.tool.name = %call.name,
-            gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.name = self.traced_name(call),
+            gen_ai.tool.call.id = bounded(&call.id),
             keel.run.id = %self.shared.run_id,
             keel.permission.mode = self.mode.as_str(),
             keel.permission.resolution = wire_name(&resolution).as_str(),
@@ -318,6 +318,19 @@ impl ToolRunner<'_> {
         }
     }
 
+    /// The tool name spans (and the metrics derived from them) carry: the
+    /// call's when it names a registered tool, else `_OTHER`. The model
+    /// chooses the name, and an unregistered one could carry anything — file
+    /// contents under prompt injection — at any length, with content
+    /// capture off.
+    fn traced_name<'c>(&self, call: &'c ToolCall) -> &'c str {
+        if self.parts.tools.get(&call.name).is_some() {
+            &call.name
+        } else {
+            OTHER
+        }
+    }
+
     async fn run_one(
         &self,
         call: &ToolCall,
@@ -326,10 +339,10 @@ impl ToolRunner<'_> {
     ) -> Result<ToolResultMessage, SessionError> {
         let span = tracing::info_span!(
             "execute_tool",
-            otel.name = format!("execute_tool {}", call.name),
+            otel.name = format!("execute_tool {}", self.traced_name(call)),
             gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = %call.name,
-            gen_ai.tool.call.id = %call.id,
+            gen_ai.tool.name = self.traced_name(call),
+            gen_ai.tool.call.id = bounded(&call.id),
             gen_ai.tool.type = "function",
             keel.run.id = %self.shared.run_id,
             keel.tool.status = tracing::field::Empty,

@@ -22,3 +22,38 @@ pub(crate) fn wire_name<T: serde::Serialize>(value: &T) -> String {
         _ => String::from("unknown"),
     }
 }
+
+/// The longest value an identifier or model name from outside Keel (a
+/// provider's response id or model, a model's call id) keeps in a span.
+pub(crate) const MAX_TRACED_LEN: usize = 128;
+
+/// `value` cut to at most [`MAX_TRACED_LEN`] bytes at a character boundary:
+/// what a provider or model chooses must not make a span as large as it likes.
+pub(crate) fn bounded(value: &str) -> &str {
+    if value.len() <= MAX_TRACED_LEN {
+        return value;
+    }
+    let mut end = MAX_TRACED_LEN;
+    while !value.is_char_boundary(end) {
+        end -= 1;
+    }
+    &value[..end]
+}
+
+/// The conventions' value for a name outside the known set: what a span and
+/// a metric carry for a tool the model named but no tool is registered as.
+pub(crate) const OTHER: &str = "_OTHER";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bounded_cuts_long_values_at_a_character_boundary() {
+        assert_eq!(bounded("resp-1"), "resp-1");
+        let long = "é".repeat(MAX_TRACED_LEN);
+        let cut = bounded(&long);
+        assert!(cut.len() <= MAX_TRACED_LEN && cut.len() >= MAX_TRACED_LEN - 1);
+        assert!(long.starts_with(cut));
+    }
+}

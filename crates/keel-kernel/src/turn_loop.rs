@@ -31,7 +31,7 @@ use crate::rules::SessionRules;
 use crate::session_writer::SessionWriter;
 use crate::shared::{Outcome, RunShared};
 use crate::tools::ToolRunner;
-use crate::trace::wire_name;
+use crate::trace::{bounded, wire_name};
 
 /// What a compaction works with, borrowed field by field from a
 /// `TurnLoop` so that its `budget` stays mutable.
@@ -681,10 +681,10 @@ impl<'a> TurnLoop<'a> {
     fn trace_response(&self, message: &AssistantMessage) {
         let span = tracing::Span::current();
         if let Some(model) = &message.model {
-            span.record("gen_ai.response.model", model.as_str());
+            span.record("gen_ai.response.model", bounded(model));
         }
         if let Some(id) = &message.response_id {
-            span.record("gen_ai.response.id", id.as_str());
+            span.record("gen_ai.response.id", bounded(id));
         }
         span.record(
             "gen_ai.response.finish_reasons",

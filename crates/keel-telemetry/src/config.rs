@@ -88,15 +88,16 @@ impl ExportConfig {
             .strip_prefix("http://")
             .or_else(|| endpoint.strip_prefix("https://"))
             .ok_or_else(|| {
-                ConfigError::Invalid(format!(
-                    "endpoint `{endpoint}` is not an http:// or https:// URL"
-                ))
+                // The value is never quoted: a token pasted into the wrong
+                // setting would be echoed.
+                ConfigError::Invalid("the endpoint is not an http:// or https:// URL".into())
             })?;
         if rest.is_empty() || rest.contains(['?', '#', ' ']) || rest.contains('@') {
-            return Err(ConfigError::Invalid(format!(
-                "endpoint `{endpoint}` must be a plain URL (no credentials, query or fragment: \
-                 put tokens in headers)"
-            )));
+            return Err(ConfigError::Invalid(
+                "the endpoint must be a plain URL, without credentials, query or fragment \
+                 (put tokens in headers; the value is not repeated here)"
+                    .into(),
+            ));
         }
         Ok(Self {
             endpoint: endpoint.to_owned(),
@@ -197,10 +198,13 @@ mod tests {
             "127.0.0.1:4318",
             "ftp://x",
             "http://",
-            "http://user:token@host",
-            "http://h/?token=x",
+            "s3cret-pasted-token",
+            "http://user:s3cret@host",
+            "http://h/?token=s3cret",
         ] {
-            assert!(ExportConfig::new(bad).is_err(), "{bad}");
+            let error = ExportConfig::new(bad).expect_err(bad).to_string();
+            // What may be a credential is never repeated.
+            assert!(!error.contains("s3cret"), "{bad}: {error}");
         }
         assert_eq!(Protocol::parse("http/json").unwrap(), Protocol::HttpJson);
         assert!(Protocol::parse("grpc").is_err());

@@ -67,8 +67,10 @@ impl Telemetry {
             .with_service_name("keel")
             .with_attribute(KeyValue::new("service.version", version.to_owned()))
             .build();
+        let client = http_client(config.timeout).map_err(|error| fail(&error))?;
         let spans = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
+            .with_http_client(client.clone())
             .with_endpoint(config.traces_url())
             .with_protocol(protocol)
             .with_timeout(config.timeout)
@@ -77,6 +79,7 @@ impl Telemetry {
             .map_err(|error| fail(&error))?;
         let metrics = opentelemetry_otlp::MetricExporter::builder()
             .with_http()
+            .with_http_client(client)
             .with_endpoint(config.metrics_url())
             .with_protocol(protocol)
             .with_timeout(config.timeout)
@@ -159,6 +162,27 @@ impl Telemetry {
             let _ = finished.recv_timeout(timeout + Duration::from_millis(250));
         }
     }
+}
+
+/// The HTTP client both exporters share: reqwest's blocking client with the
+/// export timeout and no redirects. A redirect would carry the configured
+/// headers to whatever host it names (reqwest strips only `authorization`,
+/// not vendor keys such as `x-api-key`), over plain HTTP too. Built on a
+/// thread of its own: the blocking client cannot be built inside a tokio
+/// runtime.
+fn http_client(timeout: Duration) -> Result<reqwest::blocking::Client, String> {
+    std::thread::Builder::new()
+        .name("keel-telemetry-client".into())
+        .spawn(move || {
+            reqwest::blocking::Client::builder()
+                .timeout(timeout)
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .map_err(|error| error.to_string())
+        })
+        .map_err(|error| format!("cannot start a thread for the HTTP client: {error}"))?
+        .join()
+        .map_err(|_| "building the HTTP client failed".to_owned())?
 }
 
 /// The attribute the GenAI conventions type as a string array, which a

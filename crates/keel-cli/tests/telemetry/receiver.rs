@@ -2,7 +2,8 @@
 //! loopback that decodes what it is sent with the OTLP types themselves
 //! (`opentelemetry-proto`: protobuf bodies with prost, JSON bodies with the
 //! OTLP JSON mapping) and keeps it. In `hang` mode it accepts every request
-//! and never answers, like a collector that has stopped.
+//! and never answers, like a collector that has stopped; in redirect mode it
+//! sends every request elsewhere.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -31,6 +32,8 @@ pub struct Received {
 struct Shared {
     received: Mutex<Received>,
     hang: bool,
+    /// Where every request is redirected (307), if anywhere.
+    redirect: Option<String>,
 }
 
 /// A running receiver; dropped, it stops.
@@ -43,15 +46,22 @@ pub struct Receiver {
 impl Receiver {
     /// A receiver that answers every export with success.
     pub fn start() -> Self {
-        Self::with(false)
+        Self::with(false, None)
     }
 
     /// A receiver that takes every request and never answers.
     pub fn hanging() -> Self {
-        Self::with(true)
+        Self::with(true, None)
     }
 
-    fn with(hang: bool) -> Self {
+    /// A receiver that notes every request and answers it with a 307 to
+    /// the same path under `base`, as a hostile or misconfigured collector
+    /// could.
+    pub fn redirecting(base: &str) -> Self {
+        Self::with(false, Some(base.to_owned()))
+    }
+
+    fn with(hang: bool, redirect: Option<String>) -> Self {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -60,6 +70,7 @@ impl Receiver {
         let shared = Arc::new(Shared {
             received: Mutex::new(Received::default()),
             hang,
+            redirect,
         });
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -202,14 +213,30 @@ fn answer(json: bool) -> axum::response::Response {
     }
 }
 
+/// In `hang` mode never returns; in redirect mode the 307 to give;
+/// otherwise `None`, and the request is decoded.
+async fn hold(shared: &Shared, path: &str) -> Option<axum::response::Response> {
+    if shared.hang {
+        std::future::pending::<()>().await;
+    }
+    let base = shared.redirect.as_ref()?;
+    Some(
+        (
+            StatusCode::TEMPORARY_REDIRECT,
+            [(header::LOCATION, format!("{base}{path}"))],
+        )
+            .into_response(),
+    )
+}
+
 async fn traces(
     State(shared): State<Arc<Shared>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> axum::response::Response {
     note(&shared, &headers);
-    if shared.hang {
-        std::future::pending::<()>().await;
+    if let Some(response) = hold(&shared, "/v1/traces").await {
+        return response;
     }
     let json = is_json(&headers);
     let decoded = if json {
@@ -232,8 +259,8 @@ async fn metrics(
     body: Bytes,
 ) -> axum::response::Response {
     note(&shared, &headers);
-    if shared.hang {
-        std::future::pending::<()>().await;
+    if let Some(response) = hold(&shared, "/v1/metrics").await {
+        return response;
     }
     let json = is_json(&headers);
     let decoded = if json {
