@@ -21,6 +21,7 @@
 //! by the request id the test reads from the event stream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod live;
 
 use std::path::{Path, PathBuf};

@@ -118,9 +118,10 @@ fn run(
         Some(program) => {
             let mut command = Command::new(program);
             command.arg(assert_cmd::cargo::cargo_bin!("keel"));
+            common::isolate(&mut command);
             command
         }
-        None => Command::new(assert_cmd::cargo::cargo_bin!("keel")),
+        None => common::keel_command(),
     };
     command
         .args(["run", "--provider", "scripted"])

@@ -52,10 +52,7 @@ fn startup_error(output: &common::Output) -> String {
 
 #[test]
 fn version_prints_and_exits_zero() {
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
-        .arg("--version")
-        .output()
-        .unwrap();
+    let output = common::keel_command().arg("--version").output().unwrap();
     assert!(output.status.success());
     assert!(String::from_utf8_lossy(&output.stdout).starts_with("keel "));
 }
@@ -193,7 +190,7 @@ fn startup_errors_are_one_json_line_with_exit_2() {
 
 #[test]
 fn schema_prints_the_checked_in_schemas() {
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args(["schema", "run_event"])
         .output()
         .unwrap();

@@ -26,7 +26,7 @@ fn keel(dir: &std::path::Path, args: &[&str]) -> (i32, String) {
     } else {
         "json"
     };
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args(common::with_format(args, format))
         .arg("--session-dir")
         .arg(dir.join("sessions"))

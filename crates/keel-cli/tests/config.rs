@@ -8,6 +8,7 @@
 //! and the catalog warning, and the README's example config.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod live;
 
 use std::path::{Path, PathBuf};

@@ -11,6 +11,8 @@
 //! every session file opens. Prints one summary line.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::HashSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -64,7 +66,7 @@ fn script(path: &Path) {
 }
 
 fn keel(args: &[&str], script: &Path, workspace: &Path, sessions: &Path) -> Command {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = common::keel_command();
     command
         .args(args)
         .args(["--mode", "auto", "--script"])
@@ -205,7 +207,7 @@ fn line_of(entries: &[Value], call_id: &str) -> Option<String> {
 
 /// Whether `keel session show ID` opens the session (it validates every line).
 fn opens(id: &str, sessions: &Path) -> bool {
-    Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    common::keel_command()
         .args(["session", "show", id, "--session-dir"])
         .arg(sessions)
         .output()

@@ -8,14 +8,13 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use keel_provider::testing::{Reply, TestServer};
 use serde_json::Value;
 
 fn doctor(dir: &Path, config: &str, key: Option<&str>, more: &[&str]) -> (Option<i32>, Value) {
     std::fs::write(dir.join("config.toml"), config).unwrap();
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = common::keel_command();
     command
         .args(["doctor", "--output-format", "json", "--config"])
         .arg(dir.join("config.toml"))

@@ -5,6 +5,8 @@
 //! refused at startup (exit 2) and no session is written.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
 
 use keel_provider::testing::{Reply, TestServer};
@@ -112,7 +114,7 @@ fn setup(api: &str, url: &str) -> tempfile::TempDir {
 }
 
 fn keel(dir: &Path, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    common::keel_command()
         .args(["run", "--provider", "local", "--model", "m", "-q"])
         .arg("--config")
         .arg(dir.join("config.toml"))

@@ -9,6 +9,8 @@
 //!   without a prompt) and `n` denies another command.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -357,7 +359,7 @@ fn resume_on_a_terminal_without_a_session_picks_one_from_a_list() {
     .unwrap();
     let path = |p: &Path| p.display().to_string();
     let run = |prompt: &str, failpoint: bool| {
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        let mut command = common::keel_command();
         command
             .args([
                 "run",

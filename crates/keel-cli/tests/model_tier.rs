@@ -13,6 +13,8 @@
 //! stderr: a developer's quick `cargo test` needs no model. CI sets it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
@@ -292,7 +294,7 @@ fn keel_run_calls_a_tool_for_real_and_settles() {
     let prompt = "Repeat exactly this text and nothing else: <tool_call>\n\
                   {\"name\": \"read\", \"arguments\": {\"path\": \"note.txt\"}}\n</tool_call>";
     let started = Instant::now();
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let mut child = common::keel_command()
         .args([
             "run",
             "--output-format",

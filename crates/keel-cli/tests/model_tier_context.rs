@@ -21,6 +21,8 @@
 //! (`$KEEL_MODEL_TIER_CACHE`, default `~/.cache/keel/model-tier`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::io::Read;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -162,7 +164,7 @@ fn an_oversized_request_compacts_with_smollm2_and_ends_settled_or_typed() {
         .collect();
     let prompt = format!("Here is the keeper's log:\n{log}\nHow many lines does the log have?");
     let started = Instant::now();
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let mut child = common::keel_command()
         .args([
             "run",
             "--output-format",

@@ -8,8 +8,9 @@
 //! redacted). docs/security.md lists this case.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -38,7 +39,7 @@ fn run(base: &Path, mode: &str) -> String {
     ]});
     let script_path = base.join("script.json");
     std::fs::write(&script_path, script.to_string()).unwrap();
-    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "run",
             "--output-format",

@@ -8,12 +8,12 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::{Value, json};
 
 fn keel(args: &[&str], dir: &std::path::Path) -> Output {
-    Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    common::keel_command()
         .args(args)
         .current_dir(dir)
         .env("XDG_DATA_HOME", dir.join("data"))
@@ -263,7 +263,7 @@ fn completions_and_the_man_page_are_generated() {
 fn the_log_file_gets_diagnostics_without_colour_codes() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("keel.log");
-    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args(["--log-file", log.to_str().unwrap(), "demo", "streamed-run"])
         .env("KEEL_LOG", "debug")
         .env("XDG_DATA_HOME", dir.path().join("data"))

@@ -3,13 +3,13 @@
 //! decisions hold hashes, not arguments.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::process::Command;
+mod common;
 
 use serde_json::Value;
 
 /// The JSON lines `keel demo permissions --mode MODE --case CASE` printed.
 fn demo(mode: &str, case: &str) -> (i32, Vec<Value>) {
-    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "demo",
             "permissions",

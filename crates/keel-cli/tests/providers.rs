@@ -82,7 +82,7 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
     // Outside the workspace: Keel refuses a session directory that a
     // sandboxed command could write.
     let sessions = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "run",
             "--output-format",
@@ -173,7 +173,7 @@ fn a_multi_turn_task_against_a_local_chat_completions_server() {
 
 #[test]
 fn a_missing_key_is_a_startup_error_naming_the_variable() {
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "run",
             "--output-format",

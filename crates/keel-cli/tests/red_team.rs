@@ -186,7 +186,7 @@ impl World {
         let script = json!({ "turns": turns });
         let script_path = self.root().join("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        let mut command = common::keel_command();
         command
             .args([
                 "run",

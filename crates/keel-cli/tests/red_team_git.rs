@@ -11,6 +11,8 @@
 //! as they were. docs/security.md lists these cases.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -65,7 +67,7 @@ impl World {
         turns.push(json!({"content": [{"type": "text", "text": "done"}]}));
         let script = self.base().join("script.json");
         std::fs::write(&script, json!({ "turns": turns }).to_string()).unwrap();
-        let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        let output = common::keel_command()
             .args([
                 "run",
                 "--output-format",

@@ -10,8 +10,9 @@
 //! docs/security.md lists these cases.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::path::PathBuf;
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
@@ -99,7 +100,7 @@ impl Race {
         ]});
         let script_path = self.path("script.json");
         std::fs::write(&script_path, script.to_string()).unwrap();
-        let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        let output = common::keel_command()
             .args([
                 "run",
                 "--output-format",

@@ -15,7 +15,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 fn keel() -> Command {
-    Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    common::keel_command()
 }
 
 fn write_script(path: &Path, turns: Value) {

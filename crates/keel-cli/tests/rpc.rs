@@ -205,7 +205,7 @@ fn stdin_closed_cancels_the_runs_and_exits_zero_once_they_settled() {
 #[test]
 fn rpc_and_serve_explain_themselves() {
     for command in ["rpc", "serve"] {
-        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        let output = common::keel_command()
             .args([command, "--help"])
             .stdin(std::process::Stdio::null())
             .output()

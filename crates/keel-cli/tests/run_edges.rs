@@ -7,14 +7,14 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
 use serde_json::json;
 
 /// `keel ARGS` with the test's own HOME, XDG directories and session
 /// directory, standard input closed.
 fn keel(dir: &Path, args: &[&str]) -> Output {
-    Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    common::keel_command()
         .args(args)
         .arg("--session-dir")
         .arg(dir.join("sessions"))
@@ -289,7 +289,7 @@ fn a_fork_inside_a_tool_batch_continues_with_its_calls_closed_as_not_run() {
 #[test]
 fn retries_are_counted_as_attempts_in_the_view_and_the_failure() {
     let dir = tempfile::tempdir().unwrap();
-    let output = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "demo",
             "run-control",

@@ -10,6 +10,8 @@
 //! `keel doctor` must say so and exit 1.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Output};
@@ -85,7 +87,7 @@ fn keel_without_landlock(args: &[&str]) -> Output {
 
 /// Runs `keel ARGS` under `filters`.
 fn keel_under(filters: Vec<BpfProgram>, args: &[&str]) -> Output {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = common::keel_command();
     command.args(args).stdin(std::process::Stdio::null());
     // SAFETY: runs in the forked child before exec; apply_filter only makes
     // the prctl and seccomp system calls on the already-built program.

@@ -733,7 +733,7 @@ fn refused_requests_start_nothing_and_the_token_is_never_written() {
 #[test]
 fn a_public_address_without_a_token_refuses_to_start() {
     let place = Place::new();
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "serve",
             "--listen",

@@ -28,6 +28,8 @@
 //! whichever way.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -119,6 +121,7 @@ impl Server {
         std::fs::write(&script_path, script.to_string()).unwrap();
         let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
         let mut command = Command::new(keel_bin());
+        common::isolate(&mut command);
         command
             .arg("serve")
             .args([

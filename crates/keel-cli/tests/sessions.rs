@@ -58,7 +58,7 @@ impl Fixture {
         all.extend_from_slice(&["--session-dir", &sessions]);
         all.extend_from_slice(json_format(args[0]));
         // In the workspace the runs used: `session list` shows its sessions.
-        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        let output = common::keel_command()
             .args(&all)
             .current_dir(self.dir.path())
             .output()
@@ -223,7 +223,7 @@ fn bad_session_arguments_are_startup_errors() {
 
 #[test]
 fn the_session_tree_demo_branches_and_forks() {
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "demo",
             "session-tree",
@@ -260,7 +260,7 @@ fn the_session_tree_demo_branches_and_forks() {
             .contains("← leaf")
     );
 
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = common::keel_command()
         .args([
             "demo",
             "session-tree",
@@ -298,7 +298,7 @@ impl Fixture {
     /// `keel session ARGS`, with its exit code, stdout and stderr.
     fn session_output(&self, args: &[&str]) -> std::process::Output {
         let sessions = self.sessions();
-        std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        common::keel_command()
             .arg("session")
             .args(args)
             .args(["--session-dir", &sessions])
@@ -476,7 +476,9 @@ fn a_create_that_cannot_write_leaves_no_file() {
     let sessions = fixture.sessions();
     // A file-size limit of zero makes writing the header fail as a full disk
     // would (EFBIG instead of ENOSPC); the shell ignores SIGXFSZ for keel.
-    let output = std::process::Command::new("sh")
+    let mut command = std::process::Command::new("sh");
+    common::isolate(&mut command);
+    let output = command
         .args(["-c", "trap '' XFSZ; ulimit -f 0; exec \"$@\"", "sh"])
         .arg(assert_cmd::cargo::cargo_bin!("keel"))
         .args(["run", "--output-format", "stream-json", "--script"])
@@ -509,7 +511,7 @@ fn a_fifo_in_the_session_directory_does_not_hang_list() {
         .status()
         .unwrap();
     assert!(made.success());
-    let mut child = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let mut child = common::keel_command()
         .args([
             "session",
             "list",

@@ -9,7 +9,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use keel_provider::testing::{Reply, TestServer};
 use serde_json::json;
@@ -68,7 +67,7 @@ default_model = "second-default"
 }
 
 fn keel(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    common::keel_command()
         .args(args)
         .arg("--config")
         .arg(dir.join("config.toml"))

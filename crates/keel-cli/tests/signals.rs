@@ -58,7 +58,7 @@ fn start() -> Running {
     let scripts = tempfile::tempdir().unwrap();
     let marker = marker();
     let script = script(scripts.path(), &marker);
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let mut child = common::keel_command()
         .args(["run", "--output-format", "stream-json", "--script"])
         .arg(&script)
         .arg("--workspace")
@@ -177,7 +177,7 @@ fn a_signal_ends_the_wait_for_a_piped_answer() {
     let workspace = tempfile::tempdir().unwrap();
     let scripts = tempfile::tempdir().unwrap();
     let script = script(scripts.path(), &marker());
-    let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let mut child = common::keel_command()
         .args([
             "run",
             "--output-format",

@@ -10,6 +10,7 @@
 //! fixed by the test, not by timing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
 mod live;
 
 use std::path::Path;

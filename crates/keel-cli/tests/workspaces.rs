@@ -59,7 +59,7 @@ impl Fixture {
     /// `keel session list ARGS` in workspace `cwd`: the listed sessions.
     fn list(&self, cwd: &str, extra: &[&str]) -> Vec<Value> {
         let sessions = self.dir.path().join("sessions");
-        let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        let output = common::keel_command()
             .args([
                 "session",
                 "list",

@@ -45,18 +45,13 @@ impl Home {
 
     /// `keel ARGS` in the workspace, stdout and stderr piped.
     pub fn command(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        let mut command = super::isolated_keel(self.path());
         command
             .args(args)
-            .env("HOME", self.path())
-            .env("XDG_DATA_HOME", self.path().join("data"))
-            .env("XDG_CONFIG_HOME", self.path().join("config"))
-            .env("XDG_STATE_HOME", self.path().join("state"))
             .current_dir(self.workspace())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        super::scrub_env(&mut command);
         command
     }
 

@@ -82,7 +82,7 @@ fn subcommand_path<A: AsRef<std::ffi::OsStr>>(args: &[A]) -> Option<(usize, usiz
 
 /// [`keel`] with arguments of any bytes (e.g. not UTF-8).
 pub fn keel_os<A: AsRef<std::ffi::OsStr>>(args: &[A], dir: Option<&Path>, stdin: &str) -> Output {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = keel_command();
     command.args(with_stream_json(args));
     // Never write sessions into the real home directory.
     command.env(
@@ -350,19 +350,44 @@ pub fn wait_until(limit: Duration, mut done: impl FnMut() -> bool) -> bool {
     done()
 }
 
+/// The one way a test starts `keel` (`tests/harness.rs` holds every test
+/// to it): the test binary's `keel` with HOME and the XDG directories under
+/// a home of the test build's own (`CARGO_TARGET_TMPDIR/keel-test-home`,
+/// never the developer's) until the caller sets its own, and the
+/// environment that would change what `keel` does scrubbed
+/// ([`scrub_env`]). Stdio and the current directory are the caller's.
+pub fn keel_command() -> Command {
+    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    isolate(&mut command);
+    command
+}
+
+/// What [`keel_command`] does to the environment, for a `keel` started
+/// through another program (`sh -c`, `setpriv`, a release binary).
+pub fn isolate(command: &mut Command) {
+    let home = Path::new(env!("CARGO_TARGET_TMPDIR")).join("keel-test-home");
+    command
+        .env("HOME", &home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("XDG_STATE_HOME", home.join("state"))
+        .env("XDG_CACHE_HOME", home.join("cache"))
+        .env_remove("KEEL_SERVER_TOKEN");
+    scrub_env(command);
+}
+
 /// A `keel` command with HOME and the XDG directories (data, config,
 /// state) under `home` and `home` as the current directory, so nothing of
 /// the user's is read or written; its stdio is the caller's to set.
 pub fn isolated_keel(home: &Path) -> Command {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = keel_command();
     command
         .env("HOME", home)
         .env("XDG_DATA_HOME", home.join("data"))
         .env("XDG_CONFIG_HOME", home.join("config"))
         .env("XDG_STATE_HOME", home.join("state"))
-        .env_remove("KEEL_SERVER_TOKEN")
+        .env("XDG_CACHE_HOME", home.join("cache"))
         .current_dir(home);
-    scrub_env(&mut command);
     command
 }
 
@@ -507,14 +532,8 @@ pub fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
 /// the XDG directories under `home`, `home` as the current directory,
 /// `stdin` as standard input and stdout and stderr piped.
 pub fn keel_plain(args: &[&str], home: &Path, stdin: &str) -> std::process::Output {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
-    command
-        .args(args)
-        .env("HOME", home)
-        .env("XDG_DATA_HOME", home.join("data"))
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env_remove("KEEL_LOG")
-        .current_dir(home);
+    let mut command = isolated_keel(home);
+    command.args(args);
     assert_cmd::Command::from_std(command)
         .write_stdin(stdin)
         .output()
@@ -526,12 +545,8 @@ pub fn keel_plain(args: &[&str], home: &Path, stdin: &str) -> std::process::Outp
 /// Elsewhere the caller skips, saying so.
 pub fn sandbox_enforced(test: &str) -> bool {
     let home = tempfile::tempdir().unwrap();
-    let output = std::process::Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+    let output = isolated_keel(home.path())
         .arg("doctor")
-        .env("HOME", home.path())
-        .env("XDG_DATA_HOME", home.path().join("data"))
-        .env("XDG_CONFIG_HOME", home.path().join("config"))
-        .current_dir(home.path())
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();

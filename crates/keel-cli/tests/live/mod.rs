@@ -28,7 +28,7 @@ pub struct Live {
 /// A `keel` command with the tests' isolation: no user configuration unless
 /// the test sets `XDG_CONFIG_HOME`, sessions in `data`.
 pub fn command(data: &std::path::Path) -> Command {
-    let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+    let mut command = crate::common::keel_command();
     command
         .env("XDG_CONFIG_HOME", "/nonexistent/keel-test-config")
         .env("XDG_DATA_HOME", data)

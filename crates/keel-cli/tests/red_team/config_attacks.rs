@@ -22,7 +22,7 @@
 
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -184,7 +184,7 @@ impl Home {
             json!({"by_history": true, "turns": turns}).to_string(),
         )
         .unwrap();
-        let mut child = Command::new(assert_cmd::cargo::cargo_bin!("keel"))
+        let mut child = crate::common::keel_command()
             .args(["run", "--output-format", "stream-json"])
             .args(args)
             .arg("--script")

@@ -143,7 +143,7 @@ impl World {
     /// `keel ARGS` with the world's home, data and no configuration (a run
     /// asking for JSON Lines).
     fn keel(&self, args: &[&str]) -> Command {
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        let mut command = crate::common::keel_command();
         command
             .args(crate::common::with_stream_json(args))
             .env("HOME", self.path("home"))

@@ -26,7 +26,7 @@
 
 use std::io::Read as _;
 use std::os::unix::process::ExitStatusExt as _;
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use keel_provider::testing::{Reply, TestServer};
@@ -234,7 +234,7 @@ impl World {
         let stdout_path = self.root().join("victim.out");
         let stdout = std::fs::File::create(&stdout_path).unwrap();
         let stderr = stdout.try_clone().unwrap();
-        let mut command = Command::new(assert_cmd::cargo::cargo_bin!("keel"));
+        let mut command = crate::common::keel_command();
         command
             .args([
                 "run",
