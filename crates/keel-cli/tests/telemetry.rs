@@ -48,6 +48,24 @@ fn run(home: &Home, env: &[(&str, &str)], extra: &[&str]) -> (std::process::Outp
     (output, result)
 }
 
+/// The 3×3 run with `env`, spawned with stream-json output on piped stdio.
+fn spawn_run(home: &Home, env: &[(&str, &str)]) -> std::process::Child {
+    let script = three_by_three(home);
+    home.command(&[
+        "run",
+        "--tools",
+        "ls,find,read",
+        "--output-format",
+        "stream-json",
+        "--script",
+    ])
+    .arg(&script)
+    .arg(PROMPT_MARKER)
+    .envs(env.iter().copied())
+    .spawn()
+    .unwrap()
+}
+
 #[test]
 fn a_run_exports_one_agent_span_with_its_chat_and_tool_spans_and_metrics() {
     let receiver = Receiver::start();
@@ -301,32 +319,17 @@ fn the_user_table_exports_json_with_headers_from_the_environment() {
 fn a_collector_that_never_answers_neither_fails_nor_holds_the_run() {
     let receiver = Receiver::hanging();
     let home = Home::new();
-    let script = three_by_three(&home);
-    let endpoint = receiver.endpoint();
-    let mut child = home
-        .command(&[
-            "run",
-            "--tools",
-            "ls,find,read",
-            "--output-format",
-            "stream-json",
-            "--script",
-        ])
-        .arg(&script)
-        .arg(PROMPT_MARKER)
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
-        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "1000")
-        .env("KEEL_LOG", "keel_telemetry=warn")
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        &home,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "1000"),
+            ("KEEL_LOG", "keel_telemetry=warn"),
+        ],
+    );
     // A hang guard, not a timing claim: bounded by the export timeout, the
     // exit comes in seconds; without the bound it would never come.
-    let exited = common::wait_until(Duration::from_secs(60), || {
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-    }
+    let exited = common::exited_within(&mut child, Duration::from_secs(60));
     let output = child.wait_with_output().unwrap();
     assert!(
         exited,
@@ -498,22 +501,13 @@ fn a_wrong_telemetry_setting_is_a_startup_error_naming_it() {
 fn a_signal_ends_the_wait_for_a_collector_at_exit() {
     let receiver = Receiver::hanging();
     let home = Home::new();
-    let script = three_by_three(&home);
-    let mut child = home
-        .command(&[
-            "run",
-            "--tools",
-            "ls,find,read",
-            "--output-format",
-            "stream-json",
-            "--script",
-        ])
-        .arg(&script)
-        .arg("hi")
-        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint())
-        .env("OTEL_EXPORTER_OTLP_TIMEOUT", "60000")
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(
+        &home,
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint()),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "60000"),
+        ],
+    );
     // The run's final result is printed before the flush at exit begins.
     let stdout = child.stdout.take().unwrap();
     let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
@@ -525,12 +519,7 @@ fn a_signal_ends_the_wait_for_a_collector_at_exit() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
     // A hang guard, not a timing claim: without the signal ending the wait
     // keel would wait the whole minute.
-    let exited = common::wait_until(Duration::from_secs(30), || {
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-    }
+    let exited = common::exited_within(&mut child, Duration::from_secs(30));
     let _ = child.wait();
     assert!(exited, "SIGTERM did not end the wait for the collector");
 }

@@ -123,7 +123,10 @@ impl TelemetrySettings {
             if ms == 0 || ms > MAX_TIMEOUT_MS {
                 return Err(invalid(
                     "the telemetry timeout",
-                    "must be between 1 and 60000 ms (it also bounds how long an exit waits)",
+                    &format!(
+                        "must be between 1 and {MAX_TIMEOUT_MS} ms (it also bounds how long \
+                         an exit waits)"
+                    ),
                 ));
             }
             config.timeout = Duration::from_millis(ms);

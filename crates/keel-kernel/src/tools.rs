@@ -337,11 +337,12 @@ impl ToolRunner<'_> {
         verdict: Verdict,
         batch_mode: BatchMode,
     ) -> Result<ToolResultMessage, SessionError> {
+        let tool_name = self.traced_name(call);
         let span = tracing::info_span!(
             "execute_tool",
-            otel.name = format!("execute_tool {}", self.traced_name(call)),
+            otel.name = format!("execute_tool {tool_name}"),
             gen_ai.operation.name = "execute_tool",
-            gen_ai.tool.name = self.traced_name(call),
+            gen_ai.tool.name = tool_name,
             gen_ai.tool.call.id = bounded(&call.id),
             gen_ai.tool.type = "function",
             keel.run.id = %self.shared.run_id,

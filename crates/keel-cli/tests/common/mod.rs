@@ -376,6 +376,17 @@ pub fn isolate(command: &mut Command) {
     scrub_env(command);
 }
 
+/// Whether `child` exits by itself within `limit`; past that it is killed
+/// (and `false` returned), so a hang guard never leaves a process behind.
+/// The child is not reaped: its output is still the caller's to collect.
+pub fn exited_within(child: &mut std::process::Child, limit: Duration) -> bool {
+    let exited = wait_until(limit, || child.try_wait().unwrap().is_some());
+    if !exited {
+        let _ = child.kill();
+    }
+    exited
+}
+
 /// A `keel` command with HOME and the XDG directories (data, config,
 /// state) under `home` and `home` as the current directory, so nothing of
 /// the user's is read or written; its stdio is the caller's to set.
