@@ -113,6 +113,11 @@ pub enum ToolErrorCode {
     /// After a crash, the call's target held neither its pre- nor its
     /// post-image, so it was not run again (docs/recovery.md).
     EffectConflict,
+    /// An extension's hook blocked the call (its message says why).
+    Blocked,
+    /// The MCP server the tool belongs to is not running (it failed to
+    /// start, died, or was stopped).
+    ServerUnavailable,
     /// Any other tool failure.
     ToolError,
 }
@@ -138,6 +143,8 @@ impl ToolErrorCode {
             Self::Io => "io",
             Self::Interrupted => "interrupted",
             Self::EffectConflict => "effect_conflict",
+            Self::Blocked => "blocked",
+            Self::ServerUnavailable => "server_unavailable",
             Self::ToolError => "tool_error",
         }
     }
