@@ -34,7 +34,8 @@
 use futures::StreamExt;
 use keel_protocol::{
     AssistantMessage, CheckpointMetrics, CompactionTrigger, ContextUsage, EntryPayload,
-    ErrorSource, ProviderError, ProviderErrorKind, RunError, RunErrorCode, RunEventKind, Usage,
+    ErrorSource, HookPoint, ProviderError, ProviderErrorKind, RunError, RunErrorCode, RunEventKind,
+    Usage,
 };
 use keel_provider::ModelRequest;
 use tokio_util::sync::CancellationToken;
@@ -44,6 +45,7 @@ use crate::accumulator::{Accumulator, Finished};
 use crate::checkpoint::{self, Budget, CompactionSettings};
 use crate::context::{self, BranchEntry};
 use crate::emitter::Emitter;
+use crate::hooks::HookScope;
 use crate::ids::new_id;
 use crate::parts::KernelParts;
 use crate::pipeline::Frame;
@@ -331,6 +333,8 @@ impl ContextBudget {
             error.type = tracing::field::Empty,
             otel.status_code = tracing::field::Empty,
         );
+        let supplemented = hook_compaction(seams, trigger, before.tokens, instructions).await;
+        let instructions = supplemented.as_deref().or(instructions);
         let outcome = self
             .write_checkpoint(seams, trigger, instructions)
             .instrument(span.clone())
@@ -641,6 +645,56 @@ async fn summarise(
             () = tokio::time::sleep(retry.delay) => {}
         }
     }
+}
+
+/// The `compaction` hooks before a summary is written: supplements are
+/// added to the summary's instructions (the combined text, or `None` when
+/// no handler supplemented). Entries handlers gave are appended first.
+async fn hook_compaction(
+    seams: &Seams<'_>,
+    trigger: CompactionTrigger,
+    tokens_before: u64,
+    instructions: Option<&str>,
+) -> Option<String> {
+    if !seams.parts.hooks.handles(HookPoint::Compaction) {
+        return None;
+    }
+    let entries = std::sync::Mutex::default();
+    let hooks = HookScope {
+        hooks: &seams.parts.hooks,
+        emitter: seams.emitter,
+        cancel: seams.cancel,
+        run_id: seams.emitter.run_id(),
+        session_id: seams.emitter.session_id(),
+        entries: &entries,
+    };
+    let payload = serde_json::json!({
+        "trigger": trigger,
+        "tokens_before": tokens_before,
+        "instructions": instructions,
+    });
+    let dispatched = hooks
+        .dispatch(HookPoint::Compaction, None, payload, None)
+        .await;
+    let held = hooks.take_entries();
+    if !held.is_empty()
+        && let Err(error) = seams.writer.append(seams.emitter, held).await
+    {
+        // The compaction goes on; what it writes next reports a store
+        // that stays broken.
+        tracing::warn!(%error, "the compaction hooks' entries could not be recorded");
+    }
+    if dispatched.supplements.is_empty() {
+        return None;
+    }
+    let mut combined = instructions.map(str::to_owned).unwrap_or_default();
+    for (extension, text) in dispatched.supplements {
+        if !combined.is_empty() {
+            combined.push_str("\n\n");
+        }
+        combined.push_str(&format!("[from extension {extension}]\n{text}"));
+    }
+    Some(combined)
 }
 
 #[cfg(test)]

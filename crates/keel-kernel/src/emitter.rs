@@ -47,6 +47,16 @@ impl Emitter {
         }
     }
 
+    /// The run the events belong to.
+    pub(crate) fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// The run's session.
+    pub(crate) fn session_id(&self) -> &str {
+        &self.session_id
+    }
+
     /// Emits one event; after a terminal event, emits nothing more.
     pub(crate) fn emit(&self, kind: RunEventKind) {
         // A poisoned lock means a thread panicked mid-emit; the stream is then

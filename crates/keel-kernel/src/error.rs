@@ -15,6 +15,10 @@ pub enum KernelError {
     /// A tool could not be registered.
     #[error(transparent)]
     Tool(#[from] RegistryError),
+    /// An extension could not be registered (a name clash, an entry kind
+    /// registered twice, a hook at no point).
+    #[error("extension registration: {0}")]
+    Extension(#[from] crate::extension::ExtensionError),
     /// The session store refused.
     #[error(transparent)]
     Session(#[from] SessionError),
@@ -108,6 +112,7 @@ impl KernelError {
         match self {
             Self::Missing(_) => "kernel_incomplete",
             Self::Tool(_) => "tool_registration",
+            Self::Extension(_) => "extension_registration",
             Self::Session(error) => error.code(),
             Self::EmptyPrompt => "empty_prompt",
             Self::Interrupted(_) => "session_interrupted",

@@ -407,9 +407,26 @@ pub struct AgentKernelBuilder {
     snapshot_spill: Option<std::path::PathBuf>,
     workspace_snapshots: Option<Option<RecordLimits>>,
     capture_content: bool,
+    extensions: Vec<crate::extension::Extension>,
+    overrides: Vec<String>,
 }
 
 impl AgentKernelBuilder {
+    /// Registers an extension: its tools, entry kinds and hooks
+    /// ([`crate::extension`]). Extensions are fixed when the kernel is
+    /// built; their names, tool names and entry kinds must be unique.
+    pub fn extension(mut self, extension: crate::extension::Extension) -> Self {
+        self.extensions.push(extension);
+        self
+    }
+
+    /// Lets one extension's tool replace the tool already registered under
+    /// `tool_name` (a built-in, say); without it such a clash is an error.
+    pub fn allow_override(mut self, tool_name: impl Into<String>) -> Self {
+        self.overrides.push(tool_name.into());
+        self
+    }
+
     /// The scratch directory of each run's start snapshot, normally the
     /// OS temp dir: a private directory (0700, removed when the run's
     /// handle drops) is made under `dir` for a git workspace's shadow
@@ -589,8 +606,34 @@ impl AgentKernelBuilder {
                 .ok_or(KernelError::Missing("workspace"))?
                 .protecting(&self.sandbox.protected),
         );
+        let hooks = crate::extension::Hooks::new(&self.extensions)?;
+        let mut registered = self.tools;
+        let mut overridden: Vec<String> = Vec::new();
+        for extension in &self.extensions {
+            for tool in &extension.tools {
+                let name = tool.name();
+                match registered.iter().position(|held| held.name() == name) {
+                    None => registered.push(tool.clone()),
+                    Some(at)
+                        if self.overrides.iter().any(|allowed| allowed == name)
+                            && !overridden.iter().any(|done| done == name) =>
+                    {
+                        overridden.push(name.to_owned());
+                        registered[at] = tool.clone();
+                    }
+                    Some(_) => {
+                        return Err(crate::extension::ExtensionError::new(format!(
+                            "extension `{}` registers tool `{name}`, a name already taken; \
+                             a host that means to replace it allows the override",
+                            extension.name()
+                        ))
+                        .into());
+                    }
+                }
+            }
+        }
         let mut tools = ToolRegistry::new();
-        for tool in self.tools {
+        for tool in registered {
             tools.register(tool)?;
         }
         let model = self.model.unwrap_or_else(|| provider.name().to_owned());
@@ -624,6 +667,7 @@ impl AgentKernelBuilder {
                 .unwrap_or_else(|| Some(RecordLimits::default())),
             capture_content: self.capture_content,
             enforceable: std::sync::OnceLock::new(),
+            hooks,
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

@@ -22,7 +22,9 @@
 //! 0. `context` — the context branch as a run holds it (entries whose
 //!    messages are shared with every request) and its projection; the
 //!    modules that read the branch take it in this form; `trace` — what the
-//!    trace spans say (names, attributes, what content is captured).
+//!    trace spans say (names, attributes, what content is captured);
+//!    `extension` — what a host registers (extensions, their tools, entry
+//!    kinds and hooks) and what a hook handler is given and answers.
 //! 1. `error` — [`KernelError`]; `ids` — run, entry and tool-call ids and the clock (the only place
 //!    the kernel reads either); `accumulator`, `permission`, `policy` —
 //!    pure data and rules over keel-protocol types; `tokens` (token
@@ -38,7 +40,8 @@
 //! 3. `shared` — the state a run's handle, loop and supervisor share, and
 //!    the loop's outcome; `pipeline` — the context pipeline, the one place
 //!    a provider request is built; `fork` — a fork at any entry, the calls
-//!    it cuts off closed in the new session.
+//!    it cuts off closed in the new session; `hooks` — dispatching hooks,
+//!    their outcomes checked against what each point allows.
 //! 4. `session_writer` — the run's appends and its in-memory context branch;
 //!    `watchdog` — fails a run that makes no progress (`run_stalled`).
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
@@ -64,7 +67,9 @@ mod compaction;
 mod context;
 mod emitter;
 mod error;
+pub mod extension;
 mod fork;
+mod hooks;
 mod ids;
 pub mod journal;
 mod kernel;
@@ -88,7 +93,10 @@ pub mod user_rules;
 mod watchdog;
 
 pub use checkpoint::CompactionSettings;
+pub use extension::ExtensionError;
+pub use extension::{Extension, Hook, HookEvent, HookHandler, HookOutcome, HookReply};
 pub use fork::{Fork, fork_session};
+pub use keel_protocol::HookPoint;
 pub use keel_provider::retry::RetryPolicy;
 pub use keel_tools::changes::record::RecordLimits;
 pub use kernel::{

@@ -64,6 +64,8 @@ pub(crate) struct KernelParts {
     /// Whether Keel's OS sandbox is enforceable on this machine, probed
     /// on first need.
     pub(crate) enforceable: std::sync::OnceLock<bool>,
+    /// The extensions' hooks and entry kinds (`crate::hooks`).
+    pub(crate) hooks: crate::extension::Hooks,
 }
 
 impl KernelParts {

@@ -32,9 +32,10 @@ use std::sync::{Arc, Mutex};
 
 use keel_protocol::{
     BatchMode, DecisionSource, EffectStarted, EntryPayload, GitCodeChange, GitCodeChangeKind,
-    Idempotency, IntentKind, IntentScope, OperationIntent, PermissionAnswer, PermissionDecision,
-    PermissionMode, PermissionResolution, PermissionRule, PermissionScope, RunEventKind, ToolCall,
-    ToolErrorCode, ToolResultError, ToolResultMessage, ToolStatus,
+    HookPoint, Idempotency, IntentKind, IntentScope, OperationIntent, PermissionAnswer,
+    PermissionDecision, PermissionMode, PermissionResolution, PermissionRule, PermissionScope,
+    RunEventKind, ToolCall, ToolErrorCode, ToolResultError, ToolResultMessage, ToolStatus,
+    UserContent,
 };
 use keel_session::SessionError;
 use keel_tools::changes::gitcode::GitCodeSnapshot;
@@ -48,6 +49,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
+use crate::hooks::{Blocked, HookScope, Subject};
 use crate::ids::new_id;
 use crate::journal::Overlay;
 use crate::parts::KernelParts;
@@ -69,6 +71,8 @@ pub(crate) struct ToolRunner<'a> {
     /// The receipt keys (`effect_started` entry ids) of the commands this
     /// runner journaled: their receipts are moot once the results are durable.
     pub(crate) receipt_keys: Mutex<Vec<String>>,
+    /// Where hook handlers' entries wait for the turn loop.
+    pub(crate) hook_entries: &'a Mutex<Vec<EntryPayload>>,
 }
 
 /// What the policy made of one call before the batch runs.
@@ -122,10 +126,15 @@ impl ToolRunner<'_> {
     async fn decide_batch(&self, calls: &[ToolCall]) -> Result<Vec<Verdict>, SessionError> {
         let mut decisions = Vec::new();
         let mut overlay = Overlay::new(&self.parts.workspace);
+        let mut prepared = Vec::with_capacity(calls.len());
+        for call in calls {
+            prepared.push(self.prepare(call).await);
+        }
         let verdicts = calls
             .iter()
-            .map(|call| {
-                let (mut verdict, decision) = self.decide(call, &mut overlay);
+            .zip(prepared)
+            .map(|(call, prepared)| {
+                let (mut verdict, decision) = self.decide(call, prepared, &mut overlay);
                 decisions.extend(
                     decision
                         .map(|decision| (new_id(), EntryPayload::PermissionDecision { decision })),
@@ -163,13 +172,14 @@ impl ToolRunner<'_> {
     fn decide(
         &self,
         call: &ToolCall,
+        prepared: Result<PreparedCall, ToolError>,
         overlay: &mut Overlay<'_>,
     ) -> (Verdict, Option<PermissionDecision>) {
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
             return (Verdict::Refused(error), None);
         }
-        let prepared = match self.parts.tools.prepare(call) {
+        let prepared = match prepared {
             Ok(prepared) => prepared,
             Err(error) => return (Verdict::Refused(error), None),
         };
@@ -242,6 +252,117 @@ impl ToolRunner<'_> {
                 (verdict, None)
             }
         }
+    }
+
+    /// The run's view of the kernel's hooks.
+    fn hooks(&self) -> HookScope<'_> {
+        HookScope {
+            hooks: &self.parts.hooks,
+            emitter: &self.shared.emitter,
+            cancel: &self.shared.cancel,
+            run_id: &self.shared.run_id,
+            session_id: &self.shared.session_id,
+            entries: self.hook_entries,
+        }
+    }
+
+    /// Looks the call's tool up and validates its arguments, then gives it
+    /// to the `tool_call` hooks: the arguments a handler transforms are
+    /// validated again (and, by `decide`, classified again); a handler may
+    /// block the call.
+    async fn prepare(&self, call: &ToolCall) -> Result<PreparedCall, ToolError> {
+        let prepared = self.parts.tools.prepare(call)?;
+        let hooks = self.hooks();
+        if !hooks.handles(HookPoint::ToolCall) {
+            return Ok(prepared);
+        }
+        let with_arguments = |arguments: &Value| {
+            let mut changed = call.clone();
+            changed.arguments = arguments.clone();
+            changed
+        };
+        let check = |arguments: &Value| {
+            self.parts
+                .tools
+                .prepare(&with_arguments(arguments))
+                .map(|_| ())
+                .map_err(|error| error.message)
+        };
+        let payload = serde_json::json!({
+            "tool_name": call.name,
+            "call_id": call.id,
+            "arguments": prepared.arguments,
+        });
+        let subject = Subject {
+            key: "arguments",
+            check: &check,
+            strict: true,
+        };
+        let dispatched = hooks
+            .dispatch(
+                HookPoint::ToolCall,
+                Some((&call.name, &call.id)),
+                payload,
+                Some(subject),
+            )
+            .await;
+        if let Some(blocked) = dispatched.blocked {
+            return Err(blocked_error(&blocked));
+        }
+        match dispatched.transformed {
+            Some(arguments) => self.parts.tools.prepare(&with_arguments(&arguments)),
+            None => Ok(prepared),
+        }
+    }
+
+    /// Gives a call's result to the `tool_result` hooks: a handler may
+    /// replace its content (content blocks, checked) or block it (the
+    /// result becomes a `blocked` error).
+    async fn hook_result(
+        &self,
+        call: &ToolCall,
+        mut result: ToolResultMessage,
+    ) -> ToolResultMessage {
+        let hooks = self.hooks();
+        if !hooks.handles(HookPoint::ToolResult) {
+            return result;
+        }
+        let payload = serde_json::json!({
+            "tool_name": call.name,
+            "call_id": call.id,
+            "arguments": call.arguments,
+            "status": result.status,
+            "content": result.content,
+            "error": result.error,
+        });
+        let check = |content: &Value| {
+            serde_json::from_value::<Vec<UserContent>>(content.clone())
+                .map(|_| ())
+                .map_err(|error| format!("it is not a list of content blocks ({error})"))
+        };
+        let subject = Subject {
+            key: "content",
+            check: &check,
+            strict: false,
+        };
+        let dispatched = hooks
+            .dispatch(
+                HookPoint::ToolResult,
+                Some((&call.name, &call.id)),
+                payload,
+                Some(subject),
+            )
+            .await;
+        if let Some(blocked) = dispatched.blocked {
+            return to_result(call, Err(blocked_error(&blocked)));
+        }
+        if let Some(content) = dispatched
+            .transformed
+            .and_then(|content| serde_json::from_value(content).ok())
+        {
+            result.content = content;
+        }
+        result
     }
 
     /// A session rule's decision on a call the policy would ask about: the
@@ -367,6 +488,7 @@ impl ToolRunner<'_> {
                 batch_mode,
             });
             let result = to_result(call, self.settle(call, verdict).await?);
+            let result = self.hook_result(call, result).await;
             traced.record("keel.tool.status", wire_name(&result.status).as_str());
             if let Some(error) = &result.error {
                 traced.record("error.type", error.code.as_str());
@@ -942,6 +1064,23 @@ fn with_findings(reason: String, findings: &[String]) -> String {
         return reason;
     }
     format!("{reason} ({})", findings.join("; "))
+}
+
+/// The tool error a hook's block gives the model: `blocked`, or
+/// `invalid_arguments` when a handler's transform failed the schema.
+fn blocked_error(blocked: &Blocked) -> ToolError {
+    let code = match blocked.invalid {
+        true => ToolErrorCode::InvalidArguments,
+        false => ToolErrorCode::Blocked,
+    };
+    let message = match blocked.invalid {
+        true => blocked.message.clone(),
+        false => format!(
+            "Blocked by extension `{}` ({}): {}",
+            blocked.extension, blocked.code, blocked.message
+        ),
+    };
+    ToolError::new(code, message)
 }
 
 fn denied(message: String) -> ToolError {

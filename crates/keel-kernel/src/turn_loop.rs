@@ -11,7 +11,7 @@ use std::sync::atomic::AtomicU64;
 
 use futures::StreamExt;
 use keel_protocol::{
-    AssistantMessage, EntryPayload, ErrorSource, Message, PermissionMode, ProviderError,
+    AssistantMessage, EntryPayload, ErrorSource, HookPoint, Message, PermissionMode, ProviderError,
     ProviderErrorKind, QueueKind, RunEndState, RunError, RunErrorCode, RunEventKind,
     SnapshotReason, StopReason, ToolCall, UserContent, UserMessage, WorkspaceMove,
 };
@@ -23,6 +23,7 @@ use tracing::Instrument;
 
 use crate::accumulator::{Accumulator, Finished};
 use crate::compaction::{ContextBudget, Interrupted, Seams};
+use crate::hooks::{Blocked, HookScope, Subject};
 use crate::ids::ResponseIds;
 use crate::parts::{KernelParts, RunSpec};
 use crate::pipeline::Frame;
@@ -188,6 +189,8 @@ struct TurnLoop<'a> {
     permission_requests: AtomicU64,
     rules: SessionRules,
     last: Option<AssistantMessage>,
+    /// Entries hook handlers gave, appended between groups.
+    hook_entries: std::sync::Mutex<Vec<EntryPayload>>,
 }
 
 impl<'a> TurnLoop<'a> {
@@ -251,8 +254,14 @@ impl<'a> TurnLoop<'a> {
             permission_requests: AtomicU64::new(0),
             rules,
             last: None,
+            hook_entries: std::sync::Mutex::default(),
         };
         run.record_configuration().await?;
+        for extension in parts.hooks.records() {
+            shared.emitter.emit(RunEventKind::ExtensionRegistered {
+                extension: extension.clone(),
+            });
+        }
         Ok(run)
     }
 
@@ -272,6 +281,7 @@ impl<'a> TurnLoop<'a> {
             mode: self.mode,
             tools: self.parts.tools.names(),
             permissions: self.parts.user_rules.lists().clone(),
+            extensions: self.parts.hooks.records().to_vec(),
         };
         if branch.configuration.as_ref() != Some(&configuration) {
             self.writer
@@ -282,10 +292,115 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn drive(&mut self, prompt: Vec<UserContent>) -> Result<AssistantMessage, Stop> {
+        let prompt = self.hook_input(prompt).await?;
         let snapshot = self.record_snapshot(SnapshotReason::RunStart).await;
-        self.add_user_message(UserMessage::new(prompt), None, snapshot)
+        self.add_user_message(UserMessage::new(prompt.clone()), None, snapshot)
             .await?;
+        self.hook_before_run(prompt).await?;
         self.continue_run().await
+    }
+
+    /// The run's view of the kernel's hooks.
+    fn hooks(&self) -> HookScope<'_> {
+        HookScope {
+            hooks: &self.parts.hooks,
+            emitter: &self.shared.emitter,
+            cancel: &self.shared.cancel,
+            run_id: &self.shared.run_id,
+            session_id: &self.shared.session_id,
+            entries: &self.hook_entries,
+        }
+    }
+
+    /// Dispatches an observe-only point (nothing is built without a handler).
+    async fn observe(&self, point: HookPoint, payload: impl FnOnce() -> serde_json::Value) {
+        let hooks = self.hooks();
+        if hooks.handles(point) {
+            hooks.dispatch(point, None, payload(), None).await;
+        }
+    }
+
+    /// Appends the entries hook handlers gave since the last append.
+    async fn append_hook_entries(&self) -> Result<(), Stop> {
+        let entries = self.hooks().take_entries();
+        if !entries.is_empty() {
+            self.writer.append(&self.shared.emitter, entries).await?;
+        }
+        Ok(())
+    }
+
+    /// The `input` hooks on the prompt: transformed (to content blocks,
+    /// checked), supplemented (text blocks added), or blocked (the run
+    /// fails, nothing of the prompt stored).
+    async fn hook_input(&self, prompt: Vec<UserContent>) -> Result<Vec<UserContent>, Stop> {
+        let hooks = self.hooks();
+        if !hooks.handles(HookPoint::Input) {
+            return Ok(prompt);
+        }
+        let check = |content: &serde_json::Value| match serde_json::from_value::<Vec<UserContent>>(
+            content.clone(),
+        ) {
+            Ok(blocks) if !blocks.is_empty() => Ok(()),
+            Ok(_) => Err("it has no content block".to_owned()),
+            Err(error) => Err(format!("it is not a list of content blocks ({error})")),
+        };
+        let subject = Subject {
+            key: "content",
+            check: &check,
+            strict: false,
+        };
+        let payload = serde_json::json!({ "content": prompt });
+        let dispatched = hooks
+            .dispatch(HookPoint::Input, None, payload, Some(subject))
+            .await;
+        blocked_run(HookPoint::Input, dispatched.blocked)?;
+        let mut prompt = dispatched
+            .transformed
+            .and_then(|content| serde_json::from_value(content).ok())
+            .unwrap_or(prompt);
+        prompt.extend(
+            dispatched
+                .supplements
+                .into_iter()
+                .map(|(_, text)| UserContent::Text { text }),
+        );
+        Ok(prompt)
+    }
+
+    /// The `before_run` hooks, after the prompt is stored: a supplement is
+    /// stored as a user message of context; a block fails the run.
+    async fn hook_before_run(&self, prompt: Vec<UserContent>) -> Result<(), Stop> {
+        let hooks = self.hooks();
+        if !hooks.handles(HookPoint::BeforeRun) {
+            return Ok(());
+        }
+        let payload = serde_json::json!({ "content": prompt, "mode": self.mode });
+        let dispatched = hooks
+            .dispatch(HookPoint::BeforeRun, None, payload, None)
+            .await;
+        self.append_hook_entries().await?;
+        blocked_run(HookPoint::BeforeRun, dispatched.blocked)?;
+        if dispatched.supplements.is_empty() {
+            return Ok(());
+        }
+        let content = dispatched
+            .supplements
+            .into_iter()
+            .map(|(extension, text)| UserContent::Text {
+                text: format!("[context from extension {extension}]\n{text}"),
+            })
+            .collect();
+        let message = Message::User(UserMessage::new(content));
+        self.writer
+            .append(
+                &self.shared.emitter,
+                vec![EntryPayload::Message {
+                    message: message.clone(),
+                }],
+            )
+            .await?;
+        self.report_complete(message);
+        Ok(())
     }
 
     /// Continues an interrupted run (docs/recovery.md): completes the batch the crash
@@ -347,15 +462,14 @@ impl<'a> TurnLoop<'a> {
             Err(Stop::Cancelled) => RunEndState::Cancelled,
             Err(Stop::Failed(_)) => RunEndState::Failed,
         };
+        self.observe(HookPoint::RunEnd, || serde_json::json!({ "state": state }))
+            .await;
         let end = EntryPayload::RunEnd {
             run_id: self.shared.run_id.clone(),
             state,
         };
-        let mut group: Vec<EntryPayload> = self
-            .record_snapshot(SnapshotReason::RunEnd)
-            .await
-            .into_iter()
-            .collect();
+        let mut group = self.hooks().take_entries();
+        group.extend(self.record_snapshot(SnapshotReason::RunEnd).await);
         group.push(end);
         if let Err(error) = self.writer.append(&self.shared.emitter, group).await {
             tracing::warn!(%error, "the run's end could not be recorded");
@@ -396,6 +510,7 @@ impl<'a> TurnLoop<'a> {
             requests: &self.permission_requests,
             rules: &self.rules,
             receipt_keys: std::sync::Mutex::default(),
+            hook_entries: &self.hook_entries,
         }
     }
 
@@ -421,6 +536,9 @@ impl<'a> TurnLoop<'a> {
             self.shared
                 .emitter
                 .emit(RunEventKind::TurnStart { turn: self.turn });
+            let turn = self.turn;
+            self.observe(HookPoint::TurnStart, || serde_json::json!({ "turn": turn }))
+                .await;
             let message = self.stream_with_retry().await?;
             self.cost_usd = self
                 .cost_usd
@@ -441,6 +559,9 @@ impl<'a> TurnLoop<'a> {
                 turn: self.turn,
                 context: Some(context),
             });
+            self.observe(HookPoint::TurnEnd, || serde_json::json!({ "turn": turn }))
+                .await;
+            self.append_hook_entries().await?;
             if self.shared.cancel.is_cancelled() {
                 return Err(Stop::Cancelled);
             }
@@ -541,6 +662,11 @@ impl<'a> TurnLoop<'a> {
             let (request, estimate) = self.request().await;
             let error = match self.stream_once(request, &attempts).await? {
                 Ok(message) => {
+                    self.observe(
+                        HookPoint::ProviderResponse,
+                        || serde_json::json!({ "message": message }),
+                    )
+                    .await;
                     self.budget.observe(&estimate, &message.usage);
                     return self.persist_assistant(message).await;
                 }
@@ -620,6 +746,10 @@ impl<'a> TurnLoop<'a> {
                 .unwrap_or_default(),
             );
         }
+        self.observe(HookPoint::ProviderRequest, || {
+            request_payload(&request, attempts)
+        })
+        .await;
         let asked = std::time::Instant::now();
         let mut stream = attempts.bound(
             self.parts
@@ -729,8 +859,31 @@ impl<'a> TurnLoop<'a> {
     /// The next request, built by the pipeline, and its estimate.
     async fn request(&mut self) -> (ModelRequest, crate::tokens::Estimate) {
         let estimate = self.budget.estimate(&self.writer).await;
-        let request = self.frame.request(self.writer.project_context().await);
+        let mut request = self.frame.request(self.writer.project_context().await);
+        self.hook_context(&mut request).await;
         (request, estimate)
+    }
+
+    /// The `context` hooks on a turn's assembled request: supplements are
+    /// added to this request's system prompt only (not stored).
+    async fn hook_context(&self, request: &mut ModelRequest) {
+        let hooks = self.hooks();
+        if !hooks.handles(HookPoint::Context) {
+            return;
+        }
+        let payload = serde_json::json!({
+            "system_prompt": request.system_prompt,
+            "messages": request.messages.iter().map(|message| message.as_ref()).collect::<Vec<&Message>>(),
+            "tools": request.tools.iter().map(|tool| tool.name.as_str()).collect::<Vec<&str>>(),
+        });
+        let dispatched = hooks
+            .dispatch(HookPoint::Context, None, payload, None)
+            .await;
+        for (extension, text) in dispatched.supplements {
+            request
+                .system_prompt
+                .push_str(&format!("\n\n[context from extension {extension}]\n{text}"));
+        }
     }
 
     /// Runs the batch and persists its results, in call order, as one group.
@@ -759,6 +912,36 @@ impl<'a> TurnLoop<'a> {
 }
 
 /// The error of a request that overflowed again right after a compaction.
+/// What `provider_request` handlers see of a request: everything but the
+/// full history, which `context` handlers see (the number of messages).
+fn request_payload(request: &ModelRequest, attempts: &Attempts) -> serde_json::Value {
+    serde_json::json!({
+        "model": request.model,
+        "attempt": attempts.attempt(),
+        "messages": request.messages.len(),
+        "tools": request.tools.iter().map(|tool| tool.name.as_str()).collect::<Vec<&str>>(),
+        "max_output_tokens": request.max_output_tokens,
+    })
+}
+
+/// Fails the run when a hook at `point` blocked it.
+fn blocked_run(point: HookPoint, blocked: Option<Blocked>) -> Result<(), Stop> {
+    match blocked {
+        None => Ok(()),
+        Some(blocked) => Err(Stop::Failed(RunError::new(
+            ErrorSource::Extension,
+            RunErrorCode::Blocked,
+            format!(
+                "extension `{}` blocked the run at `{}` ({}): {}",
+                blocked.extension,
+                point.as_str(),
+                blocked.code,
+                blocked.message
+            ),
+        ))),
+    }
+}
+
 fn still_too_long(error: ProviderError) -> RunError {
     RunError::new(
         ErrorSource::Provider,

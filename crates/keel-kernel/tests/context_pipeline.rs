@@ -268,6 +268,7 @@ async fn after_a_provider_switch() {
                     mode: PermissionMode::Auto,
                     tools: vec!["read".into()],
                     permissions: Default::default(),
+                    extensions: Vec::new(),
                 },
             ),
             entry("u1", Some("c0"), user("Read notes.txt.")),

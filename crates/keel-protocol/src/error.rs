@@ -78,6 +78,9 @@ pub enum RunErrorCode {
     /// its in-flight work and failed it; the message names what it was
     /// waiting on. Time spent waiting for a permission answer never counts.
     RunStalled,
+    /// An extension's hook blocked the run (at `input` or `before_run`),
+    /// or a fail-closed handler there failed; the message names it.
+    Blocked,
 }
 
 impl RunErrorCode {
@@ -103,6 +106,7 @@ impl RunErrorCode {
             Self::KernelPanic => "kernel_panic",
             Self::KernelLost => "kernel_lost",
             Self::RunStalled => "run_stalled",
+            Self::Blocked => "blocked",
         }
     }
 }

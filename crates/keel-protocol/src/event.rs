@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::TimestampMs;
 use crate::context::{CompactionTrigger, ContextUsage, InstructionFile};
 use crate::error::RunError;
+use crate::extension::{ExtensionRecord, HookOutcomeKind, HookPoint};
 use crate::message::{AssistantMessage, Message, ToolResultMessage};
 use crate::permission::{DecisionSource, OperationIntent, PermissionMode, PermissionResolution};
 use crate::provider_event::{ProviderError, ProviderEvent};
@@ -351,6 +352,70 @@ pub enum RunEventKind {
         /// What recovery did (`completed`, `rerun`, `reported_unknown`).
         action: String,
     },
+    /// An extension the kernel was built with, announced as each run
+    /// starts (in registration order).
+    ExtensionRegistered {
+        /// What it registered.
+        extension: ExtensionRecord,
+    },
+    /// A hook handler answered and its outcome was applied.
+    HookDispatched {
+        /// The extension whose handler it was.
+        extension: String,
+        /// Where.
+        point: HookPoint,
+        /// The tool call, at `tool_call` and `tool_result`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// What the handler did.
+        outcome: HookOutcomeKind,
+    },
+    /// A hook blocked what its point guards: a tool call or result (a
+    /// `blocked` tool error the model sees) or the run (`blocked` error).
+    HookBlocked {
+        /// The extension whose handler it was.
+        extension: String,
+        /// Where.
+        point: HookPoint,
+        /// The tool call, at `tool_call` and `tool_result`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// The handler's code for the block.
+        code: String,
+        /// The handler's message, given to the model.
+        message: String,
+    },
+    /// A handler gave an outcome its point does not allow, or a value that
+    /// failed the point's checks; the outcome was not applied.
+    HookOutcomeRejected {
+        /// The extension whose handler it was.
+        extension: String,
+        /// Where.
+        point: HookPoint,
+        /// The tool call, at `tool_call` and `tool_result`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// The outcome given.
+        outcome: HookOutcomeKind,
+        /// Why it was rejected, in one sentence.
+        reason: String,
+    },
+    /// A handler failed, panicked or ran past its time budget; its outcome
+    /// was ignored or, for a fail-closed handler at a point that can
+    /// block, what the point guards was blocked.
+    HookFailed {
+        /// The extension whose handler it was.
+        extension: String,
+        /// Where.
+        point: HookPoint,
+        /// The tool call, at `tool_call` and `tool_result`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        call_id: Option<String>,
+        /// What went wrong, in one sentence.
+        reason: String,
+        /// Whether the action was blocked because of it.
+        blocked: bool,
+    },
 }
 
 impl RunEventKind {
@@ -385,6 +450,11 @@ impl RunEventKind {
             Self::CompactionSucceeded { .. } => "compaction_succeeded",
             Self::CompactionFailed { .. } => "compaction_failed",
             Self::EffectRecovered { .. } => "effect_recovered",
+            Self::ExtensionRegistered { .. } => "extension_registered",
+            Self::HookDispatched { .. } => "hook_dispatched",
+            Self::HookBlocked { .. } => "hook_blocked",
+            Self::HookOutcomeRejected { .. } => "hook_outcome_rejected",
+            Self::HookFailed { .. } => "hook_failed",
         }
     }
 

@@ -19,6 +19,7 @@ pub mod control;
 pub mod effect;
 pub mod error;
 pub mod event;
+pub mod extension;
 pub mod message;
 pub mod output;
 pub mod permission;
@@ -39,6 +40,7 @@ pub use control::{HostControl, HostDecision, PermissionAnswer, PermissionScope};
 pub use effect::{EffectStarted, FileEvidence, Idempotency, PathKind, RecoveryAction, RunEndState};
 pub use error::{ErrorSource, RunError, RunErrorCode};
 pub use event::{BatchMode, QueueKind, QueuedMessage, RunEvent, RunEventKind, ToolProgress};
+pub use extension::{ExtensionRecord, HookOutcomeKind, HookPoint};
 pub use message::{
     AssistantMessage, ContentBlock, ImageContent, Message, StopReason, ToolCall, ToolResultMessage,
     Usage, UserContent, UserMessage,

@@ -11,6 +11,7 @@ use serde_json::Value;
 use crate::TimestampMs;
 use crate::context::{CheckpointEvidence, CheckpointMetrics};
 use crate::effect::{EffectStarted, RecoveryAction, RunEndState};
+use crate::extension::ExtensionRecord;
 use crate::message::Message;
 use crate::permission::{PermissionDecision, PermissionMode, PermissionRule, PermissionRuleLists};
 use crate::snapshot::WorkspaceSnapshot;
@@ -70,6 +71,10 @@ pub enum EntryPayload {
         /// The permission rules the user wrote, as written (absent when none).
         #[serde(default, skip_serializing_if = "PermissionRuleLists::is_empty")]
         permissions: PermissionRuleLists,
+        /// The extensions (and MCP servers) the kernel was built with, in
+        /// registration order (absent when none).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        extensions: Vec<ExtensionRecord>,
     },
     /// A conversation message.
     Message {

@@ -47,7 +47,7 @@ pub(crate) enum Record {
     /// A new entry; the leaf moves to it.
     Entry {
         /// The entry.
-        entry: Entry,
+        entry: Box<Entry>,
     },
     /// The leaf moves to an existing entry (a branch switch).
     Leaf {
@@ -405,14 +405,14 @@ mod tests {
 
     fn entry(id: &str) -> Record {
         Record::Entry {
-            entry: Entry::new(
+            entry: Box::new(Entry::new(
                 id,
                 None,
                 1,
                 EntryPayload::Message {
                     message: Message::User(UserMessage::text("hé \"quoted\"\n")),
                 },
-            ),
+            )),
         }
     }
 

@@ -375,7 +375,7 @@ fn read_entry(
         .map_err(|error| io_error(path, error))?;
     match format::decode_line(line) {
         Ok(record) => match record {
-            Record::Entry { entry } => Ok(entry),
+            Record::Entry { entry } => Ok(*entry),
             Record::Leaf { .. } => {
                 Err(reread_fault(path, slot, "a leaf record where an entry was"))
             }
@@ -445,7 +445,9 @@ impl SessionStore for JsonlStore {
         Box::pin(async move {
             let records = entries
                 .into_iter()
-                .map(|entry| Record::Entry { entry })
+                .map(|entry| Record::Entry {
+                    entry: Box::new(entry),
+                })
                 .collect();
             let hold = self.hold(session_id, false)?;
             let done = self.enqueue(&hold, records)?;

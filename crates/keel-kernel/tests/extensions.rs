@@ -1,0 +1,787 @@
+//! Extensions through `AgentKernel`: registration, and per hook point every
+//! allowed outcome applied, every other outcome rejected, transforms
+//! checked again (tool arguments against the schema and by the permission
+//! policy), and handlers that fail, panic or hang never hang or crash the
+//! run.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{Recorder, Reply};
+use keel_kernel::extension::{HookError, HookFuture};
+use keel_kernel::{
+    AgentKernel, AgentKernelBuilder, Extension, Hook, HookEvent, HookHandler, HookPoint, HookReply,
+    KernelError, RunSpec,
+};
+use keel_protocol::{
+    Entry, EntryPayload, HookOutcomeKind, Message, PermissionMode, PermissionResolution,
+    RunErrorCode, RunEventKind, RunResult, RunState, ToolErrorCode, ToolResultMessage, ToolStatus,
+    UserContent,
+};
+use keel_tools::Workspace;
+use keel_tools::builtin::{BashOptions, default_tools};
+use serde_json::{Value, json};
+
+/// A handler that answers every event with `answer(event)`.
+fn handler(
+    answer: impl Fn(&HookEvent) -> HookReply + Send + Sync + 'static,
+) -> Arc<dyn HookHandler> {
+    Arc::new(move |event: HookEvent| {
+        let reply = answer(&event);
+        async move { Ok::<_, HookError>(reply) }
+    })
+}
+
+/// One extension named `name` with one hook.
+fn with_hook(name: &str, hook: Hook) -> Extension {
+    Extension::new(name).version("1.0").hook(hook)
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    recorder: Arc<Recorder>,
+}
+
+impl Setup {
+    fn new(replies: Vec<Reply>) -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+            recorder: Arc::new(Recorder::new(replies)),
+        }
+    }
+
+    fn builder(&self) -> AgentKernelBuilder {
+        AgentKernel::builder()
+            .provider(self.recorder.clone())
+            .workspace(Workspace::new(self.dir.path()).unwrap())
+            .tools(default_tools(BashOptions::default()))
+            .workspace_snapshots(None)
+    }
+
+    fn kernel(&self, extensions: Vec<Extension>) -> AgentKernel {
+        let mut builder = self.builder();
+        for extension in extensions {
+            builder = builder.extension(extension);
+        }
+        builder.build().unwrap()
+    }
+}
+
+/// What one run did: its events, result and the session's entries.
+struct Ran {
+    events: Vec<RunEventKind>,
+    result: RunResult,
+    entries: Vec<Entry>,
+}
+
+impl Ran {
+    fn tool_results(&self) -> Vec<&ToolResultMessage> {
+        self.entries
+            .iter()
+            .filter_map(|entry| match &entry.payload {
+                EntryPayload::Message {
+                    message: Message::ToolResult(result),
+                } => Some(result),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn dispatched(&self, point: HookPoint) -> Vec<HookOutcomeKind> {
+        self.events
+            .iter()
+            .filter_map(|event| match event {
+                RunEventKind::HookDispatched {
+                    point: at, outcome, ..
+                } if *at == point => Some(*outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn rejected(&self, point: HookPoint) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|event| match event {
+                RunEventKind::HookOutcomeRejected {
+                    point: at, reason, ..
+                } if *at == point => Some(reason.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn failed(&self) -> Vec<(HookPoint, String, bool)> {
+        self.events
+            .iter()
+            .filter_map(|event| match event {
+                RunEventKind::HookFailed {
+                    point,
+                    reason,
+                    blocked,
+                    ..
+                } => Some((*point, reason.clone(), *blocked)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn asked(&self) -> usize {
+        self.events
+            .iter()
+            .filter(|event| matches!(event, RunEventKind::PermissionRequested { .. }))
+            .count()
+    }
+}
+
+/// Runs `prompt` in `mode`, answering every permission request with
+/// `answer`, within a minute.
+async fn run(
+    kernel: &AgentKernel,
+    prompt: &str,
+    mode: PermissionMode,
+    answer: PermissionResolution,
+) -> Ran {
+    let run = kernel
+        .create_run(RunSpec::new(prompt).mode(mode))
+        .await
+        .unwrap();
+    let mut stream = run.events().unwrap();
+    let mut events = Vec::new();
+    let collect = async {
+        while let Some(event) = stream.next().await {
+            if let RunEventKind::PermissionRequested { request_id, .. } = &event.kind {
+                run.resolve_permission(request_id, answer).unwrap();
+            }
+            events.push(event.kind);
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), collect)
+        .await
+        .expect("the run ended within a minute");
+    let result = run.result().await;
+    let entries = kernel
+        .store()
+        .context_branch(run.session_id())
+        .await
+        .unwrap();
+    Ran {
+        events,
+        result,
+        entries,
+    }
+}
+
+async fn auto(kernel: &AgentKernel) -> Ran {
+    run(
+        kernel,
+        "go",
+        PermissionMode::Auto,
+        PermissionResolution::Denied,
+    )
+    .await
+}
+
+fn text(content: &[UserContent]) -> String {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            UserContent::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn write_call(path: &str) -> Reply {
+    Reply::call(
+        "c1",
+        "write",
+        &json!({"path": path, "content": "hello\n"}).to_string(),
+    )
+}
+
+// ---- tool_call ----------------------------------------------------------
+
+#[tokio::test]
+async fn tool_call_observe_lets_the_call_run_and_reports_the_dispatch() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(move |event| {
+            log.lock().unwrap().push(event.payload.clone());
+            HookReply::observe()
+        }),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("watch", hook)])).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    assert!(setup.dir.path().join("a.txt").exists());
+    assert_eq!(
+        ran.dispatched(HookPoint::ToolCall),
+        [HookOutcomeKind::Observe]
+    );
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0]["tool_name"], "write");
+    assert_eq!(seen[0]["call_id"], "c1");
+    assert_eq!(seen[0]["arguments"]["path"], "a.txt");
+}
+
+#[tokio::test]
+async fn tool_call_transform_changes_what_runs_and_what_is_decided() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|event| {
+            let mut arguments = event.payload["arguments"].clone();
+            arguments["path"] = json!("b.txt");
+            HookReply::transform(arguments)
+        }),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("redirect", hook)])).await;
+    assert!(!setup.dir.path().join("a.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(setup.dir.path().join("b.txt")).unwrap(),
+        "hello\n"
+    );
+    assert_eq!(
+        ran.dispatched(HookPoint::ToolCall),
+        [HookOutcomeKind::Transform]
+    );
+    // The recorded decision is about the arguments that ran.
+    let decision = ran
+        .entries
+        .iter()
+        .find_map(|entry| match &entry.payload {
+            EntryPayload::PermissionDecision { decision } => Some(decision.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let ran_with = json!({"path": "b.txt", "content": "hello\n"});
+    assert_eq!(
+        decision.arguments_sha256,
+        keel_kernel_sha(&ran_with),
+        "the decision hashes the transformed arguments"
+    );
+}
+
+/// The sha-256 the kernel records of a call's arguments (their JSON text).
+fn keel_kernel_sha(arguments: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(serde_json::to_string(arguments).unwrap().as_bytes());
+    digest.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
+#[tokio::test]
+async fn a_transform_that_breaks_the_schema_refuses_the_call() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|_| HookReply::transform(json!({"content": "no path"}))),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("breaker", hook)])).await;
+    assert!(!setup.dir.path().join("a.txt").exists(), "nothing ran");
+    let results = ran.tool_results();
+    let error = results[0].error.as_ref().unwrap();
+    assert_eq!(error.code, ToolErrorCode::InvalidArguments);
+    assert!(error.message.contains("breaker"), "{}", error.message);
+    assert_eq!(ran.rejected(HookPoint::ToolCall).len(), 1);
+}
+
+#[tokio::test]
+async fn a_transform_toward_an_outside_path_is_asked_again() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let outside = tempfile::tempdir().unwrap();
+    let target = outside.path().join("planted.txt");
+    let path = target.display().to_string();
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(move |event| {
+            let mut arguments = event.payload["arguments"].clone();
+            arguments["path"] = json!(path);
+            HookReply::transform(arguments)
+        }),
+    );
+    let kernel = setup.kernel(vec![with_hook("escape", hook)]);
+    let ran = auto(&kernel).await;
+    assert_eq!(ran.asked(), 1, "the outside write is put to the host");
+    assert!(!target.exists(), "the host said no");
+    assert!(!setup.dir.path().join("a.txt").exists());
+    let error = ran.tool_results()[0].error.clone().unwrap();
+    assert_eq!(error.code, ToolErrorCode::PermissionDenied);
+    // Without the hook the same call is allowed in auto without asking.
+    let plain = Setup::new(vec![write_call("a.txt")]);
+    let ran = auto(&plain.kernel(Vec::new())).await;
+    assert_eq!(ran.asked(), 0);
+}
+
+#[tokio::test]
+async fn tool_call_block_gives_the_model_a_blocked_error_and_runs_nothing() {
+    let setup = Setup::new(vec![write_call("secret.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|_| HookReply::block("protected", "secret.txt is protected")),
+    )
+    .matching("write|edit");
+    let ran = auto(&setup.kernel(vec![with_hook("guard", hook)])).await;
+    assert!(!setup.dir.path().join("secret.txt").exists());
+    let result = ran.tool_results()[0];
+    assert_eq!(result.status, ToolStatus::Error);
+    let error = result.error.as_ref().unwrap();
+    assert_eq!(error.code, ToolErrorCode::Blocked);
+    assert!(error.message.contains("secret.txt is protected"));
+    assert!(ran.events.iter().any(|event| matches!(
+        event,
+        RunEventKind::HookBlocked { extension, code, .. } if extension == "guard" && code == "protected"
+    )));
+    // The model saw the block.
+    let second = &setup.recorder.requests()[1];
+    let last = second.messages.last().unwrap();
+    assert!(
+        matches!(last.as_ref(), Message::ToolResult(result) if text(&result.content).contains("protected"))
+    );
+}
+
+#[tokio::test]
+async fn a_matcher_leaves_other_tools_alone() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|_| HookReply::block("no", "no")),
+    )
+    .matching("bash");
+    let ran = auto(&setup.kernel(vec![with_hook("bash-only", hook)])).await;
+    assert!(setup.dir.path().join("a.txt").exists());
+    assert!(ran.dispatched(HookPoint::ToolCall).is_empty());
+}
+
+#[tokio::test]
+async fn tool_call_rejects_a_supplement_and_the_call_runs() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|_| HookReply::supplement("extra")),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("chatty", hook)])).await;
+    assert!(setup.dir.path().join("a.txt").exists());
+    let rejected = ran.rejected(HookPoint::ToolCall);
+    assert_eq!(rejected.len(), 1);
+    assert!(rejected[0].contains("not supplement"), "{rejected:?}");
+}
+
+// ---- tool_result ----------------------------------------------------------
+
+#[tokio::test]
+async fn tool_result_transform_block_and_invalid_transform() {
+    // Transform: the stored result and what the model sees are the new content.
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolResult],
+        handler(|_| HookReply::transform(json!([{"type": "text", "text": "redacted"}]))),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("redact", hook)])).await;
+    assert_eq!(text(&ran.tool_results()[0].content), "redacted");
+    assert!(
+        setup.dir.path().join("a.txt").exists(),
+        "the call itself ran"
+    );
+
+    // Block: the result becomes a blocked error.
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolResult],
+        handler(|_| HookReply::block("leak", "the output holds a secret")),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("dlp", hook)])).await;
+    let error = ran.tool_results()[0].error.clone().unwrap();
+    assert_eq!(error.code, ToolErrorCode::Blocked);
+
+    // A transform that is not content is rejected; the result stands.
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hook = Hook::new(
+        [HookPoint::ToolResult],
+        handler(|_| HookReply::transform(json!({"not": "content"}))),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("bad", hook)])).await;
+    assert_eq!(ran.tool_results()[0].status, ToolStatus::Success);
+    assert_eq!(ran.rejected(HookPoint::ToolResult).len(), 1);
+}
+
+// ---- input and before_run ----------------------------------------------------
+
+#[tokio::test]
+async fn input_transform_and_supplement_change_the_stored_prompt() {
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let rewrite = Hook::new(
+        [HookPoint::Input],
+        handler(|_| HookReply::transform(json!([{"type": "text", "text": "rewritten"}]))),
+    );
+    let add = Hook::new(
+        [HookPoint::Input],
+        handler(|event| {
+            // Handlers chain: this one sees the first one's transform.
+            assert_eq!(event.payload["content"][0]["text"], "rewritten");
+            HookReply::supplement("and a note")
+        }),
+    );
+    let kernel = setup.kernel(vec![with_hook("first", rewrite), with_hook("second", add)]);
+    let ran = auto(&kernel).await;
+    let prompt = ran
+        .entries
+        .iter()
+        .find_map(|entry| match &entry.payload {
+            EntryPayload::Message {
+                message: Message::User(user),
+            } => Some(text(&user.content)),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(prompt, "rewrittenand a note");
+    assert_eq!(
+        ran.dispatched(HookPoint::Input),
+        [HookOutcomeKind::Transform, HookOutcomeKind::Supplement]
+    );
+}
+
+#[tokio::test]
+async fn input_block_fails_the_run_and_stores_no_prompt() {
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let hook = Hook::new(
+        [HookPoint::Input],
+        handler(|_| HookReply::block("secret", "the prompt holds a key")),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("scanner", hook)])).await;
+    assert_eq!(ran.result.state, RunState::Failed);
+    let error = ran.result.error.unwrap();
+    assert_eq!(error.code, RunErrorCode::Blocked);
+    assert!(error.message.contains("scanner"));
+    assert!(setup.recorder.requests().is_empty(), "no request was made");
+    assert!(!ran.entries.iter().any(|entry| matches!(
+        &entry.payload,
+        EntryPayload::Message {
+            message: Message::User(_)
+        }
+    )));
+}
+
+#[tokio::test]
+async fn before_run_supplement_is_stored_as_context_and_a_block_fails_the_run() {
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let hook = Hook::new(
+        [HookPoint::BeforeRun],
+        handler(|_| HookReply::supplement("the build is red")),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("ci", hook)])).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    let request = &setup.recorder.requests()[0];
+    let last = request.messages.last().unwrap();
+    assert!(
+        matches!(last.as_ref(), Message::User(user) if text(&user.content).contains("the build is red"))
+    );
+
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let hook = Hook::new(
+        [HookPoint::BeforeRun],
+        handler(|_| HookReply::block("closed", "outside working hours")),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("hours", hook)])).await;
+    assert_eq!(ran.result.error.unwrap().code, RunErrorCode::Blocked);
+    assert!(setup.recorder.requests().is_empty());
+}
+
+// ---- context, provider, lifecycle ---------------------------------------------
+
+#[tokio::test]
+async fn context_supplement_reaches_the_request_and_a_transform_is_rejected() {
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let add = Hook::new(
+        [HookPoint::Context],
+        handler(|event| {
+            assert!(event.payload["messages"].is_array());
+            HookReply::supplement("prefer small diffs")
+        }),
+    );
+    let transform = Hook::new(
+        [HookPoint::Context],
+        handler(|_| HookReply::transform(json!("anything"))),
+    );
+    let kernel = setup.kernel(vec![
+        with_hook("style", add),
+        with_hook("meddler", transform),
+    ]);
+    let ran = auto(&kernel).await;
+    let request = &setup.recorder.requests()[0];
+    assert!(request.system_prompt.contains("prefer small diffs"));
+    assert_eq!(ran.rejected(HookPoint::Context).len(), 1);
+}
+
+#[tokio::test]
+async fn observe_only_points_are_dispatched_and_reject_anything_else() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let points = [
+        HookPoint::ProviderRequest,
+        HookPoint::ProviderResponse,
+        HookPoint::TurnStart,
+        HookPoint::TurnEnd,
+        HookPoint::RunEnd,
+    ];
+    let watch = Hook::new(points, handler(|_| HookReply::observe()));
+    let block = Hook::new(points, handler(|_| HookReply::block("x", "y")));
+    let kernel = setup.kernel(vec![with_hook("watch", watch), with_hook("blocker", block)]);
+    let ran = auto(&kernel).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    assert!(setup.dir.path().join("a.txt").exists());
+    for point in points {
+        assert!(
+            !ran.dispatched(point).is_empty(),
+            "{point:?} was dispatched"
+        );
+        assert!(
+            ran.dispatched(point)
+                .iter()
+                .all(|outcome| *outcome == HookOutcomeKind::Observe)
+        );
+        assert!(
+            !ran.rejected(point).is_empty(),
+            "{point:?} rejected the block"
+        );
+    }
+}
+
+// ---- failing handlers ------------------------------------------------------------
+
+struct Hangs;
+
+impl HookHandler for Hangs {
+    fn handle(&self, _event: HookEvent) -> HookFuture<'_> {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            Ok(HookReply::observe())
+        })
+    }
+}
+
+struct Panics;
+
+impl HookHandler for Panics {
+    fn handle(&self, _event: HookEvent) -> HookFuture<'_> {
+        panic!("a handler bug")
+    }
+}
+
+#[tokio::test]
+async fn failing_panicking_and_hanging_handlers_are_reported_and_ignored() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let fails = Hook::new(
+        [HookPoint::ToolCall],
+        Arc::new(|_event: HookEvent| async { Err(HookError::new("database down")) }),
+    );
+    let panics = Hook::new([HookPoint::ToolCall, HookPoint::RunEnd], Arc::new(Panics));
+    let hangs =
+        Hook::new([HookPoint::ToolResult], Arc::new(Hangs)).timeout(Duration::from_millis(200));
+    let kernel = setup.kernel(vec![
+        with_hook("fails", fails),
+        with_hook("panics", panics),
+        with_hook("hangs", hangs),
+    ]);
+    let ran = auto(&kernel).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    assert!(setup.dir.path().join("a.txt").exists(), "the call ran");
+    let failed = ran.failed();
+    assert!(
+        failed
+            .iter()
+            .any(|(point, reason, blocked)| *point == HookPoint::ToolCall
+                && reason.contains("database down")
+                && !blocked)
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|(point, reason, _)| *point == HookPoint::ToolCall && reason.contains("panicked"))
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|(point, reason, _)| *point == HookPoint::RunEnd && reason.contains("panicked"))
+    );
+    assert!(
+        failed
+            .iter()
+            .any(|(point, reason, _)| *point == HookPoint::ToolResult && reason.contains("200 ms"))
+    );
+}
+
+#[tokio::test]
+async fn a_fail_closed_handler_that_hangs_blocks_the_call() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let hangs = Hook::new([HookPoint::ToolCall], Arc::new(Hangs))
+        .timeout(Duration::from_millis(200))
+        .fail_closed(true);
+    let ran = auto(&setup.kernel(vec![with_hook("strict", hangs)])).await;
+    assert!(!setup.dir.path().join("a.txt").exists());
+    let error = ran.tool_results()[0].error.clone().unwrap();
+    assert_eq!(error.code, ToolErrorCode::Blocked);
+    assert!(ran.failed()[0].2, "reported as blocking");
+}
+
+#[tokio::test]
+async fn cancelling_the_run_ends_a_hanging_handler() {
+    let setup = Setup::new(vec![write_call("a.txt")]);
+    let hangs =
+        Hook::new([HookPoint::ToolCall], Arc::new(Hangs)).timeout(Duration::from_secs(3600));
+    let kernel = setup.kernel(vec![with_hook("slow", hangs)]);
+    let run = kernel.create_run(RunSpec::new("go")).await.unwrap();
+    let mut stream = run.events().unwrap();
+    let outcome = tokio::time::timeout(Duration::from_secs(30), async {
+        while let Some(event) = stream.next().await {
+            if matches!(event.kind, RunEventKind::TurnStart { .. }) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                run.cancel();
+            }
+        }
+        run.result().await
+    })
+    .await
+    .expect("the cancel ended the run");
+    assert_eq!(outcome.state, RunState::Cancelled);
+}
+
+// ---- entries and registration ----------------------------------------------------
+
+#[tokio::test]
+async fn entries_of_a_registered_kind_are_stored_and_others_rejected() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let audit = Extension::new("audit")
+        .entry_kind("audit.call", |data: &Value| match data.get("tool") {
+            Some(Value::String(_)) => Ok(()),
+            _ => Err("`tool` must be a string".into()),
+        })
+        .hook(Hook::new(
+            [HookPoint::ToolCall],
+            handler(|event| {
+                HookReply::observe()
+                    .with_entry("audit.call", json!({"tool": event.payload["tool_name"]}))
+                    .with_entry("audit.call", json!({"tool": 7}))
+                    .with_entry("other.kind", json!({}))
+            }),
+        ));
+    let thief = Extension::new("thief").hook(Hook::new(
+        [HookPoint::RunEnd],
+        handler(|_| HookReply::observe().with_entry("audit.call", json!({"tool": "forged"}))),
+    ));
+    let ran = auto(&setup.kernel(vec![audit, thief])).await;
+    let custom: Vec<(&str, &Value)> = ran
+        .entries
+        .iter()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Custom { custom_kind, data } => Some((custom_kind.as_str(), data)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(custom, [("audit.call", &json!({"tool": "write"}))]);
+    let rejected: Vec<String> = ran
+        .events
+        .iter()
+        .filter_map(|event| match event {
+            RunEventKind::HookOutcomeRejected { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(rejected.len(), 3, "{rejected:?}");
+    assert!(
+        rejected
+            .iter()
+            .any(|reason| reason.contains("belongs to extension `audit`"))
+    );
+}
+
+#[tokio::test]
+async fn registration_is_recorded_announced_and_checked() {
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let extension = Extension::new("audit")
+        .version("2.1")
+        .entry_kind("audit.call", |_: &Value| Ok(()))
+        .hook(Hook::new(
+            [HookPoint::RunEnd],
+            handler(|_| HookReply::observe()),
+        ));
+    let ran = auto(&setup.kernel(vec![extension])).await;
+    let recorded = ran
+        .entries
+        .iter()
+        .find_map(|entry| match &entry.payload {
+            EntryPayload::Configuration { extensions, .. } => Some(extensions.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(recorded.len(), 1);
+    assert_eq!(recorded[0].name, "audit");
+    assert_eq!(recorded[0].version.as_deref(), Some("2.1"));
+    assert_eq!(recorded[0].hook_points, [HookPoint::RunEnd]);
+    assert_eq!(recorded[0].entry_kinds, ["audit.call"]);
+    assert!(ran.events.iter().any(|event| matches!(
+        event,
+        RunEventKind::ExtensionRegistered { extension } if extension.name == "audit"
+    )));
+
+    // A built-in's name is refused unless the host allows the override.
+    let clash = || Extension::new("mine").tool(default_tools(BashOptions::default())[0].clone());
+    let error = setup.builder().extension(clash()).build().err().unwrap();
+    assert!(matches!(error, KernelError::Extension(_)), "{error}");
+    assert!(error.to_string().contains("already taken"));
+    setup
+        .builder()
+        .extension(clash())
+        .allow_override("read")
+        .build()
+        .unwrap();
+    // Two extensions of one name, or one entry kind twice, are refused.
+    let twice = setup
+        .builder()
+        .extension(Extension::new("same"))
+        .extension(Extension::new("same"))
+        .build();
+    assert!(twice.is_err());
+    let kinds = setup
+        .builder()
+        .extension(Extension::new("a").entry_kind("k", |_: &Value| Ok(())))
+        .extension(Extension::new("b").entry_kind("k", |_: &Value| Ok(())))
+        .build();
+    assert!(kinds.err().unwrap().to_string().contains("`k`"));
+    let nowhere = setup
+        .builder()
+        .extension(Extension::new("a").hook(Hook::new([], handler(|_| HookReply::observe()))))
+        .build();
+    assert!(nowhere.is_err());
+}
+
+#[tokio::test]
+async fn compaction_supplement_reaches_the_summary_request() {
+    let setup = Setup::new(vec![Reply::text("first answer")]);
+    let hook = Hook::new(
+        [HookPoint::Compaction],
+        handler(|_| HookReply::supplement("keep the ticket number KEEL-42")),
+    );
+    let kernel = setup.kernel(vec![with_hook("tickets", hook)]);
+    let ran = auto(&kernel).await;
+    let _ = kernel.compact(&ran.result.session_id, None).await;
+    let summary = setup
+        .recorder
+        .requests()
+        .into_iter()
+        .find(common::is_summary_request)
+        .expect("a summary was requested");
+    let input = summary
+        .messages
+        .iter()
+        .map(|message| match message.as_ref() {
+            Message::User(user) => text(&user.content),
+            _ => String::new(),
+        })
+        .collect::<String>();
+    assert!(input.contains("KEEL-42"), "{input}");
+}
