@@ -202,6 +202,12 @@ pub struct HostConfig {
     /// Whether the runs' trace spans carry content (`[telemetry]
     /// capture_content`; default false).
     pub capture_content: bool,
+    /// The user's command hooks (`[[hooks]]`; default none), run as the
+    /// `config-hooks` extension ([`crate::command_hooks`]).
+    pub hooks: Vec<crate::command_hooks::CommandHookSettings>,
+    /// The host's own extensions: tools, entry kinds and hooks
+    /// ([`keel_kernel::Extension`]; default none).
+    pub extensions: Vec<keel_kernel::Extension>,
 }
 
 impl HostConfig {
@@ -226,6 +232,8 @@ impl HostConfig {
             permissions: PermissionRuleLists::default(),
             workspace_snapshots: true,
             capture_content: false,
+            hooks: Vec::new(),
+            extensions: Vec::new(),
         }
     }
 
@@ -294,6 +302,14 @@ impl HostConfig {
                     message: format!("permissions.{error}"),
                 })
             })?);
+        if let Some(hooks) =
+            crate::command_hooks::extension(&self.hooks, &root, &self.sandbox.host_env)
+        {
+            builder = builder.extension(hooks);
+        }
+        for extension in &self.extensions {
+            builder = builder.extension(extension.clone());
+        }
         if let Some(model) = model {
             builder = builder.model(model);
         }

@@ -24,6 +24,7 @@
 pub mod answers;
 mod assemble;
 pub mod broker;
+pub mod command_hooks;
 mod error;
 pub mod modes;
 mod overrides;

@@ -35,6 +35,7 @@ use serde::Deserialize;
 
 use keel_tools::untrusted::{self, Limit, Origin};
 
+use crate::command_hooks::CommandHookSettings;
 use crate::prune::SessionSettings;
 use crate::server::ServerSettings;
 use crate::telemetry::TelemetrySettings;
@@ -51,7 +52,14 @@ pub const DEFAULT_KEYS: [&str; 6] = [
 ];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
-const TABLE_KEYS: [&str; 5] = ["profiles", "providers", "server", "sessions", "telemetry"];
+const TABLE_KEYS: [&str; 6] = [
+    "hooks",
+    "profiles",
+    "providers",
+    "server",
+    "sessions",
+    "telemetry",
+];
 
 /// The values one layer sets; `None` leaves the layer below in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -236,6 +244,8 @@ pub struct Settings {
     pub sessions: SessionSettings,
     /// The user's `[telemetry]` table; never from the project layer.
     pub telemetry: TelemetrySettings,
+    /// The user's `[[hooks]]` (command hooks); never from the project layer.
+    pub hooks: Vec<CommandHookSettings>,
 }
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
@@ -323,6 +333,7 @@ impl Settings {
             server,
             sessions,
             telemetry,
+            hooks,
         } = UserFile::split(table, &place)?;
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
@@ -361,6 +372,7 @@ impl Settings {
             server,
             sessions,
             telemetry,
+            hooks,
         };
         settings.checked()
     }
@@ -426,6 +438,7 @@ impl Settings {
         config.sandbox.readable.extend(choices.sandbox_read);
         config.workspace_snapshots = self.sessions.snapshots.unwrap_or(true);
         config.capture_content = self.telemetry.capture_content();
+        config.hooks.clone_from(&self.hooks);
         config.permissions = defaults
             .permissions
             .as_ref()
@@ -465,6 +478,7 @@ struct UserFile {
     server: ServerSettings,
     sessions: SessionSettings,
     telemetry: TelemetrySettings,
+    hooks: Vec<CommandHookSettings>,
 }
 
 impl UserFile {
@@ -497,6 +511,10 @@ impl UserFile {
             Some(value) => TelemetrySettings::from_value(value, place)?,
             None => TelemetrySettings::default(),
         };
+        let hooks = match table.remove("hooks") {
+            Some(value) => CommandHookSettings::from_value(value, place)?,
+            None => Vec::new(),
+        };
         let profiles = match table.remove("profiles") {
             None => BTreeMap::new(),
             Some(toml::Value::Table(profiles)) => profiles
@@ -519,6 +537,7 @@ impl UserFile {
             server,
             sessions,
             telemetry,
+            hooks,
         })
     }
 }
