@@ -939,6 +939,10 @@ pub enum DemoName {
     /// A run killed with SIGKILL mid-batch, then resumed (case:
     /// killed-mid-batch).
     CrashRecovery,
+    /// A host's extensions: hooks that supplement, block, transform in
+    /// order, and answers the kernel rejects (cases: success, ordering,
+    /// invalid-outcome).
+    Extensions,
 }
 
 #[derive(Debug, Args)]

@@ -136,6 +136,7 @@ fn cases(name: DemoName) -> &'static [&'static str] {
         DemoName::Permissions => &["standard", "cancel", "host-disconnect", "resume"],
         DemoName::ContextCompaction => &["success", "overflow", "summary-error"],
         DemoName::CrashRecovery => &["killed-mid-batch"],
+        DemoName::Extensions => &["success", "ordering", "invalid-outcome"],
     }
 }
 
@@ -170,6 +171,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode, StartupError> {
         }
         DemoName::CrashRecovery => {
             return crate::demo_crash::run(case_name, directory.path(), &output).await;
+        }
+        DemoName::Extensions => {
+            return crate::demo_extensions::run(case_name, directory.path(), &output).await;
         }
         _ => {}
     }

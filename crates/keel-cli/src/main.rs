@@ -14,6 +14,7 @@ mod compact_cmd;
 mod demo;
 mod demo_compaction;
 mod demo_crash;
+mod demo_extensions;
 mod demo_permissions;
 mod demo_session;
 mod doctor;

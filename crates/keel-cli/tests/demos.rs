@@ -91,6 +91,21 @@ fn crash_recovery_killed_mid_batch() {
 }
 
 #[test]
+fn extensions_success() {
+    check("extensions", "success", "settled");
+}
+
+#[test]
+fn extensions_ordering() {
+    check("extensions", "ordering", "settled");
+}
+
+#[test]
+fn extensions_invalid_outcome() {
+    check("extensions", "invalid-outcome", "settled");
+}
+
+#[test]
 fn an_unknown_case_is_a_startup_error() {
     let output = demo("tool-loop", "nope");
     assert_eq!(output.code, 2);

@@ -283,7 +283,7 @@ async fn answer(
             )),
             Ok(Err(error)) if error.is_panic() => Err("it panicked".into()),
             Ok(Err(_)) => Err("its task was cancelled".into()),
-            Ok(Ok(Err(error))) => Err(format!("it failed: {error}")),
+            Ok(Ok(Err(error))) => Err(error.to_string()),
             Ok(Ok(Ok(reply))) => Ok(reply),
         },
         () = cancel.cancelled() => Err("the run was cancelled before it answered".into()),

@@ -345,6 +345,54 @@ impl View {
                     .paint(style::WARN, &format!("! {}", visible(message)));
                 self.line(&line);
             }
+            RunEventKind::HookBlocked {
+                extension,
+                point,
+                message,
+                ..
+            } => {
+                self.close_line();
+                let line = format!(
+                    "! extension {} blocked at {}: {}",
+                    visible(extension),
+                    point.as_str(),
+                    visible(message)
+                );
+                let line = self.palette.paint(style::WARN, &line);
+                self.line(&line);
+            }
+            RunEventKind::HookFailed {
+                extension,
+                point,
+                reason,
+                ..
+            } => {
+                self.close_line();
+                let line = format!(
+                    "! extension {}'s hook at {} failed: {}",
+                    visible(extension),
+                    point.as_str(),
+                    visible(reason)
+                );
+                let line = self.palette.paint(style::WARN, &line);
+                self.line(&line);
+            }
+            RunEventKind::HookOutcomeRejected {
+                extension,
+                point,
+                reason,
+                ..
+            } => {
+                self.close_line();
+                let line = format!(
+                    "! extension {}'s answer at {} was rejected: {}",
+                    visible(extension),
+                    point.as_str(),
+                    visible(reason)
+                );
+                let line = self.palette.paint(style::WARN, &line);
+                self.line(&line);
+            }
             RunEventKind::SessionRepaired { reason, .. } => {
                 let line = format!("! the session was repaired: {}", visible(reason));
                 let line = self.palette.paint(style::WARN, &line);
