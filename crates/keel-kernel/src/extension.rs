@@ -1,5 +1,5 @@
 //! What a host registers on a kernel: [`Extension`]s with their tools,
-//! session entry kinds and [`Hook`]s (SPEC §1 "Extension").
+//! session entry kinds and [`Hook`]s (docs/extensions.md).
 //!
 //! Registration is fixed: everything is given to the
 //! [`crate::AgentKernelBuilder`] before the kernel is built and nothing is

@@ -785,3 +785,19 @@ async fn compaction_supplement_reaches_the_summary_request() {
         .collect::<String>();
     assert!(input.contains("KEEL-42"), "{input}");
 }
+
+#[tokio::test]
+async fn a_supplement_past_64_kib_is_rejected() {
+    let setup = Setup::new(vec![Reply::text("ok")]);
+    let hook = Hook::new(
+        [HookPoint::Context],
+        handler(|_| HookReply::supplement("x".repeat(64 * 1024 + 1))),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("flood", hook)])).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    let rejected = ran.rejected(HookPoint::Context);
+    assert_eq!(rejected.len(), 1);
+    assert!(rejected[0].contains("65537 bytes"), "{rejected:?}");
+    let request = &setup.recorder.requests()[0];
+    assert!(!request.system_prompt.contains("xxxx"));
+}

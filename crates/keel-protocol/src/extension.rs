@@ -1,5 +1,5 @@
 //! Extensions: what a host registered on a kernel, the fixed hook points
-//! and the outcomes each point allows (SPEC §1 "Extension", §3 step 4).
+//! and the outcomes each point allows (docs/extensions.md).
 //!
 //! These are the wire names of the kernel's extension machinery: the
 //! `configuration` entry records each extension as an [`ExtensionRecord`],
