@@ -42,6 +42,7 @@ pub struct Extension {
     pub(crate) tools: Vec<Arc<dyn Tool>>,
     pub(crate) hooks: Vec<Hook>,
     pub(crate) entry_kinds: Vec<(String, EntryValidator)>,
+    pub(crate) deferrable: bool,
 }
 
 impl Extension {
@@ -54,7 +55,18 @@ impl Extension {
             tools: Vec::new(),
             hooks: Vec::new(),
             entry_kinds: Vec::new(),
+            deferrable: false,
         }
+    }
+
+    /// Whether its tools may be deferred: listed by name and one-line
+    /// description only, their schemas loaded through `tool_search`, when
+    /// the deferrable tools' schemas would take more than their share of
+    /// the context window ([`crate::AgentKernelBuilder::tool_search_share`]).
+    /// An MCP server's tools are; a host's few own tools need not be.
+    pub fn deferrable(mut self, deferrable: bool) -> Self {
+        self.deferrable = deferrable;
+        self
     }
 
     /// Its version, recorded in the `configuration` entry.

@@ -409,6 +409,7 @@ pub struct AgentKernelBuilder {
     capture_content: bool,
     extensions: Vec<crate::extension::Extension>,
     overrides: Vec<String>,
+    tool_search_share: Option<f64>,
 }
 
 impl AgentKernelBuilder {
@@ -417,6 +418,15 @@ impl AgentKernelBuilder {
     /// built; their names, tool names and entry kinds must be unique.
     pub fn extension(mut self, extension: crate::extension::Extension) -> Self {
         self.extensions.push(extension);
+        self
+    }
+
+    /// The share of the context window (0 to 1; default
+    /// [`crate::DEFAULT_TOOL_SEARCH_SHARE`]) the schemas of deferrable
+    /// extensions' tools may take; past it they are deferred: listed by
+    /// name in the system prompt and loaded through a `tool_search` tool.
+    pub fn tool_search_share(mut self, share: f64) -> Self {
+        self.tool_search_share = Some(share);
         self
     }
 
@@ -636,6 +646,28 @@ impl AgentKernelBuilder {
         for tool in registered {
             tools.register(tool)?;
         }
+        let deferrable: Vec<keel_protocol::ToolSpec> = tools
+            .specs()
+            .into_iter()
+            .filter(|spec| {
+                self.extensions.iter().any(|extension| {
+                    extension.deferrable
+                        && extension.tools.iter().any(|tool| tool.name() == spec.name)
+                })
+            })
+            .collect();
+        let deferred = crate::tool_search::defer(
+            &deferrable,
+            self.context_window
+                .unwrap_or(crate::tool_search::ASSUMED_WINDOW),
+            self.tool_search_share
+                .unwrap_or(crate::tool_search::DEFAULT_SHARE),
+        );
+        if !deferred.is_empty() {
+            tools.register(Arc::new(crate::tool_search::ToolSearch::new(
+                deferred.clone(),
+            )))?;
+        }
         let model = self.model.unwrap_or_else(|| provider.name().to_owned());
         let system_prompt = self
             .system_prompt
@@ -668,6 +700,7 @@ impl AgentKernelBuilder {
             capture_content: self.capture_content,
             enforceable: std::sync::OnceLock::new(),
             hooks,
+            deferred,
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

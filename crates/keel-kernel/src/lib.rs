@@ -34,6 +34,7 @@
 //!    prompt, kept in `system_prompt.md`), `user_rules` (the permission
 //!    rules the user writes, matched on parsed commands and canonical paths).
 //! 2. `parts` (what a kernel shares with its runs, and [`RunSpec`]),
+//!    `tool_search` (deferred tools: which, their listing, the search tool),
 //!    `emitter` (the gapless event stream), `journal` (the effect journal's
 //!    records and the pure recovery table), `rules` (session rules: host
 //!    answers that hold for later matching calls).
@@ -86,6 +87,7 @@ mod shared;
 mod snapshots;
 mod system_prompt;
 pub mod tokens;
+mod tool_search;
 mod tools;
 mod trace;
 mod turn_loop;
@@ -109,4 +111,5 @@ pub use project::{DEFAULT_INSTRUCTION_BYTES, Instructions};
 pub use run::{AgentRun, EventStream};
 pub use shared::ControlError;
 pub use snapshots::{Restored, Rewound, SnapshotError, Written, restore_snapshot, rewind};
+pub use tool_search::DEFAULT_SHARE as DEFAULT_TOOL_SEARCH_SHARE;
 pub use user_rules::{RuleError, RuleList, UserRules};

@@ -66,6 +66,9 @@ pub(crate) struct KernelParts {
     pub(crate) enforceable: std::sync::OnceLock<bool>,
     /// The extensions' hooks and entry kinds (`crate::hooks`).
     pub(crate) hooks: crate::extension::Hooks,
+    /// The deferred tools' specs (`crate::tool_search`): in no request
+    /// until a `tool_search` result loads them.
+    pub(crate) deferred: Vec<keel_protocol::ToolSpec>,
 }
 
 impl KernelParts {

@@ -8,7 +8,10 @@
 //!    or Keel's default (`system_prompt.md`), then the host's addition
 //!    (`append_system_prompt`).
 //! 2. **Tool specs** — the registered tools, in registration order, in the
-//!    request's `tools`.
+//!    request's `tools` — except deferred tools (`tool_search`): those are
+//!    listed by name in the system prompt, after the host's addition, and
+//!    a request carries the ones a `tool_search` result in its context
+//!    loaded, after the others.
 //! 3. **Project instructions** — the `AGENTS.md` / `CLAUDE.md` files the run
 //!    loaded (`project.rs`), outermost first, appended to the system prompt.
 //! 4. **Environment** — date, working directory, OS, shell, whether the
@@ -58,8 +61,11 @@ pub(crate) struct Frame {
     pub(crate) model: String,
     /// Items 1, 3 and 4: the composed system prompt.
     pub(crate) system_prompt: String,
-    /// Item 2.
+    /// Item 2, without the deferred tools.
     pub(crate) tools: Vec<ToolSpec>,
+    /// The deferred tools (`crate::tool_search`), listed in the system
+    /// prompt; a request carries those a `tool_search` result loaded.
+    pub(crate) deferred: Vec<ToolSpec>,
     /// The output limit of a turn's request.
     pub(crate) max_output_tokens: Option<u32>,
 }
@@ -79,9 +85,21 @@ impl Frame {
                 &parts.system_prompt,
                 parts.append_system_prompt.as_deref(),
                 &instructions.text,
+                &parts.deferred,
                 environment,
             ),
-            tools: parts.tools.specs(),
+            tools: parts
+                .tools
+                .specs()
+                .into_iter()
+                .filter(|spec| {
+                    !parts
+                        .deferred
+                        .iter()
+                        .any(|deferred| deferred.name == spec.name)
+                })
+                .collect(),
+            deferred: parts.deferred.clone(),
             max_output_tokens: parts.max_output_tokens,
         }
     }
@@ -89,6 +107,7 @@ impl Frame {
     /// A turn's request: the frame, then `messages` (items 5–7, as
     /// `context::project` gives them, shared with the context branch).
     pub(crate) fn request(&self, messages: Vec<Arc<Message>>) -> ModelRequest {
+        let loaded = crate::tool_search::loaded(&self.deferred, &messages);
         {
             let mut model_request = ModelRequest::new(
                 self.model.clone(),
@@ -100,6 +119,7 @@ impl Frame {
                 ),
             );
             model_request.tools = self.tools.clone();
+            model_request.tools.extend(loaded);
             model_request.max_output_tokens = self.max_output_tokens;
             model_request
         }
@@ -127,13 +147,24 @@ fn system_prompt(
     base: &str,
     append: Option<&str>,
     instructions: &str,
+    deferred: &[ToolSpec],
     environment: Option<&Environment>,
 ) -> String {
     let environment = environment.map(Environment::render).unwrap_or_default();
-    [base, append.unwrap_or_default(), instructions, &environment]
-        .iter()
-        .map(|part| part.trim())
-        .filter(|part| !part.is_empty())
-        .collect::<Vec<_>>()
-        .join("\n\n")
+    let listing = match deferred.is_empty() {
+        true => String::new(),
+        false => crate::tool_search::listing(deferred),
+    };
+    [
+        base,
+        append.unwrap_or_default(),
+        &listing,
+        instructions,
+        &environment,
+    ]
+    .iter()
+    .map(|part| part.trim())
+    .filter(|part| !part.is_empty())
+    .collect::<Vec<_>>()
+    .join("\n\n")
 }

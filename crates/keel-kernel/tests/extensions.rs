@@ -801,3 +801,132 @@ async fn a_supplement_past_64_kib_is_rejected() {
     let request = &setup.recorder.requests()[0];
     assert!(!request.system_prompt.contains("xxxx"));
 }
+
+// ---- deferred tools and tool_search -------------------------------------------
+
+/// A tool with a large schema, as MCP servers' tools often are.
+struct Big(usize, String);
+
+impl keel_tools::Tool for Big {
+    fn name(&self) -> &str {
+        &self.1
+    }
+    fn description(&self) -> &str {
+        "Does one big thing.\nMore lines the listing leaves out."
+    }
+    fn parameters(&self) -> Value {
+        let mut properties = serde_json::Map::new();
+        for field in 0..20 {
+            properties.insert(
+                format!("option_{field}"),
+                json!({"type": "string", "description": "An option with a long description that explains at length what it does, when to use it and what it costs."}),
+            );
+        }
+        json!({"type": "object", "properties": properties})
+    }
+    fn execution_mode(&self) -> keel_protocol::ExecutionMode {
+        keel_protocol::ExecutionMode::Parallel
+    }
+    fn execute(
+        &self,
+        _arguments: Value,
+        _context: keel_tools::ToolContext,
+    ) -> keel_tools::ToolFuture<'_> {
+        let name = self.0;
+        Box::pin(async move { Ok(keel_tools::ToolOutput::text(format!("ran big_{name}"))) })
+    }
+}
+
+fn bigs(count: usize) -> Extension {
+    (0..count).fold(
+        Extension::new("bigs").deferrable(true),
+        |extension, index| extension.tool(Arc::new(Big(index))),
+    )
+}
+
+/// The tokens a request's system prompt and tool specs take.
+fn frame_tokens(request: &keel_provider::ModelRequest) -> u64 {
+    keel_kernel::tokens::count_tokens(&request.system_prompt)
+        + keel_kernel::tokens::count_tokens(&serde_json::to_string(&request.tools).unwrap())
+}
+
+#[tokio::test]
+async fn past_their_share_deferred_tools_are_listed_by_name_and_loaded_by_tool_search() {
+    let setup = Setup::new(vec![
+        Reply::call("s1", "tool_search", r#"{"names": ["big_7"]}"#),
+        Reply::call("c1", "big_7", r#"{"option_1": "x"}"#),
+        Reply::text("done"),
+    ]);
+    let kernel = setup
+        .builder()
+        .context_window(32_000)
+        .extension(bigs(40))
+        .build()
+        .unwrap();
+    // The same tools, all loaded (share 1: never deferred), for the measure.
+    let all = Setup::new(vec![Reply::text("done")]);
+    // (A window large enough that the frame alone does not compact.)
+    let everything = all
+        .builder()
+        .context_window(1_000_000)
+        .tool_search_share(1.0)
+        .extension(bigs(40))
+        .build()
+        .unwrap();
+    // big_7 has the custom intent: asked in auto, and approved here.
+    let ran = run(
+        &kernel,
+        "go",
+        PermissionMode::Auto,
+        PermissionResolution::Approved,
+    )
+    .await;
+    auto(&everything).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    let requests = setup.recorder.requests();
+    let names = |index: usize| -> Vec<String> {
+        requests[index]
+            .tools
+            .iter()
+            .map(|tool| tool.name.clone())
+            .collect()
+    };
+    assert!(names(0).contains(&"tool_search".to_owned()));
+    assert!(!names(0).iter().any(|name| name.starts_with("big_")));
+    assert!(
+        requests[0]
+            .system_prompt
+            .contains("- big_7: Does one big thing.")
+    );
+    assert!(!requests[0].system_prompt.contains("More lines"));
+    // After the search, big_7 (and only it) is in the request, and runs.
+    assert!(names(1).contains(&"big_7".to_owned()));
+    assert!(!names(1).contains(&"big_8".to_owned()));
+    let results = ran.tool_results();
+    assert!(
+        text(&results[0].content).contains("option_19"),
+        "the full schema came back"
+    );
+    assert_eq!(text(&results[1].content), "ran big_7");
+    let before = frame_tokens(&all.recorder.requests()[0]);
+    let after = frame_tokens(&requests[0]);
+    eprintln!("tool_search: 40 tools, request frame {before} tokens loaded, {after} deferred");
+    assert!(after * 4 < before, "{after} vs {before}");
+
+    // Under their share, nothing is deferred and there is no tool_search.
+    let small = Setup::new(vec![Reply::text("done")]);
+    let kernel = small
+        .builder()
+        .context_window(1_000_000)
+        .extension(bigs(2))
+        .build()
+        .unwrap();
+    auto(&kernel).await;
+    let tools: Vec<String> = small.recorder.requests()[0]
+        .tools
+        .iter()
+        .map(|tool| tool.name.clone())
+        .collect();
+    assert!(tools.contains(&"big_1".to_owned()));
+    assert!(!tools.contains(&"tool_search".to_owned()));
+}

@@ -29,6 +29,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("emitter", 2),
     ("journal", 2),
     ("rules", 2),
+    ("tool_search", 2),
     ("shared", 3),
     ("pipeline", 3),
     ("fork", 3),
