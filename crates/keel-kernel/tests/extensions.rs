@@ -840,7 +840,7 @@ impl keel_tools::Tool for Big {
 fn bigs(count: usize) -> Extension {
     (0..count).fold(
         Extension::new("bigs").deferrable(true),
-        |extension, index| extension.tool(Arc::new(Big(index))),
+        |extension, index| extension.tool(Arc::new(Big(index, format!("big_{index}")))),
     )
 }
 
