@@ -43,6 +43,22 @@ pub struct Extension {
     pub(crate) hooks: Vec<Hook>,
     pub(crate) entry_kinds: Vec<(String, EntryValidator)>,
     pub(crate) deferrable: bool,
+    pub(crate) sources: Vec<Arc<dyn ToolSource>>,
+}
+
+/// Tools that join runs when they are ready: an MCP server still starting
+/// when a run begins. The kernel asks before each turn; once a source
+/// answers, its tools are offered from that turn on (announced by an
+/// `extension_registered` event), and it is not asked again in that run.
+pub trait ToolSource: Send + Sync {
+    /// `None` while the source is still starting; once it settled, its
+    /// tools (none when it failed).
+    fn ready(&self) -> Option<Vec<Arc<dyn Tool>>>;
+
+    /// Its version, once known (an MCP server's from its `initialize`).
+    fn version(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Extension {
@@ -56,7 +72,16 @@ impl Extension {
             hooks: Vec::new(),
             entry_kinds: Vec::new(),
             deferrable: false,
+            sources: Vec::new(),
         }
+    }
+
+    /// Registers tools that join runs when they are ready ([`ToolSource`]).
+    /// Their names must not clash with the kernel's tools: a clashing
+    /// tool is left out and reported with a warning.
+    pub fn tool_source(mut self, source: Arc<dyn ToolSource>) -> Self {
+        self.sources.push(source);
+        self
     }
 
     /// Whether its tools may be deferred: listed by name and one-line

@@ -701,6 +701,16 @@ impl AgentKernelBuilder {
             enforceable: std::sync::OnceLock::new(),
             hooks,
             deferred,
+            sources: self
+                .extensions
+                .iter()
+                .flat_map(|extension| {
+                    extension
+                        .sources
+                        .iter()
+                        .map(|source| (extension.name().to_owned(), source.clone()))
+                })
+                .collect(),
         };
         Ok(AgentKernel {
             inner: Arc::new(inner),

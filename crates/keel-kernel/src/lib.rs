@@ -42,7 +42,8 @@
 //!    the loop's outcome; `pipeline` — the context pipeline, the one place
 //!    a provider request is built; `fork` — a fork at any entry, the calls
 //!    it cuts off closed in the new session; `hooks` — dispatching hooks,
-//!    their outcomes checked against what each point allows.
+//!    their outcomes checked against what each point allows; `late_tools`
+//!    — tools that join a run when their source is ready.
 //! 4. `session_writer` — the run's appends and its in-memory context branch;
 //!    `watchdog` — fails a run that makes no progress (`run_stalled`).
 //! 5. `tools` — the tool pipeline: validate, classify, decide, execute;
@@ -74,6 +75,7 @@ mod hooks;
 mod ids;
 pub mod journal;
 mod kernel;
+mod late_tools;
 mod parts;
 mod permission;
 mod pipeline;
@@ -96,7 +98,7 @@ mod watchdog;
 
 pub use checkpoint::CompactionSettings;
 pub use extension::ExtensionError;
-pub use extension::{Extension, Hook, HookEvent, HookHandler, HookOutcome, HookReply};
+pub use extension::{Extension, Hook, HookEvent, HookHandler, HookOutcome, HookReply, ToolSource};
 pub use fork::{Fork, fork_session};
 pub use keel_protocol::HookPoint;
 pub use keel_provider::retry::RetryPolicy;

@@ -69,6 +69,9 @@ pub(crate) struct KernelParts {
     /// The deferred tools' specs (`crate::tool_search`): in no request
     /// until a `tool_search` result loads them.
     pub(crate) deferred: Vec<keel_protocol::ToolSpec>,
+    /// Sources of tools that join runs when ready, with their extension's
+    /// name (`crate::late_tools`).
+    pub(crate) sources: Vec<(String, Arc<dyn crate::extension::ToolSource>)>,
 }
 
 impl KernelParts {

@@ -44,6 +44,7 @@ use keel_tools::sandbox::{Sandbox, SandboxLevel};
 use keel_tools::scheduler;
 use keel_tools::{
     CallReceipt, PreparedCall, ProgressSink, ShellExecution, ToolContext, ToolError, ToolOutput,
+    ToolRegistry,
 };
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -73,6 +74,9 @@ pub(crate) struct ToolRunner<'a> {
     pub(crate) receipt_keys: Mutex<Vec<String>>,
     /// Where hook handlers' entries wait for the turn loop.
     pub(crate) hook_entries: &'a Mutex<Vec<EntryPayload>>,
+    /// The tools that joined this run late (`crate::late_tools`), looked
+    /// up after the kernel's own.
+    pub(crate) late: &'a ToolRegistry,
 }
 
 /// What the policy made of one call before the batch runs.
@@ -100,7 +104,13 @@ impl ToolRunner<'_> {
         &self,
         calls: &[ToolCall],
     ) -> Result<Vec<ToolResultMessage>, SessionError> {
-        let mode = self.parts.tools.batch_mode(calls);
+        let mode = match (
+            self.parts.tools.batch_mode(calls),
+            self.late.batch_mode(calls),
+        ) {
+            (BatchMode::Parallel, BatchMode::Parallel) => BatchMode::Parallel,
+            _ => BatchMode::Sequential,
+        };
         let verdicts = self.decide_batch(calls).await?;
         let verdicts: Vec<Mutex<Option<Verdict>>> =
             verdicts.into_iter().map(|v| Mutex::new(Some(v))).collect();
@@ -254,6 +264,16 @@ impl ToolRunner<'_> {
         }
     }
 
+    /// The registry that holds the call's tool: the kernel's, or the late
+    /// tools' when only they have it (an unknown tool then fails there).
+    fn registry(&self, call: &ToolCall) -> &ToolRegistry {
+        match self.parts.tools.get(&call.name) {
+            Some(_) => &self.parts.tools,
+            None if self.late.get(&call.name).is_some() => self.late,
+            None => &self.parts.tools,
+        }
+    }
+
     /// The run's view of the kernel's hooks.
     fn hooks(&self) -> HookScope<'_> {
         HookScope {
@@ -271,7 +291,7 @@ impl ToolRunner<'_> {
     /// validated again (and, by `decide`, classified again); a handler may
     /// block the call.
     async fn prepare(&self, call: &ToolCall) -> Result<PreparedCall, ToolError> {
-        let prepared = self.parts.tools.prepare(call)?;
+        let prepared = self.registry(call).prepare(call)?;
         let hooks = self.hooks();
         if !hooks.handles(HookPoint::ToolCall) {
             return Ok(prepared);
@@ -282,8 +302,7 @@ impl ToolRunner<'_> {
             changed
         };
         let check = |arguments: &Value| {
-            self.parts
-                .tools
+            self.registry(call)
                 .prepare(&with_arguments(arguments))
                 .map(|_| ())
                 .map_err(|error| error.message)
@@ -310,7 +329,7 @@ impl ToolRunner<'_> {
             return Err(blocked_error(&blocked));
         }
         match dispatched.transformed {
-            Some(arguments) => self.parts.tools.prepare(&with_arguments(&arguments)),
+            Some(arguments) => self.registry(call).prepare(&with_arguments(&arguments)),
             None => Ok(prepared),
         }
     }
@@ -445,7 +464,7 @@ impl ToolRunner<'_> {
     /// contents under prompt injection — at any length, with content
     /// capture off.
     fn traced_name<'c>(&self, call: &'c ToolCall) -> &'c str {
-        if self.parts.tools.get(&call.name).is_some() {
+        if self.registry(call).get(&call.name).is_some() {
             &call.name
         } else {
             OTHER

@@ -25,6 +25,7 @@ use crate::accumulator::{Accumulator, Finished};
 use crate::compaction::{ContextBudget, Interrupted, Seams};
 use crate::hooks::{Blocked, HookScope, Subject};
 use crate::ids::ResponseIds;
+use crate::late_tools::LateTools;
 use crate::parts::{KernelParts, RunSpec};
 use crate::pipeline::Frame;
 use crate::recovery;
@@ -191,6 +192,8 @@ struct TurnLoop<'a> {
     last: Option<AssistantMessage>,
     /// Entries hook handlers gave, appended between groups.
     hook_entries: std::sync::Mutex<Vec<EntryPayload>>,
+    /// Tools that join when their source is ready.
+    late: LateTools,
 }
 
 impl<'a> TurnLoop<'a> {
@@ -255,6 +258,7 @@ impl<'a> TurnLoop<'a> {
             rules,
             last: None,
             hook_entries: std::sync::Mutex::default(),
+            late: LateTools::new(parts),
         };
         run.record_configuration().await?;
         for extension in parts.hooks.records() {
@@ -511,6 +515,27 @@ impl<'a> TurnLoop<'a> {
             rules: &self.rules,
             receipt_keys: std::sync::Mutex::default(),
             hook_entries: &self.hook_entries,
+            late: self.late.registry(),
+        }
+    }
+
+    /// Lets the tools whose sources became ready join, from this turn on.
+    fn join_late_tools(&mut self) {
+        for joined in self.late.join(&self.parts.tools) {
+            if !joined.clashes.is_empty() {
+                self.shared.emitter.emit(RunEventKind::Warning {
+                    code: "tool_name_taken".into(),
+                    message: format!(
+                        "extension `{}`: tools {} were left out, their names are taken",
+                        joined.record.name,
+                        joined.clashes.join(", ")
+                    ),
+                });
+            }
+            self.frame.tools.extend(joined.specs);
+            self.shared.emitter.emit(RunEventKind::ExtensionRegistered {
+                extension: joined.record,
+            });
         }
     }
 
@@ -537,6 +562,7 @@ impl<'a> TurnLoop<'a> {
                 .emitter
                 .emit(RunEventKind::TurnStart { turn: self.turn });
             let turn = self.turn;
+            self.join_late_tools();
             self.observe(HookPoint::TurnStart, || serde_json::json!({ "turn": turn }))
                 .await;
             let message = self.stream_with_retry().await?;

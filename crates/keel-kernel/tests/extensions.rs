@@ -930,3 +930,76 @@ async fn past_their_share_deferred_tools_are_listed_by_name_and_loaded_by_tool_s
     assert!(tools.contains(&"big_1".to_owned()));
     assert!(!tools.contains(&"tool_search".to_owned()));
 }
+
+// ---- late tools ------------------------------------------------------------------
+
+/// A source that is still starting the first `starting` times it is asked.
+struct Slow {
+    starting: std::sync::atomic::AtomicUsize,
+}
+
+impl keel_kernel::ToolSource for Slow {
+    fn ready(&self) -> Option<Vec<Arc<dyn keel_tools::Tool>>> {
+        use std::sync::atomic::Ordering;
+        if self.starting.load(Ordering::SeqCst) > 0 {
+            self.starting.fetch_sub(1, Ordering::SeqCst);
+            return None;
+        }
+        Some(vec![
+            Arc::new(Big(1, "late_tool".into())),
+            // Taken by a built-in: left out with a warning.
+            Arc::new(Big(2, "read".into())),
+        ])
+    }
+
+    fn version(&self) -> Option<String> {
+        Some("0.9".into())
+    }
+}
+
+#[tokio::test]
+async fn tools_of_a_source_join_the_run_when_it_is_ready_and_never_before() {
+    let setup = Setup::new(vec![
+        write_call("a.txt"),
+        Reply::call("c2", "late_tool", "{}"),
+        Reply::text("done"),
+    ]);
+    let slow = Extension::new("slow-server").tool_source(Arc::new(Slow {
+        starting: std::sync::atomic::AtomicUsize::new(1),
+    }));
+    let ran = run(
+        &setup.kernel(vec![slow]),
+        "go",
+        PermissionMode::Auto,
+        PermissionResolution::Approved,
+    )
+    .await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    let requests = setup.recorder.requests();
+    let has = |index: usize| {
+        requests[index]
+            .tools
+            .iter()
+            .any(|tool| tool.name == "late_tool")
+    };
+    assert!(!has(0), "the first request did not wait for the source");
+    assert!(has(1));
+    assert_eq!(text(&ran.tool_results()[1].content), "ran big_1");
+    let joined = ran
+        .events
+        .iter()
+        .find_map(|event| match event {
+            RunEventKind::ExtensionRegistered { extension } if !extension.tools.is_empty() => {
+                Some(extension.clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(joined.name, "slow-server");
+    assert_eq!(joined.version.as_deref(), Some("0.9"));
+    assert_eq!(joined.tools, ["late_tool"]);
+    assert!(ran.events.iter().any(|event| matches!(
+        event,
+        RunEventKind::Warning { code, message } if code == "tool_name_taken" && message.contains("read")
+    )));
+}

@@ -34,6 +34,7 @@ const LAYERS: &[(&str, u32)] = &[
     ("pipeline", 3),
     ("fork", 3),
     ("hooks", 3),
+    ("late_tools", 3),
     ("session_writer", 4),
     ("watchdog", 4),
     ("tools", 5),
