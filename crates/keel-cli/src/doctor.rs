@@ -112,7 +112,13 @@ async fn check_config(args: &DoctorArgs) -> ConfigFindings {
     findings.warnings = settings
         .warnings
         .iter()
-        .map(|warning| format!("{} [{}]", warning.message, warning.code))
+        .map(|warning| {
+            format!(
+                "{} [{}]",
+                crate::escape::one_line(&warning.message),
+                warning.code
+            )
+        })
         .collect();
     let Some(name) = settings.defaults.provider.clone() else {
         return findings;

@@ -10,6 +10,16 @@
 
 use std::borrow::Cow;
 
+/// `text` as one line: [`visible`], with newlines shown as `\n` too, so a
+/// warning that quotes what a repository or an extension wrote cannot
+/// forge a line of its own.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    match visible(text) {
+        Cow::Borrowed(text) if !text.contains('\n') => Cow::Borrowed(text),
+        shown => Cow::Owned(shown.replace('\n', "\\n")),
+    }
+}
+
 /// `text` with every control character but `\n` and `\t` shown escaped.
 pub fn visible(text: &str) -> Cow<'_, str> {
     if !text.chars().any(is_hidden_control) {
@@ -40,6 +50,15 @@ fn is_hidden_control(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::visible;
+
+    #[test]
+    fn one_line_escapes_newlines_too() {
+        assert_eq!(
+            super::one_line("a\nkeel: fake\x1b]0;t\x07"),
+            "a\\nkeel: fake\\x1b]0;t\\x07"
+        );
+        assert_eq!(super::one_line("plain"), "plain");
+    }
 
     #[test]
     fn controls_are_escaped_and_text_kept() {

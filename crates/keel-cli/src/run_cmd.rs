@@ -36,7 +36,10 @@ pub async fn run(args: RunArgs) -> Result<ExitCode, StartupError> {
     let images = images::read_all(&args.images)?;
     let setup = run_setup(&args)?;
     for warning in &setup.warnings {
-        eprintln!("keel: warning: {}", warning.message);
+        eprintln!(
+            "keel: warning: {}",
+            crate::escape::one_line(&warning.message)
+        );
     }
     let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
     let workspace = match &args.workspace {
@@ -129,7 +132,10 @@ pub async fn chat(args: RunArgs) -> Result<ExitCode, StartupError> {
     };
     let setup = run_setup(&args)?;
     for warning in &setup.warnings {
-        eprintln!("keel: warning: {}", warning.message);
+        eprintln!(
+            "keel: warning: {}",
+            crate::escape::one_line(&warning.message)
+        );
     }
     let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
     let workspace = sessions::workspace_root(args.workspace.as_deref())?;
@@ -170,7 +176,7 @@ fn warn_if_nobody_to_ask(
 ) -> (RunSpec, bool) {
     match ask::nobody_to_ask(mode, prompt_from_stdin) {
         Some((code, message)) => {
-            eprintln!("keel: warning: {message}");
+            eprintln!("keel: warning: {}", crate::escape::one_line(&message));
             let nobody = code == "nobody_to_ask";
             (spec.warning(code, message), nobody)
         }
@@ -226,7 +232,10 @@ pub async fn resume(args: ResumeArgs) -> Result<ExitCode, StartupError> {
     check_last_message_file(&args.output)?;
     let setup = run_setup(&args)?;
     for warning in &setup.warnings {
-        eprintln!("keel: warning: {}", warning.message);
+        eprintln!(
+            "keel: warning: {}",
+            crate::escape::one_line(&warning.message)
+        );
     }
     let store = Arc::new(sessions::open_store(args.store.session_dir.as_deref())?);
     let workspace = match &args.workspace {

@@ -14,13 +14,18 @@ use std::time::{Duration, Instant};
 use common::home::Home;
 use serde_json::{Value, json};
 
-/// A guard that blocks writes under `protected/` and allows the rest.
-const GUARD: &str = r#"#!/bin/sh
-input=$(cat)
-case "$input" in
-  *'"path":"protected/'*) echo '{"outcome":"block","code":"protected","message":"protected/ is read-only"}' ;;
-  *) echo '{"outcome":"allow"}' ;;
-esac
+/// A guard that blocks writes under `protected/` and allows the rest,
+/// judging the path as it resolves (docs/extensions.md shows it).
+const GUARD: &str = r#"#!/usr/bin/env python3
+import json, os, sys
+event = json.load(sys.stdin)
+workspace = event["workspace"]
+target = os.path.realpath(os.path.join(workspace, event["arguments"].get("path", "")))
+protected = os.path.realpath(os.path.join(workspace, "protected"))
+if target == protected or target.startswith(protected + os.sep):
+    print(json.dumps({"outcome": "block", "code": "protected", "message": "protected/ is read-only"}))
+else:
+    print(json.dumps({"outcome": "allow"}))
 "#;
 
 fn write(path: &str) -> Value {
@@ -81,11 +86,33 @@ fn a_command_hook_blocks_a_protected_write_and_lets_another_through() {
     let guard = script(&home, "guard.sh", GUARD);
     user_config(&home, &hook_config(&guard, ""));
     std::fs::create_dir(home.workspace().join("protected")).unwrap();
+    let absolute = home
+        .workspace()
+        .join("protected/c.txt")
+        .display()
+        .to_string();
     let (lines, stderr) = run(
         &home,
-        vec![write("protected/secret.txt"), write("notes.txt"), done()],
+        vec![
+            write("protected/secret.txt"),
+            write("./protected/a.txt"),
+            write("sub/../protected/b.txt"),
+            write(&absolute),
+            write("notes.txt"),
+            done(),
+        ],
     );
-    assert_eq!(statuses(&lines), ["error", "success"], "{stderr}");
+    assert_eq!(
+        statuses(&lines),
+        ["error", "error", "error", "error", "success"],
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(home.workspace().join("protected"))
+            .unwrap()
+            .count(),
+        0
+    );
     assert!(!home.workspace().join("protected/secret.txt").exists());
     assert!(home.workspace().join("notes.txt").exists());
     let blocked = &of(&lines, "tool_execution_end")[0]["result"]["error"];
@@ -97,7 +124,7 @@ fn a_command_hook_blocks_a_protected_write_and_lets_another_through() {
             .contains("protected/ is read-only")
     );
     let events = of(&lines, "hook_blocked");
-    assert_eq!(events.len(), 1);
+    assert_eq!(events.len(), 4);
     assert_eq!(events[0]["extension"], "config-hooks");
     assert_eq!(events[0]["point"], "tool_call");
     // The configuration records the hooks' extension.
@@ -203,4 +230,76 @@ fn a_bad_hook_setting_is_a_startup_error_naming_it() {
     assert!(said.contains("startup_error"), "{said}");
     assert!(said.contains("[[hooks]] #1"), "{said}");
     assert!(said.contains("`event` must be one of"), "{said}");
+}
+
+// ---- from the attack review ---------------------------------------------------------
+
+#[test]
+fn a_block_is_kept_when_the_hook_leaves_a_child_holding_its_stdout() {
+    let home = Home::new();
+    let pids = home.path().join("pids");
+    let guard = script(
+        &home,
+        "bg.sh",
+        &format!(
+            "#!/bin/sh\ncat >/dev/null\nsleep 300 &\necho $! > {}\necho '{{\"outcome\":\"block\",\"message\":\"no writes\"}}'\n",
+            pids.display()
+        ),
+    );
+    user_config(&home, &hook_config(&guard, "timeout_sec = 20\n"));
+    let started = Instant::now();
+    let (lines, stderr) = run(&home, vec![write("a.txt"), done()]);
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "the run did not wait for the hook's child"
+    );
+    assert_eq!(statuses(&lines), ["error"], "{stderr}");
+    assert!(!home.workspace().join("a.txt").exists());
+    assert!(of(&lines, "hook_failed").is_empty());
+    // The child was killed with the hook's group.
+    std::thread::sleep(Duration::from_millis(300));
+    let pid = std::fs::read_to_string(&pids).unwrap();
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).unwrap_or_default();
+    assert!(stat.is_empty() || stat.contains(") Z "), "{stat}");
+}
+
+#[test]
+fn hooks_in_a_config_file_inside_the_workspace_are_ignored() {
+    let home = Home::new();
+    let guard = script(&home, "guard.sh", GUARD);
+    let inside = home.workspace().join("keel.toml");
+    std::fs::write(&inside, hook_config(&guard, "")).unwrap();
+    std::fs::create_dir(home.workspace().join("protected")).unwrap();
+    let script = home.script(
+        "script",
+        json!({ "turns": [write("protected/secret.txt"), done()] }),
+    );
+    let config = inside.display().to_string();
+    let output = home.run_script(
+        &["run", "--mode", "auto", "--config", &config, "go"],
+        &script,
+        &[],
+    );
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("`hooks` is ignored"), "{stderr}");
+    assert!(stderr.contains("inside the workspace"), "{stderr}");
+    assert!(home.workspace().join("protected/secret.txt").exists());
+}
+
+#[test]
+fn a_warning_quoting_the_repository_cannot_reach_the_terminal_raw() {
+    let home = Home::new();
+    std::fs::create_dir_all(home.workspace().join(".keel")).unwrap();
+    std::fs::write(
+        home.workspace().join(".keel/config.toml"),
+        "\"x\\u001b]0;PWNED\\u0007\\r\\nkeel: fake line\" = 1\n",
+    )
+    .unwrap();
+    let (_, stderr) = run(&home, vec![done()]);
+    assert!(
+        stderr.contains("project_key_ignored") || stderr.contains("is ignored"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains('\u{1b}'), "{stderr:?}");
+    assert!(!stderr.contains("\nkeel: fake line"), "{stderr:?}");
 }

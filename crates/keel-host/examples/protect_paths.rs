@@ -6,6 +6,7 @@
 //!
 //! Run with `cargo run -p keel-host --example protect_paths`.
 
+use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use keel_host::{HostConfig, ProviderChoice};
@@ -26,14 +27,19 @@ pub const AUDIT_KIND: &str = "protect.audit";
 /// The extension: `count_lines`, and a `tool_call` hook on `write` and
 /// `edit` that blocks any path under `protected` and records each judgement.
 pub fn extension(protected: &str) -> Extension {
-    let prefix = format!("{}/", protected.trim_end_matches('/'));
+    let protected = protected.trim_end_matches('/').to_owned();
     let guard = move |event: HookEvent| {
         let path = event.payload["arguments"]["path"]
             .as_str()
             .unwrap_or_default()
-            .trim_start_matches("./")
             .to_owned();
-        let blocked = path.starts_with(&prefix);
+        // Judged as the path resolves now (`./`, `..`, an absolute path,
+        // a symlink), not as it is spelled: the kernel asks again just
+        // before a later call of a batch runs (`recheck`).
+        let workspace = Path::new(event.payload["workspace"].as_str().unwrap_or_default());
+        let guarded = resolve(workspace, &protected);
+        let blocked = resolve(workspace, &path).starts_with(&guarded);
+        let prefix = format!("{protected}/");
         let tool = event.payload["tool_name"].clone();
         let reply = match blocked {
             true => HookReply::block(
@@ -61,6 +67,38 @@ pub fn extension(protected: &str) -> Extension {
             }
         })
         .hook(Hook::new([HookPoint::ToolCall], Arc::new(guard)).matching("write|edit"))
+}
+
+/// `path` (relative to `workspace`, or absolute) as it resolves now: `.`
+/// and `..` applied, then the deepest existing ancestor's symlinks
+/// resolved.
+fn resolve(workspace: &Path, path: &str) -> PathBuf {
+    let mut normal = PathBuf::new();
+    for part in workspace.join(path).components() {
+        match part {
+            Component::ParentDir => {
+                normal.pop();
+            }
+            Component::CurDir => {}
+            other => normal.push(other),
+        }
+    }
+    let mut existing = normal.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => break,
+        }
+    }
+    let mut resolved = existing
+        .canonicalize()
+        .unwrap_or_else(|_| existing.to_path_buf());
+    resolved.extend(rest.iter().rev());
+    resolved
 }
 
 /// Counts the lines of a workspace file.

@@ -94,14 +94,31 @@ impl CommandHookSettings {
                 &format!("`event` must be one of {}", known.join(", ")),
             ));
         }
-        if self
-            .command
-            .first()
-            .is_none_or(|program| program.is_empty())
-        {
+        let Some(program) = self.command.first().filter(|program| !program.is_empty()) else {
             return Err(invalid(
                 place,
                 "`command` must name a program: [\"program\", \"arg\", …]",
+            ));
+        };
+        // A relative path would resolve in the workspace, which the
+        // repository (and the model) controls.
+        if program.contains('/') && !program.starts_with('/') && !program.starts_with("~/") {
+            return Err(invalid(
+                place,
+                "`command`'s program must be an absolute path, one under ~/, or a name \
+                 looked up on PATH — never relative to the workspace",
+            ));
+        }
+        if let Some(point) = HookPoint::parse(&self.event)
+            && self.fail_closed
+            && !point.allows(keel_protocol::HookOutcomeKind::Block)
+        {
+            return Err(invalid(
+                place,
+                &format!(
+                    "`fail_closed` has no effect at `{}`, which cannot block",
+                    point.as_str()
+                ),
             ));
         }
         if let Some(seconds) = self.timeout_sec
@@ -137,8 +154,14 @@ pub fn extension(
             // Checked when the settings were read.
             continue;
         };
+        let mut command = settings.command.clone();
+        if let Some(program) = command.first_mut() {
+            *program = crate::settings::expand_home(Path::new(program))
+                .display()
+                .to_string();
+        }
         let handler = CommandHook {
-            command: settings.command.clone(),
+            command,
             cwd: workspace.to_path_buf(),
             env: env.clone(),
             timeout: settings.timeout(),
@@ -222,29 +245,42 @@ impl CommandHook {
             .map_err(|error| HookError::new(format!("`{program}` could not start: {error}")))?;
         // The whole group dies with this call, however it ends.
         let group = child.id().map(KillGroup);
-        let mut stdin = child.stdin.take();
-        let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
         let work = async {
-            if let Some(mut pipe) = stdin.take() {
-                // A hook that does not read its input closes the pipe early.
-                let _ = pipe.write_all(input).await;
-                drop(pipe);
-            }
-            let mut out = Vec::new();
-            let mut err = Vec::new();
-            let read_out = async {
-                if let Some(pipe) = stdout.take() {
+            let feed = async move {
+                if let Some(mut pipe) = stdin {
+                    // A hook that does not read its input closes the pipe
+                    // (or dies) early: that is its business.
+                    let _ = pipe.write_all(input).await;
+                }
+            };
+            let read_out = async move {
+                let mut out = Vec::new();
+                if let Some(pipe) = stdout {
                     let _ = pipe.take(MAX_STDOUT).read_to_end(&mut out).await;
                 }
+                out
             };
-            let read_err = async {
-                if let Some(pipe) = stderr.take() {
+            let read_err = async move {
+                let mut err = Vec::new();
+                if let Some(pipe) = stderr {
                     let _ = pipe.take(64 * 1024).read_to_end(&mut err).await;
                 }
+                err
             };
-            tokio::join!(read_out, read_err);
-            let status = child.wait().await;
+            let exit = async {
+                let status = child.wait().await;
+                // The hook has answered. What it left running goes now —
+                // which also closes the pipes such a child still holds, so
+                // the reads above end with what the hook wrote.
+                if let Some(group) = &group {
+                    group.kill();
+                }
+                status
+            };
+            let ((), out, err, status) = tokio::join!(feed, read_out, read_err, exit);
             (status, out, err)
         };
         let (status, out, err) = match tokio::time::timeout(self.timeout, work).await {
@@ -266,11 +302,11 @@ impl CommandHook {
     }
 }
 
-/// Kills a hook's process group when dropped.
+/// A hook's process group, killed when dropped.
 struct KillGroup(u32);
 
-impl Drop for KillGroup {
-    fn drop(&mut self) {
+impl KillGroup {
+    fn kill(&self) {
         if let Ok(pid) = i32::try_from(self.0) {
             // The group may be gone already; nothing else to do then.
             let _ = nix::sys::signal::killpg(
@@ -279,6 +315,17 @@ impl Drop for KillGroup {
             );
         }
     }
+}
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `text`'s first `max` characters.
+fn capped(text: &str, max: usize) -> String {
+    text.chars().take(max).collect()
 }
 
 /// The reply a hook's exit status and output make.
@@ -317,10 +364,14 @@ fn answer(status: i32, stdout: &[u8], stderr: &[u8]) -> Result<HookReply, HookEr
     match answer.outcome.as_str() {
         "allow" | "observe" => Ok(HookReply::observe()),
         "block" => Ok(HookReply::block(
-            answer.code.unwrap_or_else(|| "command_hook".into()),
-            answer
-                .message
-                .unwrap_or_else(|| "blocked by a command hook".into()),
+            capped(answer.code.as_deref().unwrap_or("command_hook"), 64),
+            capped(
+                answer
+                    .message
+                    .as_deref()
+                    .unwrap_or("blocked by a command hook"),
+                500,
+            ),
         )),
         "transform" => match answer.value {
             Some(value) => Ok(HookReply::transform(value)),
@@ -383,5 +434,17 @@ mod tests {
         assert!(
             read("[[hooks]]\nevent = \"tool_call\"\ncommand = [\"true\"]\nshell = true").is_err()
         );
+        let relative =
+            read("[[hooks]]\nevent = \"tool_call\"\ncommand = [\"tools/guard.sh\"]").unwrap_err();
+        assert!(
+            relative.to_string().contains("never relative"),
+            "{relative}"
+        );
+        assert!(read("[[hooks]]\nevent = \"tool_call\"\ncommand = [\"~/bin/guard\"]").is_ok());
+        assert!(read("[[hooks]]\nevent = \"tool_call\"\ncommand = [\"/bin/guard\"]").is_ok());
+        let useless =
+            read("[[hooks]]\nevent = \"run_end\"\ncommand = [\"true\"]\nfail_closed = true")
+                .unwrap_err();
+        assert!(useless.to_string().contains("cannot block"), "{useless}");
     }
 }

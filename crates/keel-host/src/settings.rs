@@ -297,6 +297,9 @@ impl Settings {
         let shown = path
             .as_ref()
             .map_or_else(|| "config.toml".to_owned(), |p| p.display().to_string());
+        // Whether the user's file lies inside the workspace, where a command
+        // (or the model's write) could have put what it holds.
+        let mut in_workspace = false;
         let mut table = match &path {
             Some(path) => {
                 // A user file inside the workspace (a workspace that is the
@@ -306,6 +309,7 @@ impl Settings {
                     Some(workspace) => beneath_workspace(path, workspace)?,
                     None => None,
                 };
+                in_workspace = inside.is_some();
                 let origin = match &inside {
                     Some((root, rel)) => Origin::Beneath { root, rel },
                     None => Origin::User(path),
@@ -335,6 +339,22 @@ impl Settings {
             telemetry,
             hooks,
         } = UserFile::split(table, &place)?;
+        let mut warnings = Vec::new();
+        // Hooks run unsandboxed as the user: never from a file a run could
+        // have written.
+        let hooks = match in_workspace && !hooks.is_empty() {
+            true => {
+                warnings.push(Warning {
+                    code: "config_in_workspace",
+                    message: format!(
+                        "{shown}: `hooks` is ignored: the file is inside the workspace, where a \
+                         run could have written it"
+                    ),
+                });
+                Vec::new()
+            }
+            false => hooks,
+        };
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
         let mut base = root;
@@ -348,7 +368,6 @@ impl Settings {
                 })?;
             base = base.overlaid(profile);
         }
-        let mut warnings = Vec::new();
         let narrowed = match &sources.workspace {
             Some(root) => project::narrow(base, root, &mut warnings)?,
             None => base,

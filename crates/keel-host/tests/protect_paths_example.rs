@@ -34,3 +34,70 @@ async fn the_audit_entries_name_each_judgement() {
     );
     assert!(!project.path().join("vendor/lib.txt").exists());
 }
+
+#[tokio::test]
+async fn the_guard_judges_the_path_as_it_resolves_not_as_it_is_spelled() {
+    use std::sync::Arc;
+
+    use keel_host::{HostConfig, ProviderChoice};
+    use keel_kernel::RunSpec;
+    use keel_protocol::{PermissionMode, RunEventKind};
+
+    let project = tempfile::tempdir().unwrap();
+    std::fs::create_dir(project.path().join("vendor")).unwrap();
+    std::os::unix::fs::symlink(project.path().join("vendor"), project.path().join("alias"))
+        .unwrap();
+    let absolute = project.path().join("vendor/c.txt").display().to_string();
+    let spellings = [
+        "./vendor/a.txt",
+        "sub/../vendor/b.txt",
+        &absolute,
+        "alias/d.txt",
+    ];
+    let mut turns: Vec<serde_json::Value> = spellings
+        .iter()
+        .map(|path| json!({"content": [{"type": "tool_call", "name": "write", "arguments": {"path": path, "content": "x"}}]}))
+        .collect();
+    turns.push(json!({"content": [{"type": "text", "text": "done"}]}));
+    let script = keel_provider::Script::from_json(&json!({ "turns": turns }).to_string()).unwrap();
+    let mut config = HostConfig::new(ProviderChoice::Script {
+        script,
+        model: None,
+    })
+    .workspace(project.path());
+    config.extensions.push(protect_paths::extension("vendor"));
+    let kernel = config
+        .kernel(Arc::new(keel_session::MemoryStore::new()))
+        .unwrap();
+    let run = kernel
+        .create_run(RunSpec::new("go").mode(PermissionMode::Full))
+        .await
+        .unwrap();
+    let mut events = run.events().unwrap();
+    let mut blocked = 0;
+    while let Some(event) = events.next().await {
+        if let RunEventKind::HookBlocked { .. } = event.kind {
+            blocked += 1;
+        }
+    }
+    let written: Vec<_> = walk(project.path());
+    assert_eq!(blocked, spellings.len(), "{written:?}");
+    assert_eq!(
+        std::fs::read_dir(project.path().join("vendor"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        found.push(path.display().to_string());
+        if path.is_dir() && !path.is_symlink() {
+            found.extend(walk(&path));
+        }
+    }
+    found
+}

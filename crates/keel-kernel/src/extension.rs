@@ -202,9 +202,9 @@ impl Hook {
     }
 }
 
-/// A tool-name pattern: alternatives separated by `|`, each matched whole,
-/// where `*` stands for any run of characters (`edit|write`, `mcp__fs__*`,
-/// `*`).
+/// A tool-name pattern: alternatives separated by `|`, each matched whole
+/// and without regard to case (`Write|Edit` is `write|edit`), where `*`
+/// stands for any run of characters (`mcp__fs__*`, `*`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolMatcher {
     alternatives: Vec<String>,
@@ -217,18 +217,19 @@ impl ToolMatcher {
             .split('|')
             .map(str::trim)
             .filter(|alternative| !alternative.is_empty())
-            .map(str::to_owned)
+            .map(str::to_lowercase)
             .collect();
         Self { alternatives }
     }
 
     /// Whether `tool` matches.
     pub fn matches(&self, tool: &str) -> bool {
+        let tool = tool.to_lowercase();
         self.alternatives.is_empty()
             || self
                 .alternatives
                 .iter()
-                .any(|alternative| glob(alternative, tool))
+                .any(|alternative| glob(alternative, &tool))
     }
 }
 
@@ -496,6 +497,10 @@ mod tests {
         assert!(matcher.matches("edit"));
         assert!(matcher.matches("write"));
         assert!(!matcher.matches("editor"));
+        assert!(
+            ToolMatcher::new("Write|Edit").matches("write"),
+            "case does not matter"
+        );
         let matcher = ToolMatcher::new("mcp__fs__*");
         assert!(matcher.matches("mcp__fs__read_file"));
         assert!(!matcher.matches("mcp__git__log"));

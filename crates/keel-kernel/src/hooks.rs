@@ -10,7 +10,8 @@
 //! - An outcome the point does not allow, a transformed value that fails
 //!   the point's check, and an entry of a kind the handler's extension did
 //!   not register (or that fails the kind's validator) are rejected
-//!   (`hook_outcome_rejected`), never applied. At `tool_call` a transform
+//!   (`hook_outcome_rejected`), never applied — and a fail-closed handler
+//!   whose answer is rejected blocks, as if it had failed. At `tool_call` a transform
 //!   that fails the tool's schema refuses the call: the handler meant to
 //!   change it, and running the original instead would fail open.
 //! - Transforms chain: each handler sees the value the previous one left.
@@ -164,21 +165,43 @@ impl HookScope<'_> {
                     Err(reason) => reject(reason),
                 }
             }
+            // A fail-closed handler whose answer is rejected closed too: it
+            // meant to guard the action, and its answer cannot be used.
+            let closes = hook.fail_closed && point.allows(HookOutcomeKind::Block);
+            let closed = |reason: &str| Blocked {
+                extension: extension.to_string(),
+                code: "answer_rejected".into(),
+                message: format!(
+                    "blocked: the fail-closed hook of extension `{extension}` gave an answer \
+                     that was rejected ({reason})"
+                ),
+                invalid: false,
+            };
             if !point.allows(kind) {
                 let allowed: Vec<&str> = point.allowed().iter().map(|kind| kind.as_str()).collect();
-                reject(format!(
+                let reason = format!(
                     "`{}` allows only {}, not {}",
                     point.as_str(),
                     allowed.join(", "),
                     kind.as_str()
-                ));
+                );
+                reject(reason.clone());
+                if closes {
+                    dispatched.blocked = Some(closed(&reason));
+                    break;
+                }
                 continue;
             }
             match outcome {
                 HookOutcome::Observe => {}
                 HookOutcome::Transform(value) => {
                     let Some(subject) = &subject else {
-                        reject(format!("`{}` has nothing to transform", point.as_str()));
+                        let reason = format!("`{}` has nothing to transform", point.as_str());
+                        reject(reason.clone());
+                        if closes {
+                            dispatched.blocked = Some(closed(&reason));
+                            break;
+                        }
                         continue;
                     };
                     if let Err(reason) = (subject.check)(&value) {
@@ -196,6 +219,10 @@ impl HookScope<'_> {
                             });
                             break;
                         }
+                        if closes {
+                            dispatched.blocked = Some(closed(&reason));
+                            break;
+                        }
                         continue;
                     }
                     if let Value::Object(map) = &mut payload {
@@ -205,10 +232,15 @@ impl HookScope<'_> {
                 }
                 HookOutcome::Supplement(text) => {
                     if text.len() > MAX_SUPPLEMENT_BYTES {
-                        reject(format!(
+                        let reason = format!(
                             "the supplement is {} bytes, past the {MAX_SUPPLEMENT_BYTES}-byte limit",
                             text.len()
-                        ));
+                        );
+                        reject(reason.clone());
+                        if closes {
+                            dispatched.blocked = Some(closed(&reason));
+                            break;
+                        }
                         continue;
                     }
                     dispatched.supplements.push((extension.to_string(), text));

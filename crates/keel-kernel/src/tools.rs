@@ -120,7 +120,13 @@ impl ToolRunner<'_> {
                 .and_then(|slot| slot.lock().ok()?.take());
             async move {
                 match (calls.get(index), verdict) {
-                    (Some(call), Some(verdict)) => self.run_one(call, verdict, mode).await,
+                    (Some(call), Some(verdict)) => {
+                        // A later call of a sequential batch runs after the
+                        // earlier ones changed the workspace: its hooks look
+                        // again just before it runs.
+                        let recheck = mode == BatchMode::Sequential && index > 0;
+                        self.run_one(call, verdict, mode, recheck).await
+                    }
                     _ => Err(SessionError::Unavailable(
                         "tool batch index out of range".into(),
                     )),
@@ -301,16 +307,20 @@ impl ToolRunner<'_> {
             changed.arguments = arguments.clone();
             changed
         };
+        // The error names the tool, never the value: schema errors quote
+        // what they refuse, and a handler's value may hold anything.
         let check = |arguments: &Value| {
             self.registry(call)
                 .prepare(&with_arguments(arguments))
                 .map(|_| ())
-                .map_err(|error| error.message)
+                .map_err(|_| format!("they do not fit the schema of `{}`", call.name))
         };
         let payload = serde_json::json!({
             "tool_name": call.name,
             "call_id": call.id,
             "arguments": prepared.arguments,
+            "workspace": self.parts.workspace.root(),
+            "recheck": false,
         });
         let subject = Subject {
             key: "arguments",
@@ -334,12 +344,57 @@ impl ToolRunner<'_> {
         }
     }
 
+    /// Gives a later call of a sequential batch to the `tool_call` hooks
+    /// again just before it runs, with the workspace as the earlier calls
+    /// left it (`recheck: true`): a handler may block it now (a path an
+    /// earlier call re-pointed), and a transform must leave the arguments
+    /// as they are — the call was decided on them.
+    async fn recheck(&self, call: &ToolCall, prepared: &PreparedCall) -> Result<(), ToolError> {
+        let hooks = self.hooks();
+        if !hooks.handles(HookPoint::ToolCall) {
+            return Ok(());
+        }
+        let decided = &prepared.arguments;
+        let check = |arguments: &Value| match arguments == decided {
+            true => Ok(()),
+            false => Err("just before the call runs its arguments can no longer change".to_owned()),
+        };
+        let payload = serde_json::json!({
+            "tool_name": call.name,
+            "call_id": call.id,
+            "arguments": decided,
+            "workspace": self.parts.workspace.root(),
+            "recheck": true,
+        });
+        let subject = Subject {
+            key: "arguments",
+            check: &check,
+            strict: true,
+        };
+        let dispatched = hooks
+            .dispatch(
+                HookPoint::ToolCall,
+                Some((&call.name, &call.id)),
+                payload,
+                Some(subject),
+            )
+            .await;
+        match dispatched.blocked {
+            Some(blocked) => Err(blocked_error(&Blocked {
+                invalid: false,
+                ..blocked
+            })),
+            None => Ok(()),
+        }
+    }
+
     /// Gives a call's result to the `tool_result` hooks: a handler may
     /// replace its content (content blocks, checked) or block it (the
     /// result becomes a `blocked` error).
     async fn hook_result(
         &self,
         call: &ToolCall,
+        arguments: &Value,
         mut result: ToolResultMessage,
     ) -> ToolResultMessage {
         let hooks = self.hooks();
@@ -349,15 +404,17 @@ impl ToolRunner<'_> {
         let payload = serde_json::json!({
             "tool_name": call.name,
             "call_id": call.id,
-            "arguments": call.arguments,
+            "arguments": arguments,
+            "workspace": self.parts.workspace.root(),
             "status": result.status,
             "content": result.content,
             "error": result.error,
         });
+        // The error never quotes the value: it may hold anything.
         let check = |content: &Value| {
             serde_json::from_value::<Vec<UserContent>>(content.clone())
                 .map(|_| ())
-                .map_err(|error| format!("it is not a list of content blocks ({error})"))
+                .map_err(|_| "it is not a list of content blocks".to_owned())
         };
         let subject = Subject {
             key: "content",
@@ -476,6 +533,7 @@ impl ToolRunner<'_> {
         call: &ToolCall,
         verdict: Verdict,
         batch_mode: BatchMode,
+        recheck: bool,
     ) -> Result<ToolResultMessage, SessionError> {
         let tool_name = self.traced_name(call);
         let span = tracing::info_span!(
@@ -506,8 +564,15 @@ impl ToolRunner<'_> {
                 arguments: call.arguments.clone(),
                 batch_mode,
             });
-            let result = to_result(call, self.settle(call, verdict).await?);
-            let result = self.hook_result(call, result).await;
+            // What the result hooks see: the arguments that ran.
+            let arguments = match &verdict {
+                Verdict::Run(prepared, ..) | Verdict::Ask { prepared, .. } => {
+                    prepared.arguments.clone()
+                }
+                Verdict::Refused(_) => call.arguments.clone(),
+            };
+            let result = to_result(call, self.settle(call, verdict, recheck).await?);
+            let result = self.hook_result(call, &arguments, result).await;
             traced.record("keel.tool.status", wire_name(&result.status).as_str());
             if let Some(error) = &result.error {
                 traced.record("error.type", error.code.as_str());
@@ -533,6 +598,7 @@ impl ToolRunner<'_> {
         &self,
         call: &ToolCall,
         verdict: Verdict,
+        recheck: bool,
     ) -> Result<Result<ToolOutput, ToolError>, SessionError> {
         let (prepared, level, metadata, watched, key) = match verdict {
             Verdict::Refused(error) => return Ok(Err(error)),
@@ -559,6 +625,9 @@ impl ToolRunner<'_> {
         };
         if self.shared.cancel.is_cancelled() {
             let error = ToolError::new(ToolErrorCode::Cancelled, "Not run: the run was cancelled");
+            return Ok(Err(error));
+        }
+        if recheck && let Err(error) = self.recheck(call, &prepared).await {
             return Ok(Err(error));
         }
         if !watched {

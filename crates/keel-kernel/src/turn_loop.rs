@@ -346,7 +346,8 @@ impl<'a> TurnLoop<'a> {
         ) {
             Ok(blocks) if !blocks.is_empty() => Ok(()),
             Ok(_) => Err("it has no content block".to_owned()),
-            Err(error) => Err(format!("it is not a list of content blocks ({error})")),
+            // Never the value, nor serde's words about it.
+            Err(_) => Err("it is not a list of content blocks".to_owned()),
         };
         let subject = Subject {
             key: "content",

@@ -1003,3 +1003,125 @@ async fn tools_of_a_source_join_the_run_when_it_is_ready_and_never_before() {
         RunEventKind::Warning { code, message } if code == "tool_name_taken" && message.contains("read")
     )));
 }
+
+// ---- from the attack review ---------------------------------------------------------
+
+#[tokio::test]
+async fn a_fail_closed_handler_whose_answer_is_rejected_blocks() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|_| HookReply::supplement("not allowed here")),
+    )
+    .fail_closed(true);
+    let ran = auto(&setup.kernel(vec![with_hook("strict", hook)])).await;
+    assert!(!setup.dir.path().join("a.txt").exists());
+    let error = ran.tool_results()[0].error.clone().unwrap();
+    assert_eq!(error.code, ToolErrorCode::Blocked);
+    assert!(
+        error.message.contains("answer_rejected"),
+        "{}",
+        error.message
+    );
+}
+
+#[tokio::test]
+async fn a_refused_transform_is_never_quoted_back() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let hook = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|_| HookReply::transform(json!("sk-live-SECRET-value"))),
+    );
+    let ran = auto(&setup.kernel(vec![with_hook("leaky", hook)])).await;
+    let error = ran.tool_results()[0].error.clone().unwrap();
+    assert_eq!(error.code, ToolErrorCode::InvalidArguments);
+    assert!(!error.message.contains("SECRET"), "{}", error.message);
+    for reason in ran.rejected(HookPoint::ToolCall) {
+        assert!(!reason.contains("SECRET"), "{reason}");
+    }
+}
+
+/// Makes `link` a symlink to `protected` (a sequential tool, as `bash` is).
+struct MakeLink;
+
+impl keel_tools::Tool for MakeLink {
+    fn name(&self) -> &str {
+        "make_link"
+    }
+    fn description(&self) -> &str {
+        "Points `link` at `protected`."
+    }
+    fn parameters(&self) -> Value {
+        json!({"type": "object"})
+    }
+    fn execution_mode(&self) -> keel_protocol::ExecutionMode {
+        keel_protocol::ExecutionMode::Sequential
+    }
+    fn intent(&self, _arguments: &Value, _workspace: &Workspace) -> keel_protocol::OperationIntent {
+        keel_protocol::OperationIntent::new(
+            keel_protocol::IntentKind::Write,
+            keel_protocol::IntentScope::Workspace,
+        )
+    }
+    fn execute(
+        &self,
+        _arguments: Value,
+        context: keel_tools::ToolContext,
+    ) -> keel_tools::ToolFuture<'_> {
+        Box::pin(async move {
+            let root = context.workspace.root();
+            std::os::unix::fs::symlink(root.join("protected"), root.join("link")).unwrap();
+            Ok(keel_tools::ToolOutput::text("linked"))
+        })
+    }
+}
+
+#[tokio::test]
+async fn a_later_call_of_a_batch_is_hooked_again_with_the_workspace_the_earlier_left() {
+    let setup = Setup::new(vec![Reply::text("unused")]);
+    std::fs::create_dir(setup.dir.path().join("protected")).unwrap();
+    // One batch: first the link, then a write through it.
+    let batch = json!({"turns": [
+        {"content": [
+            {"type": "tool_call", "name": "make_link", "arguments": {}},
+            {"type": "tool_call", "name": "write", "arguments": {"path": "link/owned.txt", "content": "x"}}
+        ]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let provider = keel_provider::ScriptedProvider::new(
+        keel_provider::Script::from_json(&batch.to_string()).unwrap(),
+    );
+    // A guard that resolves the path as it is now and blocks `protected/`.
+    let guard = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|event| {
+            let workspace = std::path::PathBuf::from(event.payload["workspace"].as_str().unwrap());
+            let path = workspace.join(event.payload["arguments"]["path"].as_str().unwrap());
+            let parent = path.parent().unwrap();
+            let resolved = std::fs::canonicalize(parent).unwrap_or(parent.to_path_buf());
+            let protected = std::fs::canonicalize(workspace.join("protected")).unwrap();
+            match resolved.starts_with(&protected) {
+                true => HookReply::block("protected", "protected/ is read-only"),
+                false => HookReply::observe(),
+            }
+        }),
+    )
+    .matching("write");
+    let kernel = AgentKernel::builder()
+        .provider(Arc::new(provider))
+        .workspace(Workspace::new(setup.dir.path()).unwrap())
+        .tools(default_tools(BashOptions::default()))
+        .tool(Arc::new(MakeLink))
+        .workspace_snapshots(None)
+        .extension(with_hook("guard", guard))
+        .build()
+        .unwrap();
+    let ran = auto(&kernel).await;
+    assert!(setup.dir.path().join("link").exists(), "the first call ran");
+    assert!(
+        !setup.dir.path().join("protected/owned.txt").exists(),
+        "the write through the new link was blocked"
+    );
+    let error = ran.tool_results()[1].error.clone().unwrap();
+    assert_eq!(error.code, ToolErrorCode::Blocked);
+}

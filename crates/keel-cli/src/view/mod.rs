@@ -30,7 +30,7 @@ use keel_protocol::{
 pub use describe::call_title;
 use live::{BlockLine, Call};
 
-use crate::escape::visible;
+use crate::escape::{one_line, visible};
 use crate::style::{self, Palette};
 
 /// How often a running call's time is redrawn (or, without redrawing, how
@@ -354,9 +354,9 @@ impl View {
                 self.close_line();
                 let line = format!(
                     "! extension {} blocked at {}: {}",
-                    visible(extension),
+                    one_line(extension),
                     point.as_str(),
-                    visible(message)
+                    one_line(message)
                 );
                 let line = self.palette.paint(style::WARN, &line);
                 self.line(&line);
@@ -370,9 +370,9 @@ impl View {
                 self.close_line();
                 let line = format!(
                     "! extension {}'s hook at {} failed: {}",
-                    visible(extension),
+                    one_line(extension),
                     point.as_str(),
-                    visible(reason)
+                    one_line(reason)
                 );
                 let line = self.palette.paint(style::WARN, &line);
                 self.line(&line);
@@ -386,9 +386,9 @@ impl View {
                 self.close_line();
                 let line = format!(
                     "! extension {}'s answer at {} was rejected: {}",
-                    visible(extension),
+                    one_line(extension),
                     point.as_str(),
-                    visible(reason)
+                    one_line(reason)
                 );
                 let line = self.palette.paint(style::WARN, &line);
                 self.line(&line);
