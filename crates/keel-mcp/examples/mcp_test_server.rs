@@ -6,7 +6,7 @@
 //! what it got), and prints `listening on http://ADDR/mcp` on stdout.
 //!
 //! Tools: `echo` (its `text` back), `env` (its environment as a JSON
-//! object), `wait` (answers only when cancelled), `cancellations` (how many
+//! object), `cwd` (its working directory), `wait` (answers only when cancelled), `cancellations` (how many
 //! requests have been cancelled so far), `crash` (the process exits in the
 //! middle of the call), `spawn_sleeper` (starts `sleep 600` and answers
 //! its pid), `read_only_probe` (annotated read-only).
@@ -48,6 +48,7 @@ fn tools() -> Vec<Tool> {
             })),
         ),
         Tool::new("env", "Answers the server's environment as JSON", empty()),
+        Tool::new("cwd", "Answers the server's working directory", empty()),
         Tool::new("wait", "Answers only when the call is cancelled", empty()),
         Tool::new(
             "cancellations",
@@ -121,6 +122,10 @@ impl ServerHandler for TestServer {
                 self.cancelled.fetch_add(1, Ordering::SeqCst);
                 Err(ErrorData::internal_error("cancelled", None))
             }
+            "cwd" => match std::env::current_dir() {
+                Ok(dir) => text(dir.to_string_lossy()),
+                Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
+            },
             "cancellations" => text(self.cancelled.load(Ordering::SeqCst).to_string()),
             "crash" => std::process::exit(3),
             "spawn_sleeper" => match std::process::Command::new("sleep")
