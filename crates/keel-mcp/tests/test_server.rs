@@ -347,3 +347,39 @@ async fn the_working_directory_is_cwd() {
     );
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_redirect_is_never_followed_so_the_token_stays_home() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    // Where a redirect would lead: counts every request it gets.
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counter = seen.clone();
+    let elsewhere = axum::Router::new().fallback(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { axum::http::StatusCode::NOT_FOUND }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, elsewhere).await });
+    // The configured server answers every request with a redirect there.
+    let location = target.clone();
+    let redirecting = axum::Router::new().fallback(move || {
+        let location = location.clone();
+        async move {
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, location)],
+            )
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/mcp", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, redirecting).await });
+
+    let error = McpServer::start("web", &http_config(&url), &env_with_token(TOKEN))
+        .await
+        .unwrap_err();
+    assert!(matches!(error, McpError::Initialize { .. }), "{error:?}");
+    assert!(!format!("{error:?}").contains(TOKEN));
+    assert_eq!(seen.load(Ordering::SeqCst), 0, "the redirect was followed");
+}
