@@ -6,7 +6,7 @@
 //! what it got), and prints `listening on http://ADDR/mcp` on stdout.
 //!
 //! Tools: `echo` (its `text` back), `env` (its environment as a JSON
-//! object), `cwd` (its working directory), `wait` (answers only when cancelled), `cancellations` (how many
+//! object), `cwd` (its working directory), `fds` (what its fds 0-2 are), `wait` (answers only when cancelled), `cancellations` (how many
 //! requests have been cancelled so far), `crash` (the process exits in the
 //! middle of the call), `spawn_sleeper` (starts `sleep 600` and answers
 //! its pid), `read_only_probe` (annotated read-only).
@@ -49,6 +49,11 @@ fn tools() -> Vec<Tool> {
         ),
         Tool::new("env", "Answers the server's environment as JSON", empty()),
         Tool::new("cwd", "Answers the server's working directory", empty()),
+        Tool::new(
+            "fds",
+            "Answers what its stdin, stdout and stderr are",
+            empty(),
+        ),
         Tool::new("wait", "Answers only when the call is cancelled", empty()),
         Tool::new(
             "cancellations",
@@ -126,6 +131,16 @@ impl ServerHandler for TestServer {
                 Ok(dir) => text(dir.to_string_lossy()),
                 Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
             },
+            "fds" => {
+                let kinds: Vec<String> = (0..3)
+                    .map(|fd| {
+                        std::fs::read_link(format!("/proc/self/fd/{fd}"))
+                            .map(|target| target.to_string_lossy().into_owned())
+                            .unwrap_or_else(|error| error.to_string())
+                    })
+                    .collect();
+                text(kinds.join("\n"))
+            }
             "cancellations" => text(self.cancelled.load(Ordering::SeqCst).to_string()),
             "crash" => std::process::exit(3),
             "spawn_sleeper" => match std::process::Command::new("sleep")

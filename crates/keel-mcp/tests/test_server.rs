@@ -271,6 +271,7 @@ async fn startup_failures_are_clear_and_leave_nothing_behind() {
         "{error:?}"
     );
     assert!(error.to_string().contains("`silent`"), "{error}");
+    assert!(error.to_string().contains("startup_timeout_sec"), "{error}");
     assert!(started.elapsed() < Duration::from_secs(5));
     let pid: u32 = std::fs::read_to_string(&pid_file)
         .unwrap()
@@ -382,4 +383,21 @@ async fn a_redirect_is_never_followed_so_the_token_stays_home() {
     assert!(matches!(error, McpError::Initialize { .. }), "{error:?}");
     assert!(!format!("{error:?}").contains(TOKEN));
     assert_eq!(seen.load(Ordering::SeqCst), 0, "the redirect was followed");
+}
+
+#[tokio::test]
+async fn stdin_stdout_and_stderr_are_pipes_never_inherited() {
+    let mut server = start("probe", &test_server_stdio()).await;
+    let (context, _tmp) = support::context("fds");
+    let output = find(&server, "fds")
+        .execute(json!({}), context)
+        .await
+        .unwrap();
+    let kinds = text_of(&output.content);
+    let kinds: Vec<&str> = kinds.lines().collect();
+    assert_eq!(kinds.len(), 3, "{kinds:?}");
+    for kind in kinds {
+        assert!(kind.starts_with("pipe:"), "{kind}: not a pipe");
+    }
+    server.shutdown().await;
 }
