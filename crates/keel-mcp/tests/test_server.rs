@@ -228,6 +228,10 @@ async fn schemas_annotations_and_names() {
     assert_eq!(odd.parameters(), json!({"type": "object"}));
     let echo = find(&server, "echo");
     assert_eq!(echo.parameters()["required"], json!(["text"]));
+    assert_eq!(
+        echo.execution_mode(),
+        keel_protocol::ExecutionMode::Sequential
+    );
     let infos = server.tool_infos();
     let probe = infos
         .iter()
