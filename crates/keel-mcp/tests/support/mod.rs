@@ -69,8 +69,9 @@ pub fn node_server(servers: &Path, package: &str, args: &[&str]) -> McpServerCon
     config
 }
 
-/// The in-tree test server (examples/mcp_test_server.rs), built if a test
-/// run did not build it already.
+/// The in-tree test server (examples/mcp_test_server.rs). `cargo test`
+/// builds it with the tests; it is built here only when missing or older
+/// than its source (a run of one `--test` target builds no examples).
 pub fn test_server_exe() -> PathBuf {
     static EXE: OnceLock<PathBuf> = OnceLock::new();
     EXE.get_or_init(|| {
@@ -78,6 +79,17 @@ pub fn test_server_exe() -> PathBuf {
         let deps = std::env::current_exe().unwrap();
         let profile = deps.parent().unwrap().parent().unwrap();
         let exe = profile.join("examples/mcp_test_server");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/mcp_test_server.rs");
+        let modified = |path: &Path| {
+            std::fs::metadata(path)
+                .and_then(|meta| meta.modified())
+                .ok()
+        };
+        if let (Some(built), Some(written)) = (modified(&exe), modified(&source))
+            && built >= written
+        {
+            return exe;
+        }
         let status = Command::new(env!("CARGO"))
             .args([
                 "build",
