@@ -25,6 +25,7 @@ pub mod answers;
 mod assemble;
 pub mod broker;
 mod error;
+pub mod mcp;
 pub mod modes;
 mod overrides;
 pub mod project;

@@ -35,6 +35,7 @@ use serde::Deserialize;
 
 use keel_tools::untrusted::{self, Limit, Origin};
 
+use crate::mcp::McpSettings;
 use crate::prune::SessionSettings;
 use crate::server::ServerSettings;
 use crate::telemetry::TelemetrySettings;
@@ -51,7 +52,14 @@ pub const DEFAULT_KEYS: [&str; 6] = [
 ];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
-const TABLE_KEYS: [&str; 5] = ["profiles", "providers", "server", "sessions", "telemetry"];
+const TABLE_KEYS: [&str; 6] = [
+    "profiles",
+    "providers",
+    "server",
+    "sessions",
+    "telemetry",
+    "mcp_servers",
+];
 
 /// The values one layer sets; `None` leaves the layer below in force.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -236,6 +244,8 @@ pub struct Settings {
     pub sessions: SessionSettings,
     /// The user's `[telemetry]` table; never from the project layer.
     pub telemetry: TelemetrySettings,
+    /// The user's `[mcp_servers.NAME]` tables; never from the project layer.
+    pub mcp_servers: McpSettings,
 }
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
@@ -323,6 +333,7 @@ impl Settings {
             server,
             sessions,
             telemetry,
+            mcp_servers,
         } = UserFile::split(table, &place)?;
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
@@ -361,6 +372,7 @@ impl Settings {
             server,
             sessions,
             telemetry,
+            mcp_servers,
         };
         settings.checked()
     }
@@ -465,6 +477,7 @@ struct UserFile {
     server: ServerSettings,
     sessions: SessionSettings,
     telemetry: TelemetrySettings,
+    mcp_servers: McpSettings,
 }
 
 impl UserFile {
@@ -497,6 +510,10 @@ impl UserFile {
             Some(value) => TelemetrySettings::from_value(value, place)?,
             None => TelemetrySettings::default(),
         };
+        let mcp_servers = match table.remove("mcp_servers") {
+            Some(value) => McpSettings::from_value(value, place)?,
+            None => McpSettings::default(),
+        };
         let profiles = match table.remove("profiles") {
             None => BTreeMap::new(),
             Some(toml::Value::Table(profiles)) => profiles
@@ -519,6 +536,7 @@ impl UserFile {
             server,
             sessions,
             telemetry,
+            mcp_servers,
         })
     }
 }
