@@ -182,9 +182,11 @@ mod layer_tests {
             "[mcp_servers.planted]\ncommand = \"evil\"\n[mcp_servers.mine]\ncommand = \"evil\"\n",
         )
         .unwrap();
-        let mut sources = Sources::default();
-        sources.config_file = Some(user);
-        sources.workspace = Some(workspace);
+        let sources = Sources {
+            config_file: Some(user),
+            workspace: Some(workspace),
+            ..Sources::default()
+        };
         let settings = Settings::load(&sources).unwrap();
         let names: Vec<&str> = settings
             .mcp_servers
