@@ -138,9 +138,14 @@ impl McpTool {
 }
 
 /// The tool's input schema when it is a usable object schema (one that
-/// says `"type": "object"` and compiles); else `{"type": "object"}`, logged.
+/// says `"type": "object"`, or says no type but has `properties`, and
+/// compiles); else `{"type": "object"}`, logged.
 fn usable_schema(server: &str, tool: &str, schema: &serde_json::Map<String, Value>) -> Value {
-    let schema = Value::Object(schema.clone());
+    let mut schema = schema.clone();
+    if !schema.contains_key("type") && schema.get("properties").is_some_and(Value::is_object) {
+        schema.insert("type".to_owned(), Value::String("object".to_owned()));
+    }
+    let schema = Value::Object(schema);
     let is_object = schema.get("type").and_then(Value::as_str) == Some("object");
     if is_object && jsonschema::validator_for(&schema).is_ok() {
         return schema;
@@ -204,5 +209,37 @@ impl Tool for McpTool {
                 },
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    fn usable(schema: Value) -> Value {
+        let Value::Object(map) = schema else {
+            panic!("not an object")
+        };
+        usable_schema("s", "t", &map)
+    }
+
+    #[test]
+    fn object_schemas_are_kept_and_others_fall_back() {
+        let schema = json!({"type": "object", "properties": {"a": {"type": "string"}}});
+        assert_eq!(usable(schema.clone()), schema);
+        // No type but properties: an object schema that forgot to say so.
+        assert_eq!(
+            usable(json!({"properties": {"a": {"type": "string"}}})),
+            json!({"type": "object", "properties": {"a": {"type": "string"}}})
+        );
+        assert_eq!(usable(json!({"type": "string"})), json!({"type": "object"}));
+        assert_eq!(usable(json!({})), json!({"type": "object"}));
+        // Does not compile: a `type` that is no JSON type.
+        assert_eq!(
+            usable(json!({"type": "object", "properties": {"a": {"type": "strnig"}}})),
+            json!({"type": "object"})
+        );
     }
 }

@@ -57,6 +57,13 @@ async fn tools_are_listed_with_names_descriptions_and_schemas() {
             "{expected} missing from {names:?}"
         );
     }
+    // Every schema the server gave compiles in Keel's registry.
+    let mut registry = keel_tool_api::ToolRegistry::new();
+    for offered in server.tools() {
+        let schema = offered.parameters();
+        registry.register(offered).unwrap();
+        assert_eq!(schema["type"], "object");
+    }
     let echo = tool(&server, "echo");
     assert!(!echo.description().is_empty());
     let schema = echo.parameters();
