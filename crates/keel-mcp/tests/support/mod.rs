@@ -90,7 +90,7 @@ pub fn test_server_exe() -> PathBuf {
         {
             return exe;
         }
-        let status = Command::new(env!("CARGO"))
+        let output = Command::new(env!("CARGO"))
             .args([
                 "build",
                 "-q",
@@ -100,9 +100,13 @@ pub fn test_server_exe() -> PathBuf {
                 "mcp_test_server",
             ])
             .stdin(Stdio::null())
-            .status()
+            .output()
             .expect("cargo build runs");
-        assert!(status.success(), "building the test server failed");
+        assert!(
+            output.status.success(),
+            "building the test server failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
         assert!(exe.exists(), "{} missing", exe.display());
         exe
     })
