@@ -126,6 +126,13 @@ pub enum Command {
     Swebench(Deferred<crate::swebench_cmd::SwebenchCommand>),
     /// Report what the OS sandbox can enforce on this machine.
     Doctor(Deferred<DoctorArgs>),
+    /// Inspect the MCP servers of the configuration.
+    ///
+    /// `list` starts each `[mcp_servers.NAME]` server of config.toml once
+    /// (in parallel, within its startup timeout) and shows its state and
+    /// tools, then stops it.
+    #[command(subcommand)]
+    Mcp(Deferred<McpCommand>),
     // --- install helpers (cli-view) ---
     /// Print a shell completion script.
     ///
@@ -341,6 +348,27 @@ pub struct ManArgs {
 /// `keel models`.
 #[derive(Debug, Clone, Args)]
 pub struct ModelsArgs {
+    #[command(flatten)]
+    pub settings: ConfigArgs,
+    #[command(flatten)]
+    pub format: FormatArgs,
+}
+
+/// `keel mcp`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start each configured MCP server once and list its state and tools.
+    ///
+    /// Exit code 1 when a `required` server failed to start.
+    List(McpListArgs),
+}
+
+/// `keel mcp list`.
+#[derive(Debug, Clone, Args)]
+pub struct McpListArgs {
+    /// The same as `--output-format json`: one JSON object.
+    #[arg(long, conflicts_with = "output_format")]
+    pub json: bool,
     #[command(flatten)]
     pub settings: ConfigArgs,
     #[command(flatten)]

@@ -23,6 +23,7 @@ mod help;
 mod host;
 mod images;
 mod install;
+mod mcp_cmd;
 mod models_cmd;
 mod output;
 mod picker;
@@ -135,6 +136,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => serve_cmd::serve(*args.into_inner()).await,
             Command::Swebench(command) => swebench_cmd::run(command.into_inner()).await,
             Command::Doctor(args) => doctor::run(args.into_inner()).await,
+            Command::Mcp(command) => mcp_cmd::run(command.into_inner()).await,
             Command::Completion { shell } => install::completion(shell),
             Command::Man(args) => install::man(args.into_inner()),
             Command::Version(args) => version::run(match args.json {
@@ -222,6 +224,7 @@ fn command_name(command: &Command) -> &'static str {
         Command::Serve(_) => "serve",
         Command::Swebench(_) => "swebench",
         Command::Doctor(_) => "doctor",
+        Command::Mcp(_) => "mcp",
         Command::Completion { .. } => "completion",
         Command::Man(_) => "man",
         Command::Version(_) => "version",
@@ -247,6 +250,10 @@ fn output_format(command: &Command) -> Option<args::OutputFormat> {
         (None, Command::Replay(args)) => args.format.output_format,
         (None, Command::Version(args)) if args.json => OutputFormat::Json,
         (None, Command::Version(args)) => args.format.output_format,
+        (None, Command::Mcp(command)) => match &**command {
+            args::McpCommand::List(args) if args.json => OutputFormat::Json,
+            args::McpCommand::List(args) => args.format.output_format,
+        },
         (None, Command::Session(command)) => match &**command {
             SessionCommand::List { format, .. }
             | SessionCommand::Show { format, .. }

@@ -26,6 +26,7 @@ mod assemble;
 pub mod broker;
 pub mod command_hooks;
 mod error;
+pub mod mcp;
 pub mod modes;
 mod overrides;
 pub mod project;

@@ -36,6 +36,7 @@ use serde::Deserialize;
 use keel_tools::untrusted::{self, Limit, Origin};
 
 use crate::command_hooks::CommandHookSettings;
+use crate::mcp::McpSettings;
 use crate::prune::SessionSettings;
 use crate::server::ServerSettings;
 use crate::telemetry::TelemetrySettings;
@@ -52,13 +53,14 @@ pub const DEFAULT_KEYS: [&str; 6] = [
 ];
 
 /// The top-level keys of the user's file besides [`DEFAULT_KEYS`].
-const TABLE_KEYS: [&str; 6] = [
+const TABLE_KEYS: [&str; 7] = [
     "hooks",
     "profiles",
     "providers",
     "server",
     "sessions",
     "telemetry",
+    "mcp_servers",
 ];
 
 /// The values one layer sets; `None` leaves the layer below in force.
@@ -246,6 +248,8 @@ pub struct Settings {
     pub telemetry: TelemetrySettings,
     /// The user's `[[hooks]]` (command hooks); never from the project layer.
     pub hooks: Vec<CommandHookSettings>,
+    /// The user's `[mcp_servers.NAME]` tables; never from the project layer.
+    pub mcp_servers: McpSettings,
 }
 
 /// A host's explicit choices (the CLI's flags): each overrides the settings.
@@ -338,6 +342,7 @@ impl Settings {
             sessions,
             telemetry,
             hooks,
+            mcp_servers,
         } = UserFile::split(table, &place)?;
         let mut warnings = Vec::new();
         // Hooks run unsandboxed as the user: never from a file a run could
@@ -354,6 +359,21 @@ impl Settings {
                 Vec::new()
             }
             false => hooks,
+        };
+        // MCP servers are programs Keel starts unsandboxed, with variables
+        // of the user's environment: never from such a file either.
+        let mcp_servers = match in_workspace && !mcp_servers.servers.is_empty() {
+            true => {
+                warnings.push(Warning {
+                    code: "config_in_workspace",
+                    message: format!(
+                        "{shown}: `mcp_servers` is ignored: the file is inside the workspace, \
+                         where a run could have written it"
+                    ),
+                });
+                McpSettings::default()
+            }
+            false => mcp_servers,
         };
         let mut catalog = Config::builtin();
         catalog.merge(Config::from_table(&providers, &place)?);
@@ -392,6 +412,7 @@ impl Settings {
             sessions,
             telemetry,
             hooks,
+            mcp_servers,
         };
         settings.checked()
     }
@@ -498,6 +519,7 @@ struct UserFile {
     sessions: SessionSettings,
     telemetry: TelemetrySettings,
     hooks: Vec<CommandHookSettings>,
+    mcp_servers: McpSettings,
 }
 
 impl UserFile {
@@ -534,6 +556,10 @@ impl UserFile {
             Some(value) => CommandHookSettings::from_value(value, place)?,
             None => Vec::new(),
         };
+        let mcp_servers = match table.remove("mcp_servers") {
+            Some(value) => McpSettings::from_value(value, place)?,
+            None => McpSettings::default(),
+        };
         let profiles = match table.remove("profiles") {
             None => BTreeMap::new(),
             Some(toml::Value::Table(profiles)) => profiles
@@ -557,6 +583,7 @@ impl UserFile {
             sessions,
             telemetry,
             hooks,
+            mcp_servers,
         })
     }
 }

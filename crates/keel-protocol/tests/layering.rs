@@ -34,6 +34,8 @@ const RANKS: &[(&str, u32)] = &[
     // are the rooted workspace's, in the Tool API).
     ("keel-sandbox", 2),
     ("keel-shell", 2),
+    // The MCP client: servers' tools on the Tool API, nothing of the sandbox.
+    ("keel-mcp", 2),
     // The built-in tools on the Tool API, a facade over sandbox and shell.
     ("keel-tools", 3),
     // The agent loop, over providers, sessions and tools.
