@@ -208,6 +208,9 @@ pub struct HostConfig {
     /// The host's own extensions: tools, entry kinds and hooks
     /// ([`keel_kernel::Extension`]; default none).
     pub extensions: Vec<keel_kernel::Extension>,
+    /// The user's MCP servers (`[mcp_servers.NAME]`; default none): each
+    /// kernel starts them and offers their tools ([`crate::mcp::extensions`]).
+    pub mcp_servers: Vec<(String, keel_mcp::McpServerConfig)>,
 }
 
 impl HostConfig {
@@ -234,6 +237,7 @@ impl HostConfig {
             capture_content: false,
             hooks: Vec::new(),
             extensions: Vec::new(),
+            mcp_servers: Vec::new(),
         }
     }
 
@@ -296,12 +300,18 @@ impl HostConfig {
                 self.workspace_snapshots
                     .then(keel_kernel::RecordLimits::default),
             )
-            .user_rules(UserRules::new(self.permissions.clone()).map_err(|error| {
-                HostError::from(keel_provider::config::ConfigError::Invalid {
-                    path: "the permission rules".to_owned(),
-                    message: format!("permissions.{error}"),
-                })
-            })?);
+            .user_rules(
+                UserRules::new(crate::mcp::with_auto_approved(
+                    &self.permissions,
+                    &self.mcp_servers,
+                ))
+                .map_err(|error| {
+                    HostError::from(keel_provider::config::ConfigError::Invalid {
+                        path: "the permission rules".to_owned(),
+                        message: format!("permissions.{error}"),
+                    })
+                })?,
+            );
         if let Some(hooks) =
             crate::command_hooks::extension(&self.hooks, &root, &self.sandbox.host_env)
         {
@@ -309,6 +319,12 @@ impl HostConfig {
         }
         for extension in &self.extensions {
             builder = builder.extension(extension.clone());
+        }
+        if !self.mcp_servers.is_empty() {
+            let env = crate::mcp::McpSettings::host_env();
+            for extension in crate::mcp::extensions(&self.mcp_servers, &env) {
+                builder = builder.extension(extension);
+            }
         }
         if let Some(model) = model {
             builder = builder.model(model);

@@ -12,10 +12,16 @@
 //! with is read ([`McpSettings::host_env`]): keel-mcp reads none.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use keel_mcp::McpServerConfig;
+use futures::future::BoxFuture;
+use keel_kernel::{Extension, ToolSource};
+use keel_mcp::{McpServer, McpServerConfig};
 pub use keel_mcp::{McpServerListing, McpServerState, McpToolInfo};
+use keel_protocol::PermissionRuleLists;
+use keel_tools::Tool;
 use keel_tools::env::HostEnv;
+use tokio::sync::watch;
 
 use crate::HostError;
 use crate::settings::invalid;
@@ -210,4 +216,134 @@ mod layer_tests {
             warning.message
         );
     }
+}
+
+/// The extensions that offer the enabled servers' tools to runs: one per
+/// server, named `mcp.NAME`, its tools deferrable (`tool_search`) and
+/// joining each run when the server is ready ([`keel_kernel::ToolSource`]).
+/// Each server starts now, in the background, on the current tokio
+/// runtime; it lives as long as the kernel that holds the extension and
+/// dies with it (its whole process group). A `required` server is
+/// awaited by each run before its first request, within its startup
+/// timeout; an optional one is never waited for.
+pub fn extensions(servers: &[(String, McpServerConfig)], env: &HostEnv) -> Vec<Extension> {
+    servers
+        .iter()
+        .filter(|(_, config)| config.enabled)
+        .map(|(name, config)| {
+            Extension::new(format!("mcp.{name}"))
+                .deferrable(true)
+                .tool_source(Arc::new(McpSource::start(name, config, env)))
+        })
+        .collect()
+}
+
+/// One server, starting or started.
+struct McpSource {
+    required: bool,
+    state: Arc<Mutex<Started>>,
+    done: watch::Receiver<bool>,
+    task: Option<tokio::task::AbortHandle>,
+}
+
+enum Started {
+    Starting,
+    Ready(McpServer),
+    Failed(String),
+}
+
+impl McpSource {
+    fn start(name: &str, config: &McpServerConfig, env: &HostEnv) -> Self {
+        let state = Arc::new(Mutex::new(Started::Starting));
+        let (sender, done) = watch::channel(false);
+        let task = match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let (name, config, env, held) =
+                    (name.to_owned(), config.clone(), env.clone(), state.clone());
+                let task = runtime.spawn(async move {
+                    let started = match McpServer::start(&name, &config, &env).await {
+                        Ok(server) => Started::Ready(server),
+                        // keel-mcp's errors never quote a secret.
+                        Err(error) => Started::Failed(error.to_string()),
+                    };
+                    if let Ok(mut state) = held.lock() {
+                        *state = started;
+                    }
+                    let _ = sender.send(true);
+                });
+                Some(task.abort_handle())
+            }
+            Err(_) => {
+                if let Ok(mut state) = state.lock() {
+                    *state = Started::Failed("no async runtime to start it on".into());
+                }
+                let _ = sender.send(true);
+                None
+            }
+        };
+        Self {
+            required: config.required,
+            state,
+            done,
+            task,
+        }
+    }
+}
+
+impl ToolSource for McpSource {
+    fn ready(&self) -> Option<Result<Vec<Arc<dyn Tool>>, String>> {
+        let state = self.state.lock().ok()?;
+        match &*state {
+            Started::Starting => None,
+            Started::Ready(server) => Some(Ok(server.tools())),
+            Started::Failed(reason) => Some(Err(reason.clone())),
+        }
+    }
+
+    fn version(&self) -> Option<String> {
+        match &*self.state.lock().ok()? {
+            Started::Ready(server) => server.server_info().map(|info| info.version.clone()),
+            _ => None,
+        }
+    }
+
+    fn required(&self) -> bool {
+        self.required
+    }
+
+    fn settled(&self) -> BoxFuture<'_, ()> {
+        let mut done = self.done.clone();
+        Box::pin(async move {
+            let _ = done.wait_for(|settled| *settled).await;
+        })
+    }
+}
+
+impl Drop for McpSource {
+    fn drop(&mut self) {
+        // A server still starting stops starting; a started one is dropped
+        // with the state (keel-mcp kills its process group).
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// `permissions` with an allow rule for each tool a server lists in
+/// `auto_approve`: asked in `ask` and `auto` no more (a mode's deny, as in
+/// `plan`, stays).
+pub(crate) fn with_auto_approved(
+    permissions: &PermissionRuleLists,
+    servers: &[(String, McpServerConfig)],
+) -> PermissionRuleLists {
+    let mut permissions = permissions.clone();
+    for (name, config) in servers.iter().filter(|(_, config)| config.enabled) {
+        permissions.allow.extend(
+            config
+                .auto_approve
+                .iter()
+                .map(|tool| keel_mcp::tool_name(name, tool)),
+        );
+    }
+    permissions
 }

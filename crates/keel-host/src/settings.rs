@@ -479,6 +479,7 @@ impl Settings {
         config.workspace_snapshots = self.sessions.snapshots.unwrap_or(true);
         config.capture_content = self.telemetry.capture_content();
         config.hooks.clone_from(&self.hooks);
+        config.mcp_servers = self.mcp_servers.configs();
         config.permissions = defaults
             .permissions
             .as_ref()

@@ -52,12 +52,26 @@ pub struct Extension {
 /// `extension_registered` event), and it is not asked again in that run.
 pub trait ToolSource: Send + Sync {
     /// `None` while the source is still starting; once it settled, its
-    /// tools (none when it failed).
-    fn ready(&self) -> Option<Vec<Arc<dyn Tool>>>;
+    /// tools, or why it has none (reported as a warning).
+    fn ready(&self) -> Option<Result<Vec<Arc<dyn Tool>>, String>>;
 
     /// Its version, once known (an MCP server's from its `initialize`).
     fn version(&self) -> Option<String> {
         None
+    }
+
+    /// Whether a run may not start without it: the run waits for it to
+    /// settle ([`ToolSource::settled`]) before its first request, and
+    /// fails (`extension_failed`) when it settles without tools.
+    fn required(&self) -> bool {
+        false
+    }
+
+    /// Resolves once [`ToolSource::ready`] answers; the source bounds the
+    /// wait itself (an MCP server's startup timeout). Awaited only for a
+    /// required source.
+    fn settled(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(async {})
     }
 }
 

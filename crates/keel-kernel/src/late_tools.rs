@@ -25,6 +25,8 @@ pub(crate) struct LateTools {
 
 /// One source that answered.
 pub(crate) struct Joined {
+    /// Why it has no tools, when it failed.
+    pub(crate) failed: Option<String>,
     /// Its extension, with the tools that joined and its version.
     pub(crate) record: ExtensionRecord,
     /// The specs to offer from now on.
@@ -47,6 +49,41 @@ impl LateTools {
         &self.registry
     }
 
+    /// Waits for each pending required source to settle; the first that
+    /// settles without tools fails the run's start (its extension's name
+    /// and why).
+    pub(crate) async fn await_required(
+        &mut self,
+        fixed: &ToolRegistry,
+    ) -> Result<Vec<Joined>, String> {
+        for (_, source) in &self.pending {
+            if source.required() {
+                source.settled().await;
+            }
+        }
+        let required: Vec<String> = self
+            .pending
+            .iter()
+            .filter(|(_, source)| source.required())
+            .map(|(name, _)| name.clone())
+            .collect();
+        let joined = self.join(fixed);
+        for done in &joined {
+            if required.contains(&done.record.name)
+                && let Some(reason) = &done.failed
+            {
+                return Err(format!(
+                    "the required extension `{}` did not start: {reason}",
+                    done.record.name
+                ));
+            }
+        }
+        if let Some((name, _)) = self.pending.iter().find(|(_, source)| source.required()) {
+            return Err(format!("the required extension `{name}` did not settle"));
+        }
+        Ok(joined)
+    }
+
     /// Asks each pending source; registers the tools of those that answered.
     pub(crate) fn join(&mut self, fixed: &ToolRegistry) -> Vec<Joined> {
         if self.pending.is_empty() {
@@ -55,12 +92,16 @@ impl LateTools {
         let mut joined = Vec::new();
         let mut still = Vec::new();
         for (extension, source) in std::mem::take(&mut self.pending) {
-            let Some(tools) = source.ready() else {
+            let Some(answer) = source.ready() else {
                 still.push((extension, source));
                 continue;
             };
             let mut record = ExtensionRecord::new(extension);
             record.version = source.version();
+            let (tools, failed) = match answer {
+                Ok(tools) => (tools, None),
+                Err(reason) => (Vec::new(), Some(reason)),
+            };
             let mut specs = Vec::new();
             let mut clashes = Vec::new();
             for tool in tools {
@@ -79,6 +120,7 @@ impl LateTools {
                 }
             }
             joined.push(Joined {
+                failed,
                 record,
                 specs,
                 clashes,

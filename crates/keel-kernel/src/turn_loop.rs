@@ -296,6 +296,7 @@ impl<'a> TurnLoop<'a> {
     }
 
     async fn drive(&mut self, prompt: Vec<UserContent>) -> Result<AssistantMessage, Stop> {
+        self.await_required_tools().await?;
         let prompt = self.hook_input(prompt).await?;
         let snapshot = self.record_snapshot(SnapshotReason::RunStart).await;
         self.add_user_message(UserMessage::new(prompt.clone()), None, snapshot)
@@ -520,9 +521,42 @@ impl<'a> TurnLoop<'a> {
         }
     }
 
+    /// Waits (cancellably) for the sources a run requires; their tools
+    /// join before the first request.
+    async fn await_required_tools(&mut self) -> Result<(), Stop> {
+        let waited = tokio::select! {
+            waited = self.late.await_required(&self.parts.tools) => waited,
+            () = self.shared.cancel.cancelled() => return Err(Stop::Cancelled),
+        };
+        match waited {
+            Ok(joined) => {
+                self.announce_joined(joined);
+                Ok(())
+            }
+            Err(message) => Err(Stop::Failed(RunError::new(
+                ErrorSource::Extension,
+                RunErrorCode::ExtensionFailed,
+                message,
+            ))),
+        }
+    }
+
     /// Lets the tools whose sources became ready join, from this turn on.
     fn join_late_tools(&mut self) {
-        for joined in self.late.join(&self.parts.tools) {
+        let joined = self.late.join(&self.parts.tools);
+        self.announce_joined(joined);
+    }
+
+    /// Offers what joined from now on, and says so.
+    fn announce_joined(&mut self, joined: Vec<crate::late_tools::Joined>) {
+        for joined in joined {
+            if let Some(reason) = &joined.failed {
+                self.shared.emitter.emit(RunEventKind::Warning {
+                    code: "extension_failed".into(),
+                    message: format!("extension `{}` has no tools: {reason}", joined.record.name),
+                });
+                continue;
+            }
             if !joined.clashes.is_empty() {
                 self.shared.emitter.emit(RunEventKind::Warning {
                     code: "tool_name_taken".into(),

@@ -939,17 +939,17 @@ struct Slow {
 }
 
 impl keel_kernel::ToolSource for Slow {
-    fn ready(&self) -> Option<Vec<Arc<dyn keel_tools::Tool>>> {
+    fn ready(&self) -> Option<Result<Vec<Arc<dyn keel_tools::Tool>>, String>> {
         use std::sync::atomic::Ordering;
         if self.starting.load(Ordering::SeqCst) > 0 {
             self.starting.fetch_sub(1, Ordering::SeqCst);
             return None;
         }
-        Some(vec![
+        Some(Ok(vec![
             Arc::new(Big(1, "late_tool".into())),
             // Taken by a built-in: left out with a warning.
             Arc::new(Big(2, "read".into())),
-        ])
+        ]))
     }
 
     fn version(&self) -> Option<String> {

@@ -81,6 +81,9 @@ pub enum RunErrorCode {
     /// An extension's hook blocked the run (at `input` or `before_run`),
     /// or a fail-closed handler there failed; the message names it.
     Blocked,
+    /// A source of tools the run requires (a `required` MCP server) did
+    /// not start; the message names it and says why.
+    ExtensionFailed,
 }
 
 impl RunErrorCode {
@@ -107,6 +110,7 @@ impl RunErrorCode {
             Self::KernelLost => "kernel_lost",
             Self::RunStalled => "run_stalled",
             Self::Blocked => "blocked",
+            Self::ExtensionFailed => "extension_failed",
         }
     }
 }
