@@ -248,7 +248,7 @@ struct McpSource {
 
 enum Started {
     Starting,
-    Ready(McpServer),
+    Ready(Box<McpServer>),
     Failed(String),
 }
 
@@ -262,7 +262,7 @@ impl McpSource {
                     (name.to_owned(), config.clone(), env.clone(), state.clone());
                 let task = runtime.spawn(async move {
                     let started = match McpServer::start(&name, &config, &env).await {
-                        Ok(server) => Started::Ready(server),
+                        Ok(server) => Started::Ready(Box::new(server)),
                         // keel-mcp's errors never quote a secret.
                         Err(error) => Started::Failed(error.to_string()),
                     };
