@@ -459,3 +459,59 @@ fn the_filesystem_server_lists_a_directory_through_keel_run() {
         "{text}"
     );
 }
+
+#[test]
+fn past_their_share_mcp_tools_are_listed_by_name_and_tool_search_loads_the_one_called() {
+    let Some(servers) = npm_servers() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        everything(&servers, "required = true\nauto_approve = [\"echo\"]"),
+    )
+    .unwrap();
+    // The scripted model checks each request's tools: names only at
+    // first (and tool_search), then echo's schema once it was searched.
+    let script = dir.path().join("script.json");
+    let turns = serde_json::json!({"turns": [
+        {"expect": {"tools": ["read", "write", "edit", "bash", "tool_search"]},
+         "content": [{"type": "tool_call", "name": "tool_search", "arguments": {"names": ["mcp__everything__echo"]}}]},
+        {"expect": {"tools": ["read", "write", "edit", "bash", "tool_search", "mcp__everything__echo"], "tool_result_contains": "message"},
+         "content": [{"type": "tool_call", "name": "mcp__everything__echo", "arguments": {"message": "found and called"}}]},
+        {"expect": {"tool_result_contains": "found and called"},
+         "content": [{"type": "text", "text": "done"}]}
+    ]});
+    std::fs::write(&script, turns.to_string()).unwrap();
+    // An 8,000-token window: the server's 13 schemas pass its 10 %.
+    let mut command = common::keel_command();
+    command
+        .args([
+            "run",
+            "--mode",
+            "auto",
+            "--output-format",
+            "stream-json",
+            "--context-window",
+            "8000",
+            "--script",
+        ])
+        .arg(&script)
+        .arg("--workspace")
+        .arg(dir.path().join("ws"))
+        .arg("--config")
+        .arg(&config)
+        .arg("go")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (lines, code, stderr) = events(command.spawn().unwrap());
+    assert_eq!(code, Some(0), "{stderr} {lines:?}");
+    let results = results(&lines);
+    assert!(
+        results[0]["content"].to_string().contains("inputSchema")
+            || results[0]["content"].to_string().contains("parameters"),
+        "{}",
+        results[0]
+    );
+}

@@ -656,17 +656,21 @@ impl AgentKernelBuilder {
                 })
             })
             .collect();
-        let deferred = crate::tool_search::defer(
-            &deferrable,
+        let deferral = crate::tool_search::Deferral::new(
             self.context_window
                 .unwrap_or(crate::tool_search::ASSUMED_WINDOW),
             self.tool_search_share
                 .unwrap_or(crate::tool_search::DEFAULT_SHARE),
         );
-        if !deferred.is_empty() {
-            tools.register(Arc::new(crate::tool_search::ToolSearch::new(
-                deferred.clone(),
-            )))?;
+        let deferred = deferral.defer(&deferrable);
+        // `tool_search` is each run's own (`crate::late_tools`): tools that
+        // join a run late may be deferred too. Its name is reserved.
+        if tools.get(crate::tool_search::NAME).is_some() {
+            return Err(crate::extension::ExtensionError::new(format!(
+                "the tool name `{}` is Keel's own",
+                crate::tool_search::NAME
+            ))
+            .into());
         }
         let model = self.model.unwrap_or_else(|| provider.name().to_owned());
         let system_prompt = self
@@ -701,14 +705,18 @@ impl AgentKernelBuilder {
             enforceable: std::sync::OnceLock::new(),
             hooks,
             deferred,
+            deferral: deferral.counting(&deferrable).parts(),
             sources: self
                 .extensions
                 .iter()
                 .flat_map(|extension| {
-                    extension
-                        .sources
-                        .iter()
-                        .map(|source| (extension.name().to_owned(), source.clone()))
+                    extension.sources.iter().map(|source| {
+                        (
+                            extension.name().to_owned(),
+                            extension.deferrable,
+                            source.clone(),
+                        )
+                    })
                 })
                 .collect(),
         };

@@ -71,7 +71,11 @@ pub(crate) struct KernelParts {
     pub(crate) deferred: Vec<keel_protocol::ToolSpec>,
     /// Sources of tools that join runs when ready, with their extension's
     /// name (`crate::late_tools`).
-    pub(crate) sources: Vec<(String, Arc<dyn crate::extension::ToolSource>)>,
+    pub(crate) sources: Vec<(String, bool, Arc<dyn crate::extension::ToolSource>)>,
+    /// When deferrable tools are deferred (`crate::tool_search`): the
+    /// tokens their specs may take in full, and what the kernel's own
+    /// deferrable tools already take.
+    pub(crate) deferral: (u64, u64),
 }
 
 impl KernelParts {

@@ -88,17 +88,24 @@ impl Frame {
                 &parts.deferred,
                 environment,
             ),
-            tools: parts
-                .tools
-                .specs()
-                .into_iter()
-                .filter(|spec| {
-                    !parts
-                        .deferred
-                        .iter()
-                        .any(|deferred| deferred.name == spec.name)
-                })
-                .collect(),
+            tools: {
+                let mut tools: Vec<ToolSpec> = parts
+                    .tools
+                    .specs()
+                    .into_iter()
+                    .filter(|spec| {
+                        !parts
+                            .deferred
+                            .iter()
+                            .any(|deferred| deferred.name == spec.name)
+                    })
+                    .collect();
+                // The run's `tool_search` (`crate::late_tools`) finds them.
+                if !parts.deferred.is_empty() {
+                    tools.push(crate::tool_search::ToolSearch::default().spec());
+                }
+                tools
+            },
             deferred: parts.deferred.clone(),
             max_output_tokens: parts.max_output_tokens,
         }

@@ -37,14 +37,48 @@ const MAX_RESULTS: usize = 10;
 /// The most characters of a deferred tool's description the listing shows.
 const LISTED_DESCRIPTION: usize = 120;
 
-/// Which deferrable tools to defer: all of them when their specs, counted
-/// in tokens, pass `share` of `window`; none otherwise.
-pub(crate) fn defer(deferrable: &[ToolSpec], window: u64, share: f64) -> Vec<ToolSpec> {
-    let cost: u64 = deferrable.iter().map(spec_tokens).sum();
-    let budget = (window as f64 * share.clamp(0.0, 1.0)) as u64;
-    match cost > budget {
-        true => deferrable.to_vec(),
-        false => Vec::new(),
+/// When deferrable tools are deferred: once the deferrable tools' specs,
+/// counted in tokens, pass a share of the context window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Deferral {
+    /// The most tokens deferrable specs may take in full.
+    budget: u64,
+    /// What the deferrable specs counted so far take.
+    spent: u64,
+}
+
+impl Deferral {
+    pub(crate) fn new(window: u64, share: f64) -> Self {
+        Self {
+            budget: (window as f64 * share.clamp(0.0, 1.0)) as u64,
+            spent: 0,
+        }
+    }
+
+    /// Which of `deferrable` to defer: all of them when they pass the
+    /// budget with what was counted before; none otherwise.
+    pub(crate) fn defer(&self, deferrable: &[ToolSpec]) -> Vec<ToolSpec> {
+        let cost: u64 = deferrable.iter().map(spec_tokens).sum();
+        match self.spent + cost > self.budget {
+            true => deferrable.to_vec(),
+            false => Vec::new(),
+        }
+    }
+
+    /// Its budget and what it counted, for a kernel to keep.
+    pub(crate) fn parts(&self) -> (u64, u64) {
+        (self.budget, self.spent)
+    }
+
+    /// The deferral a kernel kept ([`Deferral::parts`]).
+    pub(crate) fn from_parts((budget, spent): (u64, u64)) -> Self {
+        Self { budget, spent }
+    }
+
+    /// This deferral with `specs` counted.
+    pub(crate) fn counting(mut self, specs: &[ToolSpec]) -> Self {
+        self.spent += specs.iter().map(spec_tokens).sum::<u64>();
+        self
     }
 }
 
@@ -92,19 +126,39 @@ pub(crate) fn loaded(deferred: &[ToolSpec], messages: &[Arc<Message>]) -> Vec<To
         .collect()
 }
 
-/// The `tool_search` tool over the deferred specs.
+/// The `tool_search` tool over one run's deferred specs: those deferred
+/// when the kernel was built, and those of tools that joined late past
+/// their share ([`ToolSearch::defer`]).
+#[derive(Clone, Default)]
 pub(crate) struct ToolSearch {
-    deferred: Vec<ToolSpec>,
+    deferred: Arc<std::sync::Mutex<Vec<ToolSpec>>>,
 }
 
 impl ToolSearch {
     pub(crate) fn new(deferred: Vec<ToolSpec>) -> Self {
-        Self { deferred }
+        Self {
+            deferred: Arc::new(std::sync::Mutex::new(deferred)),
+        }
+    }
+
+    /// Adds specs it can return.
+    pub(crate) fn defer(&self, specs: &[ToolSpec]) {
+        if let Ok(mut deferred) = self.deferred.lock() {
+            deferred.extend_from_slice(specs);
+        }
+    }
+
+    /// Its own spec, for a request's tools.
+    pub(crate) fn spec(&self) -> ToolSpec {
+        ToolSpec::new(NAME, self.description(), self.parameters())
     }
 
     /// The specs `arguments` ask for: by exact name, else by a query's
     /// words all found in the name or description (case-insensitive).
-    fn find(&self, arguments: &Value) -> Vec<&ToolSpec> {
+    fn find(&self, arguments: &Value) -> Vec<ToolSpec> {
+        let Ok(deferred) = self.deferred.lock() else {
+            return Vec::new();
+        };
         let names: Vec<&str> = arguments["names"]
             .as_array()
             .map(|names| names.iter().filter_map(Value::as_str).collect())
@@ -114,7 +168,7 @@ impl ToolSearch {
             .unwrap_or_default()
             .to_lowercase();
         let words: Vec<&str> = query.split_whitespace().collect();
-        self.deferred
+        deferred
             .iter()
             .filter(|spec| {
                 names.contains(&spec.name.as_str())
@@ -124,6 +178,7 @@ impl ToolSearch {
                     })
             })
             .take(MAX_RESULTS)
+            .cloned()
             .collect()
     }
 }
@@ -196,8 +251,11 @@ mod tests {
     fn tools_are_deferred_only_past_their_share() {
         let specs = vec![spec("a", &"word ".repeat(200)), spec("b", "short")];
         let cost: u64 = specs.iter().map(spec_tokens).sum();
-        assert!(defer(&specs, cost * 20, 0.10).is_empty());
-        assert_eq!(defer(&specs, cost * 5, 0.10).len(), 2);
+        assert!(Deferral::new(cost * 20, 0.10).defer(&specs).is_empty());
+        assert_eq!(Deferral::new(cost * 5, 0.10).defer(&specs).len(), 2);
+        // What was counted before counts too.
+        let counted = Deferral::new(cost * 15, 0.10).counting(&specs);
+        assert_eq!(counted.defer(&specs).len(), 2);
     }
 
     #[test]

@@ -568,6 +568,13 @@ impl<'a> TurnLoop<'a> {
                 });
             }
             self.frame.tools.extend(joined.specs);
+            self.frame.tools.extend(joined.search);
+            if !joined.deferred.is_empty() {
+                let listing = crate::tool_search::listing(&joined.deferred);
+                self.frame.system_prompt.push_str("\n\n");
+                self.frame.system_prompt.push_str(&listing);
+                self.frame.deferred.extend(joined.deferred);
+            }
             self.shared.emitter.emit(RunEventKind::ExtensionRegistered {
                 extension: joined.record,
             });
