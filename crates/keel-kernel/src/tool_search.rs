@@ -94,8 +94,13 @@ pub(crate) fn listing(deferred: &[ToolSpec]) -> String {
          their names (or a query) to load them, then call them as usual:"
     );
     for spec in deferred {
+        // A server wrote it: one line, no control characters, capped.
         let line = spec.description.lines().next().unwrap_or_default().trim();
-        let mut line: String = line.chars().take(LISTED_DESCRIPTION).collect();
+        let mut line: String = line
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(LISTED_DESCRIPTION)
+            .collect();
         if line.len() < spec.description.trim().len() {
             line.push('…');
         }

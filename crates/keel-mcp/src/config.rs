@@ -93,7 +93,7 @@ fn default_enabled() -> bool {
 pub enum ConfigError {
     /// The server's name is not `[A-Za-z0-9_-]+` (it forms tool names).
     #[error(
-        "MCP server name `{name}` is not usable: use only letters, digits, `_` and `-` (it becomes part of tool names)"
+        "MCP server name `{name}` is not usable: use only letters, digits, `_` and `-`, without `__` (it becomes part of tool names)"
     )]
     InvalidName {
         /// The name as configured (a table key, not a secret).
@@ -259,13 +259,28 @@ impl McpServerConfig {
         if self.tool_timeout_sec == 0 {
             return Err(invalid("tool_timeout_sec", "must be at least 1"));
         }
+        // Plain tool names only: each becomes an allow rule for exactly
+        // that tool of this server, never a pattern.
+        if self
+            .auto_approve
+            .iter()
+            .any(|tool| !crate::tool::usable_tool_name(tool))
+        {
+            return Err(invalid(
+                "auto_approve",
+                "holds an entry that is not a tool name (letters, digits, `_` and `-`, no `__`)",
+            ));
+        }
         Ok(())
     }
 }
 
 /// Checks that `name` is usable as a server name: `[A-Za-z0-9_-]+`.
 pub fn validate_name(name: &str) -> Result<(), ConfigError> {
+    // No `__`: it separates the server from the tool in `mcp__<server>__<tool>`,
+    // so server `a` with tool `b__x` and server `a__b` with tool `x` would meet.
     let usable = !name.is_empty()
+        && !name.contains("__")
         && name
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-');
@@ -292,6 +307,24 @@ mod tests {
     fn parse(toml_text: &str) -> Result<McpServerConfig, String> {
         // The crate has no TOML parser; JSON has the same data model here.
         serde_json::from_str(toml_text).map_err(|error| error.to_string())
+    }
+
+    #[test]
+    fn names_with_the_separator_and_patterns_in_auto_approve_are_refused() {
+        assert!(
+            validate_name("a__b").is_err(),
+            "`__` separates server and tool"
+        );
+        assert!(validate_name("a_b-c").is_ok());
+        let mut config = McpServerConfig::stdio("node");
+        config.auto_approve = vec!["echo".into()];
+        assert!(config.validate("s").is_ok());
+        for pattern in ["*", "x(/tmp/*)", "bash(rm *)", "my tool", "b__x"] {
+            config.auto_approve = vec![pattern.into()];
+            let error = config.validate("s").unwrap_err().to_string();
+            assert!(error.contains("auto_approve"), "{pattern}: {error}");
+        }
+        assert!(!crate::tool::usable_tool_name("b__x"));
     }
 
     #[test]

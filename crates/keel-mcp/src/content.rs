@@ -15,8 +15,35 @@ use rmcp::model::{CallToolResult, ContentBlock, ResourceContents};
 use serde_json::{Value, json};
 
 /// The most text (in bytes, over all text blocks) one tool result keeps:
-/// 256 KiB. Base64 image data is not counted.
+/// 256 KiB. Base64 image data is not counted here.
 pub const MAX_TEXT_BYTES: usize = 256 * 1024;
+
+/// The most content blocks one result keeps; the rest are summed up in one
+/// line.
+pub const MAX_BLOCKS: usize = 256;
+
+/// The most base64 image data one result keeps (over all its images):
+/// 8 MiB. An image past it is described instead.
+pub const MAX_IMAGE_BYTES: usize = 8 * 1024 * 1024;
+
+/// The image types a result may carry; any other image is described.
+const IMAGE_TYPES: [&str; 4] = ["image/png", "image/jpeg", "image/gif", "image/webp"];
+
+/// Whether `data` is standard base64: its alphabet, padded to whole
+/// quads, `=` only at the end.
+fn is_base64(data: &str) -> bool {
+    let bytes = data.as_bytes();
+    let body = bytes
+        .iter()
+        .rposition(|byte| *byte != b'=')
+        .map_or(0, |last| last + 1);
+    !bytes.is_empty()
+        && bytes.len() % 4 == 0
+        && bytes.len() - body <= 2
+        && bytes[..body]
+            .iter()
+            .all(|byte| byte.is_ascii_alphanumeric() || *byte == b'+' || *byte == b'/')
+}
 
 /// The mapped result of one call: its content and details.
 pub(crate) fn map_result(
@@ -27,17 +54,44 @@ pub(crate) fn map_result(
     let mut content: Vec<UserContent> = Vec::new();
     let mut budget = TextBudget::new(MAX_TEXT_BYTES);
     let mut has_text = false;
-    for block in result.content {
+    let mut image_bytes = 0usize;
+    let total = result.content.len();
+    for (index, block) in result.content.into_iter().enumerate() {
+        if index == MAX_BLOCKS {
+            content.push(budget.text(format!(
+                "[{} more content blocks, not shown: a result keeps at most {MAX_BLOCKS}]",
+                total - MAX_BLOCKS
+            )));
+            break;
+        }
         match block {
             ContentBlock::Text(text) => {
                 has_text = true;
                 content.push(budget.text(text.text));
             }
             ContentBlock::Image(image) => {
-                content.push(UserContent::Image(ImageContent::new(
-                    image.mime_type,
-                    image.data,
-                )));
+                // A provider refuses a request with a bad image, and every
+                // later one of the session would carry it: only a known
+                // type with well-formed base64, within the budget, passes.
+                let known = IMAGE_TYPES.contains(&image.mime_type.as_str());
+                let fits = image_bytes + image.data.len() <= MAX_IMAGE_BYTES;
+                if known && fits && is_base64(&image.data) {
+                    image_bytes += image.data.len();
+                    content.push(UserContent::Image(ImageContent::new(
+                        image.mime_type,
+                        image.data,
+                    )));
+                } else {
+                    let why = match (known, fits) {
+                        (false, _) => "not an image type Keel passes on",
+                        (true, false) => "past the result's image budget",
+                        (true, true) => "not well-formed base64",
+                    };
+                    content.push(budget.text(format!(
+                        "[image, {} bytes of base64, not shown: {why}]",
+                        image.data.len()
+                    )));
+                }
             }
             ContentBlock::Audio(audio) => {
                 let size = base64_decoded_len(&audio.data);
@@ -263,6 +317,36 @@ mod tests {
             texts[4].contains("mem://t") && texts[4].contains("inside"),
             "{}",
             texts[4]
+        );
+    }
+
+    #[test]
+    fn bad_images_and_too_many_blocks_are_described_not_passed_on() {
+        let result = CallToolResult::success(vec![
+            ContentBlock::image("!!!not base64\u{1b}[2J", "image/png"),
+            ContentBlock::image("aGVsbG8=", "image/png\u{1b}[31m"),
+            ContentBlock::image("aGVsbG8=", "image/png"),
+        ]);
+        let output = map_result("s", "t", result).unwrap();
+        let images = output
+            .content
+            .iter()
+            .filter(|block| matches!(block, UserContent::Image(_)))
+            .count();
+        assert_eq!(images, 1);
+        let shown = texts(&output);
+        assert!(shown[0].contains("not well-formed base64"), "{}", shown[0]);
+        assert!(shown[1].contains("not an image type"), "{}", shown[1]);
+        assert!(is_base64("aGVsbG8=") && is_base64("aGk=") && !is_base64("a=GV") && !is_base64(""));
+
+        let many = (0..1000).map(|_| ContentBlock::text("x")).collect();
+        let output = map_result("s", "t", CallToolResult::success(many)).unwrap();
+        assert_eq!(output.content.len(), MAX_BLOCKS + 1);
+        assert!(
+            texts(&output)
+                .last()
+                .unwrap()
+                .contains("744 more content blocks")
         );
     }
 

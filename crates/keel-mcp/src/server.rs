@@ -21,6 +21,9 @@ use crate::config::McpServerConfig;
 use crate::error::{McpError, Redacted};
 use crate::tool::{McpTool, McpToolInfo};
 
+/// The most tools one server offers; the rest are left out (logged).
+const MAX_TOOLS: usize = 256;
+
 /// The variables of the caller's environment a stdio server always gets
 /// (when the caller's environment holds them): what a program needs to
 /// run, nothing that grants access. `PATH` falls back to Keel's default.
@@ -166,9 +169,9 @@ impl McpServer {
             // server started, not only the server.
             .process_group(0)
             .kill_on_drop(true);
-        if let Some(cwd) = &config.cwd {
-            child.current_dir(cwd);
-        }
+        // Never the directory Keel was started in (a repository, whose
+        // files an interpreter or `npx` would load): `/` unless configured.
+        child.current_dir(config.cwd.as_deref().unwrap_or(std::path::Path::new("/")));
         let (transport, stderr) = TokioChildProcess::builder(child)
             .stderr(Stdio::piped())
             .spawn()
@@ -240,19 +243,22 @@ impl McpServer {
                 name: implementation.name,
                 version: implementation.version,
             });
-        let tools = tools
+        let tools: Vec<_> = tools
             .into_iter()
             .filter(|tool| {
-                if !crate::tool::usable_tool_name(&tool.name) {
+                if !crate::tool::usable_tool_name(&tool.name)
+                    || crate::tool::tool_name(name, &tool.name).len() > crate::tool::MAX_TOOL_NAME
+                {
                     tracing::warn!(
                         server = name,
-                        tool = %tool.name,
-                        "MCP tool skipped: its name is not [A-Za-z0-9_-]+"
+                        "MCP tool skipped: its name is not [A-Za-z0-9_-]+ without `__`, or \
+                         mcp__<server>__<tool> is longer than 64 characters"
                     );
                     return false;
                 }
                 config.offers(&tool.name)
             })
+            .take(MAX_TOOLS)
             .collect();
         let shared = Arc::new(Shared {
             name: name.to_owned(),

@@ -21,10 +21,15 @@ pub fn tool_name(server: &str, tool: &str) -> String {
     format!("{TOOL_PREFIX}{server}__{tool}")
 }
 
-/// Whether a server's tool name can be offered: `[A-Za-z0-9_-]+`, what
-/// model APIs accept in a tool name.
+/// The longest Keel name of an MCP tool: what model APIs accept.
+pub const MAX_TOOL_NAME: usize = 64;
+
+/// Whether a server's tool name can be offered: `[A-Za-z0-9_-]+` (what
+/// model APIs accept in a tool name) without `__`, which separates the
+/// server from the tool in the Keel name.
 pub(crate) fn usable_tool_name(name: &str) -> bool {
     !name.is_empty()
+        && !name.contains("__")
         && name
             .bytes()
             .all(|byte| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-')

@@ -354,6 +354,20 @@ async fn the_working_directory_is_cwd() {
 }
 
 #[tokio::test]
+async fn without_cwd_a_server_starts_in_the_root_never_where_keel_runs() {
+    // Keel usually runs in a repository, whose files an interpreter or
+    // `npx` in the server would load.
+    let mut server = start("probe", &test_server_stdio()).await;
+    let (context, _tmp) = support::context("cwd");
+    let output = find(&server, "cwd")
+        .execute(json!({}), context)
+        .await
+        .unwrap();
+    assert_eq!(text_of(&output.content), "/");
+    server.shutdown().await;
+}
+
+#[tokio::test]
 async fn a_redirect_is_never_followed_so_the_token_stays_home() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     // Where a redirect would lead: counts every request it gets.
