@@ -38,7 +38,7 @@ fn is_base64(data: &str) -> bool {
         .rposition(|byte| *byte != b'=')
         .map_or(0, |last| last + 1);
     !bytes.is_empty()
-        && bytes.len() % 4 == 0
+        && bytes.len().is_multiple_of(4)
         && bytes.len() - body <= 2
         && bytes[..body]
             .iter()
