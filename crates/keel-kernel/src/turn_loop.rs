@@ -194,6 +194,8 @@ struct TurnLoop<'a> {
     hook_entries: std::sync::Mutex<Vec<EntryPayload>>,
     /// Tools that join when their source is ready.
     late: LateTools,
+    /// The extensions whose tools joined, as they joined.
+    joined: Vec<keel_protocol::ExtensionRecord>,
 }
 
 impl<'a> TurnLoop<'a> {
@@ -259,6 +261,7 @@ impl<'a> TurnLoop<'a> {
             last: None,
             hook_entries: std::sync::Mutex::default(),
             late: LateTools::new(parts),
+            joined: Vec::new(),
         };
         run.record_configuration().await?;
         for extension in parts.hooks.records() {
@@ -279,17 +282,54 @@ impl<'a> TurnLoop<'a> {
                 branch_length: branch.length,
             });
         }
-        let configuration = EntryPayload::Configuration {
-            provider: self.parts.provider.name().to_owned(),
-            model: self.parts.model.clone(),
-            mode: self.mode,
-            tools: self.parts.tools.names(),
-            permissions: self.parts.user_rules.lists().clone(),
-            extensions: self.parts.hooks.records().to_vec(),
-        };
+        let configuration = self.configuration();
         if branch.configuration.as_ref() != Some(&configuration) {
             self.writer
                 .append(&self.shared.emitter, vec![configuration])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The configuration in force: the kernel's tools and the run's own
+    /// (`tool_search`, tools that joined), the extensions with what joined.
+    fn configuration(&self) -> EntryPayload {
+        let mut tools = self.parts.tools.names();
+        tools.extend(self.late.registry().names());
+        let extensions = self
+            .parts
+            .hooks
+            .records()
+            .iter()
+            .map(|record| {
+                self.joined
+                    .iter()
+                    .find(|joined| joined.name == record.name)
+                    .map(|joined| {
+                        let mut merged = record.clone();
+                        merged.version.clone_from(&joined.version);
+                        merged.tools.extend(joined.tools.iter().cloned());
+                        merged
+                    })
+                    .unwrap_or_else(|| record.clone())
+            })
+            .collect();
+        EntryPayload::Configuration {
+            provider: self.parts.provider.name().to_owned(),
+            model: self.parts.model.clone(),
+            mode: self.mode,
+            tools,
+            permissions: self.parts.user_rules.lists().clone(),
+            extensions,
+        }
+    }
+
+    /// Records the configuration again once tools joined: it is in force
+    /// from here on.
+    async fn record_joined(&self, joined: bool) -> Result<(), Stop> {
+        if joined {
+            self.writer
+                .append(&self.shared.emitter, vec![self.configuration()])
                 .await?;
         }
         Ok(())
@@ -530,8 +570,8 @@ impl<'a> TurnLoop<'a> {
         };
         match waited {
             Ok(joined) => {
-                self.announce_joined(joined);
-                Ok(())
+                let any = self.announce_joined(joined);
+                self.record_joined(any).await
             }
             Err(message) => Err(Stop::Failed(RunError::new(
                 ErrorSource::Extension,
@@ -541,14 +581,17 @@ impl<'a> TurnLoop<'a> {
         }
     }
 
-    /// Lets the tools whose sources became ready join, from this turn on.
-    fn join_late_tools(&mut self) {
+    /// Lets the tools whose sources became ready join, from this turn on,
+    /// and records the configuration they make.
+    async fn join_late_tools(&mut self) -> Result<(), Stop> {
         let joined = self.late.join(&self.parts.tools);
-        self.announce_joined(joined);
+        let any = self.announce_joined(joined);
+        self.record_joined(any).await
     }
 
-    /// Offers what joined from now on, and says so.
-    fn announce_joined(&mut self, joined: Vec<crate::late_tools::Joined>) {
+    /// Offers what joined from now on, and says so; whether any tool did.
+    fn announce_joined(&mut self, joined: Vec<crate::late_tools::Joined>) -> bool {
+        let mut any = false;
         for joined in joined {
             if let Some(reason) = &joined.failed {
                 self.shared.emitter.emit(RunEventKind::Warning {
@@ -575,10 +618,13 @@ impl<'a> TurnLoop<'a> {
                 self.frame.system_prompt.push_str(&listing);
                 self.frame.deferred.extend(joined.deferred);
             }
+            any |= !joined.record.tools.is_empty();
+            self.joined.push(joined.record.clone());
             self.shared.emitter.emit(RunEventKind::ExtensionRegistered {
                 extension: joined.record,
             });
         }
+        any
     }
 
     async fn continue_run(&mut self) -> Result<AssistantMessage, Stop> {
@@ -604,7 +650,7 @@ impl<'a> TurnLoop<'a> {
                 .emitter
                 .emit(RunEventKind::TurnStart { turn: self.turn });
             let turn = self.turn;
-            self.join_late_tools();
+            self.join_late_tools().await?;
             self.observe(HookPoint::TurnStart, || serde_json::json!({ "turn": turn }))
                 .await;
             let message = self.stream_with_retry().await?;

@@ -998,6 +998,22 @@ async fn tools_of_a_source_join_the_run_when_it_is_ready_and_never_before() {
     assert_eq!(joined.name, "slow-server");
     assert_eq!(joined.version.as_deref(), Some("0.9"));
     assert_eq!(joined.tools, ["late_tool"]);
+    // The configuration in force from the join on records it.
+    let (tools, extensions) = ran
+        .entries
+        .iter()
+        .rev()
+        .filter_map(|entry| match &entry.payload {
+            EntryPayload::Configuration {
+                tools, extensions, ..
+            } => Some((tools.clone(), extensions.clone())),
+            _ => None,
+        })
+        .next()
+        .unwrap();
+    assert!(tools.contains(&"late_tool".to_owned()), "{tools:?}");
+    assert_eq!(extensions[0].tools, ["late_tool"]);
+    assert_eq!(extensions[0].version.as_deref(), Some("0.9"));
     assert!(ran.events.iter().any(|event| matches!(
         event,
         RunEventKind::Warning { code, message } if code == "tool_name_taken" && message.contains("read")
@@ -1124,4 +1140,47 @@ async fn a_later_call_of_a_batch_is_hooked_again_with_the_workspace_the_earlier_
     );
     let error = ran.tool_results()[1].error.clone().unwrap();
     assert_eq!(error.code, ToolErrorCode::Blocked);
+}
+
+#[tokio::test]
+async fn every_point_rejects_every_outcome_it_does_not_allow() {
+    use keel_protocol::HookOutcomeKind as Kind;
+
+    fn reply(kind: Kind) -> HookReply {
+        match kind {
+            Kind::Transform => HookReply::transform(json!("x")),
+            Kind::Supplement => HookReply::supplement("x"),
+            Kind::Block => HookReply::block("x", "x"),
+            _ => HookReply::observe(),
+        }
+    }
+    let mut checked = 0;
+    // Compaction runs on request, outside a run's event stream; its one
+    // outcome is checked by `compaction_supplement_reaches_the_summary_request`.
+    for point in HookPoint::ALL
+        .into_iter()
+        .filter(|point| *point != HookPoint::Compaction)
+    {
+        for kind in [Kind::Transform, Kind::Supplement, Kind::Block] {
+            if point.allows(kind) {
+                continue;
+            }
+            let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+            let hook = Hook::new([point], handler(move |_| reply(kind)));
+            let kernel = setup.kernel(vec![with_hook("wrong", hook)]);
+            let ran = auto(&kernel).await;
+            let rejected = ran.rejected(point);
+            assert!(!rejected.is_empty(), "{point:?} did not reject {kind:?}");
+            assert_eq!(ran.result.state, RunState::Settled, "{point:?} {kind:?}");
+            assert!(
+                setup.dir.path().join("a.txt").exists(),
+                "{point:?} {kind:?}: the call still ran"
+            );
+            checked += 1;
+        }
+    }
+    assert_eq!(
+        checked, 20,
+        "every disallowed (point, outcome) pair was tried"
+    );
 }
