@@ -1184,3 +1184,22 @@ async fn every_point_rejects_every_outcome_it_does_not_allow() {
         "every disallowed (point, outcome) pair was tried"
     );
 }
+
+#[tokio::test]
+async fn every_point_dispatches_an_observing_handler() {
+    let setup = Setup::new(vec![write_call("a.txt"), Reply::text("ok")]);
+    let points: Vec<HookPoint> = HookPoint::ALL
+        .into_iter()
+        .filter(|point| *point != HookPoint::Compaction)
+        .collect();
+    let hook = Hook::new(points.clone(), handler(|_| HookReply::observe()));
+    let ran = auto(&setup.kernel(vec![with_hook("watch", hook)])).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    for point in points {
+        assert!(
+            ran.dispatched(point).contains(&HookOutcomeKind::Observe),
+            "{point:?} was not dispatched"
+        );
+    }
+    assert!(setup.dir.path().join("a.txt").exists());
+}
