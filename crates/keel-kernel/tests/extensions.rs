@@ -1203,3 +1203,45 @@ async fn every_point_dispatches_an_observing_handler() {
     }
     assert!(setup.dir.path().join("a.txt").exists());
 }
+
+#[tokio::test]
+async fn a_transforming_hook_does_not_refuse_the_later_calls_of_a_batch() {
+    let setup = Setup::new(vec![Reply::text("unused")]);
+    // One batch of two writes; the hook appends a line to each.
+    let batch = json!({"turns": [
+        {"content": [
+            {"type": "tool_call", "name": "write", "arguments": {"path": "a.txt", "content": "a\n"}},
+            {"type": "tool_call", "name": "write", "arguments": {"path": "b.txt", "content": "b\n"}}
+        ]},
+        {"content": [{"type": "text", "text": "done"}]}
+    ]});
+    let provider = keel_provider::ScriptedProvider::new(
+        keel_provider::Script::from_json(&batch.to_string()).unwrap(),
+    );
+    let stamp = Hook::new(
+        [HookPoint::ToolCall],
+        handler(|event| {
+            let mut arguments = event.payload["arguments"].clone();
+            let content = arguments["content"].as_str().unwrap().to_owned();
+            arguments["content"] = json!(format!("{content}reviewed\n"));
+            HookReply::transform(arguments)
+        }),
+    );
+    let kernel = AgentKernel::builder()
+        .provider(Arc::new(provider))
+        .workspace(Workspace::new(setup.dir.path()).unwrap())
+        .tools(default_tools(BashOptions::default()))
+        .workspace_snapshots(None)
+        .extension(with_hook("stamp", stamp))
+        .build()
+        .unwrap();
+    let ran = auto(&kernel).await;
+    assert_eq!(ran.result.state, RunState::Settled);
+    for (file, first) in [("a.txt", "a"), ("b.txt", "b")] {
+        assert_eq!(
+            std::fs::read_to_string(setup.dir.path().join(file)).unwrap(),
+            format!("{first}\nreviewed\n"),
+            "{file} was written once, transformed once"
+        );
+    }
+}
