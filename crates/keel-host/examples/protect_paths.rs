@@ -18,6 +18,7 @@ use keel_protocol::{
 };
 use keel_provider::Script;
 use keel_session::{MemoryStore, SessionStore};
+use keel_tools::untrusted::{self, Limit, Origin};
 use keel_tools::{Tool, ToolContext, ToolError, ToolFuture, ToolOutput, Workspace};
 use serde_json::{Value, json};
 
@@ -101,6 +102,9 @@ fn resolve(workspace: &Path, path: &str) -> PathBuf {
     resolved
 }
 
+/// The largest file `count_lines` reads.
+const MAX_COUNTED_BYTES: u64 = 16 * 1024 * 1024;
+
 /// Counts the lines of a workspace file.
 pub struct CountLines;
 
@@ -133,11 +137,28 @@ impl Tool for CountLines {
 
     fn execute(&self, arguments: Value, context: ToolContext) -> ToolFuture<'_> {
         Box::pin(async move {
-            let path = arguments["path"].as_str().unwrap_or_default();
-            let file = context.workspace.resolve(path)?;
-            let text = tokio::fs::read_to_string(&file)
-                .await
-                .map_err(|error| ToolError::new(ToolErrorCode::Io, format!("{path}: {error}")))?;
+            let path = arguments["path"].as_str().unwrap_or_default().to_owned();
+            let file = context.workspace.resolve(&path)?;
+            // The model chose the path and a command may have planted the
+            // file: read it as Keel reads every such file — beneath the
+            // workspace, no symlink out, a regular file, non-blocking,
+            // capped; the error never quotes its contents.
+            let root = context.workspace.root().to_path_buf();
+            let read = tokio::task::spawn_blocking(move || {
+                let rel = file.strip_prefix(&root).unwrap_or(&file).to_path_buf();
+                untrusted::read(
+                    Origin::Beneath {
+                        root: &root,
+                        rel: &rel,
+                    },
+                    Limit::Refuse(MAX_COUNTED_BYTES),
+                )
+            })
+            .await
+            .map_err(|error| ToolError::new(ToolErrorCode::Io, error.to_string()))?;
+            let contents =
+                read.map_err(|error| ToolError::new(ToolErrorCode::Io, error.to_string()))?;
+            let text = String::from_utf8_lossy(&contents.bytes);
             Ok(ToolOutput::text(format!(
                 "{path}: {} lines",
                 text.lines().count()

@@ -101,3 +101,29 @@ fn walk(dir: &std::path::Path) -> Vec<String> {
     }
     found
 }
+
+#[tokio::test]
+async fn count_lines_refuses_a_link_out_of_the_workspace_and_a_fifo() {
+    use keel_tools::{Tool, ToolContext, Workspace};
+
+    let project = tempfile::tempdir().unwrap();
+    std::fs::write(project.path().join("two.txt"), "a\nb\n").unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", project.path().join("out")).unwrap();
+    nix::unistd::mkfifo(&project.path().join("pipe"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    let workspace = std::sync::Arc::new(Workspace::new(project.path()).unwrap());
+    let count = |path: &str| {
+        let context = ToolContext::new("c", workspace.clone());
+        protect_paths::CountLines.execute(json!({ "path": path }), context)
+    };
+    let counted = count("two.txt").await.unwrap();
+    assert_eq!(
+        counted.content,
+        keel_tools::ToolOutput::text("two.txt: 2 lines").content
+    );
+    assert!(count("out").await.is_err(), "a symlink out is refused");
+    // Refused at once, never blocking on the FIFO.
+    let refused = tokio::time::timeout(std::time::Duration::from_secs(10), count("pipe"))
+        .await
+        .expect("the FIFO did not block the read");
+    assert!(refused.is_err());
+}
