@@ -50,7 +50,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 use tracing::Instrument;
 
-use crate::hooks::{Blocked, HookScope, Subject};
+use crate::hooks::{Blocked, Dispatched, HookScope, Subject};
 use crate::ids::new_id;
 use crate::journal::Overlay;
 use crate::parts::KernelParts;
@@ -315,25 +315,8 @@ impl ToolRunner<'_> {
                 .map(|_| ())
                 .map_err(|_| format!("they do not fit the schema of `{}`", call.name))
         };
-        let payload = serde_json::json!({
-            "tool_name": call.name,
-            "call_id": call.id,
-            "arguments": prepared.arguments,
-            "workspace": self.parts.workspace.root(),
-            "recheck": false,
-        });
-        let subject = Subject {
-            key: "arguments",
-            check: &check,
-            strict: true,
-        };
-        let dispatched = hooks
-            .dispatch(
-                HookPoint::ToolCall,
-                Some((&call.name, &call.id)),
-                payload,
-                Some(subject),
-            )
+        let dispatched = self
+            .dispatch_tool_call(call, &prepared.arguments, false, &check)
             .await;
         if let Some(blocked) = dispatched.blocked {
             return Err(blocked_error(&blocked));
@@ -354,38 +337,49 @@ impl ToolRunner<'_> {
         if !hooks.handles(HookPoint::ToolCall) {
             return Ok(());
         }
-        let decided = &prepared.arguments;
         // A transform here is not applied: the call was decided on its
         // arguments, and a handler that transforms (say, appends a line)
         // would only do it again. Only a block counts.
-        let check = |_: &Value| Ok(());
+        let dispatched = self
+            .dispatch_tool_call(call, &prepared.arguments, true, &|_| Ok(()))
+            .await;
+        match dispatched.blocked {
+            Some(blocked) => Err(blocked_error(&blocked)),
+            None => Ok(()),
+        }
+    }
+
+    /// Dispatches `tool_call` for `call` with `arguments`: in the first
+    /// pass (a transform is checked by `check` and refuses the call when
+    /// it fails) or at the recheck (`recheck`: a transform is never
+    /// applied, so it cannot fail and refuse anything).
+    async fn dispatch_tool_call(
+        &self,
+        call: &ToolCall,
+        arguments: &Value,
+        recheck: bool,
+        check: &(dyn Fn(&Value) -> Result<(), String> + Sync),
+    ) -> Dispatched {
         let payload = serde_json::json!({
             "tool_name": call.name,
             "call_id": call.id,
-            "arguments": decided,
+            "arguments": arguments,
             "workspace": self.parts.workspace.root(),
-            "recheck": true,
+            "recheck": recheck,
         });
         let subject = Subject {
             key: "arguments",
-            check: &check,
-            strict: false,
+            check,
+            strict: !recheck,
         };
-        let dispatched = hooks
+        self.hooks()
             .dispatch(
                 HookPoint::ToolCall,
                 Some((&call.name, &call.id)),
                 payload,
                 Some(subject),
             )
-            .await;
-        match dispatched.blocked {
-            Some(blocked) => Err(blocked_error(&Blocked {
-                invalid: false,
-                ..blocked
-            })),
-            None => Ok(()),
-        }
+            .await
     }
 
     /// Gives a call's result to the `tool_result` hooks: a handler may
