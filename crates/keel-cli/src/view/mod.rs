@@ -335,15 +335,10 @@ impl View {
             }
             RunEventKind::CompactionFailed { error, .. } => {
                 self.close_line();
-                let line = format!("! compaction failed: {}", visible(&error.message));
-                let line = self.palette.paint(style::WARN, &line);
-                self.line(&line);
+                self.warn(&format!("! compaction failed: {}", visible(&error.message)));
             }
             RunEventKind::Warning { message, .. } => {
-                let line = self
-                    .palette
-                    .paint(style::WARN, &format!("! {}", visible(message)));
-                self.line(&line);
+                self.warn(&format!("! {}", visible(message)));
             }
             RunEventKind::HookBlocked {
                 extension,
@@ -352,14 +347,12 @@ impl View {
                 ..
             } => {
                 self.close_line();
-                let line = format!(
+                self.warn(&format!(
                     "! extension {} blocked at {}: {}",
                     one_line(extension),
                     point.as_str(),
                     one_line(message)
-                );
-                let line = self.palette.paint(style::WARN, &line);
-                self.line(&line);
+                ));
             }
             RunEventKind::HookFailed {
                 extension,
@@ -368,14 +361,12 @@ impl View {
                 ..
             } => {
                 self.close_line();
-                let line = format!(
+                self.warn(&format!(
                     "! extension {}'s hook at {} failed: {}",
                     one_line(extension),
                     point.as_str(),
                     one_line(reason)
-                );
-                let line = self.palette.paint(style::WARN, &line);
-                self.line(&line);
+                ));
             }
             RunEventKind::HookOutcomeRejected {
                 extension,
@@ -384,19 +375,15 @@ impl View {
                 ..
             } => {
                 self.close_line();
-                let line = format!(
+                self.warn(&format!(
                     "! extension {}'s answer at {} was rejected: {}",
                     one_line(extension),
                     point.as_str(),
                     one_line(reason)
-                );
-                let line = self.palette.paint(style::WARN, &line);
-                self.line(&line);
+                ));
             }
             RunEventKind::SessionRepaired { reason, .. } => {
-                let line = format!("! the session was repaired: {}", visible(reason));
-                let line = self.palette.paint(style::WARN, &line);
-                self.line(&line);
+                self.warn(&format!("! the session was repaired: {}", visible(reason)));
             }
             RunEventKind::MessageUpdate { delta } => self.delta(delta),
             RunEventKind::MessageEnd {
@@ -740,6 +727,12 @@ impl View {
             self.buffer.push_str(&line);
             self.buffer.push('\n');
         }
+    }
+
+    /// A line in the warning style; `text` is already made visible.
+    fn warn(&mut self, text: &str) {
+        let line = self.palette.paint(style::WARN, text);
+        self.line(&line);
     }
 
     fn line(&mut self, text: &str) {
