@@ -227,6 +227,41 @@ pub fn demo_kernel(
     Ok(config.kernel(store)?)
 }
 
+/// The fixture's task played by `script` in `workspace`, in `auto`, with
+/// the host configuration `configure` adjusts; permission requests are
+/// answered as [`approve_inside`] does. The exit code of its result.
+pub(crate) async fn fix_the_bug(
+    script: &str,
+    workspace: &std::path::Path,
+    output: &Output,
+    configure: impl FnOnce(&mut HostConfig),
+) -> Result<ExitCode, StartupError> {
+    let script = Script::from_json(script).map_err(HostError::from)?;
+    let mut config = HostConfig::new(ProviderChoice::Script {
+        script,
+        model: None,
+    })
+    .workspace(workspace);
+    configure(&mut config);
+    let kernel = config.kernel(Arc::new(MemoryStore::new()))?;
+    let spec = RunSpec::new("The check in check.sh fails. Fix the bug.")
+        .mode(PermissionMode::Auto)
+        .max_turns(10);
+    let run = kernel.create_run(spec).await?;
+    let result =
+        host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
+            if let RunEventKind::PermissionRequested {
+                request_id, intent, ..
+            } = &event.kind
+            {
+                // A stale id only means the run moved on.
+                let _ = handle.resolve_permission(request_id, approve_inside(intent));
+            }
+        })
+        .await?;
+    Ok(host::exit_code(&result))
+}
+
 /// The demo hosts' answer to a permission request: approve what stays
 /// inside the workspace without the network, deny the rest.
 pub(crate) fn approve_inside(intent: &OperationIntent) -> PermissionResolution {

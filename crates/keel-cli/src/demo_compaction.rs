@@ -22,16 +22,7 @@
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use keel_host::{HostConfig, HostError, ProviderChoice};
-use keel_kernel::{AgentRun, RunSpec};
-use keel_protocol::{PermissionMode, RunEvent, RunEventKind};
-use keel_provider::Script;
-use keel_session::MemoryStore;
-
-use crate::demo::approve_inside;
-use crate::host;
 use crate::output::Output;
 use crate::startup::StartupError;
 
@@ -59,28 +50,8 @@ pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCo
             ));
         }
     };
-    let script = Script::from_json(script).map_err(HostError::from)?;
-    let mut config = HostConfig::new(ProviderChoice::Script {
-        script,
-        model: None,
+    crate::demo::fix_the_bug(script, workspace, output, |config| {
+        config.context_window = window;
     })
-    .workspace(workspace);
-    config.context_window = window;
-    let kernel = config.kernel(Arc::new(MemoryStore::new()))?;
-    let spec = RunSpec::new("The check in check.sh fails. Fix the bug.")
-        .mode(PermissionMode::Auto)
-        .max_turns(10);
-    let run = kernel.create_run(spec).await?;
-    let result =
-        host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
-            if let RunEventKind::PermissionRequested {
-                request_id, intent, ..
-            } = &event.kind
-            {
-                // A stale id only means the run moved on.
-                let _ = handle.resolve_permission(request_id, approve_inside(intent));
-            }
-        })
-        .await?;
-    Ok(host::exit_code(&result))
+    .await
 }

@@ -17,16 +17,10 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use keel_host::{HostConfig, HostError, ProviderChoice};
 use keel_kernel::extension::{HookError, HookFuture, HookHandler};
-use keel_kernel::{AgentRun, Extension, Hook, HookEvent, HookPoint, HookReply, RunSpec};
-use keel_protocol::{PermissionMode, RunEvent, RunEventKind};
-use keel_provider::Script;
-use keel_session::MemoryStore;
+use keel_kernel::{Extension, Hook, HookEvent, HookPoint, HookReply};
 use serde_json::{Value, json};
 
-use crate::demo::approve_inside;
-use crate::host;
 use crate::output::Output;
 use crate::startup::StartupError;
 
@@ -51,30 +45,10 @@ pub async fn run(case: &str, workspace: &Path, output: &Output) -> Result<ExitCo
             ));
         }
     };
-    let script = Script::from_json(script).map_err(HostError::from)?;
-    let mut config = HostConfig::new(ProviderChoice::Script {
-        script,
-        model: None,
+    crate::demo::fix_the_bug(script, workspace, output, |config| {
+        config.extensions = extensions;
     })
-    .workspace(workspace);
-    config.extensions = extensions;
-    let kernel = config.kernel(Arc::new(MemoryStore::new()))?;
-    let spec = RunSpec::new("The check in check.sh fails. Fix the bug.")
-        .mode(PermissionMode::Auto)
-        .max_turns(10);
-    let run = kernel.create_run(spec).await?;
-    let result =
-        host::drive_and_finish(&run, output, async |event: &RunEvent, handle: &AgentRun| {
-            if let RunEventKind::PermissionRequested {
-                request_id, intent, ..
-            } = &event.kind
-            {
-                // A stale id only means the run moved on.
-                let _ = handle.resolve_permission(request_id, approve_inside(intent));
-            }
-        })
-        .await?;
-    Ok(host::exit_code(&result))
+    .await
 }
 
 /// A handler answering from the event alone.
