@@ -13,41 +13,10 @@ use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-/// Where the npm servers are, or `None` (the test skips) without `node`.
-fn npm_servers() -> Option<PathBuf> {
-    let node = Command::new("node")
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !node.is_ok_and(|status| status.success()) {
-        let note = "keel mcp list: `node` is missing: the test skips";
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{note}, which CI does not allow"
-        );
-        eprintln!("{note}");
-        return None;
-    }
-    if let Some(dir) = std::env::var_os("KEEL_MCP_SERVERS") {
-        return Some(PathBuf::from(dir));
-    }
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-servers");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/setup-mcp-servers.sh");
-    let output = Command::new("bash")
-        .arg(script)
-        .arg(&cache)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "setup-mcp-servers.sh: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Some(cache.join("node_modules/@modelcontextprotocol"))
-}
+// The one helper that finds or installs the pinned npm servers.
+#[path = "../../keel-mcp/tests/support/npm.rs"]
+mod npm;
+use npm::npm_servers;
 
 /// A config.toml with a working server, a broken required one and a
 /// disabled one; the path of the file.
@@ -163,7 +132,7 @@ fn mcp_list_without_servers_says_so_and_a_bad_table_is_a_clear_error() {
 
 /// A workspace `ws` beside a config.toml holding `servers` (TOML), and the
 /// scripted turns; `keel run --mode auto` on them, spawned.
-fn spawn_run(dir: &Path, servers: &str, turns: Value) -> std::process::Child {
+fn spawn_run(dir: &Path, servers: &str, turns: Value, extra: &[&str]) -> std::process::Child {
     std::fs::create_dir_all(dir.join("ws")).unwrap();
     let config = dir.join("config.toml");
     std::fs::write(&config, servers).unwrap();
@@ -184,6 +153,7 @@ fn spawn_run(dir: &Path, servers: &str, turns: Value) -> std::process::Child {
         .arg(dir.join("ws"))
         .arg("--config")
         .arg(&config)
+        .args(extra)
         .arg("go")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -252,6 +222,7 @@ fn keel_run_calls_mcp_tools_for_text_images_and_structured_results() {
             ),
             done()
         ]),
+        &[],
     );
     let (lines, code, stderr) = events(child);
     assert_eq!(code, Some(0), "{stderr}");
@@ -308,6 +279,7 @@ fn an_mcp_tool_not_auto_approved_is_asked_and_a_failed_required_server_fails_the
             call("mcp__everything__echo", serde_json::json!({"message": "x"})),
             done()
         ]),
+        &[],
     );
     let (lines, code, stderr) = events(child);
     assert_eq!(code, Some(0), "{stderr}");
@@ -323,6 +295,7 @@ fn an_mcp_tool_not_auto_approved_is_asked_and_a_failed_required_server_fails_the
         dir.path(),
         "[mcp_servers.broken]\ncommand = \"/nonexistent/keel-mcp-server\"\nrequired = true\n",
         serde_json::json!([done()]),
+        &[],
     );
     let (lines, code, _) = events(child);
     assert_eq!(code, Some(1));
@@ -350,7 +323,7 @@ fn a_slow_optional_server_never_delays_the_first_request_and_dies_with_keel() {
         index.display()
     );
     let started = std::time::Instant::now();
-    let child = spawn_run(dir.path(), &config, serde_json::json!([done()]));
+    let child = spawn_run(dir.path(), &config, serde_json::json!([done()]), &[]);
     let (lines, code, stderr) = events(child);
     assert_eq!(code, Some(0), "{stderr}");
     assert!(
@@ -393,6 +366,7 @@ fn a_long_mcp_call_is_cancelled_mid_call_with_the_run() {
             ),
             done()
         ]),
+        &[],
     );
     let stdout = child.stdout.take().unwrap();
     let mut lines = Vec::new();
@@ -450,6 +424,7 @@ fn the_filesystem_server_lists_a_directory_through_keel_run() {
             ),
             done()
         ]),
+        &[],
     );
     let (lines, code, stderr) = events(child);
     assert_eq!(code, Some(0), "{stderr}");
@@ -464,48 +439,24 @@ fn the_filesystem_server_lists_a_directory_through_keel_run() {
 fn past_their_share_mcp_tools_are_listed_by_name_and_tool_search_loads_the_one_called() {
     let Some(servers) = npm_servers() else { return };
     let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("ws")).unwrap();
-    let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        everything(&servers, "required = true\nauto_approve = [\"echo\"]"),
-    )
-    .unwrap();
     // The scripted model checks each request's tools: names only at
     // first (and tool_search), then echo's schema once it was searched.
-    let script = dir.path().join("script.json");
-    let turns = serde_json::json!({"turns": [
+    let turns = serde_json::json!([
         {"expect": {"tools": ["read", "write", "edit", "bash", "tool_search"]},
          "content": [{"type": "tool_call", "name": "tool_search", "arguments": {"names": ["mcp__everything__echo"]}}]},
         {"expect": {"tools": ["read", "write", "edit", "bash", "tool_search", "mcp__everything__echo"], "tool_result_contains": "message"},
          "content": [{"type": "tool_call", "name": "mcp__everything__echo", "arguments": {"message": "found and called"}}]},
         {"expect": {"tool_result_contains": "found and called"},
          "content": [{"type": "text", "text": "done"}]}
-    ]});
-    std::fs::write(&script, turns.to_string()).unwrap();
+    ]);
     // An 8,000-token window: the server's 13 schemas pass its 10 %.
-    let mut command = common::keel_command();
-    command
-        .args([
-            "run",
-            "--mode",
-            "auto",
-            "--output-format",
-            "stream-json",
-            "--context-window",
-            "8000",
-            "--script",
-        ])
-        .arg(&script)
-        .arg("--workspace")
-        .arg(dir.path().join("ws"))
-        .arg("--config")
-        .arg(&config)
-        .arg("go")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let (lines, code, stderr) = events(command.spawn().unwrap());
+    let child = spawn_run(
+        dir.path(),
+        &everything(&servers, "required = true\nauto_approve = [\"echo\"]"),
+        turns,
+        &["--context-window", "8000"],
+    );
+    let (lines, code, stderr) = events(child);
     assert_eq!(code, Some(0), "{stderr} {lines:?}");
     let results = results(&lines);
     assert!(
